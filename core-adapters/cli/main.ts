@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+// The flowrl command: one subcommand per job. Bad input exits 2 with one message, no stack.
+import 'reflect-metadata';
+import { InputError } from '../errors.js';
+import { benchCommand } from './bench.js';
+import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
+
+interface Command {
+  usage: string;
+  run: (argv: string[]) => Promise<void>;
+}
+
+const COMMANDS: Record<string, Command> = {
+  generate: {
+    usage: 'generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--greedy] [--chat] [--seed S] [--json]',
+    run: generateCommand,
+  },
+  score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--json]', run: scoreCommand },
+  'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
+  bench: { usage: 'bench [--json] [--steps N] [--backend auto|tensorflow|wasm|cpu]', run: benchCommand },
+};
+
+function usage(): string {
+  return ['usage: flowrl <command> [options]', '', ...Object.values(COMMANDS).map((c) => `  flowrl ${c.usage}`)].join('\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    console.log(usage());
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    console.error(`flowrl: unknown command '${name}'; available: ${Object.keys(COMMANDS).join(', ')}`);
+    return 2;
+  }
+  try {
+    await command.run(rest);
+    return 0;
+  } catch (e) {
+    if (e instanceof InputError) {
+      console.error(`flowrl ${name}: ${e.message}`);
+      return e.exitCode;
+    }
+    throw e;
+  }
+}
+
+const code = await main(process.argv.slice(2));
+process.exitCode = code;

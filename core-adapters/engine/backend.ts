@@ -1,0 +1,85 @@
+// Backend choice for tfjs. The node bindings are optional peers: they cannot be installed everywhere
+// (their install downloads libtensorflow), so they are imported by name at run time.
+import * as tf from '@tensorflow/tfjs';
+import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
+export type BackendChoice = (typeof BACKEND_CHOICES)[number];
+
+export interface EngineInfo {
+  /** The tfjs backend name now active: tensorflow, wasm or cpu. */
+  backend: string;
+  /** Where the tensorflow backend came from (tfjs-node-gpu or tfjs-node), when it is used. */
+  binding?: string;
+  simd?: boolean;
+}
+
+const NODE_BINDINGS = ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'];
+
+let active: EngineInfo | undefined;
+let announced = false;
+
+async function tryNodeBinding(): Promise<string | undefined> {
+  for (const name of NODE_BINDINGS) {
+    try {
+      await import(name);
+      if (tf.findBackend('tensorflow')) return name;
+    } catch {
+      // not installed, or libtensorflow missing: try the next one
+    }
+  }
+  return undefined;
+}
+
+async function tryWasm(): Promise<boolean> {
+  const require = createRequire(import.meta.url);
+  const entry = require.resolve('@tensorflow/tfjs-backend-wasm');
+  setWasmPaths(path.dirname(entry) + path.sep);
+  try {
+    return await tf.setBackend('wasm');
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Selects and initialises the tfjs backend once per process and prints the choice once.
+ * `auto` tries tfjs-node-gpu, tfjs-node, wasm, then cpu.
+ */
+export async function initEngine(choice: BackendChoice = 'auto', options: { quiet?: boolean } = {}): Promise<EngineInfo> {
+  if (!BACKEND_CHOICES.includes(choice)) {
+    throw new Error(`engine.backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
+  }
+  if (active && (choice === 'auto' || choice === active.backend)) return active;
+
+  let info: EngineInfo | undefined;
+  if (choice === 'auto' || choice === 'tensorflow') {
+    const binding = await tryNodeBinding();
+    if (binding && (await tf.setBackend('tensorflow'))) info = { backend: 'tensorflow', binding };
+    else if (choice === 'tensorflow') {
+      throw new Error(`engine.backend is 'tensorflow' but neither ${NODE_BINDINGS.join(' nor ')} could be loaded`);
+    }
+  }
+  if (!info && (choice === 'auto' || choice === 'wasm')) {
+    if (await tryWasm()) info = { backend: 'wasm', simd: Boolean(tf.env().getAsync ? await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT') : false) };
+    else if (choice === 'wasm') throw new Error("engine.backend is 'wasm' but the wasm backend failed to initialise");
+  }
+  if (!info) {
+    await tf.setBackend('cpu');
+    info = { backend: 'cpu' };
+  }
+  await tf.ready();
+  active = info;
+  if (!announced && !options.quiet) {
+    const detail = info.binding ? ` (${info.binding})` : info.simd ? ' (SIMD)' : '';
+    process.stderr.write(`[flowrl] tfjs backend: ${info.backend}${detail}\n`);
+  }
+  announced = true;
+  return info;
+}
+
+export function engineInfo(): EngineInfo | undefined {
+  return active;
+}

@@ -1,0 +1,192 @@
+// The hot tensor ops of the model, kept in one place so a faster backend path can replace them.
+// wasm facts behind these shapes (research/perf.md): only 2-D untransposed matmuls reach XNNPACK,
+// reductions over leading axes are slow, and gather has no gradient kernel.
+import * as tf from '@tensorflow/tfjs';
+
+type Backward = (dy: tf.Tensor, saved: tf.Tensor[]) => tf.Tensor[];
+
+/** tf.customGrad with plain typing: `forward` gets the inputs and a save function. */
+function withGradient(
+  inputs: tf.Tensor[],
+  forward: (inputs: tf.Tensor[], save: tf.GradSaveFunc) => { value: tf.Tensor; gradFunc: Backward },
+): tf.Tensor {
+  const op = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const save = args.pop() as tf.GradSaveFunc;
+    return forward(args as tf.Tensor[], save);
+  }) as Parameters<typeof tf.customGrad>[0]);
+  return op(...inputs);
+}
+
+/** a[M,K] @ b[K,N] whose gradients are explicit-transpose matmuls, so they stay on the fast path. */
+export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
+  return withGradient([a, b], ([x, w], save) => {
+    save([x, w]);
+    return {
+      value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D),
+      gradFunc: (dy, [sx, sw]) => [tf.matMul(dy as tf.Tensor2D, tf.transpose(sw)), tf.matMul(tf.transpose(sx), dy as tf.Tensor2D)],
+    };
+  }) as tf.Tensor2D;
+}
+
+/** Column sums of x[N,H] as a [H] vector, computed as ones[1,N] @ x (a reduction over the leading axis). */
+export function sumRows(x: tf.Tensor2D): tf.Tensor1D {
+  return tf.matMul(tf.ones([1, x.shape[0]]), x).reshape([x.shape[1]]);
+}
+
+/** x[N,H] * w[H] broadcast over rows; w's gradient reduces over rows with a matmul. */
+export function scaleColumns(x: tf.Tensor2D, w: tf.Tensor1D): tf.Tensor2D {
+  return withGradient([x, w], ([xi, wi], save) => {
+    save([xi, wi]);
+    return {
+      value: tf.mul(xi, wi),
+      gradFunc: (dy, [sx, sw]) => [tf.mul(dy, sw), sumRows(tf.mul(dy, sx) as tf.Tensor2D)],
+    };
+  }) as tf.Tensor2D;
+}
+
+/** x[N,H] + b[H] broadcast over rows; b's gradient reduces over rows with a matmul. */
+export function addColumns(x: tf.Tensor2D, b: tf.Tensor1D): tf.Tensor2D {
+  return withGradient([x, b], ([xi, bi]) => ({
+    value: tf.add(xi, bi),
+    gradFunc: (dy) => [dy, sumRows(dy as tf.Tensor2D)],
+  })) as tf.Tensor2D;
+}
+
+/** x[N,in] @ w[in,out] (+ bias[out]). Weights are kept as [in, out] so the forward is untransposed. */
+export function linear(x: tf.Tensor2D, w: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
+  const y = matmul(x, w);
+  return bias ? addColumns(y, bias) : y;
+}
+
+/** RMSNorm over the last axis of x[N,H], in float32 as Hugging Face computes it. */
+export function rmsNorm(x: tf.Tensor2D, weight: tf.Tensor1D, eps: number): tf.Tensor2D {
+  const meanSquare = tf.mean(tf.mul(x, x), -1, true);
+  return scaleColumns(tf.mul(x, tf.rsqrt(tf.add(meanSquare, eps))) as tf.Tensor2D, weight);
+}
+
+export function silu(x: tf.Tensor): tf.Tensor {
+  return tf.mul(x, tf.sigmoid(x));
+}
+
+function hasKernel(name: string): boolean {
+  return tf.getKernel(name, tf.getBackend()) !== undefined;
+}
+
+/**
+ * Rows of table[V,H] picked by ids. Forward is a gather; the gradient is a scatter-add, through
+ * UnsortedSegmentSum where the backend has it and in JS where it does not (wasm).
+ */
+export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
+  const [vocab, width] = table.shape;
+  return withGradient([table], ([t]) => ({
+    value: tf.gather(t, tf.tensor1d(ids, 'int32')),
+    gradFunc: (dy) => {
+      const g = dy as tf.Tensor2D;
+      if (hasKernel('UnsortedSegmentSum')) return [tf.unsortedSegmentSum(g, tf.tensor1d(ids, 'int32'), vocab)];
+      const rows = g.dataSync();
+      const out = new Float32Array(vocab * width);
+      for (let i = 0; i < ids.length; i++) {
+        const src = i * width;
+        const dst = ids[i] * width;
+        for (let j = 0; j < width; j++) out[dst + j] += rows[src + j];
+      }
+      return [tf.tensor2d(out, [vocab, width])];
+    },
+  })) as tf.Tensor2D;
+}
+
+export interface TokenLogProbs {
+  /** log p(target) per row, [N]. */
+  logProbs: tf.Tensor1D;
+  /** Entropy of each row's distribution, [N], when asked for. */
+  entropy?: tf.Tensor1D;
+}
+
+/** Rows per chunk so that one chunk's logits stay near 4M floats, whatever the vocabulary. */
+function chunkRows(rows: number, vocab: number): number {
+  return Math.max(1, Math.min(rows, Math.floor((1 << 22) / vocab)));
+}
+
+/**
+ * The language-model head fused with log-softmax and target selection: logits = hidden @ head / T,
+ * computed a chunk of rows at a time and recomputed in the backward pass, so a 150k vocabulary
+ * never holds [N, V] logits for the whole batch.
+ */
+export function headLogProbs(
+  hidden: tf.Tensor2D,
+  head: tf.Tensor2D,
+  targets: Int32Array,
+  temperature = 1,
+  withEntropy = false,
+): TokenLogProbs {
+  const [rows] = hidden.shape;
+  const vocab = head.shape[1];
+  if (targets.length !== rows) throw new Error(`headLogProbs: ${targets.length} targets for ${rows} rows`);
+  const step = chunkRows(rows, vocab);
+  const invT = 1 / temperature;
+
+  // z = logits / T for rows [start, end); returns z, log-softmax and probabilities.
+  const chunk = (h: tf.Tensor2D, w: tf.Tensor2D, start: number, end: number) => {
+    const z = tf.mul(tf.matMul(h.slice([start, 0], [end - start, -1]), w), invT) as tf.Tensor2D;
+    const logp = tf.logSoftmax(z) as tf.Tensor2D;
+    const oneHot = tf.oneHot(tf.tensor1d(targets.subarray(start, end), 'int32'), vocab) as tf.Tensor2D;
+    return { logp, oneHot };
+  };
+
+  const both = withGradient([hidden, head], ([h, w], save) => {
+    save([h, w]);
+    const picked: tf.Tensor[] = [];
+    const entropies: tf.Tensor[] = [];
+    for (let start = 0; start < rows; start += step) {
+      const end = Math.min(rows, start + step);
+      const [lp, ent] = tf.tidy(() => {
+        const { logp, oneHot } = chunk(h as tf.Tensor2D, w as tf.Tensor2D, start, end);
+        const selected = tf.sum(tf.mul(logp, oneHot), 1);
+        const entropy = withEntropy ? tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1)) : tf.zeros([end - start]);
+        return [selected, entropy];
+      });
+      picked.push(lp);
+      entropies.push(ent);
+    }
+    // customGrad takes one output tensor: row 0 holds the log-probs, row 1 the entropies.
+    const value = tf.tidy(() => tf.stack([tf.concat(picked), tf.concat(entropies)]));
+    tf.dispose([...picked, ...entropies]);
+    return {
+      value,
+      gradFunc: (dy, saved) => {
+        const [dLogProbs, dEntropy] = tf.unstack(dy);
+        const [sh, sw] = saved as tf.Tensor2D[];
+        const wT = tf.transpose(sw);
+        let dW: tf.Tensor2D = tf.zeros(sw.shape);
+        const dHidden: tf.Tensor[] = [];
+        for (let start = 0; start < rows; start += step) {
+          const end = Math.min(rows, start + step);
+          const [dh, nextDW] = tf.tidy(() => {
+            const { logp, oneHot } = chunk(sh, sw, start, end);
+            const p = tf.exp(logp);
+            const gLp = dLogProbs.slice([start], [end - start]).expandDims(1);
+            // d logp_target / dz = onehot - p
+            let dz = tf.mul(gLp, tf.sub(oneHot, p));
+            if (withEntropy) {
+              // dH/dz_j = -p_j (log p_j + H)
+              const ent = tf.neg(tf.sum(tf.mul(p, logp), 1, true));
+              const gEnt = dEntropy.slice([start], [end - start]).expandDims(1);
+              dz = tf.sub(dz, tf.mul(gEnt, tf.mul(p, tf.add(logp, ent))));
+            }
+            const dLogits = tf.mul(dz, invT) as tf.Tensor2D;
+            const hChunk = sh.slice([start, 0], [end - start, -1]);
+            return [tf.matMul(dLogits, wT), tf.add(dW, tf.matMul(tf.transpose(hChunk), dLogits))];
+          });
+          dW.dispose();
+          dW = nextDW as tf.Tensor2D;
+          dHidden.push(dh);
+        }
+        const dH = dHidden.length === 1 ? dHidden[0] : tf.concat(dHidden);
+        return [dH, dW];
+      },
+    };
+  });
+  // Intermediates stay alive for the gradient tape; the caller's tidy releases them.
+  const [logProbs, entropy] = tf.unstack(both) as tf.Tensor1D[];
+  return withEntropy ? { logProbs, entropy } : { logProbs };
+}

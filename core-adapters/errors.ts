@@ -1,0 +1,16 @@
+/**
+ * Bad input from a user: a config key, a file, a data row, a manifest. The CLI prints the message
+ * alone (no stack) and exits with code 2.
+ */
+export class InputError extends Error {
+  readonly exitCode = 2;
+  constructor(message: string) {
+    super(message);
+    this.name = 'InputError';
+  }
+}
+
+/** Throws an InputError naming `where` (a file, key or row) unless `condition` holds. */
+export function check(condition: unknown, where: string, problem: string): asserts condition {
+  if (!condition) throw new InputError(`${where}: ${problem}`);
+}

@@ -1,0 +1,181 @@
+// Hugging Face model directories: config.json + model.safetensors (or a sharded index) + tokenizer files.
+import * as tf from '@tensorflow/tfjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { InputError } from '../errors.js';
+import { Rng } from '../random.js';
+import { CausalLM, heldTransposed } from './causal-lm.js';
+import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
+import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
+
+export const WEIGHTS_FILE = 'model.safetensors';
+export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
+/** Files copied along with the weights so a saved directory stays a usable HF checkpoint. */
+export const TOKENIZER_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'chat_template.jinja',
+  'generation_config.json',
+  'vocab.json',
+  'merges.txt',
+];
+
+function transpose2d(data: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(data.length);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = data[r * cols + c];
+  return out;
+}
+
+/** Which file holds each tensor: the single model.safetensors or the shards named by the index. */
+function weightFiles(dir: string): Map<string, string[]> {
+  const single = path.join(dir, WEIGHTS_FILE);
+  const index = path.join(dir, WEIGHTS_INDEX_FILE);
+  const byFile = new Map<string, string[]>();
+  if (fs.existsSync(single)) {
+    byFile.set(single, [...readHeader(single).tensors.keys()]);
+    return byFile;
+  }
+  if (!fs.existsSync(index)) {
+    throw new InputError(`${dir}: no ${WEIGHTS_FILE} or ${WEIGHTS_INDEX_FILE}; is this a Hugging Face model directory?`);
+  }
+  let weightMap: Record<string, string>;
+  try {
+    weightMap = JSON.parse(fs.readFileSync(index, 'utf8')).weight_map;
+  } catch (e) {
+    throw new InputError(`${index}: not valid JSON (${(e as Error).message})`);
+  }
+  if (typeof weightMap !== 'object' || weightMap === null) throw new InputError(`${index}: key 'weight_map' is missing`);
+  for (const [name, shard] of Object.entries(weightMap)) {
+    const file = path.join(dir, shard);
+    if (!byFile.has(file)) byFile.set(file, []);
+    byFile.get(file)!.push(name);
+  }
+  return byFile;
+}
+
+/** Reads the weights a config needs, checking names and shapes; the error names the file and tensor. */
+export function readWeights(dir: string, config: ModelConfig): Map<string, F32Tensor> {
+  const expected = expectedTensors(config);
+  const located = new Map<string, string>();
+  for (const [file, names] of weightFiles(dir)) for (const name of names) located.set(name, file);
+  const source = located.size && new Set(located.values()).size > 1 ? path.join(dir, WEIGHTS_INDEX_FILE) : path.join(dir, WEIGHTS_FILE);
+  const perFile = new Map<string, string[]>();
+  for (const name of expected.keys()) {
+    const file = located.get(name);
+    if (!file) throw new InputError(`${source}: tensor '${name}' is missing (config.json implies it)`);
+    if (!perFile.has(file)) perFile.set(file, []);
+    perFile.get(file)!.push(name);
+  }
+  const weights = new Map<string, F32Tensor>();
+  for (const [file, names] of perFile) {
+    for (const [name, tensor] of readTensors(file, names)) {
+      const want = expected.get(name)!;
+      if (tensor.shape.length !== want.length || tensor.shape.some((d, i) => d !== want[i])) {
+        throw new InputError(`${file}: tensor '${name}' has shape [${tensor.shape}] but config.json implies [${want}]`);
+      }
+      weights.set(name, tensor);
+    }
+  }
+  return weights;
+}
+
+/** Builds a model from HF-layout weights. */
+export function modelFromWeights(config: ModelConfig, weights: Map<string, F32Tensor | { shape: number[]; data: Float32Array }>): CausalLM {
+  const params = new Map<string, tf.Variable>();
+  for (const [name, shape] of expectedTensors(config)) {
+    const w = weights.get(name);
+    if (!w) throw new Error(`weights for ${name} are missing`);
+    const held = heldTransposed(name) ? transpose2d(w.data, shape[0], shape[1]) : w.data;
+    const heldShape = heldTransposed(name) ? [shape[1], shape[0]] : shape;
+    const initial = tf.tensor(held, heldShape, 'float32');
+    params.set(name, tf.variable(initial, true, name));
+    initial.dispose();
+  }
+  return new CausalLM(config, params);
+}
+
+/** Loads DIR/config.json and its weights (single file or sharded; F32, BF16, F16 upcast to f32). */
+export function loadModel(dir: string): CausalLM {
+  const config = readModelConfig(path.join(dir, 'config.json'));
+  return modelFromWeights(config, readWeights(dir, config));
+}
+
+/** HF-layout copies of the model's weights. */
+export function exportWeights(model: CausalLM): Map<string, { shape: number[]; data: Float32Array }> {
+  const out = new Map<string, { shape: number[]; data: Float32Array }>();
+  for (const [name, variable] of model.params) {
+    const data = variable.dataSync() as Float32Array;
+    if (heldTransposed(name)) {
+      const [rows, cols] = variable.shape;
+      out.set(name, { shape: [cols, rows], data: transpose2d(data, rows, cols) });
+    } else {
+      out.set(name, { shape: [...variable.shape], data: Float32Array.from(data) });
+    }
+  }
+  return out;
+}
+
+/**
+ * Writes `files` (name -> writer) into `dir` atomically: everything goes to a sibling temporary
+ * directory that replaces `dir` only once complete.
+ */
+export function writeDirectoryAtomically(dir: string, write: (tmp: string) => void): void {
+  const parent = path.dirname(path.resolve(dir));
+  fs.mkdirSync(parent, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(parent, `.${path.basename(dir)}.tmp-`));
+  try {
+    write(tmp);
+    if (fs.existsSync(dir)) {
+      const old = `${tmp}.old`;
+      fs.renameSync(dir, old);
+      fs.renameSync(tmp, dir);
+      fs.rmSync(old, { recursive: true, force: true });
+    } else {
+      fs.renameSync(tmp, dir);
+    }
+  } catch (e) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+export interface SaveOptions {
+  /** Directory whose tokenizer and generation files are copied alongside. */
+  tokenizerDir?: string;
+}
+
+/** Saves a valid HF directory: config.json (torch_dtype float32), model.safetensors, tokenizer files. */
+export function saveModel(model: CausalLM, dir: string, options: SaveOptions = {}): void {
+  const weights = exportWeights(model);
+  writeDirectoryAtomically(dir, (tmp) => {
+    const config = { ...model.config.raw, torch_dtype: 'float32' };
+    fs.writeFileSync(path.join(tmp, 'config.json'), JSON.stringify(config, null, 2) + '\n');
+    writeSafetensors(path.join(tmp, WEIGHTS_FILE), weights);
+    if (options.tokenizerDir) {
+      for (const name of TOKENIZER_FILES) {
+        const src = path.join(options.tokenizerDir, name);
+        if (fs.existsSync(src) && path.resolve(src) !== path.resolve(tmp, name)) fs.copyFileSync(src, path.join(tmp, name));
+      }
+    }
+  });
+}
+
+/** Random initialisation as Hugging Face does it: N(0, initializer_range) weights, unit norms, zero biases. */
+export function initWeights(config: ModelConfig, seed: number): Map<string, { shape: number[]; data: Float32Array }> {
+  const rng = new Rng(seed);
+  const std = typeof config.raw.initializer_range === 'number' ? config.raw.initializer_range : 0.02;
+  const out = new Map<string, { shape: number[]; data: Float32Array }>();
+  for (const [name, shape] of expectedTensors(config)) {
+    const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
+    if (name.endsWith('norm.weight')) data.fill(1);
+    else if (!name.endsWith('.bias')) for (let i = 0; i < data.length; i++) data[i] = std * rng.normal();
+    out.set(name, { shape, data });
+  }
+  return out;
+}
+
+export function initModel(rawConfig: Record<string, unknown>, seed: number, file = 'config.json'): CausalLM {
+  const config = parseModelConfig(rawConfig, file);
+  return modelFromWeights(config, initWeights(config, seed));
+}

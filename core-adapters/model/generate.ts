@@ -1,0 +1,150 @@
+// Batched autoregressive sampling with a KV cache over left-padded prompts.
+import * as tf from '@tensorflow/tfjs';
+import { Rng } from '../random.js';
+import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
+
+export interface SamplingOptions {
+  maxNewTokens: number;
+  /** Softmax temperature; ignored when greedy. */
+  temperature?: number;
+  /** Nucleus sampling: keep the smallest set of tokens whose probability reaches topP (1 = off). */
+  topP?: number;
+  /** Keep only the k most likely tokens (0 or -1 = off). */
+  topK?: number;
+  greedy?: boolean;
+  /** Generation stops for a row once it samples one of these (the stop token is kept). */
+  stopTokenIds?: number[];
+  /** Token used to left-pad prompts (its value never matters: it is masked). */
+  padTokenId?: number;
+  seed?: number;
+  /** Recompute the whole sequence every step instead of using the KV cache (for checks only). */
+  noCache?: boolean;
+}
+
+export interface Generation {
+  /** New tokens per row, ending with the stop token when one was sampled. */
+  tokens: number[][];
+  /** Whether each row ended on a stop token. */
+  stopped: boolean[];
+}
+
+/** Picks a token from one row of logits: greedy, or temperature, then top-k, then top-p. */
+export function sampleToken(logits: Float32Array, options: SamplingOptions, rng: Rng): number {
+  const V = logits.length;
+  if (options.greedy || options.temperature === 0) {
+    let best = 0;
+    for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    return best;
+  }
+  const invT = 1 / (options.temperature ?? 1);
+  let candidates: number[] | undefined;
+  const topK = options.topK ?? 0;
+  if (topK > 0 && topK < V) {
+    candidates = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b] - logits[a]).slice(0, topK);
+  }
+  const ids = candidates ?? Array.from({ length: V }, (_, i) => i);
+  let max = -Infinity;
+  for (const i of ids) max = Math.max(max, logits[i] * invT);
+  const probs = new Float64Array(ids.length);
+  let total = 0;
+  for (let j = 0; j < ids.length; j++) total += probs[j] = Math.exp(logits[ids[j]] * invT - max);
+  const topP = options.topP ?? 1;
+  let order = ids.map((_, j) => j);
+  if (topP < 1) {
+    order.sort((a, b) => probs[b] - probs[a]);
+    let mass = 0;
+    let keep = 0;
+    while (keep < order.length && mass < topP * total) mass += probs[order[keep++]];
+    order = order.slice(0, Math.max(1, keep));
+    total = mass;
+  }
+  let u = rng.next() * total;
+  for (const j of order) {
+    u -= probs[j];
+    if (u <= 0) return ids[j];
+  }
+  return ids[order[order.length - 1]];
+}
+
+/** Logits of the last position of each row, [B, V]. */
+function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Tensor2D {
+  const H = model.config.hiddenSize;
+  const length = hidden.shape[0] / batch;
+  const last = hidden.reshape([batch, length, H]).slice([0, length - 1, 0], [batch, 1, H]).reshape([batch, H]) as tf.Tensor2D;
+  return model.logits(last);
+}
+
+/** Samples up to maxNewTokens per prompt. Prompts are token ids without padding. */
+export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
+  const batch = prompts.length;
+  const rng = new Rng(options.seed ?? 0);
+  const stop = new Set(options.stopTokenIds ?? []);
+  const pad = options.padTokenId ?? 0;
+  const P = Math.max(...prompts.map((p) => p.length));
+  if (prompts.some((p) => p.length === 0)) throw new Error('generate: every prompt needs at least one token');
+
+  // Left-padded ids and mask for everything seen so far; grown one column per step.
+  let width = P;
+  let ids = new Int32Array(batch * P).fill(pad);
+  let mask = new Int32Array(batch * P);
+  prompts.forEach((p, b) => {
+    ids.set(p, b * P + P - p.length);
+    mask.fill(1, b * P + P - p.length, (b + 1) * P);
+  });
+  const seen = prompts.map((p) => p.length);
+  const tokens: number[][] = prompts.map(() => []);
+  const stopped = prompts.map(() => false);
+
+  // tidy keeps only what it returns, so the new cache travels out with the logits.
+  let { logits, cache } = tf.tidy(() => {
+    const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache });
+    return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
+  }) as { logits: tf.Tensor2D; cache?: KVCache };
+
+  try {
+    for (let step = 0; step < options.maxNewTokens; step++) {
+      const values = logits.dataSync() as Float32Array;
+      const V = logits.shape[1];
+      const next = new Int32Array(batch);
+      for (let b = 0; b < batch; b++) {
+        if (stopped[b]) {
+          next[b] = pad;
+          continue;
+        }
+        next[b] = sampleToken(values.subarray(b * V, (b + 1) * V), options, rng);
+        tokens[b].push(next[b]);
+        if (stop.has(next[b])) stopped[b] = true;
+      }
+      if (stopped.every(Boolean) || step === options.maxNewTokens - 1) break;
+
+      const grownIds = new Int32Array(batch * (width + 1));
+      const grownMask = new Int32Array(batch * (width + 1));
+      const positions = new Int32Array(batch);
+      for (let b = 0; b < batch; b++) {
+        grownIds.set(ids.subarray(b * width, (b + 1) * width), b * (width + 1));
+        grownMask.set(mask.subarray(b * width, (b + 1) * width), b * (width + 1));
+        grownIds[b * (width + 1) + width] = next[b];
+        grownMask[b * (width + 1) + width] = 1;
+        positions[b] = seen[b]++;
+      }
+      ids = grownIds;
+      mask = grownMask;
+      width += 1;
+
+      const previous = cache;
+      const previousLogits = logits;
+      ({ logits, cache } = tf.tidy(() => {
+        const out = options.noCache
+          ? model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch) })
+          : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true });
+        return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
+      }) as { logits: tf.Tensor2D; cache?: KVCache });
+      previousLogits.dispose();
+      if (previous) tf.dispose([...previous.keys, ...previous.values]);
+    }
+  } finally {
+    logits.dispose();
+    if (cache) tf.dispose([...cache.keys, ...cache.values]);
+  }
+  return { tokens, stopped };
+}

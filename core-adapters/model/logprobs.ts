@@ -1,0 +1,107 @@
+// Per-token log-probabilities of responses given prompts, verl-style: the sequence is a left-padded
+// prompt followed by a right-padded response, and logits are divided by the sampling temperature.
+import * as tf from '@tensorflow/tfjs';
+import { headLogProbs } from '../engine/ops.js';
+import { positionsFromMask, type CausalLM } from './causal-lm.js';
+
+/** A batch of prompt+response sequences, row-major. */
+export interface SequenceBatch {
+  batch: number;
+  promptLength: number;
+  responseLength: number;
+  /** [batch, promptLength + responseLength]: left-padded prompt, then right-padded response. */
+  inputIds: Int32Array;
+  /** 1 for real tokens, same shape as inputIds. */
+  attentionMask: Int32Array;
+}
+
+export interface ResponseScores {
+  /** [batch, responseLength]; entries under padding are meaningless (mask them). */
+  logProbs: tf.Tensor2D;
+  entropy?: tf.Tensor2D;
+  /** Final-norm hidden states of the whole sequence, [batch * (P + R), H]. */
+  hidden: tf.Tensor2D;
+  /** Requested decoder-layer outputs, [batch * (P + R), H] each. */
+  layerOutputs: tf.Tensor2D[];
+}
+
+export interface ScoreOptions {
+  temperature?: number;
+  withEntropy?: boolean;
+  outputLayers?: number[];
+}
+
+/** Response token ids, [batch * R], with padding replaced by 0 so they index the vocabulary. */
+function responseTargets(seq: SequenceBatch): Int32Array {
+  const { batch, promptLength: P, responseLength: R } = seq;
+  const L = P + R;
+  const out = new Int32Array(batch * R);
+  for (let b = 0; b < batch; b++) {
+    for (let t = 0; t < R; t++) {
+      const i = b * L + P + t;
+      out[b * R + t] = seq.attentionMask[i] ? seq.inputIds[i] : 0;
+    }
+  }
+  return out;
+}
+
+/**
+ * One forward pass over prompt+response; log-probs (and optionally entropies) of the response
+ * tokens, plus the hidden states that plugin heads read. Call inside tf.tidy or a gradient scope.
+ */
+export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: ScoreOptions = {}): ResponseScores {
+  const { batch, promptLength: P, responseLength: R } = seq;
+  const L = P + R;
+  const H = model.config.hiddenSize;
+  const out = model.forward({
+    ids: seq.inputIds,
+    batch,
+    attentionMask: seq.attentionMask,
+    positions: positionsFromMask(seq.attentionMask, batch),
+    outputLayers: options.outputLayers,
+  });
+  // The state at position P-1+t predicts response token t.
+  const predicting = out.hidden
+    .reshape([batch, L, H])
+    .slice([0, P - 1, 0], [batch, R, H])
+    .reshape([batch * R, H]) as tf.Tensor2D;
+  const scored = headLogProbs(predicting, model.headWeight(), responseTargets(seq), options.temperature ?? 1, options.withEntropy);
+  return {
+    logProbs: scored.logProbs.reshape([batch, R]),
+    entropy: scored.entropy?.reshape([batch, R]),
+    hidden: out.hidden,
+    layerOutputs: out.layerOutputs,
+  };
+}
+
+/** Builds a SequenceBatch from unpadded prompts and responses. */
+export function packSequences(prompts: number[][], responses: number[][], padId = 0): SequenceBatch {
+  const batch = prompts.length;
+  const P = Math.max(1, ...prompts.map((p) => p.length));
+  const R = Math.max(1, ...responses.map((r) => r.length));
+  const L = P + R;
+  const inputIds = new Int32Array(batch * L).fill(padId);
+  const attentionMask = new Int32Array(batch * L);
+  for (let b = 0; b < batch; b++) {
+    const p = prompts[b];
+    const r = responses[b];
+    for (let t = 0; t < p.length; t++) {
+      inputIds[b * L + P - p.length + t] = p[t];
+      attentionMask[b * L + P - p.length + t] = 1;
+    }
+    for (let t = 0; t < r.length; t++) {
+      inputIds[b * L + P + t] = r[t];
+      attentionMask[b * L + P + t] = 1;
+    }
+  }
+  return { batch, promptLength: P, responseLength: R, inputIds, attentionMask };
+}
+
+/** Log-probs of each response token as plain arrays (unpadded), for CLIs and tests. */
+export function responseLogProbs(model: CausalLM, prompts: number[][], responses: number[][], temperature = 1): number[][] {
+  const seq = packSequences(prompts, responses);
+  const logProbs = tf.tidy(() => scoreResponses(model, seq, { temperature }).logProbs);
+  const values = logProbs.arraySync();
+  logProbs.dispose();
+  return values.map((row, b) => row.slice(0, responses[b].length));
+}

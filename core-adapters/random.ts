@@ -1,0 +1,47 @@
+/** A small seeded PRNG (mulberry32) for sampling, shuffling and initialisation: same seed, same stream. */
+export class Rng {
+  private state: number;
+  private spare: number | undefined;
+
+  constructor(seed: number) {
+    this.state = (Math.floor(seed) ^ 0x9e3779b9) >>> 0;
+  }
+
+  /** Uniform in [0, 1). */
+  next(): number {
+    this.state = (this.state + 0x6d2b79f5) >>> 0;
+    let t = this.state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+
+  /** Standard normal (Box-Muller). */
+  normal(): number {
+    if (this.spare !== undefined) {
+      const s = this.spare;
+      this.spare = undefined;
+      return s;
+    }
+    let u = 0;
+    while (u === 0) u = this.next();
+    const v = this.next();
+    const r = Math.sqrt(-2 * Math.log(u));
+    this.spare = r * Math.sin(2 * Math.PI * v);
+    return r * Math.cos(2 * Math.PI * v);
+  }
+
+  /** Integer in [0, n). */
+  int(n: number): number {
+    return Math.floor(this.next() * n);
+  }
+
+  /** Fisher-Yates shuffle in place. */
+  shuffle<T>(items: T[]): T[] {
+    for (let i = items.length - 1; i > 0; i--) {
+      const j = this.int(i + 1);
+      [items[i], items[j]] = [items[j], items[i]];
+    }
+    return items;
+  }
+}

@@ -1,0 +1,38 @@
+// Shared test utilities: fixture paths, temporary directories, closeness checks.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
+
+export function fixture(...parts: string[]): string {
+  return path.join(FIXTURES, ...parts);
+}
+
+export function readJson<T = unknown>(file: string): T {
+  return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
+}
+
+/** A fresh temporary directory, removed when the process exits. */
+export function tempDir(prefix = 'flowrl-test-'): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export function expectClose(actual: ArrayLike<number>, expected: ArrayLike<number>, tolerance: number, label = ''): void {
+  expect(actual.length, `${label} length`).to.equal(expected.length);
+  let worst = 0;
+  let at = -1;
+  for (let i = 0; i < expected.length; i++) {
+    const diff = Math.abs(actual[i] - expected[i]);
+    if (!(diff <= worst)) {
+      worst = diff;
+      at = i;
+    }
+  }
+  expect(worst, `${label} worst |diff| at ${at}: ${actual[at]} vs ${expected[at]}`).to.be.at.most(tolerance);
+}
