@@ -7,6 +7,11 @@ export class Rng {
     this.state = (Math.floor(seed) ^ 0x9e3779b9) >>> 0;
   }
 
+  /** An independent stream for item `index` under `seed` (e.g. one per batch row). */
+  static derive(seed: number, index: number): Rng {
+    return new Rng(Math.imul(Math.floor(seed) ^ 0x85ebca6b, 0x27d4eb2f) ^ Math.imul(index + 1, 0x165667b1));
+  }
+
   /** Uniform in [0, 1). */
   next(): number {
     this.state = (this.state + 0x6d2b79f5) >>> 0;

@@ -16,10 +16,13 @@ export function readJson<T = unknown>(file: string): T {
   return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
 }
 
+const tempDirs: string[] = [];
+process.on('exit', () => tempDirs.forEach((dir) => fs.rmSync(dir, { recursive: true, force: true })));
+
 /** A fresh temporary directory, removed when the process exits. */
 export function tempDir(prefix = 'flowrl-test-'): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  tempDirs.push(dir);
   return dir;
 }
 

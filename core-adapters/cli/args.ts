@@ -8,13 +8,13 @@ export function parseFlags(command: string, argv: string[], options: Options) {
   try {
     return parseArgs({ args: argv, options, allowPositionals: true, strict: true });
   } catch (e) {
-    throw new InputError(`flowrl ${command}: ${(e as Error).message}`);
+    throw new InputError((e as Error).message);
   }
 }
 
 export function requiredString(command: string, values: Record<string, unknown>, flag: string): string {
   const value = values[flag];
-  if (typeof value !== 'string' || value === '') throw new InputError(`flowrl ${command}: --${flag} is required`);
+  if (typeof value !== 'string' || value === '') throw new InputError(`--${flag} is required`);
   return value;
 }
 
@@ -37,7 +37,7 @@ export function numberFlag(
     const range = [check.integer ? 'an integer' : 'a number', check.min !== undefined ? `>= ${check.min}` : '', check.max !== undefined ? `<= ${check.max}` : '']
       .filter(Boolean)
       .join(' ');
-    throw new InputError(`flowrl ${command}: --${flag} must be ${range}; got '${String(raw)}'`);
+    throw new InputError(`--${flag} must be ${range}; got '${String(raw)}'`);
   }
   return value;
 }

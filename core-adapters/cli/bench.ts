@@ -1,13 +1,12 @@
 // flowrl bench: one training step (forward, backward, AdamW) and KV-cache sampling of a tiny Llama,
 // timed on the chosen backend. The shapes match research/perf.md so numbers compare with PyTorch's.
-import * as tf from '@tensorflow/tfjs';
 import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
 import { parseModelConfig } from '../model/config.js';
 import { generate } from '../model/generate.js';
-import { packSequences, scoreResponses, type SequenceBatch } from '../model/logprobs.js';
-import { AdamW, clipGradNorm } from '../model/optim.js';
-import type { CausalLM } from '../model/causal-lm.js';
+import { packSequences } from '../model/logprobs.js';
+import { AdamW } from '../model/optim.js';
+import { languageModelStep } from '../model/train-step.js';
 import { Rng } from '../random.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -25,19 +24,6 @@ export const BENCH_MODEL = {
   rope_theta: 10000,
   tie_word_embeddings: false,
 };
-
-/** Next-token cross-entropy over a batch, one AdamW step; returns the loss. */
-export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1): number {
-  const variables = model.trainableVariables();
-  const { value, grads } = tf.variableGrads(() => tf.neg(tf.mean(scoreResponses(model, seq).logProbs)) as tf.Scalar, variables);
-  const gradMap = new Map(Object.entries(grads));
-  const norm = clipGradNorm(gradMap, maxGradNorm);
-  if (Number.isFinite(norm)) optimizer.apply(variables, gradMap);
-  tf.dispose([...gradMap.values()]);
-  const loss = value.dataSync()[0];
-  value.dispose();
-  return loss;
-}
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);

@@ -3,6 +3,7 @@
 import 'reflect-metadata';
 import { InputError } from '../errors.js';
 import { benchCommand } from './bench.js';
+import { demoCommand } from './demo.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 
 interface Command {
@@ -17,6 +18,7 @@ const COMMANDS: Record<string, Command> = {
   },
   score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--json]', run: scoreCommand },
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
+  demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: demoCommand },
   bench: { usage: 'bench [--json] [--steps N] [--backend auto|tensorflow|wasm|cpu]', run: benchCommand },
 };
 
@@ -43,7 +45,9 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`flowrl ${name}: ${e.message}`);
       return e.exitCode;
     }
-    throw e;
+    // Printed here: rethrown, the wasm runtime's exception hook would dump its own source.
+    console.error(`flowrl ${name}: internal error:`, e);
+    return 1;
   }
 }
 

@@ -1,6 +1,4 @@
 // flowrl generate | score | init-model: direct use of a Hugging Face model directory.
-import fs from 'node:fs';
-import path from 'node:path';
 import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
@@ -109,7 +107,6 @@ export async function initModelCommand(argv: string[]): Promise<void> {
   await initEngine(values.backend as BackendChoice, { quiet: true });
   const model = modelFromWeights(config, initWeights(config, seed));
   saveModel(model, out, { tokenizerDir });
-  if (!fs.existsSync(path.join(out, 'tokenizer.json'))) tokenizer.save(out);
   const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
   console.log(`wrote ${out}: ${config.modelType}, ${params.toLocaleString('en-US')} parameters, seed ${seed}`);
   model.dispose();

@@ -4,6 +4,7 @@ import * as tf from '@tensorflow/tfjs';
 import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { InputError } from '../errors.js';
 
 export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
 export type BackendChoice = (typeof BACKEND_CHOICES)[number];
@@ -50,7 +51,7 @@ async function tryWasm(): Promise<boolean> {
  */
 export async function initEngine(choice: BackendChoice = 'auto', options: { quiet?: boolean } = {}): Promise<EngineInfo> {
   if (!BACKEND_CHOICES.includes(choice)) {
-    throw new Error(`engine.backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
+    throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
   }
   if (active && (choice === 'auto' || choice === active.backend)) return active;
 

@@ -10,6 +10,8 @@ function withGradient(
   inputs: tf.Tensor[],
   forward: (inputs: tf.Tensor[], save: tf.GradSaveFunc) => { value: tf.Tensor; gradFunc: Backward },
 ): tf.Tensor {
+  // Outside a gradient scope (sampling, old/ref log-probs) the wrapper is pure overhead.
+  if (!tf.engine().isTapeOn()) return forward(inputs, () => undefined).value;
   const op = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
     const save = args.pop() as tf.GradSaveFunc;
     return forward(args as tf.Tensor[], save);
@@ -26,6 +28,14 @@ export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
       gradFunc: (dy, [sx, sw]) => [tf.matMul(dy as tf.Tensor2D, tf.transpose(sw)), tf.matMul(tf.transpose(sx), dy as tf.Tensor2D)],
     };
   }) as tf.Tensor2D;
+}
+
+/** x[M,K] @ c[K,N] for a constant c, given cT = transpose(c): only x gets a gradient. */
+export function matmulConstant(x: tf.Tensor2D, c: tf.Tensor2D, cT: tf.Tensor2D): tf.Tensor2D {
+  return withGradient([x], ([xi]) => ({
+    value: tf.matMul(xi as tf.Tensor2D, c),
+    gradFunc: (dy) => [tf.matMul(dy as tf.Tensor2D, cT)],
+  })) as tf.Tensor2D;
 }
 
 /** Column sums of x[N,H] as a [H] vector, computed as ones[1,N] @ x (a reduction over the leading axis). */

@@ -3,7 +3,7 @@
 // Linear weights are held as [in, out] (Hugging Face stores [out, in]) so every forward matmul
 // is untransposed; checkpoints convert at the boundary.
 import * as tf from '@tensorflow/tfjs';
-import { embed, linear, matmul, rmsNorm, silu } from '../engine/ops.js';
+import { embed, linear, matmulConstant, rmsNorm, silu } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 
 /** Past keys and values per layer, [B, nKV, S, headDim] each. */
@@ -82,8 +82,9 @@ export function positionsFromMask(mask: Int32Array, batch: number): Int32Array {
 export class CausalLM {
   readonly params: Map<string, tf.Variable>;
   private readonly invFreq: Float64Array;
-  /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing. */
+  /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
+  private readonly rotateHalfT: tf.Tensor2D;
 
   /** `params` are in this model's layout (see heldTransposed); the model takes ownership. */
   constructor(readonly config: ModelConfig, params: Map<string, tf.Variable>) {
@@ -97,6 +98,7 @@ export class CausalLM {
       r[j * d + j + half] = 1;
     }
     this.rotateHalf = tf.tensor2d(r, [d, d]);
+    this.rotateHalfT = tf.transpose(this.rotateHalf);
   }
 
   private p(name: string): tf.Tensor {
@@ -205,7 +207,7 @@ export class CausalLM {
     const d = this.config.headDim;
     const rows = x.shape[0];
     const perHead = x.reshape([rows * n, d]) as tf.Tensor2D;
-    const rotated = matmul(perHead, this.rotateHalf).reshape([rows, n, d]);
+    const rotated = matmulConstant(perHead, this.rotateHalf, this.rotateHalfT).reshape([rows, n, d]);
     const out = tf.add(tf.mul(perHead.reshape([rows, n, d]), cos), tf.mul(rotated, sin));
     return out.reshape([rows, n * d]);
   }
@@ -252,5 +254,6 @@ export class CausalLM {
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
     this.rotateHalf.dispose();
+    this.rotateHalfT.dispose();
   }
 }

@@ -7,6 +7,7 @@ import { Rng } from '../random.js';
 import { CausalLM, heldTransposed } from './causal-lm.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
+import type { TextTokenizer } from './tokenizer.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -80,17 +81,26 @@ export function readWeights(dir: string, config: ModelConfig): Map<string, F32Te
   return weights;
 }
 
+let modelCount = 0;
+
 /** Builds a model from HF-layout weights. */
 export function modelFromWeights(config: ModelConfig, weights: Map<string, F32Tensor | { shape: number[]; data: Float32Array }>): CausalLM {
   const params = new Map<string, tf.Variable>();
-  for (const [name, shape] of expectedTensors(config)) {
-    const w = weights.get(name);
-    if (!w) throw new Error(`weights for ${name} are missing`);
-    const held = heldTransposed(name) ? transpose2d(w.data, shape[0], shape[1]) : w.data;
-    const heldShape = heldTransposed(name) ? [shape[1], shape[0]] : shape;
-    const initial = tf.tensor(held, heldShape, 'float32');
-    params.set(name, tf.variable(initial, true, name));
-    initial.dispose();
+  // tfjs variable names are global: a per-model prefix lets an actor and a reference policy coexist.
+  const prefix = `lm${++modelCount}`;
+  try {
+    for (const [name, shape] of expectedTensors(config)) {
+      const w = weights.get(name);
+      if (!w) throw new Error(`weights for ${name} are missing`);
+      const held = heldTransposed(name) ? transpose2d(w.data, shape[0], shape[1]) : w.data;
+      const heldShape = heldTransposed(name) ? [shape[1], shape[0]] : shape;
+      const initial = tf.tensor(held, heldShape, 'float32');
+      params.set(name, tf.variable(initial, true, `${prefix}/${name}`));
+      initial.dispose();
+    }
+  } catch (e) {
+    tf.dispose([...params.values()]);
+    throw e;
   }
   return new CausalLM(config, params);
 }
@@ -124,25 +134,25 @@ export function writeDirectoryAtomically(dir: string, write: (tmp: string) => vo
   const parent = path.dirname(path.resolve(dir));
   fs.mkdirSync(parent, { recursive: true });
   const tmp = fs.mkdtempSync(path.join(parent, `.${path.basename(dir)}.tmp-`));
+  const old = `${tmp}.old`;
   try {
     write(tmp);
-    if (fs.existsSync(dir)) {
-      const old = `${tmp}.old`;
-      fs.renameSync(dir, old);
-      fs.renameSync(tmp, dir);
-      fs.rmSync(old, { recursive: true, force: true });
-    } else {
-      fs.renameSync(tmp, dir);
-    }
+    if (fs.existsSync(dir)) fs.renameSync(dir, old);
+    fs.renameSync(tmp, dir);
   } catch (e) {
+    // Put the previous directory back if it was moved aside and the new one never landed.
+    if (fs.existsSync(old) && !fs.existsSync(dir)) fs.renameSync(old, dir);
     fs.rmSync(tmp, { recursive: true, force: true });
     throw e;
   }
+  fs.rmSync(old, { recursive: true, force: true });
 }
 
 export interface SaveOptions {
   /** Directory whose tokenizer and generation files are copied alongside. */
   tokenizerDir?: string;
+  /** A tokenizer to write alongside (tokenizer.json, tokenizer_config.json). */
+  tokenizer?: TextTokenizer;
 }
 
 /** Saves a valid HF directory: config.json (torch_dtype float32), model.safetensors, tokenizer files. */
@@ -155,9 +165,10 @@ export function saveModel(model: CausalLM, dir: string, options: SaveOptions = {
     if (options.tokenizerDir) {
       for (const name of TOKENIZER_FILES) {
         const src = path.join(options.tokenizerDir, name);
-        if (fs.existsSync(src) && path.resolve(src) !== path.resolve(tmp, name)) fs.copyFileSync(src, path.join(tmp, name));
+        if (fs.existsSync(src)) fs.copyFileSync(src, path.join(tmp, name));
       }
     }
+    options.tokenizer?.save(tmp);
   });
 }
 

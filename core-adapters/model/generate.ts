@@ -77,7 +77,8 @@ function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Ten
 /** Samples up to maxNewTokens per prompt. Prompts are token ids without padding. */
 export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
   const batch = prompts.length;
-  const rng = new Rng(options.seed ?? 0);
+  // One stream per row: a row's samples do not depend on when other rows stop.
+  const rngs = prompts.map((_, b) => Rng.derive(options.seed ?? 0, b));
   const stop = new Set(options.stopTokenIds ?? []);
   const pad = options.padTokenId ?? 0;
   const P = Math.max(...prompts.map((p) => p.length));
@@ -111,7 +112,7 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
           next[b] = pad;
           continue;
         }
-        next[b] = sampleToken(values.subarray(b * V, (b + 1) * V), options, rng);
+        next[b] = sampleToken(values.subarray(b * V, (b + 1) * V), options, rngs[b]);
         tokens[b].push(next[b]);
         if (stop.has(next[b])) stopped[b] = true;
       }

@@ -6,3 +6,4 @@ export * from './logprobs.js';
 export * from './generate.js';
 export * from './optim.js';
 export * from './tokenizer.js';
+export * from './train-step.js';

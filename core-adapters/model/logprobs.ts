@@ -31,6 +31,14 @@ export interface ScoreOptions {
   outputLayers?: number[];
 }
 
+/** 1 where a response position holds a real token, [batch * R]. */
+export function responseMask(seq: SequenceBatch): Float32Array {
+  const { batch, promptLength: P, responseLength: R } = seq;
+  const out = new Float32Array(batch * R);
+  for (let b = 0; b < batch; b++) for (let t = 0; t < R; t++) out[b * R + t] = seq.attentionMask[b * (P + R) + P + t];
+  return out;
+}
+
 /** Response token ids, [batch * R], with padding replaced by 0 so they index the vocabulary. */
 function responseTargets(seq: SequenceBatch): Int32Array {
   const { batch, promptLength: P, responseLength: R } = seq;

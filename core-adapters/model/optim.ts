@@ -36,27 +36,29 @@ export class AdamW {
     return this.stepCount;
   }
 
-  private slot(slots: Map<string, tf.Variable>, variable: tf.Variable): tf.Variable {
-    let s = slots.get(variable.name);
+  private slot(slots: Map<string, tf.Variable>, name: string, variable: tf.Variable): tf.Variable {
+    let s = slots.get(name);
     if (!s) {
-      s = tf.variable(tf.zerosLike(variable), false);
-      slots.set(variable.name, s);
+      s = tf.tidy(() => tf.variable(tf.zerosLike(variable), false));
+      slots.set(name, s);
     }
     return s;
   }
 
-  /** One update of every variable that has a gradient; gradients are not disposed. */
-  apply(variables: tf.Variable[], grads: Map<string, tf.Tensor> | tf.NamedTensorMap): void {
-    const lookup = (name: string) => (grads instanceof Map ? grads.get(name) : grads[name]);
+  /**
+   * One update of every parameter that has a gradient. Parameters and gradients are keyed by
+   * stable names (not tfjs variable names), which also key the saved state.
+   */
+  apply(params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>): void {
     this.stepCount += 1;
     const t = this.stepCount;
     const stepSize = this.lr / (1 - this.beta1 ** t);
     const bc2Sqrt = Math.sqrt(1 - this.beta2 ** t);
-    for (const variable of variables) {
-      const g = lookup(variable.name);
+    for (const [name, variable] of params) {
+      const g = grads.get(name);
       if (!g) continue;
-      const m = this.slot(this.m, variable);
-      const v = this.slot(this.v, variable);
+      const m = this.slot(this.m, name, variable);
+      const v = this.slot(this.v, name, variable);
       tf.tidy(() => {
         const decayed = tf.mul(variable, 1 - this.lr * this.weightDecay);
         const mNext = tf.add(tf.mul(m, this.beta1), tf.mul(g, 1 - this.beta1));
@@ -77,14 +79,14 @@ export class AdamW {
     return { step: this.stepCount, moments };
   }
 
-  /** Restores moments for the given variables (matched by name). */
-  setState(state: AdamWState, variables: tf.Variable[]): void {
+  /** Restores step count and moments for the given parameters (matched by name). */
+  setState(state: AdamWState, params: Map<string, tf.Variable>): void {
     this.stepCount = state.step;
-    for (const variable of variables) {
-      const saved = state.moments.get(variable.name);
+    for (const [name, variable] of params) {
+      const saved = state.moments.get(name);
       if (!saved) continue;
-      const m = this.slot(this.m, variable);
-      const v = this.slot(this.v, variable);
+      const m = this.slot(this.m, name, variable);
+      const v = this.slot(this.v, name, variable);
       tf.tidy(() => {
         m.assign(tf.tensor(saved.m, saved.shape));
         v.assign(tf.tensor(saved.v, saved.shape));
@@ -97,6 +99,18 @@ export class AdamW {
     this.m.clear();
     this.v.clear();
   }
+}
+
+/**
+ * The loss and its gradients with respect to named parameters (keyed by the map's names).
+ * Parameters the loss does not touch get no entry.
+ */
+export function lossAndGradients(loss: () => tf.Scalar, params: Map<string, tf.Variable>): { loss: tf.Scalar; grads: Map<string, tf.Tensor> } {
+  const byVariable = new Map([...params].map(([name, v]) => [v.name, name]));
+  const { value, grads } = tf.variableGrads(loss, [...params.values()]);
+  const named = new Map<string, tf.Tensor>();
+  for (const [variableName, g] of Object.entries(grads)) named.set(byVariable.get(variableName)!, g);
+  return { loss: value, grads: named };
 }
 
 /** The global L2 norm of a set of gradients. */

@@ -81,6 +81,7 @@ export class TextTokenizer {
   }
 
   decode(ids: number[], skipSpecialTokens = false): string {
+    if (ids.length === 0) return '';
     return this.tokenizer.decode(ids, { skip_special_tokens: skipSpecialTokens });
   }
 
@@ -129,7 +130,7 @@ export class TextTokenizer {
 export interface VocabularySpec {
   /** Every character the tokenizer must spell; each becomes a token. */
   characters: string;
-  /** Whole words that become single tokens (built as BPE merges of their characters). */
+  /** Whole words that always encode as one token each. */
   words?: string[];
   /** Special tokens, in id order starting at 0; defaults to pad, bos, eos, unk. */
   specialTokens?: { pad: string; bos: string; eos: string; unk: string; extra?: string[] };
@@ -137,43 +138,36 @@ export interface VocabularySpec {
 }
 
 /**
- * A small BPE tokenizer.json for a task vocabulary: special tokens first, then one token per
- * character, then one per merge that spells the given words.
+ * A small character-level tokenizer.json for a task vocabulary: special tokens first, then one
+ * token per character, then the listed words as whole-word added tokens (matched before the
+ * character model, so a word is always one token).
  */
 export function buildTokenizer(spec: VocabularySpec): TextTokenizer {
   const special = spec.specialTokens ?? { pad: '<pad>', bos: '<s>', eos: '</s>', unk: '<unk>' };
   const specials = [special.pad, special.bos, special.eos, special.unk, ...(special.extra ?? [])];
+  const words = [...new Set(spec.words ?? [])];
   const vocab = new Map<string, number>();
   const add = (token: string) => {
     if (!vocab.has(token)) vocab.set(token, vocab.size);
   };
   specials.forEach(add);
-  for (const ch of new Set([...spec.characters, ...(spec.words ?? []).join('')])) add(ch);
-  const merges: [string, string][] = [];
-  for (const word of spec.words ?? []) {
-    const chars = [...word];
-    let prefix = chars[0];
-    for (const ch of chars.slice(1)) {
-      if (!vocab.has(prefix + ch)) {
-        merges.push([prefix, ch]);
-        add(prefix + ch);
-      }
-      prefix += ch;
-    }
-  }
+  for (const ch of new Set([...spec.characters, ...words.join('')])) add(ch);
+  words.forEach(add);
+  const added = (content: string, isSpecial: boolean) => ({
+    id: vocab.get(content)!,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: isSpecial,
+  });
+  const addedTokens = [...specials.map((t) => added(t, true)), ...words.filter((w) => [...w].length > 1).map((w) => added(w, false))];
   const tokenizerJson = {
     version: '1.0',
     truncation: null,
     padding: null,
-    added_tokens: specials.map((content) => ({
-      id: vocab.get(content),
-      content,
-      single_word: false,
-      lstrip: false,
-      rstrip: false,
-      normalized: false,
-      special: true,
-    })),
+    added_tokens: addedTokens,
     normalizer: null,
     pre_tokenizer: null,
     post_processor: null,
@@ -188,7 +182,7 @@ export function buildTokenizer(spec: VocabularySpec): TextTokenizer {
       byte_fallback: false,
       ignore_merges: false,
       vocab: Object.fromEntries(vocab),
-      merges,
+      merges: [],
     },
   };
   const tokenizerConfig: Json = {
@@ -200,10 +194,7 @@ export function buildTokenizer(spec: VocabularySpec): TextTokenizer {
     model_max_length: 1024,
     clean_up_tokenization_spaces: false,
     added_tokens_decoder: Object.fromEntries(
-      specials.map((content) => [
-        String(vocab.get(content)),
-        { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true },
-      ]),
+      addedTokens.map(({ id, ...rest }) => [String(id), { content: rest.content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: rest.special }]),
     ),
   };
   if (spec.chatTemplate) tokenizerConfig.chat_template = spec.chatTemplate;

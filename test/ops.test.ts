@@ -1,0 +1,94 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import { addColumns, embed, headLogProbs, matmul, matmulConstant, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
+import { expectClose } from './helpers.js';
+
+const rng = new Rng(7);
+const randn = (shape: number[], scale = 1) => tf.tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => scale * rng.normal()), shape);
+
+/** Gradients of sum(f(...) * probe) for the fast op and for a plain tfjs reference. */
+function compareGradients(inputs: tf.Tensor[], fast: (...x: tf.Tensor[]) => tf.Tensor, plain: (...x: tf.Tensor[]) => tf.Tensor, tol = 1e-4) {
+  const probe = tf.tidy(() => fast(...inputs)).shape;
+  const weights = randn(probe);
+  const objective = (f: (...x: tf.Tensor[]) => tf.Tensor) => (...x: tf.Tensor[]) => tf.sum(tf.mul(f(...x), weights));
+  const fastValue = tf.tidy(() => fast(...inputs));
+  const plainValue = tf.tidy(() => plain(...inputs));
+  expectClose(fastValue.dataSync(), plainValue.dataSync(), tol, 'value');
+  const fastGrads = tf.grads(objective(fast))(inputs);
+  const plainGrads = tf.grads(objective(plain))(inputs);
+  fastGrads.forEach((g, i) => expectClose(g.dataSync(), plainGrads[i].dataSync(), tol, `grad ${i}`));
+  tf.dispose([weights, fastValue, plainValue, ...fastGrads, ...plainGrads]);
+}
+
+describe('fast tensor ops: values and gradients equal plain tfjs', () => {
+  it('matmul with explicit-transpose gradients (odd sizes)', () => {
+    const [a, b] = [randn([13, 7]), randn([7, 5])];
+    compareGradients([a, b], (x, y) => matmul(x as tf.Tensor2D, y as tf.Tensor2D), (x, y) => tf.matMul(x as tf.Tensor2D, y as tf.Tensor2D));
+    tf.dispose([a, b]);
+  });
+
+  it('matmul by a constant gives only x a gradient', () => {
+    const [x, c] = [randn([9, 6]), randn([6, 6])];
+    const cT = tf.transpose(c);
+    compareGradients([x], (xi) => matmulConstant(xi as tf.Tensor2D, c as tf.Tensor2D, cT as tf.Tensor2D), (xi) => tf.matMul(xi as tf.Tensor2D, c as tf.Tensor2D));
+    tf.dispose([x, c, cT]);
+  });
+
+  it('column scaling and bias reduce over rows correctly', () => {
+    const [x, w] = [randn([11, 4]), randn([4])];
+    compareGradients([x, w], (a, b) => scaleColumns(a as tf.Tensor2D, b as tf.Tensor1D), (a, b) => tf.mul(a, b));
+    compareGradients([x, w], (a, b) => addColumns(a as tf.Tensor2D, b as tf.Tensor1D), (a, b) => tf.add(a, b));
+    tf.dispose([x, w]);
+  });
+
+  it('rmsNorm matches its definition', () => {
+    const [x, w] = [randn([5, 8], 3), randn([8])];
+    const plain = (a: tf.Tensor, b: tf.Tensor) => tf.mul(tf.div(a, tf.sqrt(tf.add(tf.mean(tf.square(a), -1, true), 1e-6))), b);
+    compareGradients([x, w], (a, b) => rmsNorm(a as tf.Tensor2D, b as tf.Tensor1D, 1e-6), plain);
+    tf.dispose([x, w]);
+  });
+
+  it('embedding: a gather whose gradient is a scatter-add (repeated ids included)', () => {
+    const table = randn([10, 4]);
+    const ids = Int32Array.from([3, 1, 3, 9, 0, 3]);
+    const oneHot = tf.oneHot(tf.tensor1d(ids, 'int32'), 10).toFloat();
+    compareGradients([table], (t) => embed(t as tf.Tensor2D, ids), (t) => tf.matMul(oneHot, t as tf.Tensor2D));
+    tf.dispose([table, oneHot]);
+  });
+
+  // Over 300k logits float32 sums drift by ~1e-3 in both implementations (checked against float64),
+  // so the large case gets a looser bound; a wrong chunk offset would still be off by O(1).
+  for (const [label, vocab, rows, tol] of [
+    ['small vocabulary, one chunk', 17, 9, 2e-4],
+    ['large vocabulary, many chunks', 300_000, 41, 5e-3],
+  ] as const) {
+    it(`fused head log-probs and entropy: ${label}`, function () {
+      this.timeout(60000);
+      const hidden = randn([rows, 6]);
+      const head = randn([6, vocab], 0.5);
+      const targets = Int32Array.from({ length: rows }, () => rng.int(vocab));
+      const temperature = 0.7;
+      const plainParts = (h: tf.Tensor, w: tf.Tensor) => {
+        const logp = tf.logSoftmax(tf.div(tf.matMul(h as tf.Tensor2D, w as tf.Tensor2D), temperature));
+        const picked = tf.sum(tf.mul(logp, tf.oneHot(tf.tensor1d(targets, 'int32'), vocab)), 1);
+        const entropy = tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1));
+        return tf.stack([picked, entropy]);
+      };
+      const fastParts = (h: tf.Tensor, w: tf.Tensor) => {
+        const { logProbs, entropy } = headLogProbs(h as tf.Tensor2D, w as tf.Tensor2D, targets, temperature, true);
+        return tf.stack([logProbs, entropy!]);
+      };
+      compareGradients([hidden, head], fastParts, plainParts, tol);
+      tf.dispose([hidden, head]);
+    });
+  }
+
+  it('leaves no tensors behind outside a gradient scope', () => {
+    const [h, w] = [randn([5, 3]), randn([3, 11])];
+    const before = tf.memory().numTensors;
+    const out = tf.tidy(() => headLogProbs(h as tf.Tensor2D, w as tf.Tensor2D, Int32Array.from([1, 2, 3, 4, 5])).logProbs);
+    out.dispose();
+    expect(tf.memory().numTensors).to.equal(before);
+    tf.dispose([h, w]);
+  });
+});

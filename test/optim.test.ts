@@ -1,0 +1,74 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import { AdamW, clipGradNorm, globalNorm } from '../core-adapters/index.js';
+import { expectClose, fixture, readJson } from './helpers.js';
+
+interface AdamWReference {
+  lr: number;
+  betas: [number, number];
+  eps: number;
+  weight_decay: number;
+  max_norm: number;
+  params_init: [number[][], number[]];
+  grads: [number[][], number[]][];
+  grad_norms: number[];
+  params_after: [number[][], number[]][];
+}
+
+describe('AdamW and gradient clipping against torch.optim.AdamW + clip_grad_norm_', () => {
+  const ref = readJson<{ adamw: AdamWReference }>(fixture('reference.json')).adamw;
+
+  it('follows the PyTorch trajectory, clipping on some steps and not others', () => {
+    const p1 = tf.variable(tf.tensor2d(ref.params_init[0]), true, 'p1');
+    const p2 = tf.variable(tf.tensor1d(ref.params_init[1]), true, 'p2');
+    const optimizer = new AdamW({ lr: ref.lr, betas: ref.betas, eps: ref.eps, weightDecay: ref.weight_decay });
+    ref.grads.forEach(([g1, g2], step) => {
+      const grads = new Map<string, tf.Tensor>([
+        ['p1', tf.tensor2d(g1)],
+        ['p2', tf.tensor1d(g2)],
+      ]);
+      const norm = clipGradNorm(grads, ref.max_norm);
+      expect(norm).to.be.closeTo(ref.grad_norms[step], 1e-5);
+      optimizer.apply(new Map<string, tf.Variable>([['p1', p1], ['p2', p2]]), grads);
+      tf.dispose([...grads.values()]);
+      expectClose(p1.dataSync(), ref.params_after[step][0].flat(), 2e-6, `p1 step ${step}`);
+      expectClose(p2.dataSync(), ref.params_after[step][1], 2e-6, `p2 step ${step}`);
+    });
+    expect(optimizer.step).to.equal(ref.grads.length);
+    optimizer.dispose();
+    tf.dispose([p1, p2]);
+  });
+
+  it('state saved mid-run and restored into a fresh optimizer continues identically', () => {
+    const run = (restartAt?: number) => {
+      const p = tf.variable(tf.tensor1d(ref.params_init[1]), true, 'p');
+      let optimizer = new AdamW({ lr: ref.lr, weightDecay: ref.weight_decay });
+      ref.grads.forEach(([, g], step) => {
+        if (step === restartAt) {
+          const state = optimizer.getState();
+          optimizer.dispose();
+          optimizer = new AdamW({ lr: ref.lr, weightDecay: ref.weight_decay });
+          optimizer.setState(state, new Map([['p', p]]));
+        }
+        const grad = tf.tensor1d(g);
+        optimizer.apply(new Map([['p', p]]), new Map([['p', grad]]));
+        grad.dispose();
+      });
+      const out = Float32Array.from(p.dataSync());
+      optimizer.dispose();
+      p.dispose();
+      return out;
+    };
+    expect(Array.from(run(3))).to.deep.equal(Array.from(run()));
+  });
+
+  it('reports a non-finite norm and leaves the gradients untouched', () => {
+    const grads = new Map<string, tf.Tensor>([['a', tf.tensor1d([1, NaN])]]);
+    const original = grads.get('a');
+    expect(Number.isNaN(clipGradNorm(grads, 1))).to.equal(true);
+    expect(grads.get('a')).to.equal(original);
+    const parts = [tf.tensor1d([3]), tf.tensor1d([4])];
+    expect(globalNorm(parts)).to.be.closeTo(5, 1e-6);
+    tf.dispose([...grads.values(), ...parts]);
+  });
+});

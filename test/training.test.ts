@@ -1,0 +1,121 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import {
+  AdamW,
+  generate,
+  initModel,
+  languageModelStep,
+  packSequences,
+  sampleToken,
+  Rng,
+  type CausalLM,
+} from '../core-adapters/index.js';
+
+const TINY = {
+  model_type: 'llama',
+  vocab_size: 16,
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  max_position_embeddings: 64,
+};
+
+/** Sequences of a fixed pattern with varied prompt lengths, so padding is exercised. */
+function patternBatch() {
+  const prompts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]];
+  const responses = prompts.map((p) => [11, 12, 13, 14, 15].slice(0, 2 + p.length).concat([2]));
+  return packSequences(prompts, responses);
+}
+
+describe('training and sampling on a tiny Llama', () => {
+  let model: CausalLM;
+  beforeEach(() => {
+    model = initModel(TINY, 1);
+  });
+  afterEach(() => model.dispose());
+
+  it('learns: the loss on a fixed batch falls well below its start', () => {
+    const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0 });
+    const seq = patternBatch();
+    const losses = Array.from({ length: 40 }, () => languageModelStep(model, optimizer, seq));
+    expect(losses[0]).to.be.closeTo(Math.log(16), 0.3);
+    expect(losses.at(-1)!).to.be.below(0.3 * losses[0]);
+    optimizer.dispose();
+  });
+
+  it('leaks no tensors across training and sampling steps', () => {
+    const optimizer = new AdamW({ lr: 1e-3 });
+    const seq = patternBatch();
+    const prompts = [[1, 2], [3], [4, 5, 6]];
+    // The first step creates the optimizer's moment slots; every later step must leave the count alone.
+    languageModelStep(model, optimizer, seq);
+    generate(model, prompts, { maxNewTokens: 6, seed: 1 });
+    const after1 = tf.memory().numTensors;
+    for (let i = 0; i < 4; i++) {
+      languageModelStep(model, optimizer, seq);
+      generate(model, prompts, { maxNewTokens: 6, seed: i, topK: 5, topP: 0.9, stopTokenIds: [2] });
+    }
+    expect(tf.memory().numTensors).to.equal(after1);
+    optimizer.dispose();
+  });
+
+  it('samples reproducibly by seed and stops rows at their stop token', () => {
+    const prompts = [[1, 2], [3], [4, 5, 6]];
+    const a = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
+    const b = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
+    const c = generate(model, prompts, { maxNewTokens: 12, seed: 6, temperature: 1.5 });
+    expect(a.tokens).to.deep.equal(b.tokens);
+    expect(a.tokens).to.not.deep.equal(c.tokens);
+    a.tokens.forEach((row) => expect(row).to.have.length(12));
+    // Stop on whatever the first row sampled third: that row ends there, the others continue.
+    const stopToken = a.tokens[0][2];
+    const stopped = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5, stopTokenIds: [stopToken] });
+    const firstStop = a.tokens[0].indexOf(stopToken);
+    expect(stopped.tokens[0]).to.deep.equal(a.tokens[0].slice(0, firstStop + 1));
+    expect(stopped.stopped[0]).to.equal(true);
+  });
+
+  it('greedy KV-cache decoding of a left-padded batch equals each prompt decoded alone without a cache', () => {
+    const prompts = [[1, 2, 3, 4, 5], [6], [7, 8]];
+    const batched = generate(model, prompts, { maxNewTokens: 10, greedy: true });
+    prompts.forEach((p, i) => {
+      expect(generate(model, [p], { maxNewTokens: 10, greedy: true, noCache: true }).tokens[0]).to.deep.equal(batched.tokens[i]);
+    });
+  });
+});
+
+describe('sampleToken: greedy, temperature, top-k, top-p', () => {
+  const logits = Float32Array.from([1, 3, 2, 0.5, 2.9]);
+  const counts = (options: Parameters<typeof sampleToken>[1], n = 4000) => {
+    const rng = new Rng(11);
+    const seen = new Array(logits.length).fill(0);
+    for (let i = 0; i < n; i++) seen[sampleToken(logits, options, rng)]++;
+    return seen.map((c) => c / n);
+  };
+
+  it('greedy and temperature 0 take the argmax', () => {
+    expect(sampleToken(logits, { maxNewTokens: 1, greedy: true }, new Rng(0))).to.equal(1);
+    expect(sampleToken(logits, { maxNewTokens: 1, temperature: 0 }, new Rng(0))).to.equal(1);
+  });
+
+  it('samples the softmax at temperature 1', () => {
+    const z = Array.from(logits).map(Math.exp);
+    const total = z.reduce((a, b) => a + b, 0);
+    counts({ maxNewTokens: 1 }).forEach((f, i) => expect(f).to.be.closeTo(z[i] / total, 0.03));
+  });
+
+  it('top-k keeps only the k most likely tokens', () => {
+    const f = counts({ maxNewTokens: 1, topK: 2 });
+    expect(f[0] + f[2] + f[3]).to.equal(0);
+    expect(f[1]).to.be.closeTo(Math.exp(3) / (Math.exp(3) + Math.exp(2.9)), 0.03);
+  });
+
+  it('top-p keeps the smallest set whose mass reaches p', () => {
+    // Probabilities ~ [0.08, 0.39, 0.14, 0.03, 0.36]: p = 0.7 keeps tokens 1 and 4 only.
+    const f = counts({ maxNewTokens: 1, topP: 0.7 });
+    expect(f[0] + f[2] + f[3]).to.equal(0);
+    expect(f[1] + f[4]).to.equal(1);
+  });
+});
