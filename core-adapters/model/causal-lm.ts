@@ -1,7 +1,6 @@
 // A Llama / Qwen2 decoder-only language model in tfjs, readable top to bottom.
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
-// Linear weights are held as [in, out] (Hugging Face stores [out, in]) so every forward matmul
-// is untransposed; checkpoints convert at the boundary.
+// Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
 import { embed, linear, matmulConstant, rmsNorm, silu } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
@@ -37,9 +36,9 @@ export interface ForwardOutput {
 
 const MASKED = -1e9;
 
-/** Names whose tensors are stored transposed relative to Hugging Face ([in, out] here). */
-export function heldTransposed(name: string): boolean {
-  return name.endsWith('_proj.weight') || name === 'lm_head.weight';
+interface RotaryTables {
+  cos: tf.Tensor2D;
+  sin: tf.Tensor2D;
 }
 
 /** Rotary inverse frequencies (float64), with llama3 or linear scaling when configured. */
@@ -86,7 +85,7 @@ export class CausalLM {
   private readonly rotateHalf: tf.Tensor2D;
   private readonly rotateHalfT: tf.Tensor2D;
 
-  /** `params` are in this model's layout (see heldTransposed); the model takes ownership. */
+  /** `params` are in this model's layout (layout.ts); the model takes ownership. */
   constructor(readonly config: ModelConfig, params: Map<string, tf.Variable>) {
     this.params = params;
     this.invFreq = ropeInverseFrequencies(config);
@@ -134,7 +133,7 @@ export class CausalLM {
     if (input.attentionMask.length !== batch * (past + length)) {
       throw new Error(`attention mask has ${input.attentionMask.length} entries; expected ${batch}x${past + length}`);
     }
-    const [cos, sin] = this.rotaryTables(input.positions);
+    const rotary = this.rotaryTables(input.positions);
     const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length);
 
     let x = embed(this.p('model.embed_tokens.weight') as tf.Tensor2D, input.ids);
@@ -144,7 +143,7 @@ export class CausalLM {
     for (let i = 0; i < c.numLayers; i++) {
       const pre = `model.layers.${i}`;
       const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      const attn = this.attention(pre, h, batch, length, cos, sin, maskBias, input.cache, i, keys, values);
+      const attn = this.attention(pre, h, batch, length, rotary, maskBias, input.cache, i, keys, values);
       x = tf.add(x, attn);
       const h2 = rmsNorm(x, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
       x = tf.add(x, this.mlp(pre, h2));
@@ -162,13 +161,17 @@ export class CausalLM {
     return linear(tf.mul(gate, up) as tf.Tensor2D, w('down_proj'), b('down_proj'));
   }
 
+  /**
+   * Self-attention with q, k and v from one fused projection and one rotary pass (tfjs pays a
+   * fixed cost per op, which dominates decoding). The rotary tables leave v unrotated and carry
+   * the 1/sqrt(d) query scale.
+   */
   private attention(
     pre: string,
     h: tf.Tensor2D,
     batch: number,
     length: number,
-    cos: tf.Tensor3D,
-    sin: tf.Tensor3D,
+    rotary: RotaryTables,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
     layer: number,
@@ -178,14 +181,16 @@ export class CausalLM {
     const c = this.config;
     const d = c.headDim;
     const groups = c.numHeads / c.numKVHeads;
-    const w = (n: string) => this.p(`${pre}.self_attn.${n}.weight`) as tf.Tensor2D;
+    const w = (n: string) => this.p(`${pre}.self_attn.${n}.weight`);
     const b = (n: string) => this.bias(`${pre}.self_attn.${n}.bias`);
-
-    // [N, heads*d] -> [B, heads, T, d]
-    const heads = (t: tf.Tensor2D, n: number) => tf.transpose(t.reshape([batch, length, n, d]), [0, 2, 1, 3]) as tf.Tensor4D;
-    const q = heads(this.rope(linear(h, w('q_proj'), b('q_proj')), c.numHeads, cos, sin), c.numHeads);
-    let k = heads(this.rope(linear(h, w('k_proj'), b('k_proj')), c.numKVHeads, cos, sin), c.numKVHeads);
-    let v = heads(linear(h, w('v_proj'), b('v_proj')), c.numKVHeads);
+    const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary);
+    // [N, C*d] -> [B, C, T, d] with C = heads + 2 kv heads, then split along the head axis.
+    const C = c.numHeads + 2 * c.numKVHeads;
+    // With one new token per row (decoding) the transpose moves no data: a reshape suffices.
+    const heads = length === 1 ? qkv.reshape([batch, C, 1, d]) : tf.transpose(qkv.reshape([batch, length, C, d]), [0, 2, 1, 3]);
+    const [q, kNew, vNew] = tf.split(heads, [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
+    let k = kNew;
+    let v = vNew;
     if (cache) {
       k = tf.concat([cache.keys[layer], k], 2);
       v = tf.concat([cache.values[layer], v], 2);
@@ -195,38 +200,58 @@ export class CausalLM {
 
     // Grouped-query attention without repeating k/v: the query heads sharing a kv head are
     // stacked along the time axis, [B, nKV, groups*T, d].
-    const grouped = tf.mul(q.reshape([batch, c.numKVHeads, groups * length, d]), 1 / Math.sqrt(d));
+    const grouped = q.reshape([batch, c.numKVHeads, groups * length, d]);
     const scores = tf.add(tf.matMul(grouped, k, false, true), maskBias);
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
-    const merged = tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
-    return linear(merged.reshape([batch * length, c.numHeads * d]), w('o_proj'), b('o_proj'));
+    const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
+    return linear(merged.reshape([batch * length, c.numHeads * d]), w('o_proj') as tf.Tensor2D, b('o_proj'));
   }
 
-  /** Rotary embedding on x[N, n*d] with cos/sin [N, 1, d]: x*cos + rotate_half(x)*sin. */
-  private rope(x: tf.Tensor2D, n: number, cos: tf.Tensor3D, sin: tf.Tensor3D): tf.Tensor2D {
+  /** Rotary embedding on every head of x[N, C*d]: x*cos + rotate_half(x)*sin. */
+  private rope(x: tf.Tensor2D, rotary: RotaryTables): tf.Tensor2D {
     const d = this.config.headDim;
-    const rows = x.shape[0];
-    const perHead = x.reshape([rows * n, d]) as tf.Tensor2D;
-    const rotated = matmulConstant(perHead, this.rotateHalf, this.rotateHalfT).reshape([rows, n, d]);
-    const out = tf.add(tf.mul(perHead.reshape([rows, n, d]), cos), tf.mul(rotated, sin));
-    return out.reshape([rows, n * d]);
+    const [rows, width] = x.shape;
+    const rotated = matmulConstant(x.reshape([(rows * width) / d, d]), this.rotateHalf, this.rotateHalfT).reshape([rows, width]);
+    return tf.add(tf.mul(x, rotary.cos), tf.mul(rotated, rotary.sin));
   }
 
-  private rotaryTables(positions: Int32Array): [tf.Tensor3D, tf.Tensor3D] {
-    const d = this.config.headDim;
+  /**
+   * cos/sin per token and fused q|k|v column, [N, C*d]: query columns scaled by 1/sqrt(d), key
+   * columns plain, value columns cos 1 and sin 0.
+   */
+  private rotaryTables(positions: Int32Array): RotaryTables {
+    const c = this.config;
+    const d = c.headDim;
     const half = d / 2;
-    const cos = new Float32Array(positions.length * d);
-    const sin = new Float32Array(positions.length * d);
+    const width = (c.numHeads + 2 * c.numKVHeads) * d;
+    const queryWidth = c.numHeads * d;
+    const keyEnd = queryWidth + c.numKVHeads * d;
+    const scale = 1 / Math.sqrt(d);
+    const cos = new Float32Array(positions.length * width);
+    const sin = new Float32Array(positions.length * width);
+    const cosRow = new Float64Array(d);
+    const sinRow = new Float64Array(d);
     for (let i = 0; i < positions.length; i++) {
       for (let j = 0; j < half; j++) {
         const angle = positions[i] * this.invFreq[j];
-        const cj = Math.cos(angle);
-        const sj = Math.sin(angle);
-        cos[i * d + j] = cos[i * d + j + half] = cj;
-        sin[i * d + j] = sin[i * d + j + half] = sj;
+        cosRow[j] = cosRow[j + half] = Math.cos(angle);
+        sinRow[j] = sinRow[j + half] = Math.sin(angle);
+      }
+      const row = i * width;
+      for (let col = 0; col < width; col++) {
+        const j = col % d;
+        if (col < queryWidth) {
+          cos[row + col] = cosRow[j] * scale;
+          sin[row + col] = sinRow[j] * scale;
+        } else if (col < keyEnd) {
+          cos[row + col] = cosRow[j];
+          sin[row + col] = sinRow[j];
+        } else {
+          cos[row + col] = 1;
+        }
       }
     }
-    return [tf.tensor3d(cos, [positions.length, 1, d]), tf.tensor3d(sin, [positions.length, 1, d])];
+    return { cos: tf.tensor2d(cos, [positions.length, width]), sin: tf.tensor2d(sin, [positions.length, width]) };
   }
 
   /**

@@ -4,7 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
 import { Rng } from '../random.js';
-import { CausalLM, heldTransposed } from './causal-lm.js';
+import { CausalLM } from './causal-lm.js';
+import { toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import type { TextTokenizer } from './tokenizer.js';
@@ -21,12 +22,6 @@ export const TOKENIZER_FILES = [
   'vocab.json',
   'merges.txt',
 ];
-
-function transpose2d(data: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(data.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = data[r * cols + c];
-  return out;
-}
 
 /** Which file holds each tensor: the single model.safetensors or the shards named by the index. */
 function weightFiles(dir: string): Map<string, string[]> {
@@ -84,17 +79,13 @@ export function readWeights(dir: string, config: ModelConfig): Map<string, F32Te
 let modelCount = 0;
 
 /** Builds a model from HF-layout weights. */
-export function modelFromWeights(config: ModelConfig, weights: Map<string, F32Tensor | { shape: number[]; data: Float32Array }>): CausalLM {
+export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>): CausalLM {
   const params = new Map<string, tf.Variable>();
   // tfjs variable names are global: a per-model prefix lets an actor and a reference policy coexist.
   const prefix = `lm${++modelCount}`;
   try {
-    for (const [name, shape] of expectedTensors(config)) {
-      const w = weights.get(name);
-      if (!w) throw new Error(`weights for ${name} are missing`);
-      const held = heldTransposed(name) ? transpose2d(w.data, shape[0], shape[1]) : w.data;
-      const heldShape = heldTransposed(name) ? [shape[1], shape[0]] : shape;
-      const initial = tf.tensor(held, heldShape, 'float32');
+    for (const [name, { shape, data }] of toModelLayout(config, weights)) {
+      const initial = tf.tensor(data, shape, 'float32');
       params.set(name, tf.variable(initial, true, `${prefix}/${name}`));
       initial.dispose();
     }
@@ -112,18 +103,10 @@ export function loadModel(dir: string): CausalLM {
 }
 
 /** HF-layout copies of the model's weights. */
-export function exportWeights(model: CausalLM): Map<string, { shape: number[]; data: Float32Array }> {
-  const out = new Map<string, { shape: number[]; data: Float32Array }>();
-  for (const [name, variable] of model.params) {
-    const data = variable.dataSync() as Float32Array;
-    if (heldTransposed(name)) {
-      const [rows, cols] = variable.shape;
-      out.set(name, { shape: [cols, rows], data: transpose2d(data, rows, cols) });
-    } else {
-      out.set(name, { shape: [...variable.shape], data: Float32Array.from(data) });
-    }
-  }
-  return out;
+export function exportWeights(model: CausalLM): Map<string, HostTensor> {
+  const held = new Map<string, HostTensor>();
+  for (const [name, variable] of model.params) held.set(name, { shape: [...variable.shape], data: Float32Array.from(variable.dataSync()) });
+  return toHfLayout(model.config, held);
 }
 
 /**
@@ -173,10 +156,10 @@ export function saveModel(model: CausalLM, dir: string, options: SaveOptions = {
 }
 
 /** Random initialisation as Hugging Face does it: N(0, initializer_range) weights, unit norms, zero biases. */
-export function initWeights(config: ModelConfig, seed: number): Map<string, { shape: number[]; data: Float32Array }> {
+export function initWeights(config: ModelConfig, seed: number): Map<string, HostTensor> {
   const rng = new Rng(seed);
   const std = typeof config.raw.initializer_range === 'number' ? config.raw.initializer_range : 0.02;
-  const out = new Map<string, { shape: number[]; data: Float32Array }>();
+  const out = new Map<string, HostTensor>();
   for (const [name, shape] of expectedTensors(config)) {
     const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
     if (name.endsWith('norm.weight')) data.fill(1);

@@ -7,3 +7,4 @@ export * from './generate.js';
 export * from './optim.js';
 export * from './tokenizer.js';
 export * from './train-step.js';
+export * from './layout.js';

@@ -1,0 +1,91 @@
+// The model's own parameter layout versus Hugging Face's. Here linear weights are [in, out] so every
+// forward matmul is untransposed, and each layer's q/k/v projections are one fused [H, (nH+2nKV)*d]
+// matrix so attention starts with one matmul. Checkpoints convert at the boundary, bit for bit.
+import type { ModelConfig } from './config.js';
+import { expectedTensors } from './config.js';
+
+export interface HostTensor {
+  shape: number[];
+  data: Float32Array;
+}
+
+const QKV = ['q_proj', 'k_proj', 'v_proj'] as const;
+
+function transpose2d(data: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(data.length);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = data[r * cols + c];
+  return out;
+}
+
+function concat(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let offset = 0;
+  for (const p of parts) {
+    out.set(p, offset);
+    offset += p.length;
+  }
+  return out;
+}
+
+function fusedName(hfName: string): string | undefined {
+  const m = /^(model\.layers\.\d+\.self_attn)\.[qkv]_proj\.(weight|bias)$/.exec(hfName);
+  return m ? `${m[1]}.qkv_proj.${m[2]}` : undefined;
+}
+
+/** Converts Hugging Face tensors (names and shapes of expectedTensors) to the model's layout. */
+export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>): Map<string, HostTensor> {
+  const out = new Map<string, HostTensor>();
+  const get = (name: string) => {
+    const t = hf.get(name);
+    if (!t) throw new Error(`weights for ${name} are missing`);
+    return t;
+  };
+  for (const [name, shape] of expectedTensors(config)) {
+    const fused = fusedName(name);
+    if (fused) {
+      if (out.has(fused)) continue;
+      const prefix = fused.slice(0, fused.indexOf('.qkv_proj'));
+      const kind = fused.endsWith('weight') ? 'weight' : 'bias';
+      const parts = QKV.map((p) => get(`${prefix}.${p}.${kind}`));
+      const rows = parts.reduce((n, p) => n + p.shape[0], 0);
+      const stacked = concat(parts.map((p) => p.data));
+      out.set(fused, kind === 'weight' ? { shape: [shape[1], rows], data: transpose2d(stacked, rows, shape[1]) } : { shape: [rows], data: stacked });
+    } else if (name.endsWith('_proj.weight') || name === 'lm_head.weight') {
+      out.set(name, { shape: [shape[1], shape[0]], data: transpose2d(get(name).data, shape[0], shape[1]) });
+    } else {
+      out.set(name, { shape, data: get(name).data });
+    }
+  }
+  return out;
+}
+
+/** Converts the model's layout back to Hugging Face names and shapes. */
+export function toHfLayout(config: ModelConfig, params: Map<string, HostTensor>): Map<string, HostTensor> {
+  const out = new Map<string, HostTensor>();
+  for (const [name, shape] of expectedTensors(config)) {
+    const fused = fusedName(name);
+    if (fused) {
+      const source = params.get(fused)!;
+      const kind = fused.endsWith('weight') ? 'weight' : 'bias';
+      const which = QKV.indexOf(name.split('.').at(-2) as (typeof QKV)[number]);
+      const offsets = [0, config.numHeads, config.numHeads + config.numKVHeads].map((h) => h * config.headDim);
+      const start = offsets[which];
+      const rows = shape[0];
+      if (kind === 'bias') {
+        out.set(name, { shape, data: source.data.slice(start, start + rows) });
+      } else {
+        // The fused weight is [H, total]; HF wants this block's [rows, H].
+        const [H, total] = source.shape;
+        const data = new Float32Array(rows * H);
+        for (let r = 0; r < rows; r++) for (let c = 0; c < H; c++) data[r * H + c] = source.data[c * total + start + r];
+        out.set(name, { shape, data });
+      }
+    } else if (name.endsWith('_proj.weight') || name === 'lm_head.weight') {
+      const source = params.get(name)!;
+      out.set(name, { shape, data: transpose2d(source.data, source.shape[0], source.shape[1]) });
+    } else {
+      out.set(name, { shape, data: params.get(name)!.data });
+    }
+  }
+  return out;
+}
