@@ -7,7 +7,6 @@ import {
   expectedTensors,
   initModel,
   initWeights,
-  InputError,
   loadModel,
   modelFromWeights,
   parseModelConfig,
@@ -17,7 +16,7 @@ import {
   writeSafetensors,
   type CausalLM,
 } from '../core-adapters/index.js';
-import { fixture, readJson, tempDir } from './helpers.js';
+import { expectInputError, fixture, readJson, tempDir } from './helpers.js';
 
 function bits(data: Float32Array): Uint32Array {
   return new Uint32Array(data.buffer, data.byteOffset, data.length);
@@ -68,18 +67,6 @@ function expectSameParams(actual: Snapshot, expected: Snapshot): void {
   }
 }
 
-function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  const error = thrown as InputError;
-  for (const f of fragments) expect(error.message).to.include(f);
-  return error;
-}
 
 /** One scratch root per file (tempDir registers an exit hook per call); fresh subdirectories under it. */
 const SCRATCH = tempDir('flowrl-checkpoint-');

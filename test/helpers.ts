@@ -1,5 +1,6 @@
 // Shared test utilities: fixture paths, temporary directories, closeness checks.
 import { expect } from 'chai';
+import { InputError } from '../core-adapters/index.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -38,4 +39,18 @@ export function expectClose(actual: ArrayLike<number>, expected: ArrayLike<numbe
     }
   }
   expect(worst, `${label} worst |diff| at ${at}: ${actual[at]} vs ${expected[at]}`).to.be.at.most(tolerance);
+}
+
+/** Runs fn and checks it throws an InputError whose message contains every fragment. */
+export function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
+  let thrown: unknown;
+  try {
+    fn();
+  } catch (e) {
+    thrown = e;
+  }
+  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
+  const error = thrown as InputError;
+  for (const f of fragments) expect(error.message).to.include(f);
+  return error;
 }

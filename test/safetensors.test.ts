@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { InputError, readHeader, readTensors, writeSafetensors } from '../core-adapters/index.js';
-import { fixture, readJson, tempDir } from './helpers.js';
+import { readHeader, readTensors, writeSafetensors } from '../core-adapters/index.js';
+import { expectInputError, fixture, readJson, tempDir } from './helpers.js';
 
 type JsonNumber = number | string;
 interface DtypeCase {
@@ -38,19 +38,6 @@ function expectSameBits(actual: Float32Array, expected: Float32Array, label: str
   }
 }
 
-/** Runs fn and checks it throws an InputError whose message contains every fragment. */
-function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  const error = thrown as InputError;
-  for (const f of fragments) expect(error.message).to.include(f);
-  return error;
-}
 
 /** A safetensors file from a header object and raw data bytes, with a correct length prefix. */
 function rawSafetensors(file: string, header: unknown, data: Uint8Array = new Uint8Array(0), headerText?: string): void {

