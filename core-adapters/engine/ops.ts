@@ -89,7 +89,8 @@ function hasKernel(name: string): boolean {
 export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
   const [vocab, width] = table.shape;
   // wasm's gather is slow for a handful of rows; a one-hot matmul is cheaper while the vocabulary is small.
-  if (!tf.engine().isTapeOn() && vocab <= 4096) return tf.matMul(tf.oneHot(tf.tensor1d(ids, 'int32'), vocab, 1, 0, 'float32'), table);
+  // (tfjs-wasm 4.22 returns zeros from oneHot with dtype float32, hence the int32 one-hot and a cast.)
+  if (!tf.engine().isTapeOn() && vocab <= 4096) return tf.matMul(tf.cast(tf.oneHot(tf.tensor1d(ids, 'int32'), vocab), 'float32'), table);
   return withGradient([table], ([t]) => ({
     value: tf.gather(t, tf.tensor1d(ids, 'int32')),
     gradFunc: (dy) => {
