@@ -1,8 +1,30 @@
-// The host's public surface: everything a plugin may import.
+// The host's public surface: everything a plugin may import (as `flowrl/core`).
 import 'reflect-metadata';
 
 export * from './errors.js';
 export * from './random.js';
+export * from './tokens.js';
+export * from './contracts/index.js';
+export * from './batch.js';
 export * from './engine/backend.js';
 export * from './engine/ops.js';
 export * from './model/index.js';
+export * from './config/defaults.js';
+export * from './config/load.js';
+export * from './plugins/algorithms.js';
+export * from './plugins/manifest.js';
+export * from './plugins/loader.js';
+export * from './algorithms/index.js';
+export * from './data/index.js';
+export * from './data/dataset.js';
+export * from './rewards/index.js';
+export * from './rewards/manager.js';
+export * from './actor/ppo-actor.js';
+export * from './workers/sequences.js';
+export * from './workers/actor-rollout-ref.js';
+export * from './workers/critic.js';
+export * from './trainer/checkpoints.js';
+export * from './trainer/metrics.js';
+export * from './trainer/trainer.js';
+export * from './trainer/sft.js';
+export * from './host.js';

@@ -9,6 +9,7 @@ import { toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import type { TextTokenizer } from './tokenizer.js';
+import type { AdamW } from './optim.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -76,17 +77,23 @@ export function readWeights(dir: string, config: ModelConfig): Map<string, F32Te
   return weights;
 }
 
-let modelCount = 0;
+let variableCount = 0;
+
+/**
+ * A process-unique tfjs variable name (tfjs names are global): an actor, a reference policy and a
+ * critic can then hold parameters with the same stable names side by side.
+ */
+export function uniqueVariableName(name: string): string {
+  return `${name}#${++variableCount}`;
+}
 
 /** Builds a model from HF-layout weights. */
 export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>): CausalLM {
   const params = new Map<string, tf.Variable>();
-  // tfjs variable names are global: a per-model prefix lets an actor and a reference policy coexist.
-  const prefix = `lm${++modelCount}`;
   try {
     for (const [name, { shape, data }] of toModelLayout(config, weights)) {
       const initial = tf.tensor(data, shape, 'float32');
-      params.set(name, tf.variable(initial, true, `${prefix}/${name}`));
+      params.set(name, tf.variable(initial, true, uniqueVariableName(name)));
       initial.dispose();
     }
   } catch (e) {
@@ -172,4 +179,55 @@ export function initWeights(config: ModelConfig, seed: number): Map<string, Host
 export function initModel(rawConfig: Record<string, unknown>, seed: number, file = 'config.json'): CausalLM {
   const config = parseModelConfig(rawConfig, file);
   return modelFromWeights(config, initWeights(config, seed));
+}
+
+/** Overwrites a model's parameters with the weights in an HF directory of the same architecture. */
+export function loadWeightsInto(model: CausalLM, dir: string): void {
+  const held = toModelLayout(model.config, readWeights(dir, model.config));
+  for (const [name, variable] of model.params) {
+    const t = held.get(name)!;
+    tf.tidy(() => variable.assign(tf.tensor(t.data, t.shape, 'float32')));
+  }
+}
+
+/** Writes named parameters (a plugin head, a value head) to one safetensors file. */
+export function saveParameters(file: string, params: Map<string, tf.Variable>): void {
+  const tensors = new Map<string, HostTensor>();
+  for (const [name, v] of params) tensors.set(name, { shape: [...v.shape], data: Float32Array.from(v.dataSync()) });
+  writeSafetensors(file, tensors);
+}
+
+/** Loads a file written by saveParameters into existing variables; names and shapes must match. */
+export function loadParameters(file: string, params: Map<string, tf.Variable>): void {
+  const saved = readTensors(file, params.keys());
+  for (const [name, variable] of params) {
+    const t = saved.get(name)!;
+    if (t.shape.join() !== variable.shape.join()) throw new InputError(`${file}: tensor '${name}' has shape [${t.shape}]; expected [${variable.shape}]`);
+    tf.tidy(() => variable.assign(tf.tensor(t.data, t.shape, 'float32')));
+  }
+}
+
+/** AdamW moments and step count as one safetensors file (m/<name>, v/<name>; the step in metadata). */
+export function saveOptimizerState(file: string, optimizer: AdamW): void {
+  const state = optimizer.getState();
+  const tensors = new Map<string, HostTensor>();
+  for (const [name, { m, v, shape }] of state.moments) {
+    tensors.set(`m/${name}`, { shape, data: m });
+    tensors.set(`v/${name}`, { shape, data: v });
+  }
+  writeSafetensors(file, tensors, { format: 'flowrl-adamw', step: String(state.step) });
+}
+
+export function loadOptimizerState(file: string, optimizer: AdamW, params: Map<string, tf.Variable>): void {
+  const header = readHeader(file);
+  const step = Number(header.metadata.step);
+  if (!Number.isInteger(step) || step < 0) throw new InputError(`${file}: metadata 'step' is missing; not an optimizer state file`);
+  const tensors = readTensors(file);
+  const moments = new Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>();
+  for (const name of params.keys()) {
+    const m = tensors.get(`m/${name}`);
+    const v = tensors.get(`v/${name}`);
+    if (m && v) moments.set(name, { m: m.data, v: v.data, shape: m.shape });
+  }
+  optimizer.setState({ step, moments }, params);
 }

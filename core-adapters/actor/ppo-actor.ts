@@ -1,0 +1,157 @@
+// The stock actor (verl's DataParallelPPOActor): log-probs without gradients, and policy updates over
+// mini-batches x epochs with micro-batch gradient accumulation, global-norm clipping and AdamW.
+// Subclasses change the objective by overriding microBatchLoss.
+import * as tf from '@tensorflow/tfjs';
+import { inject, injectable } from 'inversify';
+import { aggregateLoss, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
+import type { Batch } from '../batch.js';
+import type { Config } from '../config/load.js';
+import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
+import { scoreResponses } from '../model/logprobs.js';
+import { clipGradNorm, lossAndGradients } from '../model/optim.js';
+import { TOKENS } from '../tokens.js';
+import { sequenceBatch } from '../workers/sequences.js';
+
+/** Averages of metric values collected over micro-batches. */
+export class MetricAverager {
+  private readonly sums = new Map<string, { total: number; count: number }>();
+
+  add(metrics: Metrics): void {
+    for (const [k, v] of Object.entries(metrics)) {
+      const entry = this.sums.get(k) ?? { total: 0, count: 0 };
+      entry.total += v;
+      entry.count += 1;
+      this.sums.set(k, entry);
+    }
+  }
+
+  result(): Metrics {
+    return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, total / count]));
+  }
+}
+
+/** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
+export function accumulateGradients(into: Map<string, tf.Tensor>, add: Map<string, tf.Tensor>): void {
+  for (const [name, g] of add) {
+    const previous = into.get(name);
+    if (previous) {
+      into.set(name, tf.add(previous, g));
+      previous.dispose();
+      g.dispose();
+    } else {
+      into.set(name, g);
+    }
+  }
+}
+
+@injectable()
+export class PPOActor implements Actor {
+  protected module!: PolicyModule;
+
+  constructor(
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(TOKENS.PolicyLoss) protected readonly policyLoss: PolicyLoss,
+  ) {}
+
+  attach(module: PolicyModule): void {
+    this.module = module;
+  }
+
+  protected get actorConfig() {
+    return this.config.actor_rollout_ref.actor;
+  }
+
+  protected get temperature(): number {
+    return this.config.actor_rollout_ref.rollout.temperature || 1;
+  }
+
+  computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array } {
+    const micro = this.config.actor_rollout_ref.rollout.log_prob_micro_batch_size;
+    const logProbs: Float32Array[] = [];
+    const entropies: Float32Array[] = [];
+    for (const part of batch.split(micro)) {
+      const [lp, ent] = tf.tidy(() => {
+        const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: this.temperature, withEntropy: options.withEntropy });
+        return [out.logProbs, out.entropy ?? tf.zeros([0])];
+      });
+      logProbs.push(lp.dataSync() as Float32Array);
+      entropies.push(ent.dataSync() as Float32Array);
+      tf.dispose([lp, ent]);
+    }
+    const join = (parts: Float32Array[]) => Float32Array.from(parts.flatMap((p) => Array.from(p)));
+    return { logProbs: join(logProbs), entropy: options.withEntropy ? join(entropies) : undefined };
+  }
+
+  /** A [B, R] float tensor of a batch array (the caller's tidy releases it). */
+  protected floatTensor(batch: Batch, key: string): tf.Tensor2D {
+    const t = batch.tensor(key);
+    return tf.tensor2d(Float32Array.from(t.data), [t.shape[0], t.shape[1]]);
+  }
+
+  /**
+   * The loss of one micro-batch, already scaled by `weight` (its share of the mini-batch), with its
+   * metrics recorded. PPO: clipped surrogate, optional KL loss to the reference, entropy bonus.
+   */
+  protected microBatchLoss(micro: Batch, weight: number, record: (m: Metrics) => void): tf.Scalar {
+    const cfg = this.actorConfig;
+    const mode = cfg.loss_agg_mode as LossAggMode;
+    const withEntropy = cfg.entropy_coeff !== 0;
+    const out = scoreResponses(this.module.lm, sequenceBatch(micro), { temperature: this.temperature, withEntropy });
+    const mask = this.floatTensor(micro, 'response_mask');
+    const pg = this.policyLoss(
+      { logProb: out.logProbs, oldLogProb: this.floatTensor(micro, 'old_log_probs'), advantages: this.floatTensor(micro, 'advantages'), responseMask: mask },
+      { clipRatioLow: cfg.clip_ratio_low, clipRatioHigh: cfg.clip_ratio_high, clipRatioC: cfg.clip_ratio_c, lossAggMode: mode },
+    );
+    let loss: tf.Scalar = pg.loss;
+    const metrics: Metrics = { 'actor/pg_loss': pg.loss.dataSync()[0], ...pg.metrics };
+    if (withEntropy) {
+      const entropy = aggregateLoss(out.entropy!, mask, mode);
+      metrics['actor/entropy'] = entropy.dataSync()[0];
+      loss = tf.sub(loss, tf.mul(entropy, cfg.entropy_coeff));
+    }
+    if (cfg.use_kl_loss) {
+      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type as KlPenaltyType) as tf.Tensor2D, mask, mode);
+      metrics['actor/kl_loss'] = kl.dataSync()[0];
+      metrics['actor/kl_coef'] = cfg.kl_loss_coef;
+      loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));
+    }
+    record(metrics);
+    return tf.mul(loss, weight);
+  }
+
+  /** Learning rate with linear warm-up over optim.lr_warmup_steps updates (the optimizer's step count survives resume). */
+  protected learningRate(): number {
+    const { lr, lr_warmup_steps: warmup } = this.actorConfig.optim;
+    return warmup > 0 ? lr * Math.min(1, (this.module.optimizer.step + 1) / warmup) : lr;
+  }
+
+  updatePolicy(batch: Batch): Metrics {
+    const cfg = this.actorConfig;
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const miniBatchSize = Math.max(1, cfg.ppo_mini_batch_size * n);
+    const averages = new MetricAverager();
+    let skipped = 0;
+    for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
+      for (const mini of batch.split(miniBatchSize)) {
+        const grads = new Map<string, tf.Tensor>();
+        for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
+          const weight = micro.size / mini.size;
+          const { loss, grads: microGrads } = lossAndGradients(() => this.microBatchLoss(micro, weight, (m) => averages.add(m)), this.module.params);
+          loss.dispose();
+          accumulateGradients(grads, microGrads);
+        }
+        const norm = clipGradNorm(grads, cfg.grad_clip);
+        if (Number.isFinite(norm)) {
+          this.module.optimizer.lr = this.learningRate();
+          this.module.optimizer.apply(this.module.params, grads);
+          averages.add({ 'actor/grad_norm': norm, 'actor/lr': this.module.optimizer.lr });
+        } else {
+          skipped += 1;
+        }
+        tf.dispose([...grads.values()]);
+      }
+    }
+    return { ...averages.result(), 'actor/skipped_updates': skipped };
+  }
+}

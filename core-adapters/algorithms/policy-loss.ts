@@ -1,0 +1,153 @@
+// Loss aggregation and policy losses (verl's verl/trainer/ppo/core_algos.py: agg_loss,
+// compute_policy_loss_vanilla, register_policy_loss / get_policy_loss_fn). Losses are differentiable
+// tfjs graphs over [B, T] tensors; metrics are read back as plain numbers.
+import * as tf from '@tensorflow/tfjs';
+import { InputError } from '../errors.js';
+
+export type LossAggMode = 'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-sum-norm';
+
+export const LOSS_AGG_MODES: readonly LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
+
+/**
+ * verl's global_batch_info: denominators taken from the whole mini-batch instead of the micro-batch
+ * at hand, so that gradient accumulation over micro-batches sums to the mini-batch loss. Left out,
+ * each comes from the tensors given (verl's defaults).
+ */
+export interface AggregateLossOptions {
+  /** token-mean: valid tokens in the global batch (default: the mask's sum). */
+  batchNumTokens?: number;
+  /** seq-mean-*: sequences with at least one valid token in the global batch (default: counted in the mask). */
+  globalBatchSize?: number;
+  /** seq-mean-token-sum-norm: the divisor (default: T, the mask's last dimension). */
+  lossScaleFactor?: number;
+}
+
+/** masked_sum's guard: entries outside the mask are replaced by 0 before multiplying, so a NaN there cannot leak in. */
+function maskedProduct(values: tf.Tensor, mask: tf.Tensor): tf.Tensor {
+  return tf.mul(tf.where(tf.notEqual(mask, 0), values, tf.zerosLike(values)), mask);
+}
+
+/** A count used as a denominator: at least 1, so an all-masked batch gives 0 rather than verl's 0/0. */
+function count(n: number | undefined, fallback: () => tf.Tensor): tf.Tensor {
+  return tf.maximum(n === undefined ? fallback() : tf.scalar(n), 1);
+}
+
+/**
+ * agg_loss with verl's denominators, for loss and mask of shape [B, T]:
+ *  - token-mean: sum(loss * mask) / sum(mask);
+ *  - seq-mean-token-mean: per row sum(loss * mask) / (row tokens + 1e-8), then the sum over rows
+ *    divided by the number of rows with at least one valid token (fully masked rows are excluded);
+ *  - seq-mean-token-sum: per row sum(loss * mask), summed over rows, divided by the number of rows
+ *    with at least one valid token;
+ *  - seq-mean-token-sum-norm: sum(loss * mask) / T (Dr.GRPO's constant divisor: not divided by the
+ *    number of rows, as in verl).
+ * Where verl would divide 0 by 0 (no valid token or row at all) the result is 0.
+ */
+export function aggregateLoss(loss: tf.Tensor2D, mask: tf.Tensor2D, mode: LossAggMode, options: AggregateLossOptions = {}): tf.Scalar {
+  return tf.tidy(() => {
+    const weighted = maskedProduct(loss, mask);
+    switch (mode) {
+      case 'token-mean':
+        return tf.div(tf.sum(weighted), count(options.batchNumTokens, () => tf.sum(mask))) as tf.Scalar;
+      case 'seq-mean-token-mean':
+      case 'seq-mean-token-sum': {
+        const rowTokens = tf.sum(mask, 1);
+        let rowLosses = tf.sum(weighted, 1);
+        if (mode === 'seq-mean-token-mean') rowLosses = tf.div(rowLosses, tf.add(rowTokens, 1e-8));
+        const rowValid = tf.cast(tf.greater(rowTokens, 0), 'float32');
+        return tf.div(tf.sum(tf.mul(rowLosses, rowValid)), count(options.globalBatchSize, () => tf.sum(rowValid))) as tf.Scalar;
+      }
+      case 'seq-mean-token-sum-norm':
+        return tf.div(tf.sum(weighted), options.lossScaleFactor ?? mask.shape[1]) as tf.Scalar;
+      default:
+        throw new InputError(`unknown loss_agg_mode '${mode as string}'; available: ${LOSS_AGG_MODES.join(', ')}`);
+    }
+  });
+}
+
+/** masked_mean of a non-differentiated quantity as a number: sum(v * mask) / (sum(mask) + 1e-8). */
+function maskedMeanTensor(values: tf.Tensor, mask: tf.Tensor): tf.Scalar {
+  return tf.div(tf.sum(maskedProduct(values, mask)), tf.add(tf.sum(mask), 1e-8)) as tf.Scalar;
+}
+
+export interface PolicyLossInput {
+  logProb: tf.Tensor2D;
+  oldLogProb: tf.Tensor2D;
+  advantages: tf.Tensor2D;
+  responseMask: tf.Tensor2D;
+}
+
+export interface PolicyLossOptions {
+  clipRatioLow: number;
+  clipRatioHigh: number;
+  /** Dual-clip bound for negative advantages (verl's clip_ratio_c, default 3); must exceed 1. */
+  clipRatioC: number;
+  lossAggMode: LossAggMode;
+  /** Mini-batch denominators for gradient accumulation (see AggregateLossOptions). */
+  globalBatchInfo?: AggregateLossOptions;
+}
+
+export interface PolicyLossResult {
+  loss: tf.Scalar;
+  metrics: { 'actor/pg_clipfrac': number; 'actor/ppo_kl': number; 'actor/pg_clipfrac_lower': number };
+}
+
+export type PolicyLoss = (input: PolicyLossInput, options: PolicyLossOptions) => PolicyLossResult;
+
+const policyLosses = new Map<string, PolicyLoss>();
+
+/** Adds a policy loss under `name`; another function under a taken name throws, the same one again is a no-op. */
+export function registerPolicyLoss(name: string, fn: PolicyLoss): void {
+  const existing = policyLosses.get(name);
+  if (existing && existing !== fn) throw new Error(`policy loss '${name}' is already registered`);
+  policyLosses.set(name, fn);
+}
+
+export function getPolicyLoss(name: string): PolicyLoss {
+  const fn = policyLosses.get(name);
+  if (!fn) throw new InputError(`unknown policy loss '${name}'; available: ${policyLossNames().join(', ')}`);
+  return fn;
+}
+
+export function policyLossNames(): string[] {
+  return [...policyLosses.keys()];
+}
+
+/**
+ * PPO's clipped surrogate as verl's compute_policy_loss_vanilla computes it, per token:
+ *   log r = clamp(logProb - oldLogProb, -20, 20),  r = exp(log r)
+ *   l1 = -A r,  l2 = -A clamp(r, 1 - low, 1 + high),  l = max(l1, l2)
+ *   for A < 0 (dual clip): l = min(l, -A c)
+ * aggregated by lossAggMode. Metrics (masked means, with masked_mean's 1e-8):
+ *   pg_clipfrac = mean[l2 > l1], ppo_kl = mean[-log r],
+ *   pg_clipfrac_lower = mean[(max(l1, l2) > -A c) and A < 0].
+ * The loss tensor stays in the caller's gradient graph (tfjs keeps what the backward pass needs);
+ * every other intermediate is freed here.
+ */
+export const vanillaPolicyLoss: PolicyLoss = (input, options) => {
+  const { logProb, oldLogProb, advantages, responseMask } = input;
+  const { clipRatioLow, clipRatioHigh, clipRatioC } = options;
+  if (!(clipRatioC > 1)) throw new InputError(`clip_ratio_c: the dual-clip bound must be greater than 1, got ${clipRatioC}`);
+  let metrics: PolicyLossResult['metrics'] | undefined;
+  const loss = tf.tidy(() => {
+    const logRatio = tf.clipByValue(tf.sub(logProb, oldLogProb), -20, 20);
+    const ratio = tf.exp(logRatio);
+    const negAdvantages = tf.neg(advantages);
+    const unclipped = tf.mul(negAdvantages, ratio);
+    const clipped = tf.mul(negAdvantages, tf.clipByValue(ratio, 1 - clipRatioLow, 1 + clipRatioHigh));
+    const ppoLosses = tf.maximum(unclipped, clipped);
+    const dualBound = tf.mul(negAdvantages, clipRatioC);
+    const negative = tf.less(advantages, 0);
+    const tokenLosses = tf.where(negative, tf.minimum(dualBound, ppoLosses), ppoLosses) as tf.Tensor2D;
+    const stats = tf.stack([
+      maskedMeanTensor(tf.cast(tf.greater(clipped, unclipped), 'float32'), responseMask),
+      maskedMeanTensor(tf.neg(logRatio), responseMask),
+      maskedMeanTensor(tf.cast(tf.logicalAnd(tf.greater(ppoLosses, dualBound), negative), 'float32'), responseMask),
+    ]).dataSync();
+    metrics = { 'actor/pg_clipfrac': stats[0], 'actor/ppo_kl': stats[1], 'actor/pg_clipfrac_lower': stats[2] };
+    return aggregateLoss(tokenLosses, responseMask, options.lossAggMode, options.globalBatchInfo);
+  });
+  return { loss, metrics: metrics! };
+};
+
+registerPolicyLoss('vanilla', vanillaPolicyLoss);

@@ -1,0 +1,84 @@
+// flowrl train | eval | sft | plugins: the host's jobs from a YAML config plus key=value overrides.
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Metrics, Trainer } from '../contracts/index.js';
+import { readConfigFile, resolveConfig } from '../config/load.js';
+import type { RLTrainer } from '../trainer/trainer.js';
+import { InputError } from '../errors.js';
+import { createHost, readPluginManifests, type Host } from '../host.js';
+import { initEngine, type BackendChoice } from '../engine/backend.js';
+import { TOKENS } from '../tokens.js';
+import { isCheckpoint } from '../trainer/checkpoints.js';
+import { runSft } from '../trainer/sft.js';
+import type { Worker } from '../contracts/index.js';
+
+/** Splits `CONFIG key=value ...` (flags are not used by these commands). */
+function configAndOverrides(command: string, argv: string[]): { target: string; overrides: string[] } {
+  const [target, ...overrides] = argv;
+  if (!target || target.startsWith('-')) throw new InputError(`usage: flowrl ${command} CONFIG [key=value ...]`);
+  for (const o of overrides) if (!o.includes('=')) throw new InputError(`'${o}' is not a key=value override`);
+  return { target, overrides };
+}
+
+function formatMetrics(metrics: Metrics, prefix: string): string[] {
+  return Object.entries(metrics)
+    .filter(([k]) => k.startsWith(prefix))
+    .map(([k, v]) => `  ${k.padEnd(28)} ${Number.isInteger(v) ? v : v.toFixed(4)}`);
+}
+
+export async function trainCommand(argv: string[]): Promise<void> {
+  const { target, overrides } = configAndOverrides('train', argv);
+  const host = await createHost(target, { overrides });
+  const { config, requirements, plugins } = host;
+  console.error(
+    `[flowrl] algorithm ${config.algorithm.name} (advantages: ${requirements.advEstimator}, critic: ${requirements.useCritic ? 'yes' : 'no'}, reference: ${requirements.useReference ? 'yes' : 'no'})` +
+      (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : ''),
+  );
+  const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+  const final = await trainer.fit();
+  console.log(`run directory: ${config.trainer.default_local_dir}`);
+  if (Object.keys(final).length) console.log(['final validation:', ...formatMetrics(final, 'val/')].join('\n'));
+  host.container.get<Worker>(TOKENS.Worker).dispose();
+}
+
+/** flowrl eval CONFIG|CHECKPOINT: one validation pass (a checkpoint brings its own config and weights). */
+export async function evalCommand(argv: string[]): Promise<void> {
+  const { target, overrides } = configAndOverrides('eval', argv);
+  let configFile = target;
+  const extra: string[] = [];
+  if (fs.existsSync(target) && fs.statSync(target).isDirectory()) {
+    if (!isCheckpoint(target)) throw new InputError(`${target}: not a checkpoint directory (no trainer_state.json) and not a config file`);
+    configFile = path.join(target, 'config.yaml');
+    extra.push(`actor_rollout_ref.model.path=${path.join(target, 'actor')}`, 'trainer.resume_mode=disable');
+  }
+  const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
+  const trainer = host.container.get<RLTrainer>(TOKENS.Trainer);
+  await trainer.setupForEvaluation();
+  const metrics = trainer.validate();
+  console.log(JSON.stringify(metrics));
+  host.container.get<Worker>(TOKENS.Worker).dispose();
+}
+
+export async function sftCommand(argv: string[]): Promise<void> {
+  const { target, overrides } = configAndOverrides('sft', argv);
+  const user = readConfigFile(target);
+  const plugins = readPluginManifests(([] as string[]).concat((user.plugins as string[] | undefined) ?? []), target);
+  const config = resolveConfig({ user, userFile: target, overrides, pluginDefaults: plugins.map((p) => ({ source: p.file, defaults: p.defaults })) });
+  await initEngine(config.engine.backend as BackendChoice);
+  const result = await runSft(config);
+  console.log(`wrote ${result.outputDir} after ${result.steps} steps (train loss ${result.trainLoss.toFixed(4)}${result.valLoss !== undefined ? `, validation loss ${result.valLoss.toFixed(4)}` : ''})`);
+}
+
+/** flowrl plugins CONFIG: the plugins a config registers, their algorithms and overridden bindings. */
+export async function pluginsCommand(argv: string[]): Promise<void> {
+  const { target, overrides } = configAndOverrides('plugins', argv);
+  const host = await createHost(target, { overrides, skipEngine: true });
+  console.log(`algorithms: ${host.registry.names().join(', ')} (selected: ${host.config.algorithm.name})`);
+  if (!host.plugins.length) console.log('no plugins registered');
+  for (const p of host.plugins) {
+    console.log(`${p.name} ${p.version} (host ${p.host}) from ${p.file}`);
+    if (p.description) console.log(`  ${p.description}`);
+    console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
+    console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}`);
+  }
+}

@@ -1,0 +1,211 @@
+// The host's configuration defaults, with verl's section and key names where verl has them.
+// Every key a user may set appears here (or in a plugin's defaults): validation rejects the rest.
+
+export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;
+export interface ConfigTree {
+  [key: string]: ConfigValue;
+}
+
+export const CORE_DEFAULTS = {
+  plugins: [] as string[],
+  engine: {
+    backend: 'auto',
+  },
+  data: {
+    train_files: null as string | string[] | null,
+    val_files: null as string | string[] | null,
+    /** Prompts per training step (each sampled rollout.n times). */
+    train_batch_size: 8,
+    /** Prompts per validation batch; null validates in batches of train_batch_size. */
+    val_batch_size: null as number | null,
+    /** Validation prompts used per evaluation; null uses them all. */
+    val_max_samples: null as number | null,
+    max_prompt_length: 256,
+    max_response_length: 64,
+    filter_overlong_prompts: true,
+    shuffle: true,
+    /** Seed of the data order; null uses trainer.seed. */
+    seed: null as number | null,
+  },
+  actor_rollout_ref: {
+    model: {
+      path: null as string | null,
+      /** Tokenizer directory; null reads it from model.path. */
+      tokenizer_path: null as string | null,
+    },
+    actor: {
+      optim: {
+        lr: 1e-6,
+        weight_decay: 0.01,
+        betas: [0.9, 0.999],
+        eps: 1e-8,
+        lr_warmup_steps: 0,
+      },
+      /** Prompts per optimizer step (times rollout.n responses), as in verl. */
+      ppo_mini_batch_size: 8,
+      /** Responses per forward/backward pass; gradients accumulate over a mini-batch. */
+      ppo_micro_batch_size: 16,
+      ppo_epochs: 1,
+      shuffle: false,
+      policy_loss: 'vanilla',
+      clip_ratio_low: 0.2,
+      clip_ratio_high: 0.2,
+      /** Dual-clip bound for negative advantages. */
+      clip_ratio_c: 3.0,
+      grad_clip: 1.0,
+      loss_agg_mode: 'token-mean',
+      use_kl_loss: false,
+      kl_loss_coef: 0.001,
+      kl_loss_type: 'low_var_kl',
+      entropy_coeff: 0,
+    },
+    ref: {
+      /** Responses per reference forward pass. */
+      log_prob_micro_batch_size: 32,
+    },
+    rollout: {
+      n: 1,
+      temperature: 1.0,
+      top_p: 1.0,
+      top_k: -1,
+      /** Responses per old-log-prob forward pass. */
+      log_prob_micro_batch_size: 32,
+      /** Prompts per generation batch. */
+      generation_batch_size: 64,
+      val_kwargs: {
+        n: 1,
+        temperature: 0,
+        top_p: 1.0,
+        top_k: -1,
+        do_sample: false,
+      },
+    },
+  },
+  critic: {
+    model: {
+      /** Value-head trunk; null starts from the actor's checkpoint. */
+      path: null as string | null,
+    },
+    optim: {
+      lr: 1e-5,
+      weight_decay: 0.01,
+      betas: [0.9, 0.999],
+      eps: 1e-8,
+    },
+    ppo_mini_batch_size: 8,
+    ppo_micro_batch_size: 16,
+    ppo_epochs: 1,
+    cliprange_value: 0.5,
+    grad_clip: 1.0,
+    loss_agg_mode: 'token-mean',
+    /** Steps that train only the critic before the actor starts. */
+    warmup: 0,
+  },
+  algorithm: {
+    /** ppo | grpo | reinforce_plus_plus | a plugin's algorithm. */
+    name: 'grpo',
+    /** null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...). */
+    adv_estimator: null as string | null,
+    gamma: 1.0,
+    lam: 1.0,
+    norm_adv_by_std_in_grpo: true,
+    use_kl_in_reward: false,
+    kl_penalty: 'kl',
+    kl_ctrl: {
+      type: 'fixed',
+      kl_coef: 0.001,
+      horizon: 10000,
+      target_kl: 0.1,
+    },
+  },
+  reward_model: {
+    reward_manager: 'naive',
+    /** Extra keyword options passed to the scorer of each data_source. */
+    reward_kwargs: {} as Record<string, unknown>,
+  },
+  custom_reward_function: {
+    path: null as string | null,
+    name: 'compute_score',
+  },
+  /** Supervised fine-tuning (flowrl sft) on data.train_files rows that carry a response. */
+  sft: {
+    /** Dotted path of the response text in each row. */
+    response_key: 'extra_info.response',
+    /** A config.json to initialise a new model from (random weights, seeded); null fine-tunes model.path. */
+    init_config: null as string | null,
+    epochs: 1,
+    total_steps: null as number | null,
+    batch_size: 32,
+    lr: 1e-3,
+    weight_decay: 0.01,
+    warmup_steps: 0,
+    grad_clip: 1.0,
+    /** Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model. */
+    output_dir: null as string | null,
+  },
+  trainer: {
+    project_name: 'flowrl',
+    experiment_name: 'default',
+    total_epochs: 1,
+    total_training_steps: null as number | null,
+    /** Validate every N steps (and after the last); -1 never. */
+    test_freq: -1,
+    /** Checkpoint every N steps (and after the last); -1 only at the end. */
+    save_freq: -1,
+    val_before_train: true,
+    /** Run directory: metrics.jsonl, config.yaml, checkpoints/. null: runs/<experiment_name>. */
+    default_local_dir: null as string | null,
+    /** auto (latest checkpoint if any) | disable | a global_step_N directory. */
+    resume_mode: 'auto',
+    /** Checkpoints kept on disk (oldest removed first); null keeps all. */
+    max_checkpoints_to_keep: null as number | null,
+    seed: 1,
+    /** Console progress bar and summary lines. */
+    progress: true,
+  },
+};
+
+export type CoreConfig = typeof CORE_DEFAULTS;
+
+/** Keys whose value must be one of a fixed list (plugin algorithm names are checked separately). */
+export const KEY_CHOICES: Record<string, readonly string[]> = {
+  'engine.backend': ['auto', 'tensorflow', 'wasm', 'cpu'],
+  'actor_rollout_ref.actor.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
+  'critic.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
+  'actor_rollout_ref.actor.kl_loss_type': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],
+  'algorithm.kl_penalty': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],
+  'algorithm.kl_ctrl.type': ['fixed', 'adaptive'],
+  'reward_model.reward_manager': ['naive'],
+};
+
+/** Keys that accept either a single value or a list (verl allows both for data files). */
+export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins']);
+
+/** Keys whose subtree is free-form (not validated key by key). */
+export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);
+
+/** Keys that must be whole numbers >= 1 (sizes and counts the loop divides by). */
+export const POSITIVE_INTEGER_KEYS = new Set([
+  'data.train_batch_size',
+  'data.val_batch_size',
+  'data.val_max_samples',
+  'data.max_prompt_length',
+  'data.max_response_length',
+  'actor_rollout_ref.actor.ppo_mini_batch_size',
+  'actor_rollout_ref.actor.ppo_micro_batch_size',
+  'actor_rollout_ref.actor.ppo_epochs',
+  'actor_rollout_ref.ref.log_prob_micro_batch_size',
+  'actor_rollout_ref.rollout.n',
+  'actor_rollout_ref.rollout.log_prob_micro_batch_size',
+  'actor_rollout_ref.rollout.generation_batch_size',
+  'actor_rollout_ref.rollout.val_kwargs.n',
+  'critic.ppo_mini_batch_size',
+  'critic.ppo_micro_batch_size',
+  'critic.ppo_epochs',
+  'trainer.total_epochs',
+  'trainer.total_training_steps',
+  'trainer.max_checkpoints_to_keep',
+  'sft.epochs',
+  'sft.total_steps',
+  'sft.batch_size',
+]);

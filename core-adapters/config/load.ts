@@ -1,0 +1,270 @@
+// Configuration: YAML files over defaults (core, then plugins), dotted command-line overrides on
+// top, and validation whose messages name the file, the key and the allowed values.
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { InputError } from '../errors.js';
+import {
+  CORE_DEFAULTS,
+  KEY_CHOICES,
+  OPEN_KEYS,
+  POSITIVE_INTEGER_KEYS,
+  STRING_OR_LIST_KEYS,
+  type ConfigTree,
+  type ConfigValue,
+  type CoreConfig,
+} from './defaults.js';
+
+/** The resolved configuration: the core sections typed, plugin sections open. */
+export type Config = CoreConfig & { [section: string]: unknown };
+
+/** Types of keys whose default is null (the default's own type says nothing there). */
+const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = {
+  'data.train_files': 'string-or-list',
+  'data.val_files': 'string-or-list',
+  'data.val_batch_size': 'number',
+  'data.val_max_samples': 'number',
+  'data.seed': 'number',
+  'actor_rollout_ref.model.path': 'string',
+  'actor_rollout_ref.model.tokenizer_path': 'string',
+  'critic.model.path': 'string',
+  'algorithm.adv_estimator': 'string',
+  'custom_reward_function.path': 'string',
+  'trainer.total_training_steps': 'number',
+  'trainer.default_local_dir': 'string',
+  'trainer.max_checkpoints_to_keep': 'number',
+  'sft.init_config': 'string',
+  'sft.total_steps': 'number',
+  'sft.output_dir': 'string',
+};
+
+export function isTree(value: unknown): value is ConfigTree {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Deep merge: objects merge key by key, everything else (lists included) is replaced. */
+export function mergeConfig(base: ConfigTree, over: ConfigTree): ConfigTree {
+  const out: ConfigTree = { ...base };
+  for (const [key, value] of Object.entries(over)) {
+    out[key] = isTree(value) && isTree(base[key]) ? mergeConfig(base[key] as ConfigTree, value) : structuredClone(value);
+  }
+  return out;
+}
+
+/** Reads a YAML (or JSON) config file into a tree; errors name the file. */
+export function readConfigFile(file: string): ConfigTree {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    throw new InputError(`${file}: config file not found`);
+  }
+  let value: unknown;
+  try {
+    value = YAML.parse(text);
+  } catch (e) {
+    throw new InputError(`${file}: not valid YAML (${(e as Error).message.split('\n')[0]})`);
+  }
+  if (value === null || value === undefined) return {};
+  if (!isTree(value)) throw new InputError(`${file}: the top level must be a mapping of sections`);
+  return value;
+}
+
+/** Parses `a.b.c=value` (value read as a YAML scalar or flow list). */
+export function parseOverride(arg: string): { key: string; value: ConfigValue } {
+  const eq = arg.indexOf('=');
+  if (eq <= 0) throw new InputError(`override '${arg}' must look like section.key=value`);
+  const key = arg.slice(0, eq).trim();
+  if (!/^[A-Za-z0-9_.-]+$/.test(key)) throw new InputError(`override '${arg}': '${key}' is not a dotted key`);
+  const raw = arg.slice(eq + 1);
+  let value: ConfigValue;
+  try {
+    value = raw === '' ? '' : (YAML.parse(raw) as ConfigValue);
+  } catch {
+    value = raw;
+  }
+  return { key, value };
+}
+
+export function setPath(tree: ConfigTree, key: string, value: ConfigValue): void {
+  const parts = key.split('.');
+  let node = tree;
+  for (const part of parts.slice(0, -1)) {
+    if (!isTree(node[part])) node[part] = {};
+    node = node[part] as ConfigTree;
+  }
+  node[parts[parts.length - 1]] = value;
+}
+
+export function getPath(tree: unknown, key: string): unknown {
+  let node = tree;
+  for (const part of key.split('.')) {
+    if (!isTree(node)) return undefined;
+    node = node[part];
+  }
+  return node;
+}
+
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0];
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const next = Math.min(row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.length];
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (isTree(value)) return 'a mapping';
+  return `${typeof value} ${JSON.stringify(value)}`;
+}
+
+/**
+ * Checks `tree` against `schema` (the merged defaults): every key must exist there with the same
+ * type, and choice keys must hold an allowed value. `where` names the source in messages.
+ */
+export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: string, prefix = ''): void {
+  for (const [key, value] of Object.entries(tree)) {
+    const dotted = prefix + key;
+    if (!(key in schema)) {
+      const near = Object.keys(schema).filter((k) => editDistance(k, key) <= 2);
+      const hint = near.length ? `; did you mean '${prefix}${near[0]}'?` : prefix ? `; keys here: ${Object.keys(schema).join(', ')}` : '';
+      throw new InputError(`${where}: unknown key '${dotted}'${hint}`);
+    }
+    if (OPEN_KEYS.has(dotted)) {
+      if (!isTree(value)) throw new InputError(`${where}: key '${dotted}' must be a mapping; got ${typeName(value)}`);
+      continue;
+    }
+    const expected = schema[key];
+    const bad = (want: string) => new InputError(`${where}: key '${dotted}' must be ${want}; got ${typeName(value)}`);
+    if (isTree(expected)) {
+      if (!isTree(value)) throw bad('a mapping');
+      validateConfig(value, expected, where, `${dotted}.`);
+      continue;
+    }
+    const stringOrList = STRING_OR_LIST_KEYS.has(dotted) || NULLABLE_TYPES[dotted] === 'string-or-list';
+    if (stringOrList) {
+      const ok = value === null || typeof value === 'string' || (Array.isArray(value) && value.every((v) => typeof v === 'string'));
+      if (!ok) throw bad('a path or a list of paths');
+      continue;
+    }
+    const positive = POSITIVE_INTEGER_KEYS.has(dotted);
+    if (positive && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
+      throw bad(expected === null ? 'a number or null (a whole number >= 1)' : 'a number (a whole number >= 1)');
+    }
+    if (expected === null) {
+      const want = NULLABLE_TYPES[dotted];
+      if (value !== null && want && typeof value !== want) throw bad(`a ${want} or null`);
+      continue;
+    }
+    if (Array.isArray(expected)) {
+      if (!Array.isArray(value)) throw bad('a list');
+      const elementType = expected.length ? typeof expected[0] : undefined;
+      if (elementType && value.some((v) => typeof v !== elementType)) throw bad(`a list of ${elementType}s`);
+      continue;
+    }
+    if (typeof value !== typeof expected) throw bad(`a ${typeof expected}`);
+    const choices = KEY_CHOICES[dotted];
+    if (choices && !choices.includes(value as string)) {
+      throw new InputError(`${where}: key '${dotted}' is '${String(value)}'; allowed: ${choices.join(', ')}`);
+    }
+  }
+}
+
+/**
+ * Input paths, which a config file gives relative to its own directory (so an example runs from any
+ * working directory). Outputs (trainer.default_local_dir, sft.output_dir) and command-line
+ * overrides stay relative to the working directory.
+ */
+export const INPUT_PATH_KEYS = [
+  'data.train_files',
+  'data.val_files',
+  'actor_rollout_ref.model.path',
+  'actor_rollout_ref.model.tokenizer_path',
+  'critic.model.path',
+  'custom_reward_function.path',
+  'sft.init_config',
+];
+
+/** Rewrites the input paths of a config file's tree relative to the file's directory. */
+export function resolveInputPaths(tree: ConfigTree, file: string): ConfigTree {
+  const out = structuredClone(tree);
+  const base = path.dirname(path.resolve(file));
+  const resolve = (p: ConfigValue) => (typeof p === 'string' && p !== '' ? path.resolve(base, p) : p);
+  for (const key of INPUT_PATH_KEYS) {
+    const value = getPath(out, key) as ConfigValue | undefined;
+    if (value === undefined || value === null) continue;
+    setPath(out, key, Array.isArray(value) ? value.map(resolve) : resolve(value));
+  }
+  return out;
+}
+
+export interface ConfigLayers {
+  /** Defaults contributed by plugins, in load order (merged over the core defaults). */
+  pluginDefaults?: { source: string; defaults: ConfigTree }[];
+  /** The user's file, already read. */
+  user: ConfigTree;
+  userFile: string;
+  /** Dotted overrides from the command line. */
+  overrides?: string[];
+}
+
+/** Merges defaults < plugin defaults < user file < overrides, validating each layer. */
+export function resolveConfig(layers: ConfigLayers): Config {
+  let schema = structuredClone(CORE_DEFAULTS) as unknown as ConfigTree;
+  for (const { source, defaults } of layers.pluginDefaults ?? []) {
+    validateNewSections(defaults, schema, source);
+    schema = mergeConfig(schema, defaults);
+  }
+  validateConfig(layers.user, schema, layers.userFile);
+  let tree = mergeConfig(schema, resolveInputPaths(layers.user, layers.userFile));
+  const overrideTree: ConfigTree = {};
+  for (const arg of layers.overrides ?? []) {
+    const { key, value } = parseOverride(arg);
+    setPath(overrideTree, key, value);
+  }
+  validateConfig(overrideTree, schema, 'command line');
+  tree = mergeConfig(tree, overrideTree);
+  const config = tree as unknown as Config;
+  config.trainer.default_local_dir ??= path.join('runs', config.trainer.experiment_name);
+  return config;
+}
+
+/** A plugin may add sections and keys but not change the type of a core key. */
+function validateNewSections(defaults: ConfigTree, schema: ConfigTree, source: string): void {
+  const walk = (node: ConfigTree, base: ConfigValue | undefined, prefix: string) => {
+    for (const [key, value] of Object.entries(node)) {
+      const existing = isTree(base) ? base[key] : undefined;
+      if (existing === undefined) continue;
+      if (isTree(value)) walk(value, existing, `${prefix}${key}.`);
+      else if (existing !== null && value !== null && typeof existing !== typeof value) {
+        throw new InputError(`${source}: default for '${prefix}${key}' must be a ${typeof existing}; got ${typeName(value)}`);
+      }
+    }
+  };
+  walk(defaults, schema, '');
+}
+
+/**
+ * Writes the resolved config as YAML (the run directory's record of what ran), with input paths
+ * absolute so that reading it back from anywhere means the same files.
+ */
+export function writeConfig(file: string, config: Config): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const tree = structuredClone(config) as unknown as ConfigTree;
+  const absolute = (p: ConfigValue) => (typeof p === 'string' && p !== '' ? path.resolve(p) : p);
+  for (const key of INPUT_PATH_KEYS) {
+    const value = getPath(tree, key) as ConfigValue | undefined;
+    if (value !== undefined && value !== null) setPath(tree, key, Array.isArray(value) ? value.map(absolute) : absolute(value));
+  }
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, YAML.stringify(tree));
+  fs.renameSync(tmp, file);
+}

@@ -1,0 +1,156 @@
+// The roles of the host, as small interfaces. Each is bound in the container under its TOKENS entry;
+// a plugin replaces an implementation by rebinding the token (usually with a subclass).
+import type * as tf from '@tensorflow/tfjs';
+import type { Batch } from '../batch.js';
+import type { CausalLM } from '../model/causal-lm.js';
+import type { AdamW } from '../model/optim.js';
+
+/** Numbers (and the odd label) reported for one step; keys are verl-style `section/name`. */
+export type Metrics = Record<string, number>;
+
+/** A set of named parameters beyond the LM's own, such as a plugin's head on the policy. */
+export interface ParameterHead {
+  /** Trainable parameters by stable name (they key checkpoints and optimizer state). */
+  readonly params: Map<string, tf.Variable>;
+  dispose(): void;
+}
+
+/** What the worker hands the actor: the policy LM, heads attached to it, and one optimizer for all. */
+export interface PolicyModule {
+  lm: CausalLM;
+  /** Heads attached by the worker (FlowRL attaches 'proj_z'); saved as <name>.safetensors in checkpoints. */
+  heads: Map<string, ParameterHead>;
+  /** Every trainable parameter: the LM's and the heads', by stable name. */
+  params: Map<string, tf.Variable>;
+  optimizer: AdamW;
+}
+
+/** The policy-update role (verl's DataParallelPPOActor). */
+export interface Actor {
+  /** Receives the module the worker built; called once before any other method. */
+  attach(module: PolicyModule): void;
+  /** Per-token log-probs of the batch's responses (and entropies) without gradients. */
+  computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array };
+  /** Mini-batches x epochs of updates on a batch holding advantages and old log-probs. */
+  updatePolicy(batch: Batch): Metrics;
+}
+
+/** The actor-rollout-ref worker: owns the policy, the reference policy and sampling. */
+export interface Worker {
+  init(): Promise<void>;
+  readonly module: PolicyModule;
+  /** Samples responses for a batch of prompts (already repeated rollout.n times). */
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Batch;
+  computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
+  computeRefLogProb(batch: Batch): Float32Array;
+  updateActor(batch: Batch): Metrics;
+  /** Writes the actor (HF directory), its heads and optimizer state into dir. */
+  saveCheckpoint(dir: string): void;
+  loadCheckpoint(dir: string): void;
+  /** Writes a plain HF directory of the policy, without any plugin head. */
+  exportModel(dir: string): void;
+  dispose(): void;
+}
+
+export interface SamplingSettings {
+  temperature: number;
+  topP: number;
+  topK: number;
+  greedy: boolean;
+  maxNewTokens: number;
+  seed: number;
+}
+
+/** A value model (verl's critic). */
+export interface Critic {
+  init(): Promise<void>;
+  computeValues(batch: Batch): Float32Array;
+  updateCritic(batch: Batch): Metrics;
+  saveCheckpoint(dir: string): void;
+  loadCheckpoint(dir: string): void;
+  dispose(): void;
+}
+
+export interface RewardResult {
+  /** [B, R] with each response's score at its last valid token. */
+  tokenLevelScores: Float32Array;
+  /** One score per response. */
+  scores: number[];
+  /** Whether each response counts as correct (the scorer's acc, else score > 0). */
+  correct: boolean[];
+  /** Means of the scorers' extra numeric fields, as metrics. */
+  metrics: Metrics;
+}
+
+export interface RewardManager {
+  /** Loads what scoring needs (a custom scorer module). */
+  init?(): Promise<void>;
+  compute(batch: Batch): RewardResult;
+}
+
+/**
+ * Contribution point: adjusts per-token rewards after scoring, before advantages (RLFR's flow
+ * rewards are one). Shapers may read the batch (token ids, masks) and update their own state.
+ */
+export interface RewardShaper {
+  readonly name: string;
+  shape(batch: Batch, tokenRewards: Float32Array): Metrics;
+  /** Called after each actor update with the same batch (for online-trained shapers). */
+  afterUpdate?(batch: Batch): Metrics;
+  /** State to keep in checkpoints, as files written into dir. */
+  saveCheckpoint?(dir: string): void;
+  loadCheckpoint?(dir: string): void;
+}
+
+/** Contribution point: where metrics go (metrics.jsonl, the console). */
+export interface MetricsSink {
+  log(step: number, metrics: Metrics): void;
+  close(): void;
+}
+
+export interface CheckpointInfo {
+  step: number;
+  dir: string;
+}
+
+export interface CheckpointStore {
+  /** Writes global_step_N atomically through `write(tmpDir)`. */
+  save(step: number, write: (dir: string) => void): CheckpointInfo;
+  /** The newest complete checkpoint, if any. */
+  latest(): CheckpointInfo | undefined;
+  /** The checkpoint resume_mode asks for (auto: latest; disable: none; else a path). */
+  resumeTarget(): CheckpointInfo | undefined;
+}
+
+/** A prompt ready for sampling: token ids plus what scoring needs. */
+export interface PromptRecord {
+  ids: number[];
+  dataSource: string;
+  groundTruth: unknown;
+  extraInfo: Record<string, unknown>;
+  /** Index of the row in its split (stable across runs). */
+  index: number;
+}
+
+export interface DataPosition {
+  epoch: number;
+  /** Prompts consumed in this epoch. */
+  offset: number;
+}
+
+export interface Dataset {
+  init(): Promise<void>;
+  readonly train: PromptRecord[];
+  readonly val: PromptRecord[];
+  /** Prompts for one training step from a position; returns the next position. */
+  nextBatch(position: DataPosition, size: number): { prompts: PromptRecord[]; next: DataPosition };
+  /** Training steps in one epoch. */
+  stepsPerEpoch(size: number): number;
+}
+
+export interface Trainer {
+  /** Runs training to the end; returns the last validation metrics (if any). */
+  fit(): Promise<Metrics>;
+  /** One validation pass. */
+  validate(): Metrics;
+}

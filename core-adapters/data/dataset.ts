@@ -1,0 +1,89 @@
+// Prompts from verl rows: rendered with the tokenizer's chat template when it has one (plain
+// concatenation of the messages otherwise), tokenized, filtered by length, and served in a
+// seeded, resumable order.
+import { inject, injectable } from 'inversify';
+import type { Config } from '../config/load.js';
+import type { DataPosition, Dataset, PromptRecord } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import type { TextTokenizer } from '../model/tokenizer.js';
+import { Rng } from '../random.js';
+import { TOKENS } from '../tokens.js';
+import { readRows, type DataRow } from './rows.js';
+
+/** The prompt text of a row: the chat template when the tokenizer has one, else the contents joined. */
+export function renderPrompt(row: DataRow, tokenizer: TextTokenizer): string {
+  if (tokenizer.hasChatTemplate) return tokenizer.applyChatTemplate(row.prompt, true);
+  return row.prompt.map((m) => m.content).join('\n');
+}
+
+function fileList(value: string | string[] | null): string[] {
+  if (value === null) return [];
+  return Array.isArray(value) ? value : [value];
+}
+
+@injectable()
+export class PromptDataset implements Dataset {
+  train: PromptRecord[] = [];
+  val: PromptRecord[] = [];
+  /** Prompts dropped for exceeding data.max_prompt_length, per split. */
+  readonly dropped = { train: 0, val: 0 };
+
+  constructor(
+    @inject(TOKENS.Config) private readonly config: Config,
+    @inject(TOKENS.Tokenizer) private readonly tokenizer: TextTokenizer,
+  ) {}
+
+  async init(): Promise<void> {
+    this.train = await this.load(fileList(this.config.data.train_files), 'train');
+    this.val = await this.load(fileList(this.config.data.val_files), 'val');
+    const limit = this.config.data.val_max_samples;
+    if (limit !== null && this.val.length > limit) this.val = this.val.slice(0, limit);
+  }
+
+  private async load(files: string[], split: 'train' | 'val'): Promise<PromptRecord[]> {
+    const out: PromptRecord[] = [];
+    const max = this.config.data.max_prompt_length;
+    for (const file of files) {
+      const rows = await readRows(file);
+      rows.forEach((row, i) => {
+        const ids = this.tokenizer.encode(renderPrompt(row, this.tokenizer));
+        if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
+        if (ids.length > max) {
+          if (!this.config.data.filter_overlong_prompts) {
+            throw new InputError(`${file} row ${i + 1}: prompt has ${ids.length} tokens > data.max_prompt_length ${max} (set data.filter_overlong_prompts to drop such rows)`);
+          }
+          this.dropped[split] += 1;
+          return;
+        }
+        out.push({ ids, dataSource: row.data_source, groundTruth: row.reward_model.ground_truth, extraInfo: row.extra_info ?? {}, index: out.length });
+      });
+    }
+    return out;
+  }
+
+  private order(epoch: number): number[] {
+    const indices = this.train.map((_, i) => i);
+    if (!this.config.data.shuffle) return indices;
+    const seed = this.config.data.seed ?? this.config.trainer.seed;
+    return Rng.derive(seed, epoch).shuffle(indices);
+  }
+
+  stepsPerEpoch(size: number): number {
+    return Math.floor(this.train.length / size);
+  }
+
+  /** Full batches only (verl drops the last partial one); an exhausted epoch rolls into the next. */
+  nextBatch(position: DataPosition, size: number): { prompts: PromptRecord[]; next: DataPosition } {
+    if (this.train.length < size) {
+      throw new InputError(`data.train_batch_size is ${size} but the training data has ${this.train.length} usable prompts`);
+    }
+    let { epoch, offset } = position;
+    if (offset + size > this.train.length) {
+      epoch += 1;
+      offset = 0;
+    }
+    const order = this.order(epoch);
+    const prompts = order.slice(offset, offset + size).map((i) => this.train[i]);
+    return { prompts, next: { epoch, offset: offset + size } };
+  }
+}

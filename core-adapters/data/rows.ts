@@ -1,0 +1,157 @@
+// verl-format dataset rows: reading (.jsonl or .parquet), validation and atomic jsonl writing.
+import fs from 'node:fs';
+import path from 'node:path';
+import { asyncBufferFromFile, parquetReadObjects } from 'hyparquet';
+import { check, InputError } from '../errors.js';
+import type { ChatMessage } from '../model/tokenizer.js';
+
+/** One prompt with what its reward needs, as verl's data_preprocess scripts write it. */
+export interface DataRow {
+  data_source: string;
+  prompt: ChatMessage[];
+  ability?: string;
+  reward_model: { style: string; ground_truth: unknown };
+  extra_info?: Record<string, unknown>;
+}
+
+export const DATA_FILE_EXTENSIONS = ['.jsonl', '.parquet'] as const;
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'missing';
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  return `a ${typeof value}`;
+}
+
+/** The messages of a prompt, or a description of what is wrong with them. */
+function readPrompt(value: unknown): ChatMessage[] | string {
+  // Many parquet datasets store the prompt as one string: that is a single user turn.
+  if (typeof value === 'string') {
+    return value.length > 0 ? [{ role: 'user', content: value }] : 'it is an empty string';
+  }
+  if (!Array.isArray(value)) return `it is ${describe(value)}`;
+  if (value.length === 0) return 'it is empty';
+  const messages: ChatMessage[] = [];
+  for (let i = 0; i < value.length; i++) {
+    const message: unknown = value[i];
+    if (!isPlainObject(message)) return `message ${i + 1} is ${describe(message)}`;
+    if (typeof message.role !== 'string' || message.role === '') return `message ${i + 1} has no string 'role'`;
+    if (typeof message.content !== 'string') return `message ${i + 1} has no string 'content'`;
+    messages.push({ role: message.role, content: message.content });
+  }
+  return messages;
+}
+
+/**
+ * Checks one decoded row and returns it as a DataRow; `where` names it in errors (e.g.
+ * "data/train.jsonl line 7"). A string prompt becomes one user message; a missing reward_model.style
+ * means 'rule'; null ability/extra_info count as absent; other keys are dropped.
+ */
+export function validateRow(value: unknown, where: string): DataRow {
+  check(isPlainObject(value), where, `a row must be an object with data_source, prompt and reward_model (got ${describe(value)})`);
+  const { data_source: dataSource, reward_model: rewardModel } = value;
+  check(typeof dataSource === 'string' && dataSource !== '', where, `key 'data_source' must be a non-empty string (got ${describe(dataSource)})`);
+  const prompt = readPrompt(value.prompt);
+  check(typeof prompt !== 'string', where, `key 'prompt' must be a non-empty list of {role, content} messages (${prompt})`);
+
+  check(isPlainObject(rewardModel), where, `key 'reward_model' must be an object {style, ground_truth} (got ${describe(rewardModel)})`);
+  const style = rewardModel.style ?? 'rule';
+  check(typeof style === 'string', where, `key 'reward_model.style' must be a string (got ${describe(style)})`);
+  const groundTruth = rewardModel.ground_truth;
+  check(groundTruth !== undefined && groundTruth !== null, where, `key 'reward_model.ground_truth' is missing`);
+
+  const ability = value.ability ?? undefined;
+  check(ability === undefined || typeof ability === 'string', where, `key 'ability' must be a string (got ${describe(ability)})`);
+  const extraInfo = value.extra_info ?? undefined;
+  check(extraInfo === undefined || isPlainObject(extraInfo), where, `key 'extra_info' must be an object (got ${describe(extraInfo)})`);
+
+  const row: DataRow = { data_source: dataSource, prompt, reward_model: { style, ground_truth: groundTruth } };
+  if (ability !== undefined) row.ability = ability;
+  if (extraInfo !== undefined) row.extra_info = extraInfo;
+  return row;
+}
+
+/**
+ * Parquet gives INT64 columns as bigint and some lists as typed arrays; rows must be plain JSON
+ * values. Integers beyond 2^53 become strings so ids survive exactly.
+ */
+function toJsonValue(value: unknown): unknown {
+  if (typeof value === 'bigint') {
+    return value >= BigInt(Number.MIN_SAFE_INTEGER) && value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value.toString();
+  }
+  if (Array.isArray(value)) return value.map(toJsonValue);
+  if (ArrayBuffer.isView(value) && !(value instanceof DataView)) {
+    return Array.from(value as unknown as ArrayLike<unknown>, toJsonValue);
+  }
+  if (isPlainObject(value)) {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) out[key] = toJsonValue(item);
+    return out;
+  }
+  return value;
+}
+
+function readJsonlRows(file: string): DataRow[] {
+  const lines = fs.readFileSync(file, 'utf8').split('\n');
+  const rows: DataRow[] = [];
+  lines.forEach((raw, i) => {
+    const line = raw.trim();
+    if (line === '') return;
+    const where = `${file} line ${i + 1}`;
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch (e) {
+      throw new InputError(`${where}: not valid JSON (${(e as Error).message})`);
+    }
+    rows.push(validateRow(value, where));
+  });
+  return rows;
+}
+
+async function readParquetRows(file: string): Promise<DataRow[]> {
+  let records: Record<string, unknown>[];
+  try {
+    records = await parquetReadObjects({ file: await asyncBufferFromFile(file) });
+  } catch (e) {
+    throw new InputError(`${file}: not a readable parquet file (${(e as Error).message})`);
+  }
+  return records.map((record, i) => validateRow(toJsonValue(record), `${file} row ${i + 1}`));
+}
+
+/**
+ * Reads every row of a .jsonl (one JSON object a line, blank lines skipped) or .parquet file.
+ * Errors name the file and the 1-based line (jsonl) or row (parquet).
+ */
+export async function readRows(file: string): Promise<DataRow[]> {
+  const extension = path.extname(file).toLowerCase();
+  if (!(DATA_FILE_EXTENSIONS as readonly string[]).includes(extension)) {
+    throw new InputError(`${file}: unsupported data file type '${extension || '(none)'}' (use ${DATA_FILE_EXTENSIONS.join(' or ')})`);
+  }
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(file);
+  } catch {
+    throw new InputError(`${file}: file not found`);
+  }
+  if (!stat.isFile()) throw new InputError(`${file}: not a file`);
+  return extension === '.jsonl' ? readJsonlRows(file) : readParquetRows(file);
+}
+
+/** Writes rows as jsonl through a temporary file in the same directory, so readers never see half a file. */
+export function writeRowsJsonl(file: string, rows: DataRow[]): void {
+  const dir = path.dirname(file);
+  fs.mkdirSync(dir, { recursive: true });
+  const temp = path.join(dir, `.${path.basename(file)}.${process.pid}.${Date.now()}.tmp`);
+  try {
+    fs.writeFileSync(temp, rows.map((row) => JSON.stringify(row) + '\n').join(''));
+    fs.renameSync(temp, file);
+  } catch (e) {
+    fs.rmSync(temp, { force: true });
+    throw e;
+  }
+}

@@ -1,0 +1,143 @@
+// Building the host: configuration (core defaults < plugin defaults < user file < overrides), the
+// tfjs engine, and one inversify container with the core module loaded first and each plugin's
+// module after it, so plugins override core bindings with rebind.
+import path from 'node:path';
+import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Container, ContainerModule } from 'inversify';
+import { getAdvantageEstimator, advantageEstimatorNames } from './algorithms/advantages.js';
+import { getPolicyLoss, policyLossNames } from './algorithms/policy-loss.js';
+import { PPOActor } from './actor/ppo-actor.js';
+import { readConfigFile, resolveConfig, type Config } from './config/load.js';
+import { PromptDataset } from './data/dataset.js';
+import { initEngine, type BackendChoice, type EngineInfo } from './engine/backend.js';
+import { InputError } from './errors.js';
+import { TextTokenizer } from './model/tokenizer.js';
+import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
+import { importPluginModule } from './plugins/loader.js';
+import { locateManifest, readManifest, type PluginManifest } from './plugins/manifest.js';
+import { NaiveRewardManager } from './rewards/manager.js';
+import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
+import { LocalCheckpointStore } from './trainer/checkpoints.js';
+import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
+import { RLTrainer } from './trainer/trainer.js';
+import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
+import { ValueCritic } from './workers/critic.js';
+
+/** This host's version (plugins declare the range they support). */
+export const HOST_VERSION: string = (() => {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const file = path.join(dir, 'package.json');
+    if (fs.existsSync(file)) {
+      const pkg = JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: string; version?: string };
+      if (pkg.name === 'flowrl' && pkg.version) return pkg.version;
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return '0.0.0';
+    dir = parent;
+  }
+})();
+
+export interface Host {
+  container: Container;
+  config: Config;
+  plugins: PluginManifest[];
+  registry: AlgorithmRegistry;
+  requirements: RunRequirements;
+  engine?: EngineInfo;
+}
+
+export interface HostOptions {
+  /** Dotted key=value overrides from the command line. */
+  overrides?: string[];
+  /** Skip initialising tfjs (listing plugins needs no engine). */
+  skipEngine?: boolean;
+  quiet?: boolean;
+}
+
+function lookup<T>(get: (name: string) => T, names: () => string[], name: string, key: string): T {
+  try {
+    return get(name);
+  } catch {
+    throw new InputError(`${key}: unknown '${name}'; available: ${names().join(', ')}`);
+  }
+}
+
+/** The core bindings: every role the trainer needs, as singletons. */
+export function coreModule(config: Config, requirements: RunRequirements, registry: AlgorithmRegistry, engine?: EngineInfo): ContainerModule {
+  return new ContainerModule(({ bind }) => {
+    bind(TOKENS.Config).toConstantValue(config);
+    bind(TOKENS.Engine).toConstantValue(engine ?? { backend: 'none' });
+    bind(TOKENS.RunRequirements).toConstantValue(requirements);
+    bind(TOKENS.AlgorithmRegistry).toConstantValue(registry);
+    bind(TOKENS.Tokenizer)
+      .toDynamicValue(() => {
+        const dir = config.actor_rollout_ref.model.tokenizer_path ?? config.actor_rollout_ref.model.path;
+        if (!dir) throw new InputError('actor_rollout_ref.model.path is not set; point it at a Hugging Face model directory');
+        return TextTokenizer.load(dir);
+      })
+      .inSingletonScope();
+    bind(TOKENS.AdvantageEstimator).toConstantValue(
+      lookup(getAdvantageEstimator, advantageEstimatorNames, requirements.advEstimator, 'algorithm.adv_estimator'),
+    );
+    bind(TOKENS.PolicyLoss).toConstantValue(
+      lookup(getPolicyLoss, policyLossNames, config.actor_rollout_ref.actor.policy_loss, 'actor_rollout_ref.actor.policy_loss'),
+    );
+    bind(TOKENS.Actor).to(PPOActor).inSingletonScope();
+    bind(TOKENS.Worker).to(ActorRolloutRefWorker).inSingletonScope();
+    bind(TOKENS.Critic).to(ValueCritic).inSingletonScope();
+    bind(TOKENS.Trainer).to(RLTrainer).inSingletonScope();
+    bind(TOKENS.RewardManager).to(NaiveRewardManager).inSingletonScope();
+    bind(TOKENS.Dataset).to(PromptDataset).inSingletonScope();
+    bind(TOKENS.CheckpointStore).to(LocalCheckpointStore).inSingletonScope();
+    bind(TOKENS.MetricsSink).to(JsonlMetricsSink).inSingletonScope();
+    bind(TOKENS.MetricsSink).to(ConsoleMetricsSink).inSingletonScope();
+  });
+}
+
+/** Reads the plugin manifests a config names (paths are relative to the config file). */
+export function readPluginManifests(entries: string[], configFile: string): PluginManifest[] {
+  const baseDir = path.dirname(path.resolve(configFile));
+  const manifests = entries.map((entry) => readManifest(locateManifest(entry, baseDir), HOST_VERSION, OVERRIDABLE_BINDINGS));
+  const seen = new Set<string>();
+  for (const m of manifests) {
+    if (seen.has(m.name)) throw new InputError(`${m.file}: plugin '${m.name}' is registered twice`);
+    seen.add(m.name);
+  }
+  return manifests;
+}
+
+/** Reads a config file, loads its plugins and builds the container. */
+export async function createHost(configFile: string, options: HostOptions = {}): Promise<Host> {
+  const user = readConfigFile(configFile);
+  const overrides = options.overrides ?? [];
+  // Plugin entries in the file are relative to it; on the command line, to the working directory.
+  const pluginOverride = overrides.find((o) => o.startsWith('plugins='));
+  const pluginEntries = pluginOverride
+    ? resolvePluginOverride(pluginOverride).map((e) => (e.startsWith('.') ? path.resolve(e) : e))
+    : ([] as string[]).concat((user.plugins as string[] | string | undefined) ?? []);
+  const plugins = readPluginManifests(pluginEntries, configFile);
+  const config = resolveConfig({
+    user,
+    userFile: configFile,
+    overrides,
+    pluginDefaults: plugins.map((p) => ({ source: p.file, defaults: p.defaults })),
+  });
+  // Recorded as absolute manifest paths so a saved config finds the same plugins from anywhere.
+  config.plugins = plugins.map((p) => p.file);
+  const registry = new AlgorithmRegistry();
+  plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
+  const requirements = runRequirements(config, registry);
+  const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend as BackendChoice, { quiet: options.quiet });
+  const container = new Container({ defaultScope: 'Singleton' });
+  await container.loadAsync(coreModule(config, requirements, registry, engine));
+  for (const manifest of plugins) await container.loadAsync(await importPluginModule(manifest, { config, manifest }));
+  return { container, config, plugins, registry, requirements, engine };
+}
+
+function resolvePluginOverride(arg: string): string[] {
+  const value = arg.slice('plugins='.length).trim();
+  if (value.startsWith('[')) return value.slice(1, -1).split(',').map((s) => s.trim()).filter(Boolean);
+  return value ? [value] : [];
+}

@@ -1,0 +1,49 @@
+// Importing a plugin's entry module and getting the ContainerModule it provides.
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { ContainerModule } from 'inversify';
+import type { Config } from '../config/load.js';
+import { InputError } from '../errors.js';
+import type { PluginManifest } from './manifest.js';
+
+export interface PluginContext {
+  config: Config;
+  manifest: PluginManifest;
+}
+
+/** What an entry's default export may be: a module, or a factory given the resolved config. */
+export type PluginEntry = ContainerModule | ((context: PluginContext) => ContainerModule | Promise<ContainerModule>);
+
+// When the host itself runs from TypeScript sources (tsx), a plugin's TypeScript entry is imported so
+// both share one copy of the host's modules; compiled hosts import the compiled entry.
+const HOST_RUNS_FROM_SOURCE = import.meta.url.endsWith('.ts');
+
+function entryFile(manifest: PluginManifest): string {
+  const dir = path.dirname(manifest.file);
+  const preferred = HOST_RUNS_FROM_SOURCE && manifest.source ? [manifest.source, manifest.entry] : [manifest.entry, manifest.source];
+  for (const candidate of preferred) {
+    if (candidate && fs.existsSync(path.resolve(dir, candidate))) return path.resolve(dir, candidate);
+  }
+  throw new InputError(`${manifest.file}: entry '${manifest.entry}' not found${manifest.source ? ` (nor source '${manifest.source}')` : ''}`);
+}
+
+function isContainerModule(value: unknown): value is ContainerModule {
+  return typeof value === 'object' && value !== null && typeof (value as { load?: unknown }).load === 'function';
+}
+
+export async function importPluginModule(manifest: PluginManifest, context: PluginContext): Promise<ContainerModule> {
+  const file = entryFile(manifest);
+  let imported: { default?: unknown };
+  try {
+    imported = (await import(pathToFileURL(file).href)) as { default?: unknown };
+  } catch (e) {
+    throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}`);
+  }
+  const entry = imported.default as PluginEntry | undefined;
+  const module = typeof entry === 'function' ? await entry(context) : entry;
+  if (!isContainerModule(module)) {
+    throw new InputError(`${manifest.file}: entry ${file} provides no ContainerModule (its default export must be one, or a function returning one)`);
+  }
+  return module;
+}

@@ -1,0 +1,101 @@
+// plugin.json: what a plugin is, which host versions it supports, its entry module, the algorithms
+// it contributes, the bindings it overrides and its config defaults.
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import semver from 'semver';
+import type { ConfigTree } from '../config/defaults.js';
+import { isTree } from '../config/load.js';
+import { InputError } from '../errors.js';
+import type { AlgorithmSpec } from './algorithms.js';
+
+export interface PluginManifest {
+  name: string;
+  version: string;
+  /** Supported host versions, a semver range such as ^0.1.0. */
+  host: string;
+  /** The compiled entry module (used when the host runs compiled). */
+  entry: string;
+  /** The TypeScript entry (used when the host runs from source, e.g. under tsx). */
+  source?: string;
+  algorithms: AlgorithmSpec[];
+  /** Names of the host bindings the plugin may rebind (TOKENS keys). */
+  overrides: string[];
+  defaults: ConfigTree;
+  description?: string;
+  /** Absolute path of the plugin.json this came from. */
+  file: string;
+}
+
+/** Finds plugin.json for a `plugins:` entry: a path (relative to the config file) or a package name. */
+export function locateManifest(entry: string, baseDir: string): string {
+  const candidates = [path.resolve(baseDir, entry), path.resolve(baseDir, entry, 'plugin.json')];
+  for (const file of candidates) if (fs.existsSync(file) && fs.statSync(file).isFile()) return file;
+  if (!entry.startsWith('.') && !path.isAbsolute(entry)) {
+    try {
+      return createRequire(path.join(baseDir, 'noop.js')).resolve(`${entry}/plugin.json`);
+    } catch {
+      // fall through to the error below
+    }
+  }
+  throw new InputError(`plugins: '${entry}' is neither a plugin.json file, a directory holding one, nor an installed package with one`);
+}
+
+function field<T>(raw: Record<string, unknown>, key: string, file: string, check: (v: unknown) => boolean, want: string): T {
+  const value = raw[key];
+  if (value === undefined) throw new InputError(`${file}: field '${key}' is missing (${want})`);
+  if (!check(value)) throw new InputError(`${file}: field '${key}' must be ${want}; got ${JSON.stringify(value)}`);
+  return value as T;
+}
+
+const isString = (v: unknown) => typeof v === 'string' && v.length > 0;
+
+/** Reads and validates a plugin.json; every message names the file and the field. */
+export function readManifest(file: string, hostVersion: string, knownBindings: string[]): PluginManifest {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new InputError(`${file}: not a readable JSON plugin manifest (${(e as Error).message})`);
+  }
+  if (!isTree(raw)) throw new InputError(`${file}: a plugin manifest must be a JSON object`);
+  const name = field<string>(raw, 'name', file, isString, 'a non-empty string');
+  const version = field<string>(raw, 'version', file, (v) => typeof v === 'string' && semver.valid(v) !== null, 'a semver version');
+  const host = field<string>(raw, 'host', file, (v) => typeof v === 'string' && semver.validRange(v) !== null, 'a semver range of supported host versions');
+  if (!semver.satisfies(hostVersion, host)) {
+    throw new InputError(`${file}: plugin '${name}' supports host ${host}; this host is ${hostVersion}`);
+  }
+  const entry = field<string>(raw, 'entry', file, isString, 'the path of the entry module');
+  const source = raw.source === undefined ? undefined : field<string>(raw, 'source', file, isString, 'the path of the TypeScript entry');
+  const algorithmsRaw = field<unknown[]>(raw, 'algorithms', file, Array.isArray, 'a list of algorithms');
+  const algorithms = algorithmsRaw.map((a, i): AlgorithmSpec => {
+    const where = `${file}: algorithms[${i}]`;
+    if (!isTree(a)) throw new InputError(`${where} must be an object`);
+    const spec = a as Record<string, unknown>;
+    const get = <T>(key: string, check: (v: unknown) => boolean, want: string) => field<T>(spec, key, where, check, want);
+    return {
+      name: get<string>('name', isString, 'a non-empty string'),
+      advEstimator: get<string>('adv_estimator', isString, 'an advantage estimator name'),
+      needsReference: get<boolean>('needs_reference_policy', (v) => typeof v === 'boolean', 'true or false'),
+      description: typeof spec.description === 'string' ? spec.description : '',
+      source: name,
+    };
+  });
+  const overrides = field<string[]>(raw, 'overrides', file, (v) => Array.isArray(v) && v.every(isString), 'a list of binding names');
+  for (const binding of overrides) {
+    if (!knownBindings.includes(binding)) throw new InputError(`${file}: overrides names unknown binding '${binding}'; bindings: ${knownBindings.join(', ')}`);
+  }
+  const defaults = raw.defaults === undefined ? {} : field<ConfigTree>(raw, 'defaults', file, isTree, 'an object of config defaults');
+  return {
+    name,
+    version,
+    host,
+    entry,
+    source,
+    algorithms,
+    overrides,
+    defaults,
+    description: typeof raw.description === 'string' ? raw.description : undefined,
+    file,
+  };
+}

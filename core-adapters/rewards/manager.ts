@@ -1,0 +1,73 @@
+// The naive reward manager (verl's NaiveRewardManager): decode each response, score it by its
+// data_source (or with the configured custom scorer), and put the score on the last valid token.
+import { inject, injectable } from 'inversify';
+import type { Batch } from '../batch.js';
+import type { Config } from '../config/load.js';
+import type { Metrics, RewardManager, RewardResult } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import type { TextTokenizer } from '../model/tokenizer.js';
+import { TOKENS } from '../tokens.js';
+import { defaultScorer, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
+
+@injectable()
+export class NaiveRewardManager implements RewardManager {
+  private custom?: Scorer;
+
+  constructor(
+    @inject(TOKENS.Config) private readonly config: Config,
+    @inject(TOKENS.Tokenizer) private readonly tokenizer: TextTokenizer,
+  ) {}
+
+  async init(): Promise<void> {
+    const { path, name } = this.config.custom_reward_function;
+    if (path) this.custom = await loadCustomScorer(path, name);
+  }
+
+  private scorerFor(dataSource: string): Scorer {
+    const scorer = this.custom ?? defaultScorer(dataSource);
+    if (!scorer) {
+      throw new InputError(`no scorer for data_source '${dataSource}'; set custom_reward_function.path (built in: countdown, gsm8k, math)`);
+    }
+    return scorer;
+  }
+
+  /** Response texts without padding or special tokens. */
+  decodeResponses(batch: Batch): string[] {
+    const responses = batch.tensor('responses');
+    const mask = batch.tensor('response_mask').data;
+    const R = responses.shape[1];
+    return Array.from({ length: batch.size }, (_, b) => {
+      const ids: number[] = [];
+      for (let t = 0; t < R; t++) if (mask[b * R + t]) ids.push(responses.data[b * R + t]);
+      return this.tokenizer.decode(ids, true);
+    });
+  }
+
+  compute(batch: Batch): RewardResult {
+    const texts = this.decodeResponses(batch);
+    const mask = batch.tensor('response_mask').data;
+    const R = batch.tensor('responses').shape[1];
+    const sources = batch.column<string>('data_source');
+    const truths = batch.column('ground_truth');
+    const infos = batch.column<Record<string, unknown>>('extra_info');
+    const kwargs = this.config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
+    const tokenLevelScores = new Float32Array(batch.size * R);
+    const scores: number[] = [];
+    const correct: boolean[] = [];
+    const extraSums = new Map<string, number>();
+    texts.forEach((text, b) => {
+      const result = scoreValue(this.scorerFor(sources[b])(text, truths[b], { ...infos[b], ...(kwargs[sources[b]] ?? {}) }));
+      scores.push(result.score);
+      correct.push(typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0);
+      for (const [k, v] of Object.entries(result.extras)) {
+        if (typeof v === 'number' || typeof v === 'boolean') extraSums.set(k, (extraSums.get(k) ?? 0) + Number(v));
+      }
+      let last = -1;
+      for (let t = 0; t < R; t++) if (mask[b * R + t]) last = t;
+      if (last >= 0) tokenLevelScores[b * R + last] = result.score;
+    });
+    const metrics: Metrics = {};
+    for (const [k, sum] of extraSums) metrics[`reward/${k}/mean`] = sum / Math.max(1, batch.size);
+    return { tokenLevelScores, scores, correct, metrics };
+  }
+}

@@ -1,0 +1,114 @@
+// Math scoring in the manner of verl's reward_score/math_dapo.py (after Minerva / lm-eval-harness):
+// extract the final answer, normalise it and the ground truth the same way, compare strings; +1 / -1.
+import { InputError } from '../errors.js';
+import { lastCharacters } from './text.js';
+import type { GradedAnswer } from './types.js';
+
+/**
+ * 'auto': the later of the last \boxed{...} and the last "Answer: ..." line, normalised.
+ * 'minerva': only "Answer: ..." (verl's default path). 'strict_box': only \boxed{...}, compared to the
+ * ground truth without normalisation (verl's strict_box_verify).
+ */
+export type MathMethod = 'auto' | 'minerva' | 'strict_box';
+
+export interface MathScoreOptions {
+  method?: MathMethod;
+}
+
+/** What verl reports as the prediction when no answer can be extracted. */
+export const INVALID_ANSWER = '[INVALID]';
+
+/** The content of the last \boxed{...} with balanced braces, and where it starts; undefined if none closes. */
+export function lastBoxed(text: string): { content: string; start: number } | undefined {
+  const opener = '\\boxed{';
+  const start = text.lastIndexOf(opener);
+  if (start < 0) return undefined;
+  let depth = 0;
+  for (let i = start + opener.length - 1; i < text.length; i++) {
+    if (text[i] === '{') depth++;
+    else if (text[i] === '}' && --depth === 0) return { content: text.slice(start + opener.length, i), start };
+  }
+  return undefined;
+}
+
+/** The last "Answer: ..." (case-insensitive, to the end of its line) and where it starts. */
+function lastAnswerLine(text: string): { content: string; start: number } | undefined {
+  const matches = [...text.matchAll(/Answer\s*:\s*([^\n]+)/gi)];
+  const last = matches[matches.length - 1];
+  return last ? { content: last[1], start: last.index } : undefined;
+}
+
+// Applied in order, as plain (non-regex) replacements of every occurrence.
+const SUBSTITUTIONS: [string, string][] = [
+  ['an ', ''],
+  ['a ', ''],
+  ['.$', '$'],
+  ['\\$', ''],
+  ['\\ ', ''],
+  [' ', ''],
+  ['mbox', 'text'],
+  [',\\text{and}', ','],
+  ['\\text{and}', ','],
+  ['\\text{m}', '\\text{}'],
+];
+
+// Units, filler words and TeX spacing that do not change the answer.
+const REMOVED_EXPRESSIONS = [
+  'square', 'ways', 'integers', 'dollars', 'mph', 'inches', 'hours', 'km', 'units', '\\ldots', 'sue',
+  'points', 'feet', 'minutes', 'digits', 'cents', 'degrees', 'cm', 'gm', 'pounds', 'meters', 'meals',
+  'edges', 'students', 'childrentickets', 'multiples', '\\text{s}', '\\text{.}', '\\text{\ns}',
+  '\\text{}^2', '\\text{}^3', '\\text{\n}', '\\text{}', '\\mathrm{th}', '^\\circ', '^{\\circ}', '\\;',
+  ',\\!', '{,}', '"', '\\dots',
+];
+
+/**
+ * Normalises a final answer the way math_dapo's normalize_final_answer does: keep what follows the
+ * last '=', drop units and spacing, unwrap $...$, \text{}, \textbf{}, \overline{} and \boxed{},
+ * expand \frac12 and \sqrt2 shorthand, and drop thousands separators from plain integers.
+ * ([^\n] stands for Python's '.', which does not match a newline.)
+ */
+export function normalizeFinalAnswer(answer: string): string {
+  let text = answer.split('=').at(-1)!;
+  for (const [before, after] of SUBSTITUTIONS) text = text.replaceAll(before, after);
+  for (const expression of REMOVED_EXPRESSIONS) text = text.replaceAll(expression, '');
+
+  text = text.replace(/([^\n]*?)\$([^\n]*?)\$([^\n]*)/g, (_match, _before, inner: string) => `$${inner}$`);
+  text = text.replace(/\\text\{([^\n]*?)\}/g, (_match, inner: string) => inner);
+  text = text.replace(/\\textbf\{([^\n]*?)\}/g, (_match, inner: string) => inner);
+  text = text.replace(/\\overline\{([^\n]*?)\}/g, (_match, inner: string) => inner);
+  text = text.replace(/\\boxed\{([^\n]*)\}/g, (_match, inner: string) => inner);
+
+  text = text.replace(/frac([^{])([^\n])/g, (_match, numerator: string, denominator: string) => `frac{${numerator}}{${denominator}}`);
+  text = text.replace(/sqrt([^{])/g, (_match, radicand: string) => `sqrt{${radicand}}`);
+  text = text.replaceAll('$', '');
+
+  if (/^\p{Nd}+$/u.test(text.replaceAll(',', ''))) text = text.replaceAll(',', '');
+  return text.trim();
+}
+
+function groundTruthText(groundTruth: unknown): string {
+  if (typeof groundTruth === 'string') return groundTruth;
+  if (typeof groundTruth === 'number' && Number.isFinite(groundTruth)) return String(groundTruth);
+  throw new InputError(`math ground_truth must be a string or a number (got ${JSON.stringify(groundTruth)})`);
+}
+
+/** +1 when the extracted answer matches the ground truth, else -1: `{ score, acc, pred }`. */
+export function scoreMath(solution: string, groundTruth: unknown, options: MathScoreOptions = {}): GradedAnswer {
+  const truth = groundTruthText(groundTruth);
+  const method = options.method ?? 'auto';
+  // The longest MATH-500 answer is 159 characters; verl looks at the last 300 only.
+  const tail = lastCharacters(solution, 300);
+
+  if (method === 'strict_box') {
+    const boxed = lastBoxed(lastCharacters(tail, 100));
+    const acc = boxed !== undefined && boxed.content === truth;
+    return { score: acc ? 1 : -1, acc, pred: boxed?.content ?? '' };
+  }
+
+  const answerLine = lastAnswerLine(tail);
+  const boxed = method === 'auto' ? lastBoxed(tail) : undefined;
+  const extracted = boxed && (!answerLine || boxed.start > answerLine.start) ? boxed : answerLine;
+  const pred = normalizeFinalAnswer(extracted?.content ?? INVALID_ANSWER);
+  const acc = pred === normalizeFinalAnswer(truth);
+  return { score: acc ? 1 : -1, acc, pred };
+}

@@ -1,0 +1,19 @@
+// verl's scoring convention: compute_score(data_source, solution_str, ground_truth, extra_info)
+// returns a number or a dict with 'score' plus extra metrics.
+
+export type ScoreExtra = number | string | boolean;
+export type ScoreResult = number | { score: number; [extra: string]: ScoreExtra };
+
+/**
+ * Scores one decoded response against its row's ground truth. Built-in scorers are already chosen
+ * by data source and ignore `dataSource`; custom (verl-shaped) functions receive it first.
+ */
+export type Scorer = (solution: string, groundTruth: unknown, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult;
+
+/** What a response was scored as: its score, whether it is correct, and the answer extracted from it. */
+export interface GradedAnswer {
+  score: number;
+  acc: boolean;
+  pred: string;
+  [extra: string]: ScoreExtra;
+}

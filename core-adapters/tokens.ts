@@ -1,0 +1,44 @@
+// Dependency-injection identifiers, one per role. Symbol.for keeps them identical across copies of
+// this module (a plugin compiled against the published package still names the same bindings).
+export const TOKENS = {
+  Config: Symbol.for('flowrl.Config'),
+  Engine: Symbol.for('flowrl.Engine'),
+  Tokenizer: Symbol.for('flowrl.Tokenizer'),
+  /** The actor-rollout-ref worker: sampling, log-probs, the reference policy, actor updates. */
+  Worker: Symbol.for('flowrl.Worker'),
+  /** The policy-update role; the worker hands it the model it builds. */
+  Actor: Symbol.for('flowrl.Actor'),
+  Critic: Symbol.for('flowrl.Critic'),
+  Trainer: Symbol.for('flowrl.Trainer'),
+  RewardManager: Symbol.for('flowrl.RewardManager'),
+  /** The advantage estimator function named by the algorithm (registry lookup). */
+  AdvantageEstimator: Symbol.for('flowrl.AdvantageEstimator'),
+  /** The policy-loss function named by actor.policy_loss (registry lookup). */
+  PolicyLoss: Symbol.for('flowrl.PolicyLoss'),
+  /** Contribution point: per-token reward shaping after scoring (multiInject). */
+  RewardShaper: Symbol.for('flowrl.RewardShaper'),
+  /** Contribution point: where metrics go (multiInject). */
+  MetricsSink: Symbol.for('flowrl.MetricsSink'),
+  CheckpointStore: Symbol.for('flowrl.CheckpointStore'),
+  Dataset: Symbol.for('flowrl.Dataset'),
+  /** What the run needs (advantage estimator, critic, reference), from algorithm.name. */
+  RunRequirements: Symbol.for('flowrl.RunRequirements'),
+  AlgorithmRegistry: Symbol.for('flowrl.AlgorithmRegistry'),
+} as const;
+
+export type TokenName = keyof typeof TOKENS;
+
+/** Bindings a plugin manifest may declare as overridden. */
+export const OVERRIDABLE_BINDINGS: TokenName[] = [
+  'Worker',
+  'Actor',
+  'Critic',
+  'Trainer',
+  'RewardManager',
+  'AdvantageEstimator',
+  'PolicyLoss',
+  'RewardShaper',
+  'MetricsSink',
+  'CheckpointStore',
+  'Dataset',
+];

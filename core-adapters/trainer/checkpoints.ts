@@ -1,0 +1,68 @@
+// Checkpoints under <default_local_dir>/checkpoints/global_step_N/, each written to a temporary
+// directory and renamed into place, so a write cut off part-way leaves the previous one usable.
+import fs from 'node:fs';
+import path from 'node:path';
+import { inject, injectable } from 'inversify';
+import type { Config } from '../config/load.js';
+import type { CheckpointInfo, CheckpointStore } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import { writeDirectoryAtomically } from '../model/checkpoint.js';
+import { TOKENS } from '../tokens.js';
+
+/** Written last inside every checkpoint: its presence marks the checkpoint complete. */
+export const TRAINER_STATE_FILE = 'trainer_state.json';
+
+const STEP_DIR = /^global_step_(\d+)$/;
+
+export function isCheckpoint(dir: string): boolean {
+  return fs.existsSync(path.join(dir, TRAINER_STATE_FILE));
+}
+
+@injectable()
+export class LocalCheckpointStore implements CheckpointStore {
+  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+
+  get root(): string {
+    return path.join(this.config.trainer.default_local_dir!, 'checkpoints');
+  }
+
+  save(step: number, write: (dir: string) => void): CheckpointInfo {
+    const dir = path.join(this.root, `global_step_${step}`);
+    writeDirectoryAtomically(dir, write);
+    this.prune();
+    return { step, dir };
+  }
+
+  private all(): CheckpointInfo[] {
+    if (!fs.existsSync(this.root)) return [];
+    return fs
+      .readdirSync(this.root)
+      .map((name) => ({ name, match: STEP_DIR.exec(name) }))
+      .filter(({ name, match }) => match && isCheckpoint(path.join(this.root, name)))
+      .map(({ name, match }) => ({ step: Number(match![1]), dir: path.join(this.root, name) }))
+      .sort((a, b) => a.step - b.step);
+  }
+
+  private prune(): void {
+    const keep = this.config.trainer.max_checkpoints_to_keep;
+    if (keep === null || keep <= 0) return;
+    const all = this.all();
+    for (const old of all.slice(0, Math.max(0, all.length - keep))) fs.rmSync(old.dir, { recursive: true, force: true });
+  }
+
+  latest(): CheckpointInfo | undefined {
+    return this.all().at(-1);
+  }
+
+  resumeTarget(): CheckpointInfo | undefined {
+    const mode = this.config.trainer.resume_mode;
+    if (mode === 'disable') return undefined;
+    if (mode === 'auto') return this.latest();
+    const dir = path.resolve(mode);
+    if (!isCheckpoint(dir)) {
+      throw new InputError(`trainer.resume_mode: '${mode}' is not a checkpoint directory (no ${TRAINER_STATE_FILE}); use auto, disable or a global_step_N path`);
+    }
+    const state = JSON.parse(fs.readFileSync(path.join(dir, TRAINER_STATE_FILE), 'utf8')) as { global_step: number };
+    return { step: state.global_step, dir };
+  }
+}

@@ -1,0 +1,119 @@
+// Supervised fine-tuning (verl's fsdp_sft_trainer, single process): next-token loss on the response
+// of each row given its prompt, rendered exactly as the RL dataset renders prompts. It makes the
+// tiny base policies that RL then improves.
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Config } from '../config/load.js';
+import { getPath } from '../config/load.js';
+import { renderPrompt } from '../data/dataset.js';
+import { readRows } from '../data/rows.js';
+import { InputError } from '../errors.js';
+import type { CausalLM } from '../model/causal-lm.js';
+import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
+import { readModelConfig } from '../model/config.js';
+import { packSequences } from '../model/logprobs.js';
+import { AdamW } from '../model/optim.js';
+import { TextTokenizer } from '../model/tokenizer.js';
+import { languageModelStep, maskedNll } from '../model/train-step.js';
+import * as tf from '@tensorflow/tfjs';
+import { Rng } from '../random.js';
+
+export interface SftExample {
+  prompt: number[];
+  response: number[];
+}
+
+/** Prompt and response token ids of rows that carry a response (eos appended to the response). */
+export async function readSftExamples(files: string[], config: Config, tokenizer: TextTokenizer): Promise<SftExample[]> {
+  const key = config.sft.response_key;
+  const eos = tokenizer.eosTokenId;
+  const out: SftExample[] = [];
+  for (const file of files) {
+    const rows = await readRows(file);
+    rows.forEach((row, i) => {
+      const response = getPath(row, key);
+      if (typeof response !== 'string' || response.length === 0) {
+        throw new InputError(`${file} row ${i + 1}: sft.response_key '${key}' holds no response text`);
+      }
+      const prompt = tokenizer.encode(renderPrompt(row, tokenizer));
+      const ids = tokenizer.encode(response);
+      if (eos !== undefined) ids.push(eos);
+      if (prompt.length > config.data.max_prompt_length || ids.length > config.data.max_response_length) return;
+      out.push({ prompt, response: ids });
+    });
+  }
+  return out;
+}
+
+function lossOn(model: CausalLM, examples: SftExample[], pad: number, batchSize: number): number {
+  let total = 0;
+  for (let start = 0; start < examples.length; start += batchSize) {
+    const part = examples.slice(start, start + batchSize);
+    const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
+    const loss = tf.tidy(() => maskedNll(model, seq));
+    total += loss.dataSync()[0] * part.length;
+    loss.dispose();
+  }
+  return total / Math.max(1, examples.length);
+}
+
+export interface SftResult {
+  outputDir: string;
+  steps: number;
+  trainLoss: number;
+  valLoss?: number;
+}
+
+export async function runSft(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<SftResult> {
+  const files = (v: string | string[] | null) => (v === null ? [] : Array.isArray(v) ? v : [v]);
+  const trainFiles = files(config.data.train_files);
+  if (!trainFiles.length) throw new InputError('data.train_files is not set; sft needs rows with responses');
+  const modelPath = config.actor_rollout_ref.model.path;
+  const tokenizerDir = config.actor_rollout_ref.model.tokenizer_path ?? modelPath;
+  if (!tokenizerDir) throw new InputError('set actor_rollout_ref.model.tokenizer_path (or model.path) for sft');
+  const tokenizer = TextTokenizer.load(tokenizerDir);
+  const sft = config.sft;
+  let model: CausalLM;
+  if (sft.init_config) {
+    const modelConfig = readModelConfig(sft.init_config);
+    if (tokenizer.vocabSize > modelConfig.vocabSize) {
+      throw new InputError(`${sft.init_config}: key 'vocab_size' is ${modelConfig.vocabSize} but the tokenizer has ${tokenizer.vocabSize} tokens`);
+    }
+    model = modelFromWeights(modelConfig, initWeights(modelConfig, config.trainer.seed));
+  } else {
+    if (!modelPath) throw new InputError('set actor_rollout_ref.model.path (a model to fine-tune) or sft.init_config (a config.json to start from)');
+    model = loadModel(modelPath);
+  }
+  const train = await readSftExamples(trainFiles, config, tokenizer);
+  const val = await readSftExamples(files(config.data.val_files), config, tokenizer);
+  if (train.length === 0) throw new InputError(`${trainFiles.join(', ')}: no usable sft rows within data.max_prompt_length / max_response_length`);
+  const pad = tokenizer.padTokenId ?? 0;
+  const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
+  const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
+  const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
+  const rng = new Rng(config.trainer.seed);
+  let order: SftExample[] = [];
+  let loss = NaN;
+  const started = Date.now();
+  log(`sft: ${train.length} examples, ${total} steps of ${sft.batch_size}`);
+  for (let step = 0; step < total; step++) {
+    if (step % stepsPerEpoch === 0) order = rng.shuffle([...train]);
+    const offset = (step % stepsPerEpoch) * sft.batch_size;
+    const part = order.slice(offset, offset + sft.batch_size);
+    optimizer.lr = sft.warmup_steps > 0 ? sft.lr * Math.min(1, (step + 1) / sft.warmup_steps) : sft.lr;
+    const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
+    loss = languageModelStep(model, optimizer, seq, sft.grad_clip);
+    if ((step + 1) % 50 === 0 || step + 1 === total) {
+      const seconds = (Date.now() - started) / 1000;
+      log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} (${seconds.toFixed(0)} s)`);
+    }
+  }
+  const valLoss = val.length ? lossOn(model, val, pad, sft.batch_size) : undefined;
+  if (valLoss !== undefined) log(`sft validation loss ${valLoss.toFixed(4)}`);
+  const outputDir = sft.output_dir ?? path.join(config.trainer.default_local_dir!, 'sft-model');
+  fs.mkdirSync(path.dirname(path.resolve(outputDir)), { recursive: true });
+  saveModel(model, outputDir, { tokenizer });
+  optimizer.dispose();
+  model.dispose();
+  return { outputDir, steps: total, trainLoss: loss, valLoss };
+}

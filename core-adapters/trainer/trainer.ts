@@ -1,0 +1,339 @@
+// The core RL trainer (verl's RayPPOTrainer.fit) for every algorithm: rollout, reward, old and
+// reference log-probs, values, advantages, critic and actor updates, validation, checkpoints.
+// Algorithms differ only through the bindings it is given.
+import fs from 'node:fs';
+import path from 'node:path';
+import { inject, injectable, multiInject, optional } from 'inversify';
+import type { AdvantageEstimator } from '../algorithms/advantages.js';
+import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController, type KlPenaltyType } from '../algorithms/kl.js';
+import { writeConfig, type Config } from '../config/load.js';
+import type {
+  CheckpointStore,
+  Critic,
+  DataPosition,
+  Dataset,
+  Metrics,
+  MetricsSink,
+  RewardManager,
+  RewardShaper,
+  SamplingSettings,
+  Trainer,
+  Worker,
+} from '../contracts/index.js';
+import type { RunRequirements } from '../plugins/algorithms.js';
+import { Rng } from '../random.js';
+import { TOKENS } from '../tokens.js';
+import { promptBatch } from '../workers/sequences.js';
+import { TRAINER_STATE_FILE } from './checkpoints.js';
+import { isRunAware } from './metrics.js';
+
+/** What a checkpoint needs besides the models to continue exactly where it stopped. */
+export interface TrainerState {
+  global_step: number;
+  data_position: DataPosition;
+  kl_coef: number;
+}
+
+function mean(values: ArrayLike<number>): number {
+  let total = 0;
+  for (let i = 0; i < values.length; i++) total += values[i];
+  return values.length ? total / values.length : 0;
+}
+
+/** Per-row sums of a [B, R] array over the mask, as plain numbers. */
+function rowSums(data: ArrayLike<number>, mask: ArrayLike<number>, rows: number): number[] {
+  const width = data.length / rows;
+  return Array.from({ length: rows }, (_, b) => {
+    let total = 0;
+    for (let t = 0; t < width; t++) total += data[b * width + t] * mask[b * width + t];
+    return total;
+  });
+}
+
+/** Masked mean over all valid tokens. */
+function maskedMean(data: ArrayLike<number>, mask: ArrayLike<number>): number {
+  let total = 0;
+  let count = 0;
+  for (let i = 0; i < data.length; i++) {
+    total += data[i] * mask[i];
+    count += mask[i];
+  }
+  return count ? total / count : 0;
+}
+
+/** A deterministic seed for step `step` of a run seeded `seed` (resume reproduces it). */
+export function stepSeed(seed: number, step: number): number {
+  return Math.floor(Rng.derive(seed, step).next() * 2 ** 31);
+}
+
+@injectable()
+export class RLTrainer implements Trainer {
+  protected klController?: KlController;
+  protected position: DataPosition = { epoch: 0, offset: 0 };
+  protected step = 0;
+
+  constructor(
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(TOKENS.Worker) protected readonly worker: Worker,
+    @inject(TOKENS.Critic) protected readonly critic: Critic,
+    @inject(TOKENS.Dataset) protected readonly dataset: Dataset,
+    @inject(TOKENS.RewardManager) protected readonly rewards: RewardManager,
+    @inject(TOKENS.AdvantageEstimator) protected readonly estimator: AdvantageEstimator,
+    @inject(TOKENS.RunRequirements) protected readonly requirements: RunRequirements,
+    @inject(TOKENS.CheckpointStore) protected readonly checkpoints: CheckpointStore,
+    @multiInject(TOKENS.MetricsSink) protected readonly sinks: MetricsSink[],
+    @multiInject(TOKENS.RewardShaper) @optional() protected readonly shapers: RewardShaper[] = [],
+  ) {}
+
+  get runDir(): string {
+    return this.config.trainer.default_local_dir!;
+  }
+
+  get totalSteps(): number {
+    const explicit = this.config.trainer.total_training_steps;
+    return explicit ?? this.config.trainer.total_epochs * this.dataset.stepsPerEpoch(this.config.data.train_batch_size);
+  }
+
+  /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
+  async setup(): Promise<void> {
+    await this.dataset.init();
+    await this.rewards.init?.();
+    await this.worker.init();
+    if (this.requirements.useCritic) await this.critic.init();
+    writeConfig(path.join(this.runDir, 'config.yaml'), this.config);
+    const kl = this.config.algorithm.kl_ctrl;
+    let klCoef = kl.kl_coef;
+    const target = this.checkpoints.resumeTarget();
+    if (target) {
+      const state = this.restore(target.dir);
+      klCoef = state.kl_coef;
+    }
+    this.klController = kl.type === 'adaptive' ? new AdaptiveKlController(klCoef, kl.target_kl, kl.horizon) : new FixedKlController(klCoef);
+  }
+
+  /** Loads data, scorers and the policy for a validation pass only. */
+  async setupForEvaluation(): Promise<void> {
+    await this.dataset.init();
+    await this.rewards.init?.();
+    await this.worker.init();
+  }
+
+  protected restore(dir: string): TrainerState {
+    this.worker.loadCheckpoint(dir);
+    if (this.requirements.useCritic) this.critic.loadCheckpoint(dir);
+    for (const shaper of this.shapers) shaper.loadCheckpoint?.(dir);
+    const state = JSON.parse(fs.readFileSync(path.join(dir, TRAINER_STATE_FILE), 'utf8')) as TrainerState;
+    this.step = state.global_step;
+    this.position = state.data_position;
+    return state;
+  }
+
+  protected saveCheckpoint(): void {
+    this.checkpoints.save(this.step, (dir) => {
+      this.worker.saveCheckpoint(dir);
+      if (this.requirements.useCritic) this.critic.saveCheckpoint(dir);
+      for (const shaper of this.shapers) shaper.saveCheckpoint?.(dir);
+      writeConfig(path.join(dir, 'config.yaml'), this.config);
+      const state: TrainerState = { global_step: this.step, data_position: this.position, kl_coef: this.klController?.value ?? 0 };
+      fs.writeFileSync(path.join(dir, TRAINER_STATE_FILE), JSON.stringify(state, null, 2) + '\n');
+    });
+  }
+
+  protected log(step: number, metrics: Metrics): void {
+    for (const sink of this.sinks) sink.log(step, metrics);
+  }
+
+  async fit(): Promise<Metrics> {
+    await this.setup();
+    const total = this.totalSteps;
+    const resumed = this.step > 0;
+    for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed });
+    let lastValidation: Metrics = {};
+    if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
+      lastValidation = this.validate();
+      this.log(0, lastValidation);
+    }
+    const { test_freq: testFreq, save_freq: saveFreq } = this.config.trainer;
+    while (this.step < total) {
+      this.step += 1;
+      const started = performance.now();
+      const metrics = this.trainStep();
+      const last = this.step === total;
+      if (this.dataset.val.length && ((testFreq > 0 && this.step % testFreq === 0) || last)) {
+        const t = performance.now();
+        lastValidation = this.validate();
+        Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });
+      }
+      if ((saveFreq > 0 && this.step % saveFreq === 0) || last) {
+        const t = performance.now();
+        this.saveCheckpoint();
+        metrics['timing_s/save_checkpoint'] = (performance.now() - t) / 1000;
+      }
+      metrics['timing_s/step'] = (performance.now() - started) / 1000;
+      metrics['training/global_step'] = this.step;
+      metrics['training/epoch'] = this.position.epoch;
+      this.log(this.step, metrics);
+    }
+    for (const sink of this.sinks) sink.close();
+    return lastValidation;
+  }
+
+  protected samplingSettings(seed: number): SamplingSettings {
+    const r = this.config.actor_rollout_ref.rollout;
+    return {
+      temperature: r.temperature,
+      topP: r.top_p,
+      topK: r.top_k,
+      greedy: r.temperature === 0,
+      maxNewTokens: this.config.data.max_response_length,
+      seed,
+    };
+  }
+
+  /** One training step; returns its metrics. */
+  protected trainStep(): Metrics {
+    const timing: Metrics = {};
+    const timed = <T>(name: string, f: () => T): T => {
+      const t = performance.now();
+      const out = f();
+      timing[`timing_s/${name}`] = (performance.now() - t) / 1000;
+      return out;
+    };
+    const stepStarted = performance.now();
+    const { prompts, next } = this.dataset.nextBatch(this.position, this.config.data.train_batch_size);
+    this.position = next;
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const promptsBatch = promptBatch(prompts, `s${this.step}`).repeat(n, true);
+    const batch = timed('gen', () => this.worker.generateSequences(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step))));
+    const B = batch.size;
+    const R = batch.tensor('responses').shape[1];
+    const mask = batch.tensor('response_mask').data as Float32Array;
+
+    const reward = timed('reward', () => this.rewards.compute(batch));
+    batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
+    const metrics: Metrics = { ...reward.metrics };
+
+    const old = timed('old_log_prob', () => this.worker.computeLogProb(batch));
+    batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
+    metrics['actor/entropy'] = maskedMean(old.entropy, mask);
+    if (this.requirements.useReference) {
+      batch.set('ref_log_prob', { shape: [B, R], data: timed('ref', () => this.worker.computeRefLogProb(batch)) });
+    }
+    if (this.requirements.useCritic) {
+      batch.set('values', { shape: [B, R], data: timed('values', () => this.critic.computeValues(batch)) });
+    }
+
+    const advantages = timed('adv', () => {
+      const tokenRewards = Float32Array.from(reward.tokenLevelScores);
+      for (const shaper of this.shapers) Object.assign(metrics, shaper.shape(batch, tokenRewards));
+      let rewards: Float32Array = tokenRewards;
+      if (this.config.algorithm.use_kl_in_reward) {
+        const penalised = applyKlPenalty(
+          tokenRewards,
+          old.logProbs,
+          batch.tensor('ref_log_prob').data as Float32Array,
+          mask,
+          B,
+          R,
+          this.config.algorithm.kl_penalty as KlPenaltyType,
+          this.klController!,
+        );
+        rewards = penalised.tokenRewards;
+        metrics['actor/reward_kl_penalty'] = penalised.meanKl;
+        metrics['actor/reward_kl_penalty_coeff'] = this.klController!.value;
+      }
+      batch.set('token_level_rewards', { shape: [B, R], data: rewards });
+      const a = this.config.algorithm;
+      return this.estimator({
+        batch: B,
+        length: R,
+        tokenRewards: rewards,
+        responseMask: mask,
+        values: this.requirements.useCritic ? (batch.tensor('values').data as Float32Array) : undefined,
+        groupIds: batch.column<string>('uid'),
+        gamma: a.gamma,
+        lam: a.lam,
+        normByStd: a.norm_adv_by_std_in_grpo,
+        epsilon: 1e-6,
+      });
+    });
+    batch.set('advantages', { shape: [B, R], data: advantages.advantages });
+    batch.set('returns', { shape: [B, R], data: advantages.returns });
+
+    if (this.requirements.useCritic) Object.assign(metrics, timed('update_critic', () => this.critic.updateCritic(batch)));
+    if (!this.requirements.useCritic || this.step > this.config.critic.warmup) {
+      Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch)));
+    }
+    for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
+
+    const lengths = rowSums(mask, mask, B);
+    const sequenceRewards = rowSums(batch.tensor('token_level_rewards').data, mask, B);
+    const promptTokens = (batch.tensor('attention_mask').data as Int32Array).reduce((s, v) => s + v, 0) - lengths.reduce((s, v) => s + v, 0);
+    const seconds = (performance.now() - stepStarted) / 1000;
+    Object.assign(metrics, timing, {
+      'critic/score/mean': mean(reward.scores),
+      'critic/score/max': Math.max(...reward.scores),
+      'critic/score/min': Math.min(...reward.scores),
+      'critic/accuracy': mean(reward.correct.map(Number)),
+      'critic/rewards/mean': mean(sequenceRewards),
+      'critic/advantages/mean': maskedMean(advantages.advantages, mask),
+      'critic/returns/mean': maskedMean(advantages.returns, mask),
+      'response_length/mean': mean(lengths),
+      'response_length/max': Math.max(...lengths),
+      'response_length/clip_ratio': mean(lengths.map((l) => Number(l >= R))),
+      'perf/throughput': (promptTokens + lengths.reduce((s, v) => s + v, 0)) / seconds,
+    });
+    if (this.requirements.useCritic) metrics['critic/values/mean'] = maskedMean(batch.tensor('values').data, mask);
+    batch.dispose();
+    return metrics;
+  }
+
+  /**
+   * Validation on the val split with rollout.val_kwargs: accuracy (mean correctness over the k
+   * samples), pass@k (a prompt counts when any sample is correct) and distinct correct responses
+   * per prompt.
+   */
+  validate(): Metrics {
+    const kw = this.config.actor_rollout_ref.rollout.val_kwargs;
+    const k = kw.n;
+    const greedy = !kw.do_sample || kw.temperature === 0;
+    const batch = promptBatch(this.dataset.val, 'val').repeat(k, true);
+    const generated = this.worker.generateSequences(batch, {
+      temperature: kw.temperature,
+      topP: kw.top_p,
+      topK: kw.top_k,
+      greedy,
+      maxNewTokens: this.config.data.max_response_length,
+      seed: stepSeed(this.config.trainer.seed, -1),
+    });
+    const reward = this.rewards.compute(generated);
+    const responses = generated.tensor('responses');
+    const mask = generated.tensor('response_mask').data;
+    const R = responses.shape[1];
+    const prompts = this.dataset.val.length;
+    let passed = 0;
+    let distinct = 0;
+    for (let p = 0; p < prompts; p++) {
+      const correctResponses = new Set<string>();
+      for (let s = 0; s < k; s++) {
+        const row = p * k + s;
+        if (!reward.correct[row]) continue;
+        const ids: number[] = [];
+        for (let t = 0; t < R; t++) if (mask[row * R + t]) ids.push(responses.data[row * R + t]);
+        correctResponses.add(ids.join(','));
+      }
+      if (correctResponses.size) passed += 1;
+      distinct += correctResponses.size;
+    }
+    const lengths = rowSums(mask, mask, generated.size);
+    generated.dispose();
+    return {
+      'val/accuracy': mean(reward.correct.map(Number)),
+      'val/pass@k': passed / prompts,
+      'val/k': k,
+      'val/distinct_correct': distinct / prompts,
+      'val/score/mean': mean(reward.scores),
+      'val/response_length/mean': mean(lengths),
+    };
+  }
+}

@@ -1,0 +1,150 @@
+// The actor-rollout-ref worker (verl's ActorRolloutRefWorker): it loads the policy, builds the module
+// it hands to the actor (subclasses attach heads here), keeps the frozen reference policy, samples
+// rollouts, and saves and restores all of it.
+import * as tf from '@tensorflow/tfjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { inject, injectable } from 'inversify';
+import type { Batch } from '../batch.js';
+import type { Config } from '../config/load.js';
+import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import type { CausalLM } from '../model/causal-lm.js';
+import {
+  loadModel,
+  loadOptimizerState,
+  loadParameters,
+  loadWeightsInto,
+  saveModel,
+  saveOptimizerState,
+  saveParameters,
+} from '../model/checkpoint.js';
+import { generate } from '../model/generate.js';
+import { scoreResponses } from '../model/logprobs.js';
+import { AdamW } from '../model/optim.js';
+import type { TextTokenizer } from '../model/tokenizer.js';
+import type { RunRequirements } from '../plugins/algorithms.js';
+import { TOKENS } from '../tokens.js';
+import { sequenceBatch, sequencesFromSamples } from './sequences.js';
+
+export const OPTIMIZER_FILE = 'optimizer.safetensors';
+
+@injectable()
+export class ActorRolloutRefWorker implements Worker {
+  module!: PolicyModule;
+  protected reference?: CausalLM;
+
+  constructor(
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(TOKENS.Actor) protected readonly actor: Actor,
+    @inject(TOKENS.Tokenizer) protected readonly tokenizer: TextTokenizer,
+    @inject(TOKENS.RunRequirements) protected readonly requirements: RunRequirements,
+  ) {}
+
+  protected get modelPath(): string {
+    const p = this.config.actor_rollout_ref.model.path;
+    if (!p) throw new InputError(`actor_rollout_ref.model.path is not set; point it at a Hugging Face model directory`);
+    return p;
+  }
+
+  async init(): Promise<void> {
+    const lm = loadModel(this.modelPath);
+    this.module = this.buildPolicyModule(lm);
+    this.actor.attach(this.module);
+    if (this.requirements.useReference) this.reference = loadModel(this.modelPath);
+  }
+
+  /** The module the actor trains: the LM, no heads, one AdamW over every parameter. Subclasses attach heads. */
+  protected buildPolicyModule(lm: CausalLM): PolicyModule {
+    const optim = this.config.actor_rollout_ref.actor.optim;
+    return {
+      lm,
+      heads: new Map(),
+      params: new Map(lm.params),
+      optimizer: new AdamW({ lr: optim.lr, betas: optim.betas as [number, number], eps: optim.eps, weightDecay: optim.weight_decay }),
+    };
+  }
+
+  get padTokenId(): number {
+    return this.tokenizer.padTokenId ?? 0;
+  }
+
+  /** Stop tokens: the model config's eos ids plus the tokenizer's eos token. */
+  stopTokenIds(): number[] {
+    const ids = new Set(this.module.lm.config.eosTokenIds);
+    const eos = this.tokenizer.eosTokenId;
+    if (eos !== undefined) ids.add(eos);
+    return [...ids];
+  }
+
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Batch {
+    const promptIds = prompts.column<number[]>('prompt_ids');
+    const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
+    const responses: number[][] = [];
+    for (let start = 0; start < promptIds.length; start += chunk) {
+      const part = promptIds.slice(start, start + chunk);
+      const { tokens } = generate(this.module.lm, part, {
+        maxNewTokens: sampling.maxNewTokens,
+        temperature: sampling.temperature,
+        topP: sampling.topP,
+        topK: sampling.topK,
+        greedy: sampling.greedy,
+        stopTokenIds: this.stopTokenIds(),
+        padTokenId: this.padTokenId,
+        seed: sampling.seed + start,
+      });
+      responses.push(...tokens);
+    }
+    const out = prompts.select([]);
+    for (const [key, tensor] of Object.entries(sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, this.padTokenId))) out.set(key, tensor);
+    return out;
+  }
+
+  computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array } {
+    const { logProbs, entropy } = this.actor.computeLogProb(batch, { withEntropy: true });
+    return { logProbs, entropy: entropy! };
+  }
+
+  computeRefLogProb(batch: Batch): Float32Array {
+    if (!this.reference) throw new Error('computeRefLogProb: this run has no reference policy');
+    const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
+    const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
+    const parts: number[] = [];
+    for (const part of batch.split(micro)) {
+      const lp = tf.tidy(() => scoreResponses(this.reference!, sequenceBatch(part), { temperature }).logProbs);
+      parts.push(...lp.dataSync());
+      lp.dispose();
+    }
+    return Float32Array.from(parts);
+  }
+
+  updateActor(batch: Batch): Metrics {
+    return this.actor.updatePolicy(batch);
+  }
+
+  saveCheckpoint(dir: string): void {
+    const actorDir = path.join(dir, 'actor');
+    this.exportModel(actorDir);
+    for (const [name, head] of this.module.heads) saveParameters(path.join(actorDir, `${name}.safetensors`), head.params);
+    saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer);
+  }
+
+  loadCheckpoint(dir: string): void {
+    const actorDir = path.join(dir, 'actor');
+    if (!fs.existsSync(actorDir)) throw new InputError(`${dir}: no actor/ directory; not a checkpoint`);
+    loadWeightsInto(this.module.lm, actorDir);
+    for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
+    loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params);
+  }
+
+  exportModel(dir: string): void {
+    saveModel(this.module.lm, dir, { tokenizer: this.tokenizer });
+  }
+
+  dispose(): void {
+    this.module?.lm.dispose();
+    this.module?.heads.forEach((h) => h.dispose());
+    this.module?.optimizer.dispose();
+    this.reference?.dispose();
+  }
+}

@@ -1,0 +1,143 @@
+// The critic (verl's DataParallelPPOCritic): a copy of the LM trunk with a scalar value head, read at
+// the state before each response token, trained with the clipped value loss.
+import * as tf from '@tensorflow/tfjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { inject, injectable } from 'inversify';
+import type { LossAggMode } from '../algorithms/policy-loss.js';
+import { computeValueLoss } from '../algorithms/value-loss.js';
+import { accumulateGradients, MetricAverager } from '../actor/ppo-actor.js';
+import type { Batch } from '../batch.js';
+import type { Config } from '../config/load.js';
+import type { Critic, Metrics } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import type { CausalLM } from '../model/causal-lm.js';
+import { linear } from '../engine/ops.js';
+import {
+  loadModel,
+  loadOptimizerState,
+  loadParameters,
+  loadWeightsInto,
+  saveModel,
+  saveOptimizerState,
+  saveParameters,
+  uniqueVariableName,
+} from '../model/checkpoint.js';
+import { positionsFromMask } from '../model/causal-lm.js';
+import type { SequenceBatch } from '../model/logprobs.js';
+import { AdamW, clipGradNorm, lossAndGradients } from '../model/optim.js';
+import { Rng } from '../random.js';
+import { TOKENS } from '../tokens.js';
+import { sequenceBatch } from './sequences.js';
+import { OPTIMIZER_FILE } from './actor-rollout-ref.js';
+
+export const VALUE_HEAD_FILE = 'value_head.safetensors';
+
+@injectable()
+export class ValueCritic implements Critic {
+  private lm!: CausalLM;
+  private params = new Map<string, tf.Variable>();
+  private optimizer!: AdamW;
+
+  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+
+  async init(): Promise<void> {
+    const source = this.config.critic.model.path ?? this.config.actor_rollout_ref.model.path;
+    if (!source) throw new InputError('critic.model.path and actor_rollout_ref.model.path are both unset');
+    this.lm = loadModel(source);
+    const H = this.lm.config.hiddenSize;
+    const rng = new Rng(this.config.trainer.seed);
+    const w = Float32Array.from({ length: H }, () => 0.02 * rng.normal());
+    this.params = new Map(this.lm.params);
+    tf.tidy(() => {
+      this.params.set('value_head.weight', tf.variable(tf.tensor2d(w, [H, 1]), true, uniqueVariableName('value_head.weight')));
+      this.params.set('value_head.bias', tf.variable(tf.zeros([1]), true, uniqueVariableName('value_head.bias')));
+    });
+    const o = this.config.critic.optim;
+    this.optimizer = new AdamW({ lr: o.lr, betas: o.betas as [number, number], eps: o.eps, weightDecay: o.weight_decay });
+  }
+
+  private headParams(): Map<string, tf.Variable> {
+    return new Map([...this.params].filter(([k]) => k.startsWith('value_head.')));
+  }
+
+  /** Values [B, R]: the value head on the state before each response token. */
+  private values(seq: SequenceBatch): tf.Tensor2D {
+    const { batch, promptLength: P, responseLength: R } = seq;
+    const H = this.lm.config.hiddenSize;
+    const out = this.lm.forward({ ids: seq.inputIds, batch, attentionMask: seq.attentionMask, positions: positionsFromMask(seq.attentionMask, batch) });
+    const states = out.hidden.reshape([batch, P + R, H]).slice([0, P - 1, 0], [batch, R, H]).reshape([batch * R, H]) as tf.Tensor2D;
+    const v = linear(states, this.params.get('value_head.weight') as tf.Variable<tf.Rank.R2>, this.params.get('value_head.bias') as tf.Variable<tf.Rank.R1>);
+    return v.reshape([batch, R]);
+  }
+
+  computeValues(batch: Batch): Float32Array {
+    const out: number[] = [];
+    for (const part of batch.split(this.config.critic.ppo_micro_batch_size)) {
+      const v = tf.tidy(() => this.values(sequenceBatch(part)));
+      out.push(...v.dataSync());
+      v.dispose();
+    }
+    return Float32Array.from(out);
+  }
+
+  updateCritic(batch: Batch): Metrics {
+    const cfg = this.config.critic;
+    const miniBatchSize = Math.max(1, cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n);
+    const averages = new MetricAverager();
+    const tensor = (b: Batch, key: string) => {
+      const t = b.tensor(key);
+      return tf.tensor2d(Float32Array.from(t.data), [t.shape[0], t.shape[1]]);
+    };
+    for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
+      for (const mini of batch.split(miniBatchSize)) {
+        const grads = new Map<string, tf.Tensor>();
+        for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
+          const { loss, grads: g } = lossAndGradients(() => {
+            const vpreds = this.values(sequenceBatch(micro));
+            const { loss: vf, clipfrac } = computeValueLoss(
+              vpreds,
+              tensor(micro, 'returns'),
+              tensor(micro, 'values'),
+              tensor(micro, 'response_mask'),
+              cfg.cliprange_value,
+              cfg.loss_agg_mode as LossAggMode,
+            );
+            averages.add({ 'critic/vf_loss': vf.dataSync()[0], 'critic/vf_clipfrac': clipfrac });
+            return tf.mul(vf, micro.size / mini.size);
+          }, this.params);
+          loss.dispose();
+          accumulateGradients(grads, g);
+        }
+        const norm = clipGradNorm(grads, cfg.grad_clip);
+        if (Number.isFinite(norm)) {
+          this.optimizer.apply(this.params, grads);
+          averages.add({ 'critic/grad_norm': norm });
+        }
+        tf.dispose([...grads.values()]);
+      }
+    }
+    return averages.result();
+  }
+
+  saveCheckpoint(dir: string): void {
+    const criticDir = path.join(dir, 'critic');
+    saveModel(this.lm, criticDir);
+    saveParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
+    saveOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer);
+  }
+
+  loadCheckpoint(dir: string): void {
+    const criticDir = path.join(dir, 'critic');
+    if (!fs.existsSync(criticDir)) throw new InputError(`${dir}: no critic/ directory, but this run trains a critic`);
+    loadWeightsInto(this.lm, criticDir);
+    loadParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
+    loadOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.params);
+  }
+
+  dispose(): void {
+    this.lm?.dispose();
+    tf.dispose([...this.headParams().values()]);
+    this.optimizer?.dispose();
+  }
+}

@@ -1,0 +1,174 @@
+// Import boundaries between the host and the plugin: core-adapters/ never imports plugin/, and
+// plugin/ reaches the host only through its public surface, core-adapters/index.ts.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import { ROOT } from './helpers.js';
+
+export interface SourceFile {
+  /** Absolute path. */
+  file: string;
+  text: string;
+}
+
+export interface Violation {
+  file: string;
+  specifier: string;
+  problem: string;
+}
+
+/** Module specifiers of static imports and re-exports (multi-line too), side-effect imports and import(). */
+export function importSpecifiers(text: string): string[] {
+  // Drop comments so prose that mentions "import ... from '...'" is not read as code. Line comments
+  // are only taken from the start of a line or after whitespace, which keeps 'https://...' strings.
+  const code = text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|\s)\/\/.*$/gm, '$1');
+  const patterns = [
+    /\b(?:import|export)\s+(?:type\s+)?[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*\(\s*['"`]([^'"`]+)['"`]\s*\)/g,
+  ];
+  const out: string[] = [];
+  for (const pattern of patterns) for (const match of code.matchAll(pattern)) out.push(match[1]);
+  return out;
+}
+
+const inside = (dir: string, file: string) => {
+  const rel = path.relative(dir, file);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+};
+
+/**
+ * The boundary rules for files under `root`: core-adapters/ must not import plugin/ (by a relative
+ * path or as flowrl/plugin); a relative import in plugin/ must stay in plugin/ or name exactly
+ * core-adapters/index.js.
+ */
+export function checkBoundaries(files: SourceFile[], root: string): Violation[] {
+  const coreDir = path.join(root, 'core-adapters');
+  const pluginDir = path.join(root, 'plugin');
+  const coreIndex = path.join(coreDir, 'index.js');
+  const violations: Violation[] = [];
+  for (const { file, text } of files) {
+    const inCore = inside(coreDir, file);
+    const inPlugin = inside(pluginDir, file);
+    if (!inCore && !inPlugin) continue;
+    for (const specifier of importSpecifiers(text)) {
+      const relative = specifier.startsWith('./') || specifier.startsWith('../');
+      const target = relative ? path.resolve(path.dirname(file), specifier) : undefined;
+      if (inCore) {
+        if ((target && inside(pluginDir, target)) || specifier === 'flowrl/plugin' || specifier.startsWith('flowrl/plugin/')) {
+          violations.push({ file, specifier, problem: 'core-adapters imports the plugin' });
+        }
+      } else if (target && !inside(pluginDir, target) && target !== coreIndex) {
+        const problem = inside(coreDir, target) ? 'plugin imports a core-adapters module other than index.js' : 'plugin imports a file outside plugin/';
+        violations.push({ file, specifier, problem });
+      }
+    }
+  }
+  return violations;
+}
+
+function tsFiles(dir: string): string[] {
+  if (!fs.existsSync(dir)) return [];
+  return (fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }) as string[])
+    .filter((name) => name.endsWith('.ts'))
+    .map((name) => path.join(dir, name))
+    .sort();
+}
+
+describe('import boundaries', () => {
+  const coreFiles = tsFiles(path.join(ROOT, 'core-adapters'));
+  const pluginFiles = tsFiles(path.join(ROOT, 'plugin'));
+  const read = (file: string): SourceFile => ({ file, text: fs.readFileSync(file, 'utf8') });
+
+  it('finds the host sources', () => {
+    expect(coreFiles).to.include(path.join(ROOT, 'core-adapters', 'index.ts'));
+    expect(coreFiles.length).to.be.greaterThan(10);
+  });
+
+  it('core-adapters/ never imports plugin/', () => {
+    const violations = checkBoundaries(coreFiles.map(read), ROOT);
+    expect(violations.map((v) => `${path.relative(ROOT, v.file)}: '${v.specifier}' (${v.problem})`)).to.deep.equal([]);
+  });
+
+  it('plugin/ imports the host only through core-adapters/index.js', function () {
+    if (pluginFiles.length === 0) this.skip();
+    const violations = checkBoundaries(pluginFiles.map(read), ROOT);
+    expect(violations.map((v) => `${path.relative(ROOT, v.file)}: '${v.specifier}' (${v.problem})`)).to.deep.equal([]);
+  });
+
+  describe('the checker itself', () => {
+    const root = '/repo';
+    const core = (name: string, text: string): SourceFile => ({ file: path.join(root, 'core-adapters', name), text });
+    const plugin = (name: string, text: string): SourceFile => ({ file: path.join(root, 'plugin', name), text });
+    const specifiersOf = (violations: Violation[]) => violations.map((v) => v.specifier);
+
+    it('reads static, multi-line, type-only, side-effect, re-export and dynamic imports', () => {
+      const text = [
+        "import fs from 'node:fs';",
+        'import {',
+        '  a,',
+        '  type B,',
+        "} from '../x/a.js';",
+        "import type { C } from \"./c.js\";",
+        "import 'reflect-metadata';",
+        "export * from './d.js';",
+        'export {',
+        '  e,',
+        "} from './e.js';",
+        "export type { F } from './f.js';",
+        "const g = await import('./g.js');",
+        "// import { h } from './commented.js';",
+        "/* export * from './block-commented.js'; */",
+        "const url = 'https://example.com/x';",
+        "const items = Array.from('abc');",
+      ].join('\n');
+      expect(importSpecifiers(text)).to.have.members(['node:fs', '../x/a.js', './c.js', 'reflect-metadata', './d.js', './e.js', './f.js', './g.js']);
+    });
+
+    it('accepts allowed imports', () => {
+      const files = [
+        core('host.ts', "import { x } from './plugins/loader.js';\nimport { y } from 'inversify';"),
+        core('cli/main.ts', "import { z } from '../host.js';"),
+        plugin('index.ts', "import { Batch } from '../core-adapters/index.js';\nimport { ContainerModule } from 'inversify';\nexport * from './loss.js';"),
+        plugin('flowrl/loss.ts', "import type { Config } from '../../core-adapters/index.js';\nimport { helper } from '../util.js';"),
+        { file: path.join(root, 'test', 'x.test.ts'), text: "import '../core-adapters/batch.js';\nimport '../plugin/index.js';" },
+      ];
+      expect(checkBoundaries(files, root)).to.deep.equal([]);
+    });
+
+    it('detects core-adapters importing the plugin', () => {
+      const violations = checkBoundaries(
+        [
+          core('host.ts', "import { flow } from '../plugin/index.js';"),
+          core('cli/main.ts', "const m = await import('../../plugin/flowrl/actor.js');"),
+          core('trainer/x.ts', "export { thing } from 'flowrl/plugin';"),
+        ],
+        root,
+      );
+      expect(specifiersOf(violations)).to.deep.equal(['../plugin/index.js', '../../plugin/flowrl/actor.js', 'flowrl/plugin']);
+      expect(violations.every((v) => v.problem === 'core-adapters imports the plugin')).to.equal(true);
+    });
+
+    it('detects the plugin importing a deep core-adapters path or a file outside plugin/', () => {
+      const violations = checkBoundaries(
+        [
+          plugin('index.ts', "import {\n  Batch,\n} from '../core-adapters/batch.js';"),
+          plugin('flowrl/actor.ts', "export { PPOActor } from '../../core-adapters/actor/ppo-actor.js';"),
+          plugin('flowrl/z.ts', "const t = await import('../../core-adapters/tokens.js');"),
+          plugin('flowrl/w.ts', "import { h } from '../../test/helpers.js';"),
+          plugin('flowrl/v.ts', "import { i } from '../../core-adapters/index.ts.js';"),
+        ],
+        root,
+      );
+      expect(specifiersOf(violations)).to.deep.equal([
+        '../core-adapters/batch.js',
+        '../../core-adapters/actor/ppo-actor.js',
+        '../../core-adapters/tokens.js',
+        '../../test/helpers.js',
+        '../../core-adapters/index.ts.js',
+      ]);
+      expect(violations[0].problem).to.include('other than index.js');
+      expect(violations[3].problem).to.include('outside plugin/');
+    });
+  });
+});

@@ -1,0 +1,345 @@
+// Plugins: plugin.json manifests, their algorithms, defaults and container overrides, as the host
+// loads them (createHost without an engine) and as `flowrl plugins CONFIG` lists them.
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import {
+  buildTokenizer,
+  createHost,
+  HOST_VERSION,
+  InputError,
+  NaiveRewardManager,
+  OVERRIDABLE_BINDINGS,
+  TOKENS,
+  writeConfig,
+  type HostOptions,
+  type RewardManager,
+} from '../core-adapters/index.js';
+import { fixture, ROOT, tempDir } from './helpers.js';
+
+const TOY_DIR = fixture('plugins', 'toy');
+type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
+/**
+ * The toy plugin's ToyRewardManager, imported the way the host's loader imports the entry (by file
+ * URL). A static import would not do: mocha require()s spec files, so tsx compiles them to CommonJS,
+ * while the loader's import() gives the ES module, a second copy of the class.
+ */
+let ToyRewardManager: ToyModule['ToyRewardManager'];
+const NO_MODULE_DIR = fixture('plugins', 'no-module');
+const ASYNC_DIR = fixture('plugins', 'async-load');
+
+/** A valid manifest for plugins written into temporary directories (tests change one field). */
+const BASE_MANIFEST = {
+  name: 'tmp-plugin',
+  version: '1.0.0',
+  host: '>=0.0.0',
+  entry: 'dist/index.js',
+  source: 'index.ts',
+  algorithms: [] as unknown[],
+  overrides: [] as string[],
+};
+
+const work = tempDir('flowrl-plugins-');
+const tokenizerDir = path.join(work, 'tokenizer');
+let counter = 0;
+
+/** Writes a config file (YAML text) into a fresh directory and returns its path. */
+function writeYaml(text: string, name = 'config.yaml'): string {
+  const dir = path.join(work, `config-${++counter}`);
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, text);
+  return file;
+}
+
+/** A config using the given plugin entries (paths relative to the config's directory are made from absolute ones). */
+function configWith(pluginPaths: string[], extra = ''): string {
+  const dir = path.join(work, `config-${++counter}`);
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, 'config.yaml');
+  const entries = pluginPaths.map((p) => JSON.stringify(path.relative(dir, p).startsWith('.') ? path.relative(dir, p) : `./${path.relative(dir, p)}`));
+  fs.writeFileSync(file, `plugins: [${entries.join(', ')}]\nactor_rollout_ref:\n  model:\n    path: ${JSON.stringify(tokenizerDir)}\n${extra}`);
+  return file;
+}
+
+/** Writes a plugin.json (BASE_MANIFEST changed by `edit`) into a fresh directory; returns the manifest path. */
+function writeManifest(edit: (m: Record<string, unknown>) => void, raw?: string): string {
+  const dir = path.join(work, `plugin-${++counter}`);
+  fs.mkdirSync(dir, { recursive: true });
+  const manifest: Record<string, unknown> = structuredClone(BASE_MANIFEST);
+  edit(manifest);
+  const file = path.join(dir, 'plugin.json');
+  fs.writeFileSync(file, raw ?? JSON.stringify(manifest, null, 2));
+  return file;
+}
+
+/** createHost (no engine) must reject with an InputError whose message holds every fragment. */
+async function expectHostError(configFile: string, options: HostOptions, ...fragments: string[]): Promise<InputError> {
+  let thrown: unknown;
+  try {
+    await createHost(configFile, { skipEngine: true, ...options });
+  } catch (e) {
+    thrown = e;
+  }
+  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
+  const error = thrown as InputError;
+  for (const f of fragments) expect(error.message).to.include(f);
+  return error;
+}
+
+describe('plugins', () => {
+  before(async () => {
+    buildTokenizer({ characters: 'abc 0123456789' }).save(tokenizerDir);
+    ({ ToyRewardManager } = (await import(pathToFileURL(path.join(TOY_DIR, 'index.ts')).href)) as ToyModule);
+  });
+
+  describe('a plugin that contributes an algorithm and overrides a binding', () => {
+    it('binds its reward manager when its algorithm is selected', async () => {
+      const host = await createHost(configWith([TOY_DIR], 'algorithm:\n  name: toy\n'), { skipEngine: true });
+      const manager = host.container.get<RewardManager>(TOKENS.RewardManager);
+      expect(manager).to.be.instanceOf(ToyRewardManager);
+      expect(host.container.get(TOKENS.RewardManager), 'a singleton').to.equal(manager);
+      expect(host.requirements.algorithm.name).to.equal('toy');
+      expect(host.requirements.algorithm.source).to.equal('toy');
+      expect(host.requirements.advEstimator).to.equal('grpo');
+      expect(host.requirements.useCritic).to.equal(false);
+      expect(host.requirements.useReference).to.equal(false);
+      expect(host.plugins.map((p) => [p.name, p.version, p.file])).to.deep.equal([['toy', '0.2.0', path.join(TOY_DIR, 'plugin.json')]]);
+      expect(host.plugins[0].overrides).to.deep.equal(['RewardManager']);
+    });
+
+    it('changes nothing when another algorithm is selected', async () => {
+      const host = await createHost(configWith([TOY_DIR], 'algorithm:\n  name: grpo\n'), { skipEngine: true });
+      const manager = host.container.get<RewardManager>(TOKENS.RewardManager);
+      expect(manager).to.be.instanceOf(NaiveRewardManager);
+      expect(manager).to.not.be.instanceOf(ToyRewardManager);
+      expect(host.requirements.algorithm.source).to.equal('core');
+    });
+
+    it('is selected by a command-line override of algorithm.name too', async () => {
+      const host = await createHost(configWith([TOY_DIR]), { skipEngine: true, overrides: ['algorithm.name=toy'] });
+      expect(host.container.get(TOKENS.RewardManager)).to.be.instanceOf(ToyRewardManager);
+    });
+
+    it('registers its algorithm after the core ones', async () => {
+      const host = await createHost(configWith([TOY_DIR]), { skipEngine: true });
+      expect(host.registry.names()).to.deep.equal(['ppo', 'grpo', 'reinforce_plus_plus', 'toy']);
+      expect(host.container.get(TOKENS.AlgorithmRegistry)).to.equal(host.registry);
+      expect(host.registry.get('toy')).to.include({ advEstimator: 'grpo', needsReference: false, source: 'toy' });
+    });
+
+    it('adds its config section with its defaults, settable from the file and the command line', async () => {
+      const defaulted = await createHost(configWith([TOY_DIR]), { skipEngine: true });
+      expect(defaulted.config.toy).to.deep.equal({ bonus: 1 });
+      const fromFile = await createHost(configWith([TOY_DIR], 'toy:\n  bonus: 5\n'), { skipEngine: true });
+      expect(fromFile.config.toy).to.deep.equal({ bonus: 5 });
+      const fromCli = await createHost(configWith([TOY_DIR]), { skipEngine: true, overrides: ['toy.bonus=7'] });
+      expect(fromCli.config.toy).to.deep.equal({ bonus: 7 });
+      expect(fromCli.container.get(TOKENS.Config)).to.equal(fromCli.config);
+    });
+
+    it('rejects an unknown key in its section, and the section without the plugin', async () => {
+      const withPlugin = configWith([TOY_DIR], 'toy:\n  bonsu: 5\n');
+      await expectHostError(withPlugin, {}, withPlugin, "'toy.bonsu'", "did you mean 'toy.bonus'");
+      const withoutPlugin = writeYaml('toy:\n  bonus: 5\n');
+      await expectHostError(withoutPlugin, {}, withoutPlugin, "unknown key 'toy'");
+    });
+
+    it('is found from a path to its plugin.json as well as its directory', async () => {
+      const host = await createHost(configWith([path.join(TOY_DIR, 'plugin.json')], 'algorithm:\n  name: toy\n'), { skipEngine: true });
+      expect(host.container.get(TOKENS.RewardManager)).to.be.instanceOf(ToyRewardManager);
+    });
+
+    it('fails for an unknown algorithm.name, listing the available ones (the plugin’s included)', async () => {
+      const file = configWith([TOY_DIR], 'algorithm:\n  name: toyy\n');
+      await expectHostError(file, {}, 'algorithm.name', "'toyy'", 'ppo', 'grpo', 'reinforce_plus_plus', 'toy');
+      await expectHostError(configWith([]), { overrides: ['algorithm.name=toy'] }, "unknown algorithm 'toy'", 'available: ppo, grpo, reinforce_plus_plus');
+    });
+
+    it('may be registered from the command line (plugins=[...]) relative to the working directory', async () => {
+      const file = writeYaml('algorithm:\n  name: toy\n');
+      const relative = `./${path.relative(process.cwd(), TOY_DIR)}`;
+      const host = await createHost(file, { skipEngine: true, overrides: [`plugins=[${relative}]`] });
+      expect(host.plugins.map((p) => p.name)).to.deep.equal(['toy']);
+    });
+
+    it('is still found from the run’s written config.yaml (flowrl eval CHECKPOINT reads it)', async () => {
+      const host = await createHost(configWith([TOY_DIR], 'algorithm:\n  name: toy\n'), { skipEngine: true });
+      const written = path.join(work, `run-${++counter}`, 'checkpoints', 'global_step_1', 'config.yaml');
+      writeConfig(written, host.config);
+      const again = await createHost(written, { skipEngine: true });
+      expect(again.plugins.map((p) => p.name)).to.deep.equal(['toy']);
+      expect(again.container.get(TOKENS.RewardManager)).to.be.instanceOf(ToyRewardManager);
+    });
+  });
+
+  describe('a plugin whose default export is a ContainerModule with an asynchronous load', () => {
+    it('is loaded, and its rebinding takes effect', async () => {
+      const { AsyncRewardManager } = (await import(pathToFileURL(path.join(ASYNC_DIR, 'index.ts')).href)) as typeof import('./fixtures/plugins/async-load/index.js');
+      const host = await createHost(configWith([ASYNC_DIR]), { skipEngine: true });
+      expect(host.plugins.map((p) => p.name)).to.deep.equal(['async-load']);
+      expect(host.container.get(TOKENS.RewardManager)).to.be.instanceOf(AsyncRewardManager);
+    });
+  });
+
+  describe('manifest validation', () => {
+    /** A config registering one plugin.json; createHost must fail naming that file and the fragments. */
+    async function expectManifestError(manifestFile: string, ...fragments: string[]): Promise<void> {
+      await expectHostError(configWith([manifestFile]), {}, manifestFile, ...fragments);
+    }
+
+    it("names the file and 'name' when the name is missing", async () => {
+      await expectManifestError(
+        writeManifest((m) => delete m.name),
+        "field 'name'",
+        'missing',
+      );
+    });
+
+    it("names the file and 'entry' when the entry is missing", async () => {
+      await expectManifestError(
+        writeManifest((m) => delete m.entry),
+        "field 'entry'",
+      );
+    });
+
+    it("names the file and 'version' when the version is not semver", async () => {
+      await expectManifestError(
+        writeManifest((m) => (m.version = 'one')),
+        "field 'version'",
+        'semver',
+      );
+    });
+
+    it('names the file and the host range when it excludes this host', async () => {
+      await expectManifestError(
+        writeManifest((m) => (m.host = `<${HOST_VERSION}`)),
+        `<${HOST_VERSION}`,
+        `this host is ${HOST_VERSION}`,
+      );
+      await expectManifestError(
+        writeManifest((m) => (m.host = 'not a range!')),
+        "field 'host'",
+      );
+    });
+
+    it('accepts a host range that includes this host', async () => {
+      const file = writeManifest((m) => {
+        m.host = `^${HOST_VERSION}`;
+        m.source = path.join(TOY_DIR, 'index.ts');
+      });
+      const host = await createHost(configWith([file]), { skipEngine: true });
+      expect(host.plugins[0].host).to.equal(`^${HOST_VERSION}`);
+    });
+
+    it('names the file and the binding when overrides names an unknown binding', async () => {
+      await expectManifestError(
+        writeManifest((m) => (m.overrides = ['RewardManager', 'Frobnicator'])),
+        'overrides',
+        "'Frobnicator'",
+        OVERRIDABLE_BINDINGS[0],
+      );
+    });
+
+    it('names the file and the field of a bad algorithm entry', async () => {
+      await expectManifestError(
+        writeManifest((m) => (m.algorithms = [{ name: 'x', adv_estimator: 'grpo' }])),
+        'algorithms[0]',
+        "'needs_reference_policy'",
+      );
+      await expectManifestError(
+        writeManifest((m) => delete m.algorithms),
+        "field 'algorithms'",
+      );
+    });
+
+    it('names a plugin.json that is not JSON', async () => {
+      await expectManifestError(
+        writeManifest(() => undefined, '{ "name": "oops", '),
+        'not a readable JSON plugin manifest',
+      );
+    });
+
+    it('rejects an algorithm name that is already taken, naming both sources', async () => {
+      const taken = writeManifest((m) => (m.algorithms = [{ name: 'grpo', adv_estimator: 'grpo', needs_reference_policy: false }]));
+      await expectHostError(configWith([taken]), {}, "algorithm 'grpo'", 'tmp-plugin', 'core');
+      const clash = writeManifest((m) => (m.algorithms = [{ name: 'toy', adv_estimator: 'gae', needs_reference_policy: true }]));
+      await expectHostError(configWith([TOY_DIR, clash]), {}, "algorithm 'toy'", 'tmp-plugin', 'already provided by toy');
+    });
+
+    it('rejects the same plugin registered twice', async () => {
+      await expectHostError(configWith([TOY_DIR, path.join(TOY_DIR, 'plugin.json')]), {}, "plugin 'toy'", 'registered twice');
+    });
+
+    it('names the file when neither the entry nor the source exists', async () => {
+      const file = writeManifest(() => undefined);
+      await expectManifestError(file, "entry 'dist/index.js' not found", "source 'index.ts'");
+    });
+
+    it('names the file when the entry module provides no ContainerModule', async () => {
+      await expectManifestError(path.join(NO_MODULE_DIR, 'plugin.json'), 'provides no ContainerModule');
+    });
+
+    it('names a plugins: entry that does not exist', async () => {
+      const file = writeYaml('plugins: [./nowhere]\n');
+      await expectHostError(file, {}, 'plugins', "'./nowhere'");
+      const single = writeYaml('plugins: ./also-nowhere\n');
+      await expectHostError(single, {}, "'./also-nowhere'");
+    });
+  });
+
+  describe('flowrl plugins CONFIG', function () {
+    this.timeout(60_000);
+    interface Run {
+      status: number | null;
+      stdout: string;
+      stderr: string;
+    }
+    const MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
+    const runs: Record<string, Promise<Run>> = {};
+    let badManifest = '';
+
+    function flowrl(args: string[]): Promise<Run> {
+      return new Promise<Run>((resolve, reject) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, timeout: 60_000, env: process.env });
+        let stdout = '';
+        let stderr = '';
+        child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+        child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+        child.on('error', reject);
+        child.on('close', (status) => resolve({ status, stdout, stderr }));
+      });
+    }
+
+    const describeRun = (r: Run) => `exit ${r.status}\n--- stdout\n${r.stdout}--- stderr\n${r.stderr}`;
+
+    before(async () => {
+      badManifest = writeManifest((m) => (m.version = 'one'));
+      runs.good = flowrl(['plugins', configWith([TOY_DIR], 'algorithm:\n  name: toy\n')]);
+      runs.bad = flowrl(['plugins', configWith([TOY_DIR, badManifest])]);
+      await Promise.allSettled(Object.values(runs));
+    });
+
+    it('lists the plugin, its algorithm and its overrides, and exits 0', async () => {
+      const r = await runs.good;
+      expect(r.status, describeRun(r)).to.equal(0);
+      const lines = r.stdout.split('\n');
+      expect(lines[0]).to.equal('algorithms: ppo, grpo, reinforce_plus_plus, toy (selected: toy)');
+      expect(r.stdout).to.include(`toy 0.2.0 (host >=0.0.0) from ${path.join(TOY_DIR, 'plugin.json')}`);
+      expect(lines.find((l) => l.trim().startsWith('algorithms: toy')), describeRun(r)).to.include('toy [advantages grpo]');
+      expect(lines.find((l) => l.trim().startsWith('overrides:')), describeRun(r)).to.match(/overrides:\s+RewardManager$/);
+    });
+
+    it('exits 2 with one line naming the broken plugin.json and no stack trace', async () => {
+      const r = await runs.bad;
+      expect(r.status, describeRun(r)).to.equal(2);
+      expect(r.stdout, describeRun(r)).to.equal('');
+      expect(r.stderr).to.not.match(/^\s+at /m);
+      const lines = r.stderr.split('\n').filter((l) => l.trim() !== '');
+      expect(lines, describeRun(r)).to.have.length(1);
+      expect(lines[0]).to.include('flowrl plugins:').and.include(badManifest).and.include("field 'version'");
+    });
+  });
+});

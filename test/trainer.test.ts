@@ -1,0 +1,133 @@
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import YAML from 'yaml';
+import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
+import { fixture, ROOT, tempDir } from './helpers.js';
+
+const COUNTDOWN = fixture('countdown');
+
+/** A config for the tiny countdown task (test/fixtures/countdown, made by its make.ts). */
+function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
+  const config = {
+    data: {
+      train_files: path.join(COUNTDOWN, 'train.jsonl'),
+      val_files: path.join(COUNTDOWN, 'val.jsonl'),
+      train_batch_size: 8,
+      max_prompt_length: 32,
+      max_response_length: 16,
+    },
+    actor_rollout_ref: {
+      model: { path: path.join(COUNTDOWN, 'base-model') },
+      actor: { optim: { lr: 5e-4 }, ppo_mini_batch_size: 8, ppo_micro_batch_size: 64 },
+      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 4, temperature: 1.0, do_sample: true } },
+    },
+    critic: { optim: { lr: 1e-3 }, ppo_micro_batch_size: 64 },
+    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 3, progress: false },
+  };
+  const file = path.join(dir, 'config.yaml');
+  const merged = structuredClone(config) as Record<string, Record<string, unknown>>;
+  for (const [section, values] of Object.entries(extra)) merged[section] = { ...(merged[section] ?? {}), ...(values as object) };
+  fs.writeFileSync(file, YAML.stringify(merged));
+  return file;
+}
+
+function readMetrics(runDir: string): Record<string, number>[] {
+  return fs
+    .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, number>);
+}
+
+async function train(configFile: string, overrides: string[]): Promise<{ trainer: Trainer; worker: Worker }> {
+  const host = await createHost(configFile, { overrides, quiet: true });
+  const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+  expect(trainer.constructor).to.equal(RLTrainer);
+  await trainer.fit();
+  const worker = host.container.get<Worker>(TOKENS.Worker);
+  worker.dispose();
+  return { trainer, worker };
+}
+
+/** Metrics that depend on wall time, not on what was computed. */
+const isTiming = (key: string) => key.startsWith('timing_s/') || key === 'perf/throughput';
+
+function withoutTiming(m: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(m).filter(([k]) => !isTiming(k)));
+}
+
+describe('the core trainer on a tiny countdown task', function () {
+  this.timeout(300000);
+
+  for (const algorithm of ['grpo', 'reinforce_plus_plus', 'ppo']) {
+    it(`${algorithm}: one trainer class raises validation accuracy`, async () => {
+      const dir = tempDir();
+      const file = writeConfig(dir);
+      await train(file, [`algorithm.name=${algorithm}`, 'trainer.total_training_steps=30', 'trainer.test_freq=30']);
+      const metrics = readMetrics(path.join(dir, 'run'));
+      const before = metrics.find((m) => m.step === 0)!;
+      const after = metrics.find((m) => m.step === 30)!;
+      expect(before['val/accuracy']).to.be.a('number');
+      expect(after['val/accuracy'], `${algorithm}: ${before['val/accuracy']} -> ${after['val/accuracy']}`).to.be.greaterThan(before['val/accuracy'] + 0.05);
+      for (const key of ['critic/score/mean', 'response_length/mean', 'actor/pg_loss', 'actor/grad_norm', 'timing_s/step', 'perf/throughput']) {
+        expect(metrics.find((m) => m.step === 1), key).to.have.property(key);
+      }
+      if (algorithm === 'ppo') expect(metrics.find((m) => m.step === 1)).to.have.property('critic/vf_loss');
+    });
+  }
+
+  for (const algorithm of ['grpo', 'ppo']) {
+    it(`${algorithm}: stopping after step 2 and resuming gives the uninterrupted run's step 3 and 4`, async () => {
+      const common = [`algorithm.name=${algorithm}`, 'trainer.save_freq=2', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+      const whole = tempDir();
+      await train(writeConfig(whole), [...common, 'trainer.total_training_steps=4']);
+      const split = tempDir();
+      const file = writeConfig(split);
+      await train(file, [...common, 'trainer.total_training_steps=2']);
+      await train(file, [...common, 'trainer.total_training_steps=4']);
+      const a = readMetrics(path.join(whole, 'run'));
+      const b = readMetrics(path.join(split, 'run'));
+      expect(b.map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
+      for (const step of [3, 4]) {
+        expect(withoutTiming(b.find((m) => m.step === step)!)).to.deep.equal(withoutTiming(a.find((m) => m.step === step)!));
+      }
+    });
+  }
+
+  it('a checkpoint write cut off part-way leaves the previous checkpoint usable and the run resumable', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir);
+    const common = ['trainer.save_freq=2', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+    await train(file, [...common, 'trainer.total_training_steps=2']);
+    const host = await createHost(file, { overrides: common, quiet: true });
+    const store = host.container.get<LocalCheckpointStore>(TOKENS.CheckpointStore);
+    // A save that dies after writing part of its files, and the debris a killed process leaves.
+    expect(() =>
+      store.save(4, (tmp) => {
+        fs.writeFileSync(path.join(tmp, 'partial.bin'), 'x');
+        throw new Error('disk full');
+      }),
+    ).to.throw('disk full');
+    fs.mkdirSync(path.join(store.root, '.global_step_6.tmp-killed'), { recursive: true });
+    fs.mkdirSync(path.join(store.root, 'global_step_8'), { recursive: true }); // no trainer_state.json: incomplete
+    expect(store.latest()?.step).to.equal(2);
+    expect(fs.existsSync(path.join(store.root, 'global_step_4'))).to.equal(false);
+    await train(file, [...common, 'trainer.total_training_steps=3']);
+    expect(readMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3]);
+  });
+
+  it('flowrl train exits 2 naming a missing data file', () => {
+    const dir = tempDir();
+    const file = writeConfig(dir, { data: { train_files: 'nowhere/train.jsonl' } });
+    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'core-adapters/cli/main.ts'), 'train', file, 'engine.backend=wasm'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 120000,
+    });
+    expect(run.status).to.equal(2);
+    expect(run.stderr).to.include(path.join(dir, 'nowhere/train.jsonl'));
+    expect(run.stderr).to.not.match(/\n\s+at /);
+  });
+});
