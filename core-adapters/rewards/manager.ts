@@ -23,8 +23,14 @@ export class NaiveRewardManager implements RewardManager {
     if (path) this.custom = await loadCustomScorer(path, name);
   }
 
+  private readonly builtIn = new Map<string, Scorer | undefined>();
+
   private scorerFor(dataSource: string): Scorer {
-    const scorer = this.custom ?? defaultScorer(dataSource);
+    if (!this.custom && !this.builtIn.has(dataSource)) {
+      const kwargs = this.config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
+      this.builtIn.set(dataSource, defaultScorer(dataSource, kwargs[dataSource] ?? {}));
+    }
+    const scorer = this.custom ?? this.builtIn.get(dataSource);
     if (!scorer) {
       throw new InputError(`no scorer for data_source '${dataSource}'; set custom_reward_function.path (built in: countdown, gsm8k, math)`);
     }
@@ -50,13 +56,12 @@ export class NaiveRewardManager implements RewardManager {
     const sources = batch.column<string>('data_source');
     const truths = batch.column('ground_truth');
     const infos = batch.column<Record<string, unknown>>('extra_info');
-    const kwargs = this.config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
     const tokenLevelScores = new Float32Array(batch.size * R);
     const scores: number[] = [];
     const correct: boolean[] = [];
     const extraSums = new Map<string, number>();
     texts.forEach((text, b) => {
-      const result = scoreValue(this.scorerFor(sources[b])(text, truths[b], { ...infos[b], ...(kwargs[sources[b]] ?? {}) }));
+      const result = scoreValue(this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b]));
       scores.push(result.score);
       correct.push(typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0);
       for (const [k, v] of Object.entries(result.extras)) {

@@ -21,11 +21,14 @@ const MATH_SOURCES = new Set([
   'HuggingFaceH4/MATH-500',
 ]);
 
-/** The built-in scorer for a data_source, or undefined when there is none. */
-export function defaultScorer(dataSource: string): Scorer | undefined {
-  if (dataSource === 'countdown') return (solution, groundTruth) => scoreCountdown(solution, groundTruth);
-  if (GSM8K_SOURCES.has(dataSource)) return (solution, groundTruth) => scoreGsm8k(solution, groundTruth);
-  if (MATH_SOURCES.has(dataSource) || dataSource.startsWith('aime')) return (solution, groundTruth) => scoreMath(solution, groundTruth);
+/**
+ * The built-in scorer for a data_source, or undefined when there is none. `options` are the
+ * scorer's settings (reward_model.reward_kwargs.<data_source>), e.g. countdown's correct/incorrect.
+ */
+export function defaultScorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
+  if (dataSource === 'countdown') return (solution, groundTruth) => scoreCountdown(solution, groundTruth, options);
+  if (GSM8K_SOURCES.has(dataSource)) return (solution, groundTruth) => scoreGsm8k(solution, groundTruth, options);
+  if (MATH_SOURCES.has(dataSource) || dataSource.startsWith('aime')) return (solution, groundTruth) => scoreMath(solution, groundTruth, options);
   return undefined;
 }
 
