@@ -4,7 +4,7 @@ import 'reflect-metadata';
 import { InputError } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { demoCommand } from './demo.js';
-import { evalCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
+import { evalCommand, exportCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 
 interface Command {
@@ -16,6 +16,7 @@ const COMMANDS: Record<string, Command> = {
   train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: trainCommand },
   eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass)', run: evalCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
+  export: { usage: 'export CHECKPOINT_DIR OUT_DIR   (the policy as a plain HF directory, without plugin heads)', run: exportCommand },
   plugins: { usage: 'plugins CONFIG   (registered plugins, their algorithms and overridden bindings)', run: pluginsCommand },
   generate: {
     usage: 'generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--greedy] [--chat] [--seed S] [--json]',

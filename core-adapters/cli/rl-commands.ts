@@ -10,6 +10,7 @@ import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
 import { runSft } from '../trainer/sft.js';
+import { loadModel, saveModel } from '../model/checkpoint.js';
 import type { Worker } from '../contracts/index.js';
 
 /** Splits `CONFIG key=value ...` (flags are not used by these commands). */
@@ -81,4 +82,24 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
     console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
     console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}`);
   }
+}
+
+/**
+ * flowrl export CHECKPOINT_DIR OUT_DIR: the checkpoint's policy as a plain HF directory. Only the
+ * tensors the architecture defines are written, so plugin heads (proj_z.*, whether in their own
+ * files or merged into the weights) and optimizer state stay behind.
+ */
+export async function exportCommand(argv: string[]): Promise<void> {
+  const [checkpoint, out] = argv;
+  if (!checkpoint || !out || argv.length !== 2) throw new InputError('usage: flowrl export CHECKPOINT_DIR OUT_DIR');
+  const actorDir = fs.existsSync(path.join(checkpoint, 'actor', 'config.json')) ? path.join(checkpoint, 'actor') : checkpoint;
+  if (!fs.existsSync(path.join(actorDir, 'config.json'))) {
+    throw new InputError(`${checkpoint}: neither a checkpoint (actor/config.json) nor a Hugging Face model directory (config.json)`);
+  }
+  await initEngine('auto', { quiet: true });
+  const model = loadModel(actorDir);
+  saveModel(model, out, { tokenizerDir: actorDir });
+  const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
+  model.dispose();
+  console.log(`exported ${actorDir} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`);
 }

@@ -38,6 +38,14 @@ export function matmulConstant(x: tf.Tensor2D, c: tf.Tensor2D, cT: tf.Tensor2D):
   })) as tf.Tensor2D;
 }
 
+/** x in the forward pass, a constant in the backward pass (torch's detach; tfjs has none). */
+export function stopGradient<T extends tf.Tensor>(x: T): T {
+  return withGradient([x], ([xi]) => ({
+    value: tf.clone(xi),
+    gradFunc: (dy) => [tf.zerosLike(dy)],
+  })) as T;
+}
+
 /** Column sums of x[N,H] as a [H] vector, computed as ones[1,N] @ x (a reduction over the leading axis). */
 export function sumRows(x: tf.Tensor2D): tf.Tensor1D {
   return tf.matMul(tf.ones([1, x.shape[0]]), x).reshape([x.shape[1]]);

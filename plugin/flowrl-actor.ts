@@ -1,0 +1,71 @@
+// The FlowRL actor: the stock actor's update loop (mini-batches, micro-batches, clipping, AdamW)
+// with its micro-batch loss replaced by the trajectory-balance objective. Its forward pass also
+// yields log Z from ProjZ on the same pass's prompt hidden states.
+import * as tf from '@tensorflow/tfjs';
+import { injectable, injectFromBase } from 'inversify';
+import { PPOActor, Rng, scoreResponses, sequenceBatch, stopGradient, type Batch, type Metrics } from '../core-adapters/index.js';
+import { flowrlConfig } from './config.js';
+import { computeFlowRLLoss } from './objective.js';
+import { poolPromptStates, type ProjZ } from './proj-z.js';
+
+export const PROJ_Z = 'proj_z';
+
+@injectable()
+@injectFromBase({ extendConstructorArguments: true })
+export class FlowRLActor extends PPOActor {
+  /** One mini-batch and one epoch: the old policy is the current one, every weight is exactly 1. */
+  private onPolicy = false;
+  private microIndex = 0;
+
+  protected get projZ(): ProjZ {
+    const head = this.module.heads.get(PROJ_Z);
+    if (!head) throw new Error('FlowRLActor: the policy module has no proj_z head (is FlowRLWorker bound?)');
+    return head as ProjZ;
+  }
+
+  override updatePolicy(batch: Batch): Metrics {
+    const cfg = this.actorConfig;
+    const miniBatchSize = cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n;
+    this.onPolicy = batch.size <= miniBatchSize && cfg.ppo_epochs === 1;
+    this.microIndex = 0;
+    return super.updatePolicy(batch);
+  }
+
+  /** Per-row sequence reward broadcast over its valid tokens (reward_source: score). */
+  private sequenceScores(micro: Batch): tf.Tensor2D {
+    const rewards = micro.tensor('token_level_rewards');
+    const mask = micro.tensor('response_mask').data;
+    const [B, R] = rewards.shape;
+    const out = new Float32Array(B * R);
+    for (let b = 0; b < B; b++) {
+      let total = 0;
+      for (let t = 0; t < R; t++) total += rewards.data[b * R + t] * mask[b * R + t];
+      for (let t = 0; t < R; t++) out[b * R + t] = total * mask[b * R + t];
+    }
+    return tf.tensor2d(out, [B, R]);
+  }
+
+  protected override microBatchLoss(micro: Batch, weight: number, record: (m: Metrics) => void): tf.Scalar {
+    const flowrl = flowrlConfig(this.config);
+    const seq = sequenceBatch(micro);
+    const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });
+    let pooled = poolPromptStates(out.hidden, seq.attentionMask, seq.batch, seq.promptLength);
+    if (flowrl.detach_logz_input) pooled = stopGradient(pooled);
+    // Dropout masks from (seed, optimizer step, micro-batch): a resumed run draws the same ones.
+    const rng = Rng.derive(this.config.trainer.seed, this.module.optimizer.step * 100_003 + this.microIndex++);
+    const logZ = this.projZ.forward(pooled, { training: true, rng });
+    const { loss, metrics } = computeFlowRLLoss(
+      {
+        logProb: out.logProbs,
+        oldLogProb: this.onPolicy ? stopGradient(out.logProbs) : this.floatTensor(micro, 'old_log_probs'),
+        refLogProb: this.floatTensor(micro, 'ref_log_prob'),
+        advantages: flowrl.reward_source === 'score' ? this.sequenceScores(micro) : this.floatTensor(micro, 'advantages'),
+        responseMask: this.floatTensor(micro, 'response_mask'),
+        logZ,
+      },
+      { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling },
+    );
+    record(metrics);
+    return tf.mul(loss, weight);
+  }
+}

@@ -1,0 +1,96 @@
+// The FlowRL objective (trajectory balance with a learned log partition), as the final verl recipe
+// computes it (research/flowrl.md 1.2), per sequence b with masked means over response tokens:
+//   delta_b = log Z(x_b) + mean_t log pi(y_t) - beta * mean_t A_t - mean_t log pi_ref(y_t)
+//   w_b     = min(exp(sum_t (log pi - log pi_old)), w_max)      (no gradient; 1 without IS)
+//   loss    = mean_b(w_b * delta_b^2)
+import * as tf from '@tensorflow/tfjs';
+import { stopGradient } from '../core-adapters/index.js';
+
+export interface FlowRLInputs {
+  /** Current policy token log-probs [B, T] (differentiated). */
+  logProb: tf.Tensor2D;
+  oldLogProb: tf.Tensor2D;
+  refLogProb: tf.Tensor2D;
+  /** The reward target per token [B, T]: GRPO advantages (constant over a row) or the raw score. */
+  advantages: tf.Tensor2D;
+  /** 1 on valid response tokens, 0 on padding [B, T]. */
+  responseMask: tf.Tensor2D;
+  /** log Z(x) per sequence [B] (differentiated). */
+  logZ: tf.Tensor1D;
+}
+
+export interface FlowRLOptions {
+  /** beta: the reward scale inside the residual (the paper's 15). */
+  beta?: number;
+  /** Upper clamp of the sequence importance weight. */
+  importanceWeightMax?: number;
+  /** false: every weight is 1. */
+  importanceSampling?: boolean;
+}
+
+export interface FlowRLResult {
+  loss: tf.Scalar;
+  metrics: Record<string, number>;
+}
+
+const EPS = 1e-8;
+
+/** Per-row masked mean over the token axis, with masked_mean's +1e-8. */
+function rowMean(values: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor1D {
+  return tf.div(tf.sum(tf.mul(values, mask), 1), tf.add(tf.sum(mask, 1), EPS));
+}
+
+/** Masked mean over every valid token of the batch (for metrics). */
+function batchMean(values: tf.Tensor, mask: tf.Tensor2D): tf.Scalar {
+  return tf.div(tf.sum(tf.mul(values, mask)), tf.add(tf.sum(mask), EPS));
+}
+
+const METRIC_NAMES = [
+  'actor/log_z',
+  'actor/log_prob',
+  'actor/old_log_prob',
+  'actor/ref_log_prob',
+  'actor/log_reward',
+  'actor/importance_weight',
+  'actor/ppo_kl',
+  'actor/ref_kl',
+  'actor/final_loss',
+  // The log Z that zeroes each residual, and the residual itself (log Z should track the former).
+  'actor/log_z_target',
+  'actor/residual',
+];
+
+export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions = {}): FlowRLResult {
+  const beta = options.beta ?? 15;
+  const weightMax = options.importanceWeightMax ?? 10;
+  const useWeights = options.importanceSampling ?? true;
+  const { logProb, oldLogProb, refLogProb, advantages, responseMask: mask, logZ } = inputs;
+  let metrics: Record<string, number> = {};
+  // tidy frees the intermediates; tfjs keeps what the backward pass needs on its own.
+  const loss = tf.tidy(() => {
+    const delta = tf.sub(tf.sub(tf.add(logZ, rowMean(logProb, mask)), tf.mul(rowMean(advantages, mask), beta)), rowMean(refLogProb, mask));
+    // Clamping the log-weight before exp gives min(exp(x), max) without ever overflowing.
+    const weight = useWeights
+      ? tf.exp(tf.minimum(stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1)), Math.log(weightMax)))
+      : tf.onesLike(logZ);
+    const value = tf.mean(tf.mul(weight, tf.square(delta))) as tf.Scalar;
+    const stats = tf
+      .stack([
+        tf.mean(logZ),
+        batchMean(logProb, mask),
+        batchMean(oldLogProb, mask),
+        batchMean(refLogProb, mask),
+        batchMean(advantages, mask),
+        tf.mean(weight),
+        batchMean(tf.sub(oldLogProb, logProb), mask),
+        batchMean(tf.sub(refLogProb, logProb), mask),
+        value,
+        tf.mean(tf.sub(logZ, delta)),
+        tf.mean(delta),
+      ])
+      .dataSync();
+    metrics = Object.fromEntries(METRIC_NAMES.map((n, i) => [n, stats[i]]));
+    return value;
+  });
+  return { loss, metrics };
+}
