@@ -27,4 +27,5 @@ export * from './trainer/checkpoints.js';
 export * from './trainer/metrics.js';
 export * from './trainer/trainer.js';
 export * from './trainer/sft.js';
+export * from './report/report.js';
 export * from './host.js';

@@ -24,8 +24,8 @@ function writeConfig(dir: string): string {
   const config = {
     plugins: [path.join(ROOT, 'plugin.json')],
     data: {
-      train_files: path.join(COUNTDOWN, 'train.jsonl'),
-      val_files: path.join(COUNTDOWN, 'val.jsonl'),
+      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
+      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
       train_batch_size: 8,
       max_prompt_length: 32,
       max_response_length: 16,

@@ -8,12 +8,12 @@ import { fixture, ROOT, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
-/** A config for the tiny countdown task (test/fixtures/countdown, made by its make.ts). */
+/** A config for the tiny countdown task (test/fixtures/countdown; see its README). */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
   const config = {
     data: {
-      train_files: path.join(COUNTDOWN, 'train.jsonl'),
-      val_files: path.join(COUNTDOWN, 'val.jsonl'),
+      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
+      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
       train_batch_size: 8,
       max_prompt_length: 32,
       max_response_length: 16,

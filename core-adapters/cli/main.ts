@@ -3,9 +3,11 @@
 import 'reflect-metadata';
 import { InputError } from '../errors.js';
 import { benchCommand } from './bench.js';
+import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
 import { evalCommand, exportCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
+import { reportCommand } from './report-command.js';
 
 interface Command {
   usage: string;
@@ -15,6 +17,7 @@ interface Command {
 const COMMANDS: Record<string, Command> = {
   train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: trainCommand },
   eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass)', run: evalCommand },
+  compare: { usage: 'compare CONFIG... [--seeds N] [--out DIR] [key=value ...]   (same seeds and budget, one report)', run: compareCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
   export: { usage: 'export CHECKPOINT_DIR OUT_DIR   (the policy as a plain HF directory, without plugin heads)', run: exportCommand },
   plugins: { usage: 'plugins CONFIG   (registered plugins, their algorithms and overridden bindings)', run: pluginsCommand },
@@ -26,6 +29,7 @@ const COMMANDS: Record<string, Command> = {
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
   demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: demoCommand },
   bench: { usage: 'bench [--json] [--steps N] [--backend auto|tensorflow|wasm|cpu]', run: benchCommand },
+  report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
 };
 
 function usage(): string {

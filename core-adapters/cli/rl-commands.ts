@@ -9,6 +9,8 @@ import { createHost, readPluginManifests, type Host } from '../host.js';
 import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
+import { METRICS_FILE } from '../trainer/metrics.js';
+import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import { loadModel, saveModel } from '../model/checkpoint.js';
 import type { Worker } from '../contracts/index.js';
@@ -21,10 +23,36 @@ function configAndOverrides(command: string, argv: string[]): { target: string; 
   return { target, overrides };
 }
 
-function formatMetrics(metrics: Metrics, prefix: string): string[] {
-  return Object.entries(metrics)
-    .filter(([k]) => k.startsWith(prefix))
-    .map(([k, v]) => `  ${k.padEnd(28)} ${Number.isInteger(v) ? v : v.toFixed(4)}`);
+/** Validation metrics at the first and last steps that logged them, from a run's metrics.jsonl. */
+export function validationSummary(runDir: string): { before?: Metrics; after?: Metrics } {
+  const file = path.join(runDir, METRICS_FILE);
+  if (!fs.existsSync(file)) return {};
+  const rows = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Metrics)
+    .filter((m) => 'val/accuracy' in m);
+  return { before: rows[0], after: rows.length > 1 ? rows.at(-1) : undefined };
+}
+
+const SUMMARY_ROWS: [string, string][] = [
+  ['val/accuracy', 'accuracy (mean over k samples)'],
+  ['val/pass@k', 'pass@k'],
+  ['val/distinct_correct', 'distinct correct per prompt'],
+  ['val/correct_entropy', 'entropy over correct (nats)'],
+];
+
+function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] {
+  const { before, after } = summary;
+  if (!before) return [];
+  const cell = (m: Metrics | undefined, key: string) => (m && key in m ? m[key].toFixed(3) : '-').padStart(8);
+  const k = before['val/k'];
+  const lines = [`${'validation'.padEnd(32)}${`step ${before.step}`.padStart(8)}${after ? `step ${after.step}`.padStart(10) : ''}`];
+  for (const [key, label] of SUMMARY_ROWS) {
+    lines.push(`${(key === 'val/pass@k' && k ? `pass@${k}` : label).padEnd(32)}${cell(before, key)}${after ? '  ' + cell(after, key) : ''}`);
+  }
+  return lines;
 }
 
 export async function trainCommand(argv: string[]): Promise<void> {
@@ -36,10 +64,12 @@ export async function trainCommand(argv: string[]): Promise<void> {
       (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : ''),
   );
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
-  const final = await trainer.fit();
-  console.log(`run directory: ${config.trainer.default_local_dir}`);
-  if (Object.keys(final).length) console.log(['final validation:', ...formatMetrics(final, 'val/')].join('\n'));
+  await trainer.fit();
   host.container.get<Worker>(TOKENS.Worker).dispose();
+  const runDir = config.trainer.default_local_dir!;
+  const report = await writeReport([runDir], path.join(runDir, REPORT_FILE), { title: `${config.trainer.experiment_name} (${config.algorithm.name})` });
+  console.log(summaryTable(validationSummary(runDir)).join('\n'));
+  console.log(`run directory: ${runDir}\nreport: ${report}`);
 }
 
 /** flowrl eval CONFIG|CHECKPOINT: one validation pass (a checkpoint brings its own config and weights). */

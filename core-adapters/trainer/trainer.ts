@@ -111,6 +111,12 @@ export class RLTrainer implements Trainer {
     this.klController = kl.type === 'adaptive' ? new AdaptiveKlController(klCoef, kl.target_kl, kl.horizon) : new FixedKlController(klCoef);
   }
 
+  /** Releases the models this trainer's roles hold. */
+  dispose(): void {
+    this.worker.dispose();
+    if (this.requirements.useCritic) this.critic.dispose();
+  }
+
   /** Loads data, scorers and the policy for a validation pass only. */
   async setupForEvaluation(): Promise<void> {
     await this.dataset.init();
@@ -290,8 +296,9 @@ export class RLTrainer implements Trainer {
 
   /**
    * Validation on the val split with rollout.val_kwargs: accuracy (mean correctness over the k
-   * samples), pass@k (a prompt counts when any sample is correct) and distinct correct responses
-   * per prompt.
+   * samples), pass@k (a prompt counts when any sample is correct), distinct correct responses per
+   * prompt, and the entropy (nats) of the empirical distribution over each prompt's correct
+   * responses, averaged over prompts with at least one (0 when one answer takes all the mass).
    */
   validate(): Metrics {
     const kw = this.config.actor_rollout_ref.rollout.val_kwargs;
@@ -313,17 +320,22 @@ export class RLTrainer implements Trainer {
     const prompts = this.dataset.val.length;
     let passed = 0;
     let distinct = 0;
+    let entropy = 0;
     for (let p = 0; p < prompts; p++) {
-      const correctResponses = new Set<string>();
+      const counts = new Map<string, number>();
       for (let s = 0; s < k; s++) {
         const row = p * k + s;
         if (!reward.correct[row]) continue;
         const ids: number[] = [];
         for (let t = 0; t < R; t++) if (mask[row * R + t]) ids.push(responses.data[row * R + t]);
-        correctResponses.add(ids.join(','));
+        const key = ids.join(',');
+        counts.set(key, (counts.get(key) ?? 0) + 1);
       }
-      if (correctResponses.size) passed += 1;
-      distinct += correctResponses.size;
+      if (!counts.size) continue;
+      passed += 1;
+      distinct += counts.size;
+      const total = [...counts.values()].reduce((a, b) => a + b, 0);
+      for (const c of counts.values()) entropy -= (c / total) * Math.log(c / total);
     }
     const lengths = rowSums(mask, mask, generated.size);
     generated.dispose();
@@ -332,6 +344,7 @@ export class RLTrainer implements Trainer {
       'val/pass@k': passed / prompts,
       'val/k': k,
       'val/distinct_correct': distinct / prompts,
+      'val/correct_entropy': passed ? entropy / passed : 0,
       'val/score/mean': mean(reward.scores),
       'val/response_length/mean': mean(lengths),
     };

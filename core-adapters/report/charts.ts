@@ -1,0 +1,248 @@
+// The report's plots: Vega-Lite specs compiled by vega-lite and rendered to SVG strings by vega in
+// Node (renderer 'none': no canvas, no DOM), so the HTML needs no script to show them.
+import type { TopLevelSpec } from 'vega-lite';
+import { seriesOf, type ReportRun } from './runs.js';
+
+export interface PlotDef {
+  /** Section id in the HTML (stable: tests and links rely on it). */
+  id: string;
+  title: string;
+  /** What the y axis shows. */
+  axis: string;
+  /** The metric keys this plot can show; `keyFor` picks one per run. */
+  keys: string[];
+  /** Validation metrics: logged at some steps only, drawn with points, and summarised per algorithm. */
+  validation: boolean;
+  /** The key a run contributes (the first of `keys` it logged, by default). */
+  keyFor?: (run: ReportRun, logged: (key: string) => boolean) => string | null;
+  help?: string;
+  /** A heading that depends on the runs (pass@k names k when every run used the same). */
+  titleFor?: (runs: ReportRun[]) => string;
+}
+
+/** k of pass@k when every run that logged val/k used the same one. */
+function passAtKTitle(runs: ReportRun[]): string {
+  const ks = new Set(runs.flatMap((r) => seriesOf(r, 'val/k').map((p) => p.value)));
+  return ks.size === 1 ? `pass@k (k = ${[...ks][0]})` : 'pass@k';
+}
+
+const FLOWRL_LOSS_FIRST = ['actor/final_loss', 'actor/pg_loss'];
+
+export const PLOTS: PlotDef[] = [
+  { id: 'plot-reward', title: 'Reward', axis: 'mean score', keys: ['critic/score/mean'], validation: false, help: 'mean reward score of the training rollouts' },
+  { id: 'plot-val-accuracy', title: 'Validation accuracy', axis: 'accuracy', keys: ['val/accuracy'], validation: true },
+  {
+    id: 'plot-val-pass-at-k',
+    title: 'pass@k',
+    axis: 'pass@k',
+    keys: ['val/pass@k'],
+    validation: true,
+    help: 'share of validation prompts with at least one correct sample among k',
+    titleFor: passAtKTitle,
+  },
+  {
+    id: 'plot-val-distinct-correct',
+    title: 'Distinct correct solutions',
+    axis: 'distinct correct / prompt',
+    keys: ['val/distinct_correct'],
+    validation: true,
+    help: 'distinct correct responses per validation prompt',
+  },
+  {
+    id: 'plot-val-correct-entropy',
+    title: 'Entropy over correct solutions',
+    axis: 'entropy (nats)',
+    keys: ['val/correct_entropy'],
+    validation: true,
+    help: 'entropy of the distribution over the correct responses (higher: more diverse)',
+  },
+  { id: 'plot-response-length', title: 'Response length', axis: 'mean tokens', keys: ['response_length/mean'], validation: false },
+  {
+    id: 'plot-actor-loss',
+    title: 'Actor loss',
+    axis: 'loss',
+    keys: ['actor/pg_loss', 'actor/final_loss'],
+    validation: false,
+    help: 'actor/pg_loss for ppo, grpo and reinforce_plus_plus; actor/final_loss for flowrl',
+    keyFor: (run, logged) => (run.algorithm === 'flowrl' ? FLOWRL_LOSS_FIRST : ['actor/pg_loss', 'actor/final_loss']).find(logged) ?? null,
+  },
+  { id: 'plot-log-z', title: 'log Z', axis: 'log Z', keys: ['actor/log_z'], validation: false, help: 'the learned log partition function (FlowRL)' },
+  {
+    id: 'plot-importance-weight',
+    title: 'Importance weight',
+    axis: 'importance weight',
+    keys: ['actor/importance_weight'],
+    validation: false,
+    help: 'mean clipped importance weight (FlowRL)',
+  },
+  { id: 'plot-grad-norm', title: 'Gradient norm', axis: 'grad norm', keys: ['actor/grad_norm'], validation: false },
+  { id: 'plot-throughput', title: 'Throughput', axis: 'tokens/s', keys: ['perf/throughput'], validation: false, help: 'prompt and response tokens per second of a training step' },
+];
+
+/** The key each run contributes to a plot (null: the run logged none of the plot's keys). */
+export function plotKeyFor(plot: PlotDef, run: ReportRun): string | null {
+  const logged = (key: string) => run.steps.some((s) => s.values.has(key));
+  return plot.keyFor ? plot.keyFor(run, logged) : (plot.keys.find(logged) ?? null);
+}
+
+export interface PerRunRow {
+  step: number;
+  value: number;
+  run: string;
+  metric: string;
+}
+
+export interface BandRow {
+  step: number;
+  group: string;
+  mean: number;
+  min: number;
+  max: number;
+  n: number;
+}
+
+const WIDTH = 440;
+const HEIGHT = 210;
+const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
+
+function palette(n: number): string {
+  return n <= 10 ? 'tableau10' : 'tableau20';
+}
+
+const BASE_CONFIG = {
+  font: FONT,
+  background: 'white',
+  view: { stroke: '#ddd' },
+  axis: { labelFontSize: 11, titleFontSize: 12, gridColor: '#eee' },
+  legend: { labelFontSize: 11, titleFontSize: 11, labelLimit: 220, symbolStrokeWidth: 3, symbolSize: 120, symbolOpacity: 1 },
+};
+
+const X_STEP = { field: 'step', type: 'quantitative', title: 'step', axis: { format: 'd', tickMinStep: 1 } } as const;
+
+/** One coloured line per run; every run keeps its colour across plots (`labels` fixes the domain). */
+export function perRunSpec(plot: PlotDef, rows: PerRunRow[], labels: string[]): TopLevelSpec {
+  const longest = new Map<string, number>();
+  for (const r of rows) longest.set(r.run, (longest.get(r.run) ?? 0) + 1);
+  // Training metrics are lines; points too for validation metrics and for runs with a single value.
+  const points = plot.validation || [...longest.values()].some((n) => n < 2);
+  const drawn = labels.filter((l) => longest.has(l));
+  return {
+    description: `${plot.title} over training steps, one line per run`,
+    width: WIDTH,
+    height: HEIGHT,
+    data: { values: rows as unknown as Record<string, unknown>[] },
+    mark: { type: 'line', strokeWidth: 1.8, point: points ? { filled: true, size: 36 } : false },
+    encoding: {
+      x: X_STEP,
+      y: { field: 'value', type: 'quantitative', title: plot.axis, scale: { zero: false } },
+      color: {
+        field: 'run',
+        type: 'nominal',
+        title: 'run',
+        scale: { domain: labels, scheme: palette(labels.length) },
+        // The domain keeps each run's colour across plots; the legend lists the runs drawn here.
+        legend: { orient: 'bottom', columns: 3, symbolType: 'stroke', values: drawn, description: `runs: ${drawn.join(', ')}` },
+      },
+    },
+    config: BASE_CONFIG,
+  } as TopLevelSpec;
+}
+
+/** Per algorithm: the mean over its runs as a line, and a min–max band around it. */
+export function bandSpec(plot: PlotDef, rows: BandRow[], groups: string[]): TopLevelSpec {
+  const color = {
+    field: 'group',
+    type: 'nominal',
+    title: 'algorithm',
+    scale: { domain: groups, scheme: 'set1' },
+    legend: { orient: 'bottom', columns: 3, symbolType: 'stroke' },
+  } as const;
+  return {
+    description: `${plot.title}: mean over seeds with the min-max spread, per algorithm`,
+    width: WIDTH,
+    height: HEIGHT,
+    data: { values: rows as unknown as Record<string, unknown>[] },
+    encoding: { x: X_STEP, color },
+    layer: [
+      {
+        mark: { type: 'errorband', opacity: 0.22 },
+        encoding: {
+          y: { field: 'min', type: 'quantitative', title: `${plot.axis} (mean, min–max)`, scale: { zero: false } },
+          y2: { field: 'max' },
+        },
+      },
+      {
+        mark: { type: 'line', strokeWidth: 2, point: { filled: true, size: 36 } },
+        encoding: { y: { field: 'mean', type: 'quantitative' } },
+      },
+    ],
+    config: BASE_CONFIG,
+  } as TopLevelSpec;
+}
+
+/** Rows of the per-run chart, and the runs that logged none of the plot's keys. */
+export function perRunRows(plot: PlotDef, runs: ReportRun[]): { rows: PerRunRow[]; missing: ReportRun[] } {
+  const rows: PerRunRow[] = [];
+  const missing: ReportRun[] = [];
+  for (const run of runs) {
+    const key = plotKeyFor(plot, run);
+    if (!key) {
+      missing.push(run);
+      continue;
+    }
+    for (const { step, value } of seriesOf(run, key)) rows.push({ step, value, run: run.label, metric: key });
+  }
+  return { rows, missing };
+}
+
+/** Mean/min/max per algorithm and step over the runs that logged the metric there. */
+export function bandRows(plot: PlotDef, runs: ReportRun[]): { rows: BandRow[]; groups: string[] } | null {
+  const byAlgorithm = new Map<string, ReportRun[]>();
+  for (const run of runs) {
+    if (!run.algorithm || !plotKeyFor(plot, run)) continue;
+    byAlgorithm.set(run.algorithm, [...(byAlgorithm.get(run.algorithm) ?? []), run]);
+  }
+  if (![...byAlgorithm.values()].some((r) => r.length > 1)) return null;
+  const rows: BandRow[] = [];
+  const groups: string[] = [];
+  for (const [algorithm, members] of byAlgorithm) {
+    const group = `${algorithm} (${members.length} run${members.length === 1 ? '' : 's'})`;
+    groups.push(group);
+    const atStep = new Map<number, number[]>();
+    for (const run of members) {
+      for (const { step, value } of seriesOf(run, plotKeyFor(plot, run)!)) atStep.set(step, [...(atStep.get(step) ?? []), value]);
+    }
+    for (const [step, values] of [...atStep.entries()].sort((a, b) => a[0] - b[0])) {
+      rows.push({
+        step,
+        group,
+        mean: values.reduce((s, v) => s + v, 0) / values.length,
+        min: Math.min(...values),
+        max: Math.max(...values),
+        n: values.length,
+      });
+    }
+  }
+  return { rows, groups };
+}
+
+/**
+ * Compiles a Vega-Lite spec and renders it to an SVG string. Ids inside the SVG (clip paths,
+ * gradients) get `idPrefix` so several inline SVGs can share one document.
+ */
+export async function renderSvg(spec: TopLevelSpec, idPrefix: string): Promise<string> {
+  const [vega, vegaLite] = await Promise.all([import('vega'), import('vega-lite')]);
+  const quiet = { level: () => quiet, error: (...args: unknown[]) => { throw new Error(args.map(String).join(' ')); }, warn: () => quiet, info: () => quiet, debug: () => quiet };
+  const compiled = vegaLite.compile(spec, { logger: quiet as never }).spec;
+  const view = new vega.View(vega.parse(compiled), { renderer: 'none', logLevel: vega.Error });
+  try {
+    const svg = await view.toSVG();
+    const prefix = idPrefix;
+    return svg
+      .replace(/\sid="([^"]+)"/g, (_m, id: string) => ` id="${prefix}${id}"`)
+      .replace(/url\(#([^)]+)\)/g, (_m, id: string) => `url(#${prefix}${id})`)
+      .replace(/href="#([^"]+)"/g, (_m, id: string) => `href="#${prefix}${id}"`);
+  } finally {
+    view.finalize();
+  }
+}

@@ -1,0 +1,271 @@
+// flowrl report: one self-contained HTML file comparing runs — plots over training steps (one
+// line per run; per algorithm a mean line with a min–max band for validation metrics) and summary
+// tables. The plots are Vega-Lite specs rendered to inline SVG in Node: the page has no script,
+// no stylesheet or font to fetch, and works offline.
+import fs from 'node:fs';
+import path from 'node:path';
+import { InputError } from '../errors.js';
+import { bandRows, bandSpec, perRunRows, perRunSpec, PLOTS, plotKeyFor, renderSvg, type PlotDef } from './charts.js';
+import { readReportRuns, seriesOf, type ReportRun } from './runs.js';
+
+export type { ReportRun } from './runs.js';
+export { readReportRuns } from './runs.js';
+
+export interface ReportOptions {
+  /** The page title and heading; default "flowrl report". */
+  title?: string;
+}
+
+/** The file name `flowrl report` writes inside the first run directory by default. */
+export const REPORT_FILE = 'report.html';
+
+const DASH = '—';
+
+function esc(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+}
+
+function fixed(value: number | undefined, digits = 3): string {
+  return value === undefined ? DASH : value.toFixed(digits);
+}
+
+function duration(seconds: number): string {
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const s = Math.round(seconds);
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+}
+
+function mean(values: number[]): number {
+  return values.reduce((s, v) => s + v, 0) / values.length;
+}
+
+/** Sample standard deviation (n − 1); 0 for a single value. */
+function std(values: number[]): number {
+  if (values.length < 2) return 0;
+  const m = mean(values);
+  return Math.sqrt(values.reduce((s, v) => s + (v - m) ** 2, 0) / (values.length - 1));
+}
+
+function last(run: ReportRun, key: string): number | undefined {
+  const series = seriesOf(run, key);
+  return series.length ? series[series.length - 1].value : undefined;
+}
+
+function atStep(run: ReportRun, key: string, step: number): number | undefined {
+  return run.steps.find((s) => s.step === step)?.values.get(key);
+}
+
+interface Cell {
+  text: string;
+  /** The raw number behind the text (a data-value attribute), when there is one. */
+  value?: number;
+  key: string;
+}
+
+function td(cell: Cell): string {
+  const value = cell.value !== undefined ? ` data-value="${cell.value}"` : '';
+  const cls = cell.value !== undefined ? ' class="num"' : '';
+  return `<td data-key="${esc(cell.key)}"${value}${cls}>${esc(cell.text)}</td>`;
+}
+
+function num(key: string, value: number | undefined, digits = 3): Cell {
+  return { key, text: fixed(value, digits), value };
+}
+
+/** Final validation metrics shown in the tables (correct_entropy only when some run logged it). */
+function finalKeys(runs: ReportRun[]): { key: string; label: string }[] {
+  const keys = [
+    { key: 'val/pass@k', label: 'pass@k' },
+    { key: 'val/distinct_correct', label: 'distinct correct' },
+    { key: 'val/correct_entropy', label: 'correct entropy' },
+  ];
+  return keys.filter((k) => k.key !== 'val/correct_entropy' || runs.some((r) => last(r, k.key) !== undefined));
+}
+
+function runsTable(runs: ReportRun[]): string {
+  const finals = finalKeys(runs);
+  const head = [
+    'run',
+    'algorithm',
+    'steps',
+    'val accuracy before',
+    'val accuracy after',
+    ...finals.map((f) => `${f.label} after`),
+    'mean throughput (tokens/s)',
+    'wall time',
+    'directory',
+  ];
+  const rows = runs.map((run) => {
+    const steps = run.steps.length ? run.steps[run.steps.length - 1].step : undefined;
+    const accuracy = seriesOf(run, 'val/accuracy');
+    const throughput = seriesOf(run, 'perf/throughput').map((p) => p.value);
+    const stepTimes = seriesOf(run, 'timing_s/step').map((p) => p.value);
+    const wall = stepTimes.length ? stepTimes.reduce((s, v) => s + v, 0) : undefined;
+    const after = accuracy.length ? accuracy[accuracy.length - 1] : undefined;
+    const cells: Cell[] = [
+      { key: 'run', text: run.label },
+      { key: 'algorithm', text: run.algorithm ?? DASH },
+      { key: 'steps', text: steps === undefined ? DASH : String(steps), value: steps },
+      num('val/accuracy@before', atStep(run, 'val/accuracy', 0)),
+      num('val/accuracy@after', after?.value),
+      ...finals.map((f) => num(`${f.key}@after`, last(run, f.key))),
+      num('perf/throughput@mean', throughput.length ? mean(throughput) : undefined, 1),
+      { key: 'timing_s/step@sum', text: wall === undefined ? DASH : duration(wall), value: wall },
+      { key: 'directory', text: run.dir },
+    ];
+    const [label, ...rest] = cells;
+    return `<tr><th scope="row" data-key="run">${esc(label.text)}</th>${rest.map(td).join('')}</tr>`;
+  });
+  return [
+    '<table id="summary-runs">',
+    '<caption>One row per run. “Before”: validation at step 0 (when logged); “after”: the last validation logged. Wall time sums <code>timing_s/step</code>.</caption>',
+    `<thead><tr>${head.map((h) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead>`,
+    `<tbody>${rows.join('\n')}</tbody>`,
+    '</table>',
+  ].join('\n');
+}
+
+function algorithmsTable(runs: ReportRun[]): string {
+  const groups = new Map<string, ReportRun[]>();
+  for (const run of runs) if (run.algorithm) groups.set(run.algorithm, [...(groups.get(run.algorithm) ?? []), run]);
+  const several = [...groups.entries()].filter(([, members]) => members.length > 1);
+  if (!several.length) return '<p class="note" id="summary-algorithms-note">No algorithm has more than one run: no mean ± std over seeds.</p>';
+  const finals = [{ key: 'val/accuracy', label: 'val accuracy' }, ...finalKeys(runs)];
+  const head = ['algorithm', 'runs', ...finals.map((f) => `${f.label} (final)`)];
+  const rows = several.map(([algorithm, members]) => {
+    const cells = finals.map((f) => {
+      const values = members.map((r) => last(r, f.key)).filter((v): v is number => v !== undefined);
+      if (!values.length) return td({ key: f.key, text: DASH });
+      const n = values.length < members.length ? ` (n=${values.length})` : '';
+      const m = mean(values);
+      const s = std(values);
+      return `<td data-key="${esc(f.key)}" data-mean="${m}" data-std="${s}" class="num">${m.toFixed(3)} ± ${s.toFixed(3)}${n}</td>`;
+    });
+    return `<tr><th scope="row" data-key="algorithm">${esc(algorithm)}</th><td data-key="runs" class="num">${members.length}</td>${cells.join('')}</tr>`;
+  });
+  return [
+    '<table id="summary-algorithms">',
+    '<caption>Algorithms with several runs (seeds): mean ± sample standard deviation of the last logged validation metrics.</caption>',
+    `<thead><tr>${head.map((h) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead>`,
+    `<tbody>${rows.join('\n')}</tbody>`,
+    '</table>',
+  ].join('\n');
+}
+
+function keysText(plot: PlotDef): string {
+  return plot.keys.join(' or ');
+}
+
+async function plotSection(plot: PlotDef, runs: ReportRun[], labels: string[], index: number): Promise<string> {
+  const heading = `<h2>${esc(plot.titleFor?.(runs) ?? plot.title)} <code>${esc(keysText(plot))}</code></h2>`;
+  const help = plot.help ? `<p class="help">${esc(plot.help)}</p>` : '';
+  const { rows, missing } = perRunRows(plot, runs);
+  if (!rows.length) {
+    return `<section id="${plot.id}" class="plot empty">\n${heading}\n<p class="note">no run logged ${esc(keysText(plot))}</p>\n</section>`;
+  }
+  const parts = [`<section id="${plot.id}" class="plot">`, heading, help, '<div class="figures">'];
+  const perRun = await renderSvg(perRunSpec(plot, rows, labels), `p${index}a-`);
+  const kind = plot.validation ? 'logged validation steps' : 'training steps';
+  parts.push(`<figure class="chart per-run">${perRun}<figcaption>One line per run, over ${kind}.</figcaption></figure>`);
+  if (plot.validation) {
+    const band = bandRows(plot, runs);
+    if (band) {
+      const svg = await renderSvg(bandSpec(plot, band.rows, band.groups), `p${index}b-`);
+      parts.push(`<figure class="chart spread">${svg}<figcaption>Mean ± spread per algorithm: the line is the mean over its runs, the band spans min–max.</figcaption></figure>`);
+    }
+  }
+  parts.push('</div>');
+  if (missing.length) parts.push(`<p class="note">not logged by ${missing.map((r) => esc(r.label)).join(', ')}</p>`);
+  const keys = new Set(rows.map((r) => r.metric));
+  if (keys.size > 1) {
+    const which = runs.filter((r) => plotKeyFor(plot, r)).map((r) => `${esc(r.label)}: <code>${esc(plotKeyFor(plot, r)!)}</code>`);
+    parts.push(`<p class="note">metric per run: ${which.join(', ')}</p>`);
+  }
+  parts.push('</section>');
+  return parts.filter(Boolean).join('\n');
+}
+
+const STYLE = `
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; line-height: 1.45; }
+header { background: #24292f; color: #fff; padding: 1rem 1.5rem; }
+header h1 { margin: 0 0 .25rem; font-size: 1.5rem; }
+header p { margin: 0; color: #d0d7de; font-size: .9rem; }
+nav { padding: .5rem 1.5rem; background: #fff; border-bottom: 1px solid #d0d7de; font-size: .9rem; }
+nav a { margin-right: .9rem; color: #0969da; text-decoration: none; white-space: nowrap; }
+nav a:hover { text-decoration: underline; }
+main { padding: 1rem 1.5rem 2rem; max-width: 1400px; }
+section { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; padding: .75rem 1rem; margin: 0 0 1rem; }
+h2 { font-size: 1.15rem; margin: .1rem 0 .4rem; }
+h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .85em; color: #57606a; font-weight: normal; }
+.help, .note, figcaption, caption { color: #57606a; font-size: .85rem; }
+.note { font-style: italic; }
+.figures { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure { margin: 0; }
+figure svg { max-width: 100%; height: auto; display: block; }
+caption { text-align: left; caption-side: bottom; padding-top: .4rem; }
+.table-wrap { overflow-x: auto; }
+table { border-collapse: collapse; font-size: .88rem; }
+th, td { border: 1px solid #d0d7de; padding: .3rem .55rem; text-align: left; vertical-align: top; }
+thead th { background: #f6f8fa; }
+tbody th, td[data-key="timing_s/step@sum"] { white-space: nowrap; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td[data-key="directory"] { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .8rem; color: #57606a; }
+`;
+
+/** Builds the report for the given run directories and returns the HTML. */
+export async function buildReport(runDirs: string[], options: ReportOptions = {}): Promise<string> {
+  if (!runDirs.length) throw new InputError('no run directories given');
+  const runs = readReportRuns(runDirs);
+  const labels = runs.map((r) => r.label);
+  const title = options.title ?? 'flowrl report';
+  const sections: string[] = [];
+  for (const [i, plot] of PLOTS.entries()) sections.push(await plotSection(plot, runs, labels, i));
+  const algorithms = [...new Set(runs.map((r) => r.algorithm).filter((a): a is string => !!a))];
+  const meta = `${runs.length} run${runs.length === 1 ? '' : 's'}${algorithms.length ? ` · algorithms: ${algorithms.join(', ')}` : ''} · generated by flowrl report`;
+  const nav = [{ id: 'summary', title: 'Summary' }, ...PLOTS].map((p) => `<a href="#${p.id}">${esc(p.title)}</a>`).join('\n');
+  return [
+    '<!DOCTYPE html>',
+    '<html lang="en">',
+    '<head>',
+    '<meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1">',
+    `<title>${esc(title)}</title>`,
+    '<link rel="icon" href="data:,">',
+    `<style>${STYLE}</style>`,
+    '</head>',
+    '<body>',
+    `<header><h1>${esc(title)}</h1><p>${esc(meta)}</p></header>`,
+    `<nav>\n${nav}\n</nav>`,
+    '<main>',
+    '<section id="summary">',
+    '<h2>Summary</h2>',
+    `<div class="table-wrap">\n${runsTable(runs)}\n</div>`,
+    '<h3>Per algorithm</h3>',
+    `<div class="table-wrap">\n${algorithmsTable(runs)}\n</div>`,
+    '</section>',
+    ...sections,
+    '</main>',
+    '</body>',
+    '</html>',
+    '',
+  ].join('\n');
+}
+
+/** Builds the report and writes it to outFile atomically (a temporary file, then a rename); returns outFile. */
+export async function writeReport(runDirs: string[], outFile: string, options: ReportOptions = {}): Promise<string> {
+  const html = await buildReport(runDirs, options);
+  const dir = path.dirname(path.resolve(outFile));
+  if (!fs.existsSync(dir)) fs.mkdirSync(dir, { recursive: true });
+  const tmp = path.join(dir, `.${path.basename(outFile)}.tmp-${process.pid}-${Date.now()}`);
+  try {
+    fs.writeFileSync(tmp, html);
+    fs.renameSync(tmp, outFile);
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw e;
+  }
+  return outFile;
+}

@@ -1,0 +1,314 @@
+// flowrl report: synthetic run directories (grpo with two seeds, flowrl with one) → one
+// self-contained HTML file. Checked as text (sections, labels, table cells, no external
+// resources), in headless Chromium (no console errors, every plot drawn) and through the CLI.
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import YAML from 'yaml';
+import { InputError } from '../core-adapters/errors.js';
+import { buildReport, writeReport } from '../core-adapters/report/report.js';
+import { ROOT, tempDir } from './helpers.js';
+
+type Metrics = Record<string, number>;
+
+const VAL_STEPS = [0, 5, 10];
+/** Validation accuracy per run at steps 0, 5, 10. */
+const ACCURACY: Record<string, number[]> = {
+  'grpo-1': [0.2, 0.4, 0.6],
+  'grpo-2': [0.2, 0.5, 0.7],
+  'flowrl-1': [0.2, 0.45, 0.65],
+};
+
+/** A run directory as the trainer leaves it: config.yaml and metrics.jsonl (steps 0..10, validation at 0, 5, 10). */
+function writeRun(root: string, algorithm: string, seed: number, options: { config?: boolean; name?: string } = {}): string {
+  const name = options.name ?? `${algorithm}-${seed}`;
+  const dir = path.join(root, name);
+  fs.mkdirSync(dir, { recursive: true });
+  if (options.config !== false) {
+    const config = { algorithm: { name: algorithm }, trainer: { experiment_name: name, seed, total_training_steps: 10 } };
+    fs.writeFileSync(path.join(dir, 'config.yaml'), YAML.stringify(config));
+  }
+  const accuracy = ACCURACY[`${algorithm}-${seed}`] ?? [0.1, 0.2, 0.3];
+  const validation = (step: number): Metrics => {
+    const acc = accuracy[VAL_STEPS.indexOf(step)];
+    return {
+      'val/accuracy': acc,
+      'val/pass@k': Math.min(1, acc + 0.2),
+      'val/k': 4,
+      'val/distinct_correct': acc * 2,
+      'val/correct_entropy': acc * 1.5,
+    };
+  };
+  const lines: Metrics[] = [{ step: 0, ...validation(0) }];
+  for (let step = 1; step <= 10; step++) {
+    const m: Metrics = {
+      step,
+      'critic/score/mean': 0.05 * step + 0.01 * seed,
+      'response_length/mean': 20 + step,
+      'actor/grad_norm': 1 / step,
+      'perf/throughput': 100 + 10 * step,
+      'timing_s/step': 0.5,
+      'training/global_step': step,
+    };
+    if (algorithm === 'flowrl') {
+      m['actor/final_loss'] = 2 - 0.1 * step;
+      m['actor/log_z'] = 0.3 * step;
+      m['actor/importance_weight'] = 1 + 0.01 * step;
+    } else {
+      m['actor/pg_loss'] = 0.5 - 0.02 * step;
+    }
+    if (VAL_STEPS.includes(step)) Object.assign(m, validation(step), { 'timing_s/testing': 0.1 });
+    lines.push(m);
+  }
+  fs.writeFileSync(path.join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
+  return dir;
+}
+
+const ALL_PLOTS = [
+  'plot-reward',
+  'plot-val-accuracy',
+  'plot-val-pass-at-k',
+  'plot-val-distinct-correct',
+  'plot-val-correct-entropy',
+  'plot-response-length',
+  'plot-actor-loss',
+  'plot-log-z',
+  'plot-importance-weight',
+  'plot-grad-norm',
+  'plot-throughput',
+];
+const VALIDATION_PLOTS = ['plot-val-accuracy', 'plot-val-pass-at-k', 'plot-val-distinct-correct', 'plot-val-correct-entropy'];
+
+function section(html: string, id: string): string {
+  const match = new RegExp(`<section id="${id}"[^>]*>([\\s\\S]*?)</section>`).exec(html);
+  expect(match, `section #${id}`).to.not.equal(null);
+  return match![1];
+}
+
+function count(text: string, pattern: RegExp): number {
+  return (text.match(pattern) ?? []).length;
+}
+
+/** The text of the cell `key` in the row of run `label` of the runs table. */
+function runCell(html: string, label: string, key: string): string {
+  const table = /<table id="summary-runs">([\s\S]*?)<\/table>/.exec(html)![1];
+  const row = table.split('<tr>').find((r) => r.includes(`<th scope="row" data-key="run">${label}</th>`));
+  expect(row, `row of ${label}`).to.not.equal(undefined);
+  const cell = new RegExp(`<td data-key="${key.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}"[^>]*>([^<]*)</td>`).exec(row!);
+  expect(cell, `${label} ${key}`).to.not.equal(null);
+  return cell![1];
+}
+
+async function expectInputErrorAsync(promise: Promise<unknown>, ...fragments: string[]): Promise<InputError> {
+  let thrown: unknown;
+  try {
+    await promise;
+  } catch (e) {
+    thrown = e;
+  }
+  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
+  for (const f of fragments) expect((thrown as InputError).message).to.include(f);
+  return thrown as InputError;
+}
+
+function flowrlCli(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'core-adapters', 'cli', 'main.ts'), ...args], { cwd: ROOT, timeout: 60_000 });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+describe('flowrl report', () => {
+  let root: string;
+  let runs: string[];
+  let html: string;
+
+  before(async () => {
+    root = tempDir('flowrl-report-');
+    runs = [writeRun(root, 'grpo', 1), writeRun(root, 'grpo', 2), writeRun(root, 'flowrl', 1)];
+    html = await buildReport(runs, { title: 'GRPO vs FlowRL' });
+  });
+
+  it('has one section per plot, each with an SVG chart, and a mean ± spread chart for validation metrics', () => {
+    expect(html.startsWith('<!DOCTYPE html>')).to.equal(true);
+    expect(html).to.include('<title>GRPO vs FlowRL</title>');
+    for (const id of ALL_PLOTS) {
+      const body = section(html, id);
+      const expected = VALIDATION_PLOTS.includes(id) ? 2 : 1;
+      expect(count(body, /<svg[\s>]/g), `${id} svgs`).to.equal(expected);
+      expect(body, id).to.not.include('no run logged');
+    }
+    expect(count(html, /<svg[\s>]/g)).to.equal(ALL_PLOTS.length + VALIDATION_PLOTS.length);
+    expect(section(html, 'plot-val-accuracy')).to.include('grpo (2 runs)');
+    expect(section(html, 'plot-val-pass-at-k')).to.include('<h2>pass@k (k = 4) <code>val/pass@k</code></h2>');
+    // FlowRL-only metrics name the runs that did not log them.
+    expect(section(html, 'plot-log-z')).to.include('not logged by grpo seed 1, grpo seed 2');
+  });
+
+  it('labels runs by algorithm and seed, with a fixed colour per run in every plot', () => {
+    for (const label of ['grpo seed 1', 'grpo seed 2', 'flowrl seed 1']) {
+      expect(html).to.include(`<th scope="row" data-key="run">${label}</th>`);
+      expect(section(html, 'plot-reward')).to.include(label);
+    }
+    // The legend lists only the runs drawn (log Z: flowrl only); the note names the others.
+    expect(section(html, 'plot-log-z').split('<p class="note">')[0]).to.not.include('grpo seed 2');
+  });
+
+  it('fills the summary tables with the computed numbers', () => {
+    expect(runCell(html, 'grpo seed 1', 'algorithm')).to.equal('grpo');
+    expect(runCell(html, 'grpo seed 1', 'steps')).to.equal('10');
+    expect(runCell(html, 'grpo seed 1', 'val/accuracy@before')).to.equal('0.200');
+    expect(runCell(html, 'grpo seed 1', 'val/accuracy@after')).to.equal('0.600');
+    expect(runCell(html, 'grpo seed 2', 'val/pass@k@after')).to.equal('0.900');
+    expect(runCell(html, 'flowrl seed 1', 'val/distinct_correct@after')).to.equal('1.300');
+    expect(runCell(html, 'flowrl seed 1', 'val/correct_entropy@after')).to.equal('0.975');
+    // Throughput 110..200 over steps 1..10; ten steps of 0.5 s.
+    expect(runCell(html, 'flowrl seed 1', 'perf/throughput@mean')).to.equal('155.0');
+    expect(runCell(html, 'grpo seed 2', 'timing_s/step@sum')).to.equal('5.0 s');
+    // Per algorithm: grpo has two seeds (final accuracy 0.6 and 0.7), flowrl one (no row).
+    const algorithms = /<table id="summary-algorithms">([\s\S]*?)<\/table>/.exec(html)![1];
+    expect(algorithms).to.include('<th scope="row" data-key="algorithm">grpo</th>');
+    expect(algorithms).to.not.include('data-key="algorithm">flowrl<');
+    expect(algorithms).to.match(/data-key="val\/accuracy"[^>]*>0\.650 ± 0\.071</);
+  });
+
+  it('references no external resource (only the SVG namespaces)', () => {
+    const withoutNamespaces = html.replace(/xmlns(:\w+)?="[^"]*"/g, '');
+    expect(withoutNamespaces).to.not.match(/https?:\/\//);
+    expect(html).to.not.match(/<script|<img|<link rel="stylesheet"|@import|url\((?!#)/i);
+  });
+
+  it('replaces a plot no run has data for by a note', async () => {
+    const grpoOnly = await buildReport(runs.slice(0, 2));
+    for (const [id, key] of [
+      ['plot-log-z', 'actor/log_z'],
+      ['plot-importance-weight', 'actor/importance_weight'],
+    ]) {
+      const body = section(grpoOnly, id);
+      expect(body).to.include(`no run logged ${key}`);
+      expect(body).to.not.include('<svg');
+    }
+    expect(section(grpoOnly, 'plot-actor-loss')).to.include('<svg');
+    expect(grpoOnly).to.not.include('flowrl seed 1');
+  });
+
+  it('names runs by directory without config.yaml and disambiguates equal labels', async () => {
+    const other = tempDir('flowrl-report-labels-');
+    const a = writeRun(other, 'grpo', 1, { name: 'first' });
+    const b = writeRun(other, 'grpo', 1, { name: 'second' });
+    const c = writeRun(other, 'ppo', 3, { config: false, name: 'bare-run' });
+    const out = await buildReport([a, b, c]);
+    expect(out).to.include('>grpo seed 1 (first)<');
+    expect(out).to.include('>grpo seed 1 (second)<');
+    expect(out).to.include('<th scope="row" data-key="run">bare-run</th>');
+  });
+
+  it('writes the file atomically (no temporary file left behind)', async () => {
+    const dir = tempDir('flowrl-report-out-');
+    const file = path.join(dir, 'nested', 'report.html');
+    expect(await writeReport(runs, file)).to.equal(file);
+    expect(fs.readFileSync(file, 'utf8')).to.include('<section id="plot-reward"');
+    expect(fs.readdirSync(path.dirname(file))).to.deep.equal(['report.html']);
+  });
+
+  describe('bad input', () => {
+    it('a run directory that does not exist', async () => {
+      const missing = path.join(root, 'nope');
+      await expectInputErrorAsync(buildReport([runs[0], missing]), missing, 'does not exist');
+    });
+
+    it('a directory without metrics.jsonl', async () => {
+      const empty = path.join(root, 'empty');
+      fs.mkdirSync(empty, { recursive: true });
+      await expectInputErrorAsync(buildReport([empty]), path.join(empty, 'metrics.jsonl'));
+    });
+
+    it('a metrics.jsonl line that is not JSON, or has no step', async () => {
+      const bad = path.join(root, 'bad');
+      fs.mkdirSync(bad, { recursive: true });
+      const file = path.join(bad, 'metrics.jsonl');
+      fs.writeFileSync(file, '{"step": 0, "val/accuracy": 0.1}\n\n{"step": 1, "critic/score/mean": 0.\n');
+      await expectInputErrorAsync(buildReport([bad]), file, 'line 3', 'not valid JSON');
+      fs.writeFileSync(file, '{"step": 0}\n{"critic/score/mean": 0.5}\n');
+      await expectInputErrorAsync(buildReport([bad]), file, 'line 2', 'step');
+    });
+
+    it('no run directories', async () => {
+      await expectInputErrorAsync(buildReport([]), 'no run directories');
+    });
+  });
+
+  describe('the CLI', () => {
+    it('writes report.html into the first run directory and prints its path; a missing run directory exits 2', async () => {
+      const missing = path.join(root, 'does-not-exist');
+      const [ok, bad] = await Promise.all([flowrlCli(['report', ...runs]), flowrlCli(['report', missing, '--out', path.join(root, 'x.html')])]);
+      expect(ok.status, ok.stderr).to.equal(0);
+      const out = path.join(runs[0], 'report.html');
+      expect(ok.stdout.trim()).to.equal(out);
+      expect(fs.readFileSync(out, 'utf8')).to.include('<section id="plot-val-accuracy"');
+      expect(bad.status, bad.stderr).to.equal(2);
+      expect(bad.stderr).to.include(missing);
+      expect(bad.stderr).to.not.match(/\n\s+at /);
+      expect(fs.existsSync(path.join(root, 'x.html'))).to.equal(false);
+    });
+  });
+
+  describe('in headless Chromium', () => {
+    const CHROMIUM = process.env.FLOWRL_CHROMIUM ?? '/usr/bin/chromium';
+
+    it('shows every plot as an SVG with line marks and logs no console error', async function () {
+      this.timeout(60_000);
+      if (!fs.existsSync(CHROMIUM)) {
+        throw new Error(`${CHROMIUM} not found: this test opens the report in Debian's Chromium; install it with \`apt-get install chromium\` (or set FLOWRL_CHROMIUM)`);
+      }
+      const file = path.join(tempDir('flowrl-report-browser-'), 'report.html');
+      await writeReport(runs, file);
+      const { chromium } = await import('playwright-core');
+      const browser = await chromium.launch({
+        executablePath: CHROMIUM,
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+      });
+      try {
+        const page = await browser.newPage();
+        const problems: string[] = [];
+        const requests: string[] = [];
+        page.on('console', (msg) => {
+          if (msg.type() === 'error' || msg.type() === 'warning') problems.push(`console ${msg.type()}: ${msg.text()}`);
+        });
+        page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+        page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()}`));
+        page.on('request', (r) => requests.push(r.url()));
+        await page.goto(pathToFileURL(file).href, { waitUntil: 'load' });
+        const sections = await page.evaluate((ids: string[]) => {
+          return ids.map((id) => {
+            const el = document.getElementById(id);
+            const svg = el?.querySelector('svg');
+            const box = svg?.getBoundingClientRect();
+            const lines = svg ? [...svg.querySelectorAll('g.mark-line path, line')].filter((p) => p.tagName === 'line' || (p.getAttribute('d') ?? '').length > 2) : [];
+            return { id, found: !!el, svg: !!svg, lines: lines.length, width: box?.width ?? 0, height: box?.height ?? 0 };
+          });
+        }, ALL_PLOTS);
+        for (const s of sections) {
+          expect(s.found, `#${s.id} present`).to.equal(true);
+          expect(s.svg, `#${s.id} has an <svg>`).to.equal(true);
+          expect(s.lines, `#${s.id} line marks`).to.be.greaterThan(0);
+          expect(s.width, `#${s.id} width`).to.be.greaterThan(100);
+          expect(s.height, `#${s.id} height`).to.be.greaterThan(100);
+        }
+        const bands = await page.evaluate(() => document.querySelectorAll('figure.spread svg g.mark-area path').length);
+        expect(bands, 'min–max bands').to.be.greaterThan(0);
+        expect(problems).to.deep.equal([]);
+        expect(requests.filter((u) => !u.startsWith('file:') && !u.startsWith('data:'))).to.deep.equal([]);
+      } finally {
+        await browser.close();
+      }
+    });
+  });
+});
