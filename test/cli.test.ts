@@ -1,7 +1,6 @@
 // The flowrl command as a user runs it: a child process, its exit code, stdout and stderr.
 // Runs are started together (at most one per CPU) so the file stays fast; each test awaits its own.
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,16 +15,9 @@ import {
   responseLogProbs,
   TextTokenizer,
 } from '../core-adapters/index.js';
-import { expectClose, ROOT, tempDir } from './helpers.js';
+import { expectClose, runFlowrl, tempDir, type CliResult } from './helpers.js';
 
-interface CliResult {
-  status: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
 
-const MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
 const SLOTS = Math.max(2, os.availableParallelism());
 let running = 0;
 const waiting: (() => void)[] = [];
@@ -48,15 +40,7 @@ function release(): void {
 async function flowrl(args: string[]): Promise<CliResult> {
   await slot();
   try {
-    return await new Promise<CliResult>((resolve, reject) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, timeout: 120_000, env: process.env });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-      child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-      child.on('error', reject);
-      child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
-    });
+    return await runFlowrl(args);
   } finally {
     release();
   }

@@ -1,10 +1,9 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import YAML from 'yaml';
 import { meanAndSpread } from '../core-adapters/cli/compare.js';
-import { fixture, ROOT, tempDir } from './helpers.js';
+import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -38,14 +37,10 @@ describe('flowrl compare', function () {
     expect(meanAndSpread([0.5])).to.equal('0.500 ± 0.000');
   });
 
-  it('runs each config with the same seeds and writes one report and a table', () => {
+  it('runs each config with the same seeds and writes one report and a table', async () => {
     const dir = tempDir();
     const out = path.join(dir, 'out');
-    const run = spawnSync(
-      process.execPath,
-      ['--import', 'tsx', path.join(ROOT, 'core-adapters/cli/main.ts'), 'compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out],
-      { cwd: ROOT, encoding: 'utf8', timeout: 240000 },
-    );
+    const run = await runFlowrl(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out], 240_000);
     expect(run.status, run.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['flowrl-seed1', 'flowrl-seed2', 'grpo-seed1', 'grpo-seed2', 'report.html']);
     for (const name of ['grpo-seed2', 'flowrl-seed1']) {

@@ -4,19 +4,8 @@ import path from 'node:path';
 import { parquetWriteFile } from 'hyparquet-writer';
 import type { SchemaElement } from 'hyparquet-writer';
 import { readRows, validateRow, writeRowsJsonl, type DataRow } from '../core-adapters/data/index.js';
-import { InputError } from '../core-adapters/errors.js';
-import { expectInputError, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
 
-async function expectRejectsInputError(promise: Promise<unknown>, ...fragments: string[]): Promise<void> {
-  let thrown: unknown;
-  try {
-    await promise;
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  for (const fragment of fragments) expect((thrown as Error).message).to.include(fragment);
-}
 
 const ROWS: DataRow[] = [
   {
@@ -87,7 +76,7 @@ describe('data rows: jsonl', () => {
 
   it('names the file and 1-based line of a line that is not JSON', async () => {
     const file = writeLines([ROWS[0], '', '{"data_source": "x", oops}']);
-    await expectRejectsInputError(readRows(file), `${file} line 3: not valid JSON (`);
+    await expectInputErrorAsync(readRows(file), `${file} line 3: not valid JSON (`);
   });
 
   const badRows: [string, unknown, string][] = [
@@ -107,7 +96,7 @@ describe('data rows: jsonl', () => {
   for (const [label, row, message] of badRows) {
     it(`rejects a row with ${label}, naming file and line`, async () => {
       const file = writeLines([ROWS[0], '', row]);
-      await expectRejectsInputError(readRows(file), `${file} line 3: ${message}`);
+      await expectInputErrorAsync(readRows(file), `${file} line 3: ${message}`);
     });
   }
 
@@ -118,11 +107,11 @@ describe('data rows: jsonl', () => {
 
   it('reports a missing file and an unsupported extension', async () => {
     const missing = path.join(DIR, 'nope', 'train.jsonl');
-    await expectRejectsInputError(readRows(missing), `${missing}: file not found`);
-    await expectRejectsInputError(readRows(path.join(DIR, 'nope.parquet')), 'nope.parquet: file not found');
+    await expectInputErrorAsync(readRows(missing), `${missing}: file not found`);
+    await expectInputErrorAsync(readRows(path.join(DIR, 'nope.parquet')), 'nope.parquet: file not found');
     const csv = scratchFile('.csv');
     fs.writeFileSync(csv, 'a,b\n');
-    await expectRejectsInputError(readRows(csv), `${csv}: unsupported data file type '.csv'`, '.jsonl', '.parquet');
+    await expectInputErrorAsync(readRows(csv), `${csv}: unsupported data file type '.csv'`, '.jsonl', '.parquet');
   });
 });
 
@@ -212,14 +201,14 @@ describe('data rows: parquet', () => {
 
   it('names the file and 1-based row of an invalid row', async () => {
     const file = writeParquet([verlRecords[0], { ...verlRecords[0], data_source: null }], VERL_SCHEMA);
-    await expectRejectsInputError(readRows(file), `${file} row 2: key 'data_source' must be a non-empty string (got null)`);
+    await expectInputErrorAsync(readRows(file), `${file} row 2: key 'data_source' must be a non-empty string (got null)`);
     const noPrompt = writeParquet([verlRecords[0], verlRecords[0], { ...verlRecords[0], prompt: [] }], VERL_SCHEMA);
-    await expectRejectsInputError(readRows(noPrompt), `${noPrompt} row 3: key 'prompt'`);
+    await expectInputErrorAsync(readRows(noPrompt), `${noPrompt} row 3: key 'prompt'`);
   });
 
   it('rejects a file that is not parquet', async () => {
     const file = scratchFile('.parquet');
     fs.writeFileSync(file, 'this is not a parquet file at all');
-    await expectRejectsInputError(readRows(file), `${file}: not a readable parquet file`);
+    await expectInputErrorAsync(readRows(file), `${file}: not a readable parquet file`);
   });
 });

@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import YAML from 'yaml';
 import {
   ActorRolloutRefWorker,
@@ -16,7 +15,7 @@ import {
   type Worker,
 } from '../core-adapters/index.js';
 import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
-import { fixture, ROOT, tempDir } from './helpers.js';
+import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -131,14 +130,12 @@ describe('the FlowRL plugin in the host', function () {
 
     // Export: a plain HF directory without any proj_z tensor that `flowrl generate` can use.
     const out = path.join(split, 'exported');
-    const cli = (...args: string[]) =>
-      spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'core-adapters/cli/main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120000 });
-    const exported = cli('export', path.join(split, 'run', 'checkpoints', 'global_step_4'), out);
+    const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_4'), out]);
     expect(exported.status, exported.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
     expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('proj_z'))).to.equal(false);
     loadModel(out).dispose();
-    const generated = cli('generate', '--model', out, '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '10', '--json');
+    const generated = await runFlowrl(['generate', '--model', out, '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '10', '--json']);
     expect(generated.status, generated.stderr).to.equal(0);
     expect(JSON.parse(generated.stdout).response_ids.length).to.be.within(1, 10);
   });

@@ -1,6 +1,7 @@
 // Shared test utilities: fixture paths, temporary directories, closeness checks.
 import { expect } from 'chai';
 import { InputError } from '../core-adapters/index.js';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -53,4 +54,40 @@ export function expectInputError(fn: () => unknown, ...fragments: string[]): Inp
   const error = thrown as InputError;
   for (const f of fragments) expect(error.message).to.include(f);
   return error;
+}
+
+/** Awaits a promise and checks it rejects with an InputError whose message contains every fragment. */
+export async function expectInputErrorAsync(promise: Promise<unknown>, ...fragments: string[]): Promise<InputError> {
+  let thrown: unknown;
+  try {
+    await promise;
+  } catch (e) {
+    thrown = e;
+  }
+  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
+  const error = thrown as InputError;
+  for (const f of fragments) expect(error.message).to.include(f);
+  return error;
+}
+
+export interface CliResult {
+  status: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export const CLI_MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
+
+/** Runs `flowrl ...args` from the TypeScript sources in the repository root (several may run at once). */
+export function runFlowrl(args: string[], timeoutMs = 120_000): Promise<CliResult> {
+  return new Promise<CliResult>((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, ...args], { cwd: ROOT, timeout: timeoutMs, env: process.env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
+  });
 }

@@ -1,7 +1,6 @@
 // Plugins: plugin.json manifests, their algorithms, defaults and container overrides, as the host
 // loads them (createHost without an engine) and as `flowrl plugins CONFIG` lists them.
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -17,7 +16,7 @@ import {
   type HostOptions,
   type RewardManager,
 } from '../core-adapters/index.js';
-import { fixture, ROOT, tempDir } from './helpers.js';
+import { fixture, runFlowrl, tempDir, type CliResult } from './helpers.js';
 
 const TOY_DIR = fixture('plugins', 'toy');
 type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
@@ -292,28 +291,12 @@ describe('plugins', () => {
 
   describe('flowrl plugins CONFIG', function () {
     this.timeout(60_000);
-    interface Run {
-      status: number | null;
-      stdout: string;
-      stderr: string;
-    }
-    const MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
-    const runs: Record<string, Promise<Run>> = {};
+    const runs: Record<string, Promise<CliResult>> = {};
     let badManifest = '';
 
-    function flowrl(args: string[]): Promise<Run> {
-      return new Promise<Run>((resolve, reject) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, timeout: 60_000, env: process.env });
-        let stdout = '';
-        let stderr = '';
-        child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-        child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-        child.on('error', reject);
-        child.on('close', (status) => resolve({ status, stdout, stderr }));
-      });
-    }
+    const flowrl = (args: string[]) => runFlowrl(args, 60_000);
 
-    const describeRun = (r: Run) => `exit ${r.status}\n--- stdout\n${r.stdout}--- stderr\n${r.stderr}`;
+    const describeRun = (r: CliResult) => `exit ${r.status}\n--- stdout\n${r.stdout}--- stderr\n${r.stderr}`;
 
     before(async () => {
       badManifest = writeManifest((m) => (m.version = 'one'));

@@ -2,14 +2,12 @@
 // self-contained HTML file. Checked as text (sections, labels, table cells, no external
 // resources), in headless Chromium (no console errors, every plot drawn) and through the CLI.
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
-import { InputError } from '../core-adapters/errors.js';
 import { buildReport, writeReport } from '../core-adapters/report/report.js';
-import { ROOT, tempDir } from './helpers.js';
+import { expectInputErrorAsync, runFlowrl, tempDir } from './helpers.js';
 
 type Metrics = Record<string, number>;
 
@@ -99,30 +97,6 @@ function runCell(html: string, label: string, key: string): string {
   const cell = new RegExp(`<td data-key="${key.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}"[^>]*>([^<]*)</td>`).exec(row!);
   expect(cell, `${label} ${key}`).to.not.equal(null);
   return cell![1];
-}
-
-async function expectInputErrorAsync(promise: Promise<unknown>, ...fragments: string[]): Promise<InputError> {
-  let thrown: unknown;
-  try {
-    await promise;
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  for (const f of fragments) expect((thrown as InputError).message).to.include(f);
-  return thrown as InputError;
-}
-
-function flowrlCli(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'core-adapters', 'cli', 'main.ts'), ...args], { cwd: ROOT, timeout: 60_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
 }
 
 describe('flowrl report', () => {
@@ -248,7 +222,7 @@ describe('flowrl report', () => {
   describe('the CLI', () => {
     it('writes report.html into the first run directory and prints its path; a missing run directory exits 2', async () => {
       const missing = path.join(root, 'does-not-exist');
-      const [ok, bad] = await Promise.all([flowrlCli(['report', ...runs]), flowrlCli(['report', missing, '--out', path.join(root, 'x.html')])]);
+      const [ok, bad] = await Promise.all([runFlowrl(['report', ...runs]), runFlowrl(['report', missing, '--out', path.join(root, 'x.html')])]);
       expect(ok.status, ok.stderr).to.equal(0);
       const out = path.join(runs[0], 'report.html');
       expect(ok.stdout.trim()).to.equal(out);

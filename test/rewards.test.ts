@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { InputError } from '../core-adapters/errors.js';
 import {
   defaultScorer,
   extractCountdownAnswer,
@@ -12,18 +11,8 @@ import {
   scoreMath,
   scoreValue,
 } from '../core-adapters/rewards/index.js';
-import { expectInputError, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
 
-async function expectRejectsInputError(promise: Promise<unknown>, ...fragments: string[]): Promise<void> {
-  let thrown: unknown;
-  try {
-    await promise;
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  for (const fragment of fragments) expect((thrown as Error).message).to.include(fragment);
-}
 
 describe('rewards: countdown', () => {
   // 7*(5+2)-3 = 46
@@ -211,20 +200,20 @@ describe('rewards: registry', () => {
     });
 
     it('names the key and the path of a missing file', async () => {
-      await expectRejectsInputError(loadCustomScorer('no/such/reward.mjs', 'compute_score'), 'custom_reward_function.path', 'no/such/reward.mjs', 'file not found');
-      await expectRejectsInputError(loadCustomScorer('no/such/reward.mjs', 'f', 'reward.custom'), 'reward.custom.path');
-      await expectRejectsInputError(loadCustomScorer('', 'f'), 'custom_reward_function.path');
+      await expectInputErrorAsync(loadCustomScorer('no/such/reward.mjs', 'compute_score'), 'custom_reward_function.path', 'no/such/reward.mjs', 'file not found');
+      await expectInputErrorAsync(loadCustomScorer('no/such/reward.mjs', 'f', 'reward.custom'), 'reward.custom.path');
+      await expectInputErrorAsync(loadCustomScorer('', 'f'), 'custom_reward_function.path');
     });
 
     it('names the export that is missing or not a function', async () => {
-      await expectRejectsInputError(loadCustomScorer(modulePath, 'score_fn'), 'custom_reward_function.name', "'score_fn'", 'compute_score');
-      await expectRejectsInputError(loadCustomScorer(modulePath, 'notAFunction'), "'notAFunction'");
+      await expectInputErrorAsync(loadCustomScorer(modulePath, 'score_fn'), 'custom_reward_function.name', "'score_fn'", 'compute_score');
+      await expectInputErrorAsync(loadCustomScorer(modulePath, 'notAFunction'), "'notAFunction'");
     });
 
     it('reports a module that fails to import', async () => {
       const broken = path.join(dir, 'broken.mjs');
       fs.writeFileSync(broken, 'export function compute_score( {\n');
-      await expectRejectsInputError(loadCustomScorer(broken, 'compute_score'), 'custom_reward_function.path', 'cannot import');
+      await expectInputErrorAsync(loadCustomScorer(broken, 'compute_score'), 'custom_reward_function.path', 'cannot import');
     });
 
     it('rejects results that are not scores', async () => {

@@ -1,10 +1,9 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import YAML from 'yaml';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { fixture, ROOT, tempDir } from './helpers.js';
+import { fixture, runFlowrl, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -118,14 +117,10 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(readMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3]);
   });
 
-  it('flowrl train exits 2 naming a missing data file', () => {
+  it('flowrl train exits 2 naming a missing data file', async () => {
     const dir = tempDir();
     const file = writeConfig(dir, { data: { train_files: 'nowhere/train.jsonl' } });
-    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'core-adapters/cli/main.ts'), 'train', file, 'engine.backend=wasm'], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      timeout: 120000,
-    });
+    const run = await runFlowrl(['train', file, 'engine.backend=wasm']);
     expect(run.status).to.equal(2);
     expect(run.stderr).to.include(path.join(dir, 'nowhere/train.jsonl'));
     expect(run.stderr).to.not.match(/\n\s+at /);
