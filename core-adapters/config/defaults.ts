@@ -148,7 +148,7 @@ export const CORE_DEFAULTS = {
     experiment_name: 'default',
     total_epochs: 1,
     total_training_steps: null as number | null,
-    /** Validate every N steps (and after the last); -1 never. */
+    /** Validate every N steps and after the last one; -1 never (val_before_train is separate). */
     test_freq: -1,
     /** Checkpoint every N steps (and after the last); -1 only at the end. */
     save_freq: -1,

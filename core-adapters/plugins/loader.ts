@@ -38,7 +38,8 @@ export async function importPluginModule(manifest: PluginManifest, context: Plug
   try {
     imported = (await import(pathToFileURL(file).href)) as { default?: unknown };
   } catch (e) {
-    throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}`);
+    const hint = file.endsWith('.ts') && !HOST_RUNS_FROM_SOURCE ? ' (a TypeScript entry needs NODE_OPTIONS=--import=tsx, or build the plugin and point entry at the .js)' : '';
+    throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}${hint}`);
   }
   const entry = imported.default as PluginEntry | undefined;
   const module = typeof entry === 'function' ? await entry(context) : entry;

