@@ -37,7 +37,7 @@ interface Preset {
 
 const PRESETS: Record<string, Preset> = {
   // The example: a base policy that solves part of the validation problems, with room to learn.
-  example: { train: 8000, val: 64, sizes: [3, 4], maxNumber: 12, targetRange: [1, 60], hidden: 128, layers: 4, heads: 4, kvHeads: 2, sftSteps: 3000, lr: 2e-3, warmup: 50, maxResponse: 20 },
+  example: { train: 6000, val: 64, sizes: [3], maxNumber: 10, targetRange: [1, 40], hidden: 128, layers: 3, heads: 4, kvHeads: 2, sftSteps: 2500, lr: 2e-3, warmup: 50, maxResponse: 16 },
   // The tests' fixture: tiny and deliberately under-trained, so a few dozen RL steps show learning.
   fixture: { train: 3000, val: 96, sizes: [3], maxNumber: 9, targetRange: [1, 40], hidden: 64, layers: 2, heads: 4, kvHeads: 2, sftSteps: 1000, lr: 3e-3, warmup: 0, maxResponse: 16 },
 };
