@@ -1,4 +1,3 @@
-import { expect } from 'chai';
 import { filterFlowScores, flowTokenRewards, normalizeFlowScores } from '../plugin/rlfr/shaping.js';
 import { expectClose } from './helpers.js';
 
