@@ -3,7 +3,7 @@
 // yields log Z from ProjZ on the same pass's prompt hidden states.
 import * as tf from '@tensorflow/tfjs';
 import { injectable, injectFromBase } from 'inversify';
-import { PPOActor, Rng, scoreResponses, sequenceBatch, stopGradient, type Batch, type Metrics } from '../core-adapters/index.js';
+import { PPOActor, Rng, scoreResponses, sequenceBatch, stopGradient, type Batch, type Metrics, type MicroBatchShare } from '../core-adapters/index.js';
 import { flowrlConfig } from './config.js';
 import { computeFlowRLLoss } from './objective.js';
 import { poolPromptStates, type ProjZ } from './proj-z.js';
@@ -24,16 +24,14 @@ export class FlowRLActor extends PPOActor {
   }
 
   override updatePolicy(batch: Batch): Metrics {
-    const cfg = this.actorConfig;
-    const miniBatchSize = cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n;
-    this.onPolicy = batch.size <= miniBatchSize && cfg.ppo_epochs === 1;
+    this.onPolicy = batch.size <= this.miniBatchSize && this.actorConfig.ppo_epochs === 1;
     this.microIndex = 0;
     return super.updatePolicy(batch);
   }
 
-  /** Per-row sequence reward broadcast over its valid tokens (reward_source: score). */
+  /** Per-row raw outcome score broadcast over its valid tokens (reward_source: score). */
   private sequenceScores(micro: Batch): tf.Tensor2D {
-    const rewards = micro.tensor('token_level_rewards');
+    const rewards = micro.tensor('token_level_scores');
     const mask = micro.tensor('response_mask').data;
     const [B, R] = rewards.shape;
     const out = new Float32Array(B * R);
@@ -45,7 +43,8 @@ export class FlowRLActor extends PPOActor {
     return tf.tensor2d(out, [B, R]);
   }
 
-  protected override microBatchLoss(micro: Batch, weight: number, record: (m: Metrics) => void): tf.Scalar {
+  /** The FlowRL loss is a plain mean over sequences, so a micro-batch weighs by its share of rows. */
+  protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const flowrl = flowrlConfig(this.config);
     const seq = sequenceBatch(micro);
     const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });
@@ -66,6 +65,6 @@ export class FlowRLActor extends PPOActor {
       { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling },
     );
     record(metrics);
-    return tf.mul(loss, weight);
+    return tf.mul(loss, part.share);
   }
 }

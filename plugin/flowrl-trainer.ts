@@ -5,13 +5,13 @@ import { InputError, RLTrainer } from '../core-adapters/index.js';
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
 export class FlowRLTrainer extends RLTrainer {
-  /** FlowRL reads group-normalised advantages and the reference policy, and trains no critic. */
-  static readonly requirements = { advEstimator: 'grpo', useReference: true, useCritic: false };
-
+  /** FlowRL reads group-normalised (GRPO) advantages and the reference policy, and trains no critic. */
   override async setup(): Promise<void> {
     const r = this.requirements;
-    if (r.useCritic) throw new InputError(`algorithm flowrl trains no critic; algorithm.adv_estimator '${r.advEstimator}' needs one (use grpo)`);
-    if (!r.useReference) throw new Error('flowrl needs the reference policy; its algorithm spec must declare needs_reference_policy');
+    if (r.advEstimator !== 'grpo') {
+      throw new InputError(`algorithm.adv_estimator is '${r.advEstimator}'; flowrl's objective reads GRPO advantages (leave it null or set grpo)`);
+    }
+    if (!r.useReference) throw new InputError("plugin.json: algorithm flowrl must declare needs_reference_policy: true (its objective reads the reference policy)");
     await super.setup();
   }
 }

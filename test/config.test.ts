@@ -143,11 +143,11 @@ describe('config', () => {
 
     it('checks nullable keys against their declared type and accepts null', () => {
       const file = configPath();
-      expectInputError(() => resolveConfig({ user: { data: { val_batch_size: 'all' } }, userFile: file }), "'data.val_batch_size'", 'a number or null');
+      expectInputError(() => resolveConfig({ user: { data: { val_max_samples: 'all' } }, userFile: file }), "'data.val_max_samples'", 'a number or null');
       expectInputError(() => resolveConfig({ user: { actor_rollout_ref: { model: { path: 5 } } }, userFile: file }), "'actor_rollout_ref.model.path'", 'a string or null');
       expectInputError(() => resolveConfig({ user: { data: { train_files: [1, 2] } }, userFile: file }), "'data.train_files'", 'a path or a list of paths');
-      const config = resolveConfig({ user: { data: { val_batch_size: 4, seed: null } }, userFile: file });
-      expect(config.data.val_batch_size).to.equal(4);
+      const config = resolveConfig({ user: { data: { val_max_samples: 4, seed: null } }, userFile: file });
+      expect(config.data.val_max_samples).to.equal(4);
       expect(config.data.seed).to.equal(null);
     });
 

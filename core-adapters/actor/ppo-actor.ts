@@ -3,7 +3,7 @@
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
-import { aggregateLoss, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { aggregateLoss, type AggregateLossOptions, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -29,6 +29,42 @@ export class MetricAverager {
   result(): Metrics {
     return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, total / count]));
   }
+}
+
+/** Typed arrays joined end to end (never spread: a long response would overflow the call stack). */
+export function concatFloat32(parts: ArrayLike<number>[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let offset = 0;
+  for (const p of parts) {
+    out.set(p, offset);
+    offset += p.length;
+  }
+  return out;
+}
+
+/**
+ * A micro-batch's place in its mini-batch: verl's global denominators (valid tokens and non-empty
+ * rows of the whole mini-batch), so accumulated micro-batch losses equal the mini-batch loss
+ * whatever the micro-batch size, and its share of the rows for losses that are plain means.
+ */
+export interface MicroBatchShare {
+  global: AggregateLossOptions;
+  /** Rows of the micro-batch over rows of the mini-batch. */
+  share: number;
+}
+
+export function miniBatchDenominators(mini: Batch): AggregateLossOptions {
+  const mask = mini.tensor('response_mask');
+  const R = mask.shape[1];
+  let tokens = 0;
+  let rows = 0;
+  for (let b = 0; b < mini.size; b++) {
+    let rowTokens = 0;
+    for (let t = 0; t < R; t++) rowTokens += mask.data[b * R + t];
+    tokens += rowTokens;
+    rows += rowTokens > 0 ? 1 : 0;
+  }
+  return { batchNumTokens: tokens, globalBatchSize: rows };
 }
 
 /** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
@@ -79,21 +115,25 @@ export class PPOActor implements Actor {
       entropies.push(ent.dataSync() as Float32Array);
       tf.dispose([lp, ent]);
     }
-    const join = (parts: Float32Array[]) => Float32Array.from(parts.flatMap((p) => Array.from(p)));
-    return { logProbs: join(logProbs), entropy: options.withEntropy ? join(entropies) : undefined };
+    return { logProbs: concatFloat32(logProbs), entropy: options.withEntropy ? concatFloat32(entropies) : undefined };
   }
 
   /** A [B, R] float tensor of a batch array (the caller's tidy releases it). */
   protected floatTensor(batch: Batch, key: string): tf.Tensor2D {
-    const t = batch.tensor(key);
-    return tf.tensor2d(Float32Array.from(t.data), [t.shape[0], t.shape[1]]);
+    return batch.toTensor(key).toFloat() as tf.Tensor2D;
+  }
+
+  /** Responses per optimizer step: ppo_mini_batch_size prompts times rollout.n. */
+  protected get miniBatchSize(): number {
+    return Math.max(1, this.actorConfig.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n);
   }
 
   /**
-   * The loss of one micro-batch, already scaled by `weight` (its share of the mini-batch), with its
-   * metrics recorded. PPO: clipped surrogate, optional KL loss to the reference, entropy bonus.
+   * The loss of one micro-batch as its part of the mini-batch loss, with its metrics recorded. PPO:
+   * clipped surrogate, optional KL loss to the reference, entropy bonus, each aggregated with the
+   * mini-batch's denominators.
    */
-  protected microBatchLoss(micro: Batch, weight: number, record: (m: Metrics) => void): tf.Scalar {
+  protected microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const cfg = this.actorConfig;
     const mode = cfg.loss_agg_mode as LossAggMode;
     const withEntropy = cfg.entropy_coeff !== 0;
@@ -101,23 +141,24 @@ export class PPOActor implements Actor {
     const mask = this.floatTensor(micro, 'response_mask');
     const pg = this.policyLoss(
       { logProb: out.logProbs, oldLogProb: this.floatTensor(micro, 'old_log_probs'), advantages: this.floatTensor(micro, 'advantages'), responseMask: mask },
-      { clipRatioLow: cfg.clip_ratio_low, clipRatioHigh: cfg.clip_ratio_high, clipRatioC: cfg.clip_ratio_c, lossAggMode: mode },
+      { clipRatioLow: cfg.clip_ratio_low, clipRatioHigh: cfg.clip_ratio_high, clipRatioC: cfg.clip_ratio_c, lossAggMode: mode, globalBatchInfo: part.global },
     );
     let loss: tf.Scalar = pg.loss;
-    const metrics: Metrics = { 'actor/pg_loss': pg.loss.dataSync()[0], ...pg.metrics };
+    // Metrics are per micro-batch on its own scale (the loss carries the mini-batch's).
+    const metrics: Metrics = { 'actor/pg_loss': pg.loss.dataSync()[0] / Math.max(part.share, 1e-12), ...pg.metrics };
     if (withEntropy) {
-      const entropy = aggregateLoss(out.entropy!, mask, mode);
-      metrics['actor/entropy'] = entropy.dataSync()[0];
+      const entropy = aggregateLoss(out.entropy!, mask, mode, part.global);
+      metrics['actor/entropy_loss'] = entropy.dataSync()[0] / Math.max(part.share, 1e-12);
       loss = tf.sub(loss, tf.mul(entropy, cfg.entropy_coeff));
     }
     if (cfg.use_kl_loss) {
-      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type as KlPenaltyType) as tf.Tensor2D, mask, mode);
-      metrics['actor/kl_loss'] = kl.dataSync()[0];
+      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type as KlPenaltyType) as tf.Tensor2D, mask, mode, part.global);
+      metrics['actor/kl_loss'] = kl.dataSync()[0] / Math.max(part.share, 1e-12);
       metrics['actor/kl_coef'] = cfg.kl_loss_coef;
       loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));
     }
     record(metrics);
-    return tf.mul(loss, weight);
+    return loss;
   }
 
   /** Learning rate with linear warm-up over optim.lr_warmup_steps updates (the optimizer's step count survives resume). */
@@ -128,16 +169,15 @@ export class PPOActor implements Actor {
 
   updatePolicy(batch: Batch): Metrics {
     const cfg = this.actorConfig;
-    const n = this.config.actor_rollout_ref.rollout.n;
-    const miniBatchSize = Math.max(1, cfg.ppo_mini_batch_size * n);
     const averages = new MetricAverager();
     let skipped = 0;
     for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
-      for (const mini of batch.split(miniBatchSize)) {
+      for (const mini of batch.split(this.miniBatchSize)) {
         const grads = new Map<string, tf.Tensor>();
+        const global = miniBatchDenominators(mini);
         for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
-          const weight = micro.size / mini.size;
-          const { loss, grads: microGrads } = lossAndGradients(() => this.microBatchLoss(micro, weight, (m) => averages.add(m)), this.module.params);
+          const part = { global, share: micro.size / mini.size };
+          const { loss, grads: microGrads } = lossAndGradients(() => this.microBatchLoss(micro, part, (m) => averages.add(m)), this.module.params);
           loss.dispose();
           accumulateGradients(grads, microGrads);
         }

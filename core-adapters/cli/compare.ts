@@ -7,7 +7,6 @@ import { InputError } from '../errors.js';
 import { createHost } from '../host.js';
 import { writeReport } from '../report/report.js';
 import { TOKENS } from '../tokens.js';
-import type { RLTrainer } from '../trainer/trainer.js';
 import { numberFlag, parseFlags } from './args.js';
 import { validationSummary } from './rl-commands.js';
 
@@ -43,7 +42,7 @@ export async function compareCommand(argv: string[]): Promise<void> {
         overrides: [...overrides, `trainer.seed=${seed}`, `trainer.default_local_dir=${runDir}`, 'trainer.resume_mode=disable', `trainer.experiment_name=${row.name}-seed${seed}`],
         quiet: seed > 1 || rows.length > 0,
       });
-      const trainer = host.container.get<Trainer>(TOKENS.Trainer) as RLTrainer;
+      const trainer = host.container.get<Trainer>(TOKENS.Trainer);
       await trainer.fit();
       trainer.dispose();
       const summary = validationSummary(runDir);

@@ -13,7 +13,6 @@ import { METRICS_FILE } from '../trainer/metrics.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import { loadModel, saveModel } from '../model/checkpoint.js';
-import type { Worker } from '../contracts/index.js';
 
 /** Splits `CONFIG key=value ...` (flags are not used by these commands). */
 function configAndOverrides(command: string, argv: string[]): { target: string; overrides: string[] } {
@@ -65,7 +64,7 @@ export async function trainCommand(argv: string[]): Promise<void> {
   );
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   await trainer.fit();
-  host.container.get<Worker>(TOKENS.Worker).dispose();
+  trainer.dispose();
   const runDir = config.trainer.default_local_dir!;
   const report = await writeReport([runDir], path.join(runDir, REPORT_FILE), { title: `${config.trainer.experiment_name} (${config.algorithm.name})` });
   console.log(summaryTable(validationSummary(runDir)).join('\n'));
@@ -87,7 +86,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
   await trainer.setupForEvaluation();
   const metrics = trainer.validate();
   console.log(JSON.stringify(metrics));
-  host.container.get<Worker>(TOKENS.Worker).dispose();
+  trainer.dispose();
 }
 
 export async function sftCommand(argv: string[]): Promise<void> {

@@ -16,8 +16,6 @@ export const CORE_DEFAULTS = {
     val_files: null as string | string[] | null,
     /** Prompts per training step (each sampled rollout.n times). */
     train_batch_size: 8,
-    /** Prompts per validation batch; null validates in batches of train_batch_size. */
-    val_batch_size: null as number | null,
     /** Validation prompts used per evaluation; null uses them all. */
     val_max_samples: null as number | null,
     max_prompt_length: 256,
@@ -46,7 +44,6 @@ export const CORE_DEFAULTS = {
       /** Responses per forward/backward pass; gradients accumulate over a mini-batch. */
       ppo_micro_batch_size: 16,
       ppo_epochs: 1,
-      shuffle: false,
       policy_loss: 'vanilla',
       clip_ratio_low: 0.2,
       clip_ratio_high: 0.2,
@@ -70,7 +67,7 @@ export const CORE_DEFAULTS = {
       top_k: -1,
       /** Responses per old-log-prob forward pass. */
       log_prob_micro_batch_size: 32,
-      /** Prompts per generation batch. */
+      /** Sequences sampled together (prompts times rollout.n are split into batches of this many). */
       generation_batch_size: 64,
       val_kwargs: {
         n: 1,
@@ -187,7 +184,6 @@ export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);
 /** Keys that must be whole numbers >= 1 (sizes and counts the loop divides by). */
 export const POSITIVE_INTEGER_KEYS = new Set([
   'data.train_batch_size',
-  'data.val_batch_size',
   'data.val_max_samples',
   'data.max_prompt_length',
   'data.max_response_length',

@@ -22,7 +22,6 @@ export type Config = CoreConfig & { [section: string]: unknown };
 const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = {
   'data.train_files': 'string-or-list',
   'data.val_files': 'string-or-list',
-  'data.val_batch_size': 'number',
   'data.val_max_samples': 'number',
   'data.seed': 'number',
   'actor_rollout_ref.model.path': 'string',

@@ -153,4 +153,6 @@ export interface Trainer {
   fit(): Promise<Metrics>;
   /** One validation pass. */
   validate(): Metrics;
+  /** Releases the models the run's roles hold. */
+  dispose(): void;
 }

@@ -8,6 +8,7 @@ import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
+import { defaultScorer } from '../rewards/registry.js';
 import { readRows, type DataRow } from './rows.js';
 
 /** The prompt text of a row: the chat template when the tokenizer has one, else the contents joined. */
@@ -48,6 +49,10 @@ export class PromptDataset implements Dataset {
       rows.forEach((row, i) => {
         const ids = this.tokenizer.encode(renderPrompt(row, this.tokenizer));
         if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
+        // Found now rather than when the row is first scored, possibly hours into a run.
+        if (!this.config.custom_reward_function.path && !defaultScorer(row.data_source)) {
+          throw new InputError(`${file} row ${i + 1}: no scorer for data_source '${row.data_source}' (built in: countdown, gsm8k, math; or set custom_reward_function.path)`);
+        }
         if (ids.length > max) {
           if (!this.config.data.filter_overlong_prompts) {
             throw new InputError(`${file} row ${i + 1}: prompt has ${ids.length} tokens > data.max_prompt_length ${max} (set data.filter_overlong_prompts to drop such rows)`);

@@ -60,12 +60,12 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
     const binding = await tryNodeBinding();
     if (binding && (await tf.setBackend('tensorflow'))) info = { backend: 'tensorflow', binding };
     else if (choice === 'tensorflow') {
-      throw new Error(`engine.backend is 'tensorflow' but neither ${NODE_BINDINGS.join(' nor ')} could be loaded`);
+      throw new InputError(`engine.backend is 'tensorflow' but neither ${NODE_BINDINGS.join(' nor ')} could be loaded (install one, or use auto)`);
     }
   }
   if (!info && (choice === 'auto' || choice === 'wasm')) {
     if (await tryWasm()) info = { backend: 'wasm', simd: Boolean(tf.env().getAsync ? await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT') : false) };
-    else if (choice === 'wasm') throw new Error("engine.backend is 'wasm' but the wasm backend failed to initialise");
+    else if (choice === 'wasm') throw new InputError("engine.backend is 'wasm' but the wasm backend failed to initialise (use auto or cpu)");
   }
   if (!info) {
     await tf.setBackend('cpu');

@@ -20,6 +20,7 @@ import type {
   Trainer,
   Worker,
 } from '../contracts/index.js';
+import { InputError } from '../errors.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
@@ -106,7 +107,8 @@ export class RLTrainer implements Trainer {
     const target = this.checkpoints.resumeTarget();
     if (target) {
       const state = this.restore(target.dir);
-      klCoef = state.kl_coef;
+      // Only an adaptive coefficient is state; a fixed one comes from the config.
+      if (kl.type === 'adaptive') klCoef = state.kl_coef;
     }
     this.klController = kl.type === 'adaptive' ? new AdaptiveKlController(klCoef, kl.target_kl, kl.horizon) : new FixedKlController(klCoef);
   }
@@ -246,7 +248,7 @@ export class RLTrainer implements Trainer {
         );
         rewards = penalised.tokenRewards;
         metrics['actor/reward_kl_penalty'] = penalised.meanKl;
-        metrics['actor/reward_kl_penalty_coeff'] = this.klController!.value;
+        metrics['actor/reward_kl_penalty_coeff'] = penalised.coef;
       }
       batch.set('token_level_rewards', { shape: [B, R], data: rewards });
       const a = this.config.algorithm;
@@ -301,6 +303,7 @@ export class RLTrainer implements Trainer {
    * responses, averaged over prompts with at least one (0 when one answer takes all the mass).
    */
   validate(): Metrics {
+    if (!this.dataset.val.length) throw new InputError('data.val_files: no validation prompts to evaluate (set data.val_files)');
     const kw = this.config.actor_rollout_ref.rollout.val_kwargs;
     const k = kw.n;
     const greedy = !kw.do_sample || kw.temperature === 0;

@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
+import { concatFloat32 } from '../actor/ppo-actor.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
@@ -109,13 +110,13 @@ export class ActorRolloutRefWorker implements Worker {
     if (!this.reference) throw new Error('computeRefLogProb: this run has no reference policy');
     const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
     const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
-    const parts: number[] = [];
+    const parts: Float32Array[] = [];
     for (const part of batch.split(micro)) {
       const lp = tf.tidy(() => scoreResponses(this.reference!, sequenceBatch(part), { temperature }).logProbs);
-      parts.push(...lp.dataSync());
+      parts.push(lp.dataSync() as Float32Array);
       lp.dispose();
     }
-    return Float32Array.from(parts);
+    return concatFloat32(parts);
   }
 
   updateActor(batch: Batch): Metrics {

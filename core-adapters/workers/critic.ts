@@ -6,7 +6,7 @@ import path from 'node:path';
 import { inject, injectable } from 'inversify';
 import type { LossAggMode } from '../algorithms/policy-loss.js';
 import { computeValueLoss } from '../algorithms/value-loss.js';
-import { accumulateGradients, MetricAverager } from '../actor/ppo-actor.js';
+import { accumulateGradients, concatFloat32, MetricAverager, miniBatchDenominators } from '../actor/ppo-actor.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Critic, Metrics } from '../contracts/index.js';
@@ -72,26 +72,25 @@ export class ValueCritic implements Critic {
   }
 
   computeValues(batch: Batch): Float32Array {
-    const out: number[] = [];
+    const parts: Float32Array[] = [];
     for (const part of batch.split(this.config.critic.ppo_micro_batch_size)) {
       const v = tf.tidy(() => this.values(sequenceBatch(part)));
-      out.push(...v.dataSync());
+      parts.push(v.dataSync() as Float32Array);
       v.dispose();
     }
-    return Float32Array.from(out);
+    return concatFloat32(parts);
   }
 
   updateCritic(batch: Batch): Metrics {
     const cfg = this.config.critic;
     const miniBatchSize = Math.max(1, cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n);
     const averages = new MetricAverager();
-    const tensor = (b: Batch, key: string) => {
-      const t = b.tensor(key);
-      return tf.tensor2d(Float32Array.from(t.data), [t.shape[0], t.shape[1]]);
-    };
+    const tensor = (b: Batch, key: string) => b.toTensor(key).toFloat() as tf.Tensor2D;
+    let skipped = 0;
     for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
       for (const mini of batch.split(miniBatchSize)) {
         const grads = new Map<string, tf.Tensor>();
+        const global = miniBatchDenominators(mini);
         for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
           const { loss, grads: g } = lossAndGradients(() => {
             const vpreds = this.values(sequenceBatch(micro));
@@ -102,9 +101,10 @@ export class ValueCritic implements Critic {
               tensor(micro, 'response_mask'),
               cfg.cliprange_value,
               cfg.loss_agg_mode as LossAggMode,
+              global,
             );
-            averages.add({ 'critic/vf_loss': vf.dataSync()[0], 'critic/vf_clipfrac': clipfrac });
-            return tf.mul(vf, micro.size / mini.size);
+            averages.add({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
+            return vf;
           }, this.params);
           loss.dispose();
           accumulateGradients(grads, g);
@@ -113,11 +113,13 @@ export class ValueCritic implements Critic {
         if (Number.isFinite(norm)) {
           this.optimizer.apply(this.params, grads);
           averages.add({ 'critic/grad_norm': norm });
+        } else {
+          skipped += 1;
         }
         tf.dispose([...grads.values()]);
       }
     }
-    return averages.result();
+    return { ...averages.result(), 'critic/skipped_updates': skipped };
   }
 
   saveCheckpoint(dir: string): void {
