@@ -37,6 +37,7 @@ export const CORE_DEFAULTS = {
         weight_decay: 0.01,
         betas: [0.9, 0.999],
         eps: 1e-8,
+        /** Linear warm-up over this many optimizer updates (one per mini-batch and epoch). */
         lr_warmup_steps: 0,
       },
       /** Prompts per optimizer step (times rollout.n responses), as in verl. */
