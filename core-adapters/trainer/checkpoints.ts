@@ -14,6 +14,30 @@ export const TRAINER_STATE_FILE = 'trainer_state.json';
 
 const STEP_DIR = /^global_step_(\d+)$/;
 
+/** What a checkpoint needs besides the models to continue exactly where it stopped. */
+export interface TrainerState {
+  global_step: number;
+  data_position: { epoch: number; offset: number };
+  kl_coef: number;
+}
+
+/** Reads and checks DIR/trainer_state.json; a corrupt file is an InputError naming it. */
+export function readTrainerState(dir: string): TrainerState {
+  const file = path.join(dir, TRAINER_STATE_FILE);
+  let state: Partial<TrainerState>;
+  try {
+    state = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<TrainerState>;
+  } catch (e) {
+    throw new InputError(`${file}: not a readable trainer state (${(e as Error).message})`);
+  }
+  const position = state.data_position;
+  const whole = (v: unknown) => Number.isInteger(v) && (v as number) >= 0;
+  if (!whole(state.global_step) || !position || !whole(position.epoch) || !whole(position.offset) || typeof state.kl_coef !== 'number') {
+    throw new InputError(`${file}: needs global_step, data_position {epoch, offset} and kl_coef`);
+  }
+  return state as TrainerState;
+}
+
 export function isCheckpoint(dir: string): boolean {
   return fs.existsSync(path.join(dir, TRAINER_STATE_FILE));
 }
@@ -62,7 +86,6 @@ export class LocalCheckpointStore implements CheckpointStore {
     if (!isCheckpoint(dir)) {
       throw new InputError(`trainer.resume_mode: '${mode}' is not a checkpoint directory (no ${TRAINER_STATE_FILE}); use auto, disable or a global_step_N path`);
     }
-    const state = JSON.parse(fs.readFileSync(path.join(dir, TRAINER_STATE_FILE), 'utf8')) as { global_step: number };
-    return { step: state.global_step, dir };
+    return { step: readTrainerState(dir).global_step, dir };
   }
 }

@@ -25,15 +25,8 @@ import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { promptBatch } from '../workers/sequences.js';
-import { TRAINER_STATE_FILE } from './checkpoints.js';
+import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { isRunAware } from './metrics.js';
-
-/** What a checkpoint needs besides the models to continue exactly where it stopped. */
-export interface TrainerState {
-  global_step: number;
-  data_position: DataPosition;
-  kl_coef: number;
-}
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -130,7 +123,7 @@ export class RLTrainer implements Trainer {
     this.worker.loadCheckpoint(dir);
     if (this.requirements.useCritic) this.critic.loadCheckpoint(dir);
     for (const shaper of this.shapers) shaper.loadCheckpoint?.(dir);
-    const state = JSON.parse(fs.readFileSync(path.join(dir, TRAINER_STATE_FILE), 'utf8')) as TrainerState;
+    const state = readTrainerState(dir);
     this.step = state.global_step;
     this.position = state.data_position;
     return state;
