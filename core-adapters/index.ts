@@ -3,6 +3,7 @@ import 'reflect-metadata';
 
 export * from './errors.js';
 export * from './random.js';
+export * from './arrays.js';
 export * from './tokens.js';
 export * from './contracts/index.js';
 export * from './batch.js';

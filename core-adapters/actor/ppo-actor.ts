@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import { aggregateLoss, type AggregateLossOptions, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
+import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
@@ -29,17 +30,6 @@ export class MetricAverager {
   result(): Metrics {
     return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, total / count]));
   }
-}
-
-/** Typed arrays joined end to end (never spread: a long response would overflow the call stack). */
-export function concatFloat32(parts: ArrayLike<number>[]): Float32Array {
-  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
-  let offset = 0;
-  for (const p of parts) {
-    out.set(p, offset);
-    offset += p.length;
-  }
-  return out;
 }
 
 /**

@@ -1,6 +1,7 @@
 // The model's own parameter layout versus Hugging Face's. Here linear weights are [in, out] so every
 // forward matmul is untransposed, and each layer's q/k/v projections are one fused [H, (nH+2nKV)*d]
 // matrix so attention starts with one matmul. Checkpoints convert at the boundary, bit for bit.
+import { concatFloat32 } from '../arrays.js';
 import type { ModelConfig } from './config.js';
 import { expectedTensors } from './config.js';
 
@@ -14,16 +15,6 @@ const QKV = ['q_proj', 'k_proj', 'v_proj'] as const;
 function transpose2d(data: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(data.length);
   for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = data[r * cols + c];
-  return out;
-}
-
-function concat(parts: Float32Array[]): Float32Array {
-  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
-  let offset = 0;
-  for (const p of parts) {
-    out.set(p, offset);
-    offset += p.length;
-  }
   return out;
 }
 
@@ -48,7 +39,7 @@ export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>):
       const kind = fused.endsWith('weight') ? 'weight' : 'bias';
       const parts = QKV.map((p) => get(`${prefix}.${p}.${kind}`));
       const rows = parts.reduce((n, p) => n + p.shape[0], 0);
-      const stacked = concat(parts.map((p) => p.data));
+      const stacked = concatFloat32(parts.map((p) => p.data));
       out.set(fused, kind === 'weight' ? { shape: [shape[1], rows], data: transpose2d(stacked, rows, shape[1]) } : { shape: [rows], data: stacked });
     } else if (name.endsWith('_proj.weight') || name === 'lm_head.weight') {
       out.set(name, { shape: [shape[1], shape[0]], data: transpose2d(get(name).data, shape[0], shape[1]) });

@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
-import { concatFloat32 } from '../actor/ppo-actor.js';
+import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
