@@ -16,20 +16,9 @@ import {
   writeSafetensors,
   type CausalLM,
 } from '../core-adapters/index.js';
-import { expectInputError, fixture, readJson, tempDir } from './helpers.js';
+import { expectInputError, expectSameBits, fixture, floatBits, readJson, tempDir } from './helpers.js';
 
-function bits(data: Float32Array): Uint32Array {
-  return new Uint32Array(data.buffer, data.byteOffset, data.length);
-}
 
-function expectSameBits(actual: Float32Array, expected: Float32Array, label: string): void {
-  expect(actual.length, `${label} length`).to.equal(expected.length);
-  const a = bits(actual);
-  const e = bits(expected);
-  for (let i = 0; i < e.length; i++) {
-    if (a[i] !== e[i]) expect.fail(`${label}[${i}]: bits 0x${a[i].toString(16)} != 0x${e[i].toString(16)}`);
-  }
-}
 
 /** A model's parameters (in its own layout) as plain arrays. */
 type Snapshot = Map<string, { shape: number[]; data: Float32Array }>;
@@ -354,7 +343,7 @@ describe('checkpoint: random initialisation', () => {
       expectSameBits(b.get(name)!.data, w.data, name);
     }
     for (const name of ['model.layers.0.self_attn.q_proj.weight', 'model.embed_tokens.weight']) {
-      expect(bits(c.get(name)!.data), name).to.not.deep.equal(bits(a.get(name)!.data));
+      expect(floatBits(c.get(name)!.data), name).to.not.deep.equal(floatBits(a.get(name)!.data));
     }
   });
 
@@ -366,7 +355,7 @@ describe('checkpoint: random initialisation', () => {
     expectSameParams(b, a);
     expectSameParams(c, a);
     const name = 'model.layers.1.mlp.up_proj.weight';
-    expect(bits(d.get(name)!.data)).to.not.deep.equal(bits(a.get(name)!.data));
+    expect(floatBits(d.get(name)!.data)).to.not.deep.equal(floatBits(a.get(name)!.data));
   });
 
   it('norms are 1, biases 0, other weights N(0, 0.02)', () => {

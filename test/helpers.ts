@@ -91,3 +91,18 @@ export function runFlowrl(args: string[], timeoutMs = 120_000): Promise<CliResul
     child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
   });
 }
+
+/** The IEEE bit patterns of a float array (a view, no copy). */
+export function floatBits(data: Float32Array): Uint32Array {
+  return new Uint32Array(data.buffer, data.byteOffset, data.length);
+}
+
+/** Bit-for-bit equality of float arrays (so -0 differs from 0), naming the first difference. */
+export function expectSameBits(actual: Float32Array, expected: Float32Array, label: string): void {
+  expect(actual.length, `${label} length`).to.equal(expected.length);
+  const a = floatBits(actual);
+  const e = floatBits(expected);
+  for (let i = 0; i < e.length; i++) {
+    if (a[i] !== e[i]) expect.fail(`${label}[${i}]: bits 0x${a[i].toString(16)} != 0x${e[i].toString(16)}`);
+  }
+}

@@ -16,7 +16,7 @@ import {
   type HostOptions,
   type RewardManager,
 } from '../core-adapters/index.js';
-import { fixture, runFlowrl, tempDir, type CliResult } from './helpers.js';
+import { expectInputErrorAsync, fixture, runFlowrl, tempDir, type CliResult } from './helpers.js';
 
 const TOY_DIR = fixture('plugins', 'toy');
 type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
@@ -75,17 +75,9 @@ function writeManifest(edit: (m: Record<string, unknown>) => void, raw?: string)
 }
 
 /** createHost (no engine) must reject with an InputError whose message holds every fragment. */
-async function expectHostError(configFile: string, options: HostOptions, ...fragments: string[]): Promise<InputError> {
-  let thrown: unknown;
-  try {
-    await createHost(configFile, { skipEngine: true, ...options });
-  } catch (e) {
-    thrown = e;
-  }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  const error = thrown as InputError;
-  for (const f of fragments) expect(error.message).to.include(f);
-  return error;
+/** createHost (without an engine) must fail with an InputError whose message holds every fragment. */
+function expectHostError(configFile: string, options: HostOptions, ...fragments: string[]): Promise<InputError> {
+  return expectInputErrorAsync(createHost(configFile, { skipEngine: true, ...options }), ...fragments);
 }
 
 describe('plugins', () => {

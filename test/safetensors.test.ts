@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { readHeader, readTensors, writeSafetensors } from '../core-adapters/index.js';
-import { expectInputError, fixture, readJson, tempDir } from './helpers.js';
+import { expectInputError, expectSameBits, fixture, floatBits, readJson, tempDir } from './helpers.js';
 
 type JsonNumber = number | string;
 interface DtypeCase {
@@ -17,9 +17,6 @@ function toNumber(v: JsonNumber): number {
   return typeof v === 'number' ? v : Number(v);
 }
 
-function bits(data: Float32Array): Uint32Array {
-  return new Uint32Array(data.buffer, data.byteOffset, data.length);
-}
 
 /** Element-wise Object.is (so -0 !== 0 and NaN === NaN), with the first difference in the message. */
 function expectSameFloats(actual: Float32Array, expected: ArrayLike<number>, label: string): void {
@@ -29,14 +26,6 @@ function expectSameFloats(actual: Float32Array, expected: ArrayLike<number>, lab
   }
 }
 
-function expectSameBits(actual: Float32Array, expected: Float32Array, label: string): void {
-  expect(actual.length, `${label} length`).to.equal(expected.length);
-  const a = bits(actual);
-  const e = bits(expected);
-  for (let i = 0; i < e.length; i++) {
-    if (a[i] !== e[i]) expect.fail(`${label}[${i}]: bits 0x${a[i].toString(16)} != 0x${e[i].toString(16)}`);
-  }
-}
 
 
 /** A safetensors file from a header object and raw data bytes, with a correct length prefix. */
@@ -119,7 +108,7 @@ describe('safetensors: reading the dtypes fixture', () => {
 describe('safetensors: writing', () => {
   function specials(): Float32Array {
     const out = new Float32Array(12);
-    const u = bits(out);
+    const u = floatBits(out);
     u[0] = 0x7fc00000; // NaN
     u[1] = 0xffc00001; // negative NaN with a payload
     u[2] = 0x7f800001; // signalling NaN
