@@ -15,7 +15,7 @@ import { InputError } from './errors.js';
 import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
 import { importPluginModule } from './plugins/loader.js';
-import { locateManifest, readManifest, type PluginManifest } from './plugins/manifest.js';
+import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
 import { NaiveRewardManager } from './rewards/manager.js';
 import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
 import { LocalCheckpointStore } from './trainer/checkpoints.js';
@@ -122,7 +122,7 @@ export async function createHost(configFile: string, options: HostOptions = {}):
     user,
     userFile: configFile,
     overrides,
-    pluginDefaults: plugins.map((p) => ({ source: p.file, defaults: p.defaults })),
+    pluginDefaults: plugins.map(pluginConfigLayer),
   });
   // Recorded as absolute manifest paths so a saved config finds the same plugins from anywhere.
   config.plugins = plugins.map((p) => p.file);

@@ -17,6 +17,8 @@ export const TOKENS = {
   PolicyLoss: Symbol.for('flowrl.PolicyLoss'),
   /** Contribution point: per-token reward shaping after scoring (multiInject). */
   RewardShaper: Symbol.for('flowrl.RewardShaper'),
+  /** Contribution point: CLI subcommands a plugin adds, run as `flowrl NAME CONFIG` (multiInject). */
+  Command: Symbol.for('flowrl.Command'),
   /** Contribution point: where metrics go (multiInject). */
   MetricsSink: Symbol.for('flowrl.MetricsSink'),
   CheckpointStore: Symbol.for('flowrl.CheckpointStore'),

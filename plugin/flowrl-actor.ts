@@ -29,9 +29,9 @@ export class FlowRLActor extends PPOActor {
     return super.updatePolicy(batch);
   }
 
-  /** Per-row raw outcome score broadcast over its valid tokens (reward_source: score). */
+  /** Per-row total reward (outcome plus any shaping) broadcast over its valid tokens (reward_source: score). */
   private sequenceScores(micro: Batch): tf.Tensor2D {
-    const rewards = micro.tensor('token_level_scores');
+    const rewards = micro.tensor('token_level_rewards');
     const mask = micro.tensor('response_mask').data;
     const [B, R] = rewards.shape;
     const out = new Float32Array(B * R);

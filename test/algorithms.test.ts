@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import {
+  addShapingReturns,
+  isOutcomeEstimator,
   AdaptiveKlController,
   FixedKlController,
   advantageEstimatorNames,
@@ -173,6 +175,27 @@ describe('GRPO advantages (hand-checked)', () => {
     const s = 2 / (1 + 1e-6);
     expectClose(out.advantages, [a, a, 0, -a, -a, -a, s, s, 0], 1e-6);
     expectClose(out.returns, out.advantages, 0);
+  });
+});
+
+describe('shaping rewards after an outcome estimator (RLFR with GRPO)', () => {
+  it('adds each token its suffix sum of shaping rewards (discounted), skipping padding', () => {
+    // Two rows of 4: row 0 fully valid, row 1 with its last two positions padded.
+    const out = { advantages: Float32Array.from([1, 1, 1, 1, -1, -1, 0, 0]), returns: Float32Array.from([1, 1, 1, 1, -1, -1, 0, 0]) };
+    const shaping = [0, -0.01, 0, -0.008, -0.006, 0, 0, 0];
+    const mask = [1, 1, 1, 1, 1, 1, 0, 0];
+    addShapingReturns(out, shaping, mask, 2, 4, 1);
+    expectClose(out.advantages, [1 - 0.018, 1 - 0.018, 1 - 0.008, 1 - 0.008, -1.006, -1, 0, 0], 1e-7);
+    expectClose(out.returns, out.advantages, 0);
+    const discounted = { advantages: new Float32Array(4), returns: new Float32Array(4) };
+    addShapingReturns(discounted, [0, -0.01, 0, -0.008], [1, 1, 1, 1], 1, 4, 0.5);
+    expectClose(discounted.advantages, [-0.01 / 2 - 0.008 / 8, -0.01 - 0.008 / 4, -0.004, -0.008], 1e-7);
+  });
+
+  it('grpo sees one score per response; gae and reinforce_plus_plus take token rewards', () => {
+    expect(isOutcomeEstimator('grpo')).to.equal(true);
+    expect(isOutcomeEstimator('gae')).to.equal(false);
+    expect(isOutcomeEstimator('reinforce_plus_plus')).to.equal(false);
   });
 });
 

@@ -10,7 +10,7 @@ import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
-import { clipGradNorm, lossAndGradients } from '../model/optim.js';
+import { clipGradNorm, lossAndGradients, scheduledLr } from '../model/optim.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 
@@ -153,8 +153,8 @@ export class PPOActor implements Actor {
 
   /** Learning rate with linear warm-up over optim.lr_warmup_steps updates (the optimizer's step count survives resume). */
   protected learningRate(): number {
-    const { lr, lr_warmup_steps: warmup } = this.actorConfig.optim;
-    return warmup > 0 ? lr * Math.min(1, (this.module.optimizer.step + 1) / warmup) : lr;
+    const { lr, lr_warmup_steps: warmupSteps } = this.actorConfig.optim;
+    return scheduledLr({ lr, warmupSteps }, this.module.optimizer.step);
   }
 
   updatePolicy(batch: Batch): Metrics {

@@ -31,15 +31,48 @@ export interface AdvantageOutput {
 export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
 
 const estimators = new Map<string, AdvantageEstimator>();
+const outcomeEstimators = new Set<string>();
+
+export interface EstimatorTraits {
+  /**
+   * The estimator reduces each response's token rewards to one score (grpo). Per-token shaping
+   * rewards then bypass it and enter the advantage through their return (see addShapingReturns).
+   */
+  outcome?: boolean;
+}
 
 /**
  * Adds an estimator under `name`. Registering another function under a taken name throws (as
  * verl's register_adv_est does); registering the same function again is a no-op.
  */
-export function registerAdvantageEstimator(name: string, estimator: AdvantageEstimator): void {
+export function registerAdvantageEstimator(name: string, estimator: AdvantageEstimator, traits: EstimatorTraits = {}): void {
   const existing = estimators.get(name);
   if (existing && existing !== estimator) throw new Error(`advantage estimator '${name}' is already registered`);
   estimators.set(name, estimator);
+  if (traits.outcome) outcomeEstimators.add(name);
+}
+
+/** Whether the named estimator sees only one score per response (see EstimatorTraits.outcome). */
+export function isOutcomeEstimator(name: string): boolean {
+  return outcomeEstimators.has(name);
+}
+
+/**
+ * Adds per-token shaping rewards to outcome advantages (and returns) as their discounted return,
+ * A_k += sum_{j >= k, valid} gamma^(j - k) rho_j, un-normalised: RLFR's way of letting dense
+ * rewards into GRPO (research/rlfr.md 2.3). Masked positions neither add nor receive.
+ */
+export function addShapingReturns(output: AdvantageOutput, shaping: ArrayLike<number>, mask: ArrayLike<number>, batch: number, length: number, gamma: number): void {
+  for (let b = 0; b < batch; b++) {
+    let running = 0;
+    for (let t = length - 1; t >= 0; t--) {
+      const i = b * length + t;
+      if (!mask[i]) continue;
+      running = shaping[i] + gamma * running;
+      output.advantages[i] += running;
+      output.returns[i] += running;
+    }
+  }
 }
 
 export function getAdvantageEstimator(name: string): AdvantageEstimator {
@@ -222,5 +255,5 @@ export function computeReinforcePlusPlusAdvantages(input: AdvantageInput): Advan
 }
 
 registerAdvantageEstimator('gae', computeGaeAdvantages);
-registerAdvantageEstimator('grpo', computeGrpoOutcomeAdvantages);
+registerAdvantageEstimator('grpo', computeGrpoOutcomeAdvantages, { outcome: true });
 registerAdvantageEstimator('reinforce_plus_plus', computeReinforcePlusPlusAdvantages);

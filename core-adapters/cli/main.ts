@@ -5,7 +5,7 @@ import { InputError } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
-import { evalCommand, exportCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
+import { evalCommand, exportCommand, pluginCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 import { reportCommand } from './report-command.js';
 
@@ -33,7 +33,13 @@ const COMMANDS: Record<string, Command> = {
 };
 
 function usage(): string {
-  return ['usage: flowrl <command> [options]', '', ...Object.values(COMMANDS).map((c) => `  flowrl ${c.usage}`)].join('\n');
+  return [
+    'usage: flowrl <command> [options]',
+    '',
+    ...Object.values(COMMANDS).map((c) => `  flowrl ${c.usage}`),
+    '',
+    'Plugins add commands run as `flowrl NAME CONFIG [key=value ...]`; `flowrl plugins CONFIG` lists them.',
+  ].join('\n');
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -43,12 +49,13 @@ export async function main(argv: string[]): Promise<number> {
     return name ? 0 : 2;
   }
   const command = COMMANDS[name];
-  if (!command) {
-    console.error(`flowrl: unknown command '${name}'; available: ${Object.keys(COMMANDS).join(', ')}`);
-    return 2;
-  }
   try {
-    await command.run(rest);
+    const run = command ? () => command.run(rest) : pluginCommand(name, rest);
+    if (!run) {
+      console.error(`flowrl: unknown command '${name}'; available: ${Object.keys(COMMANDS).join(', ')} (plugins add theirs: flowrl NAME CONFIG)`);
+      return 2;
+    }
+    await run();
     return 0;
   } catch (e) {
     if (e instanceof InputError) {

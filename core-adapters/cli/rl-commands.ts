@@ -1,11 +1,12 @@
 // flowrl train | eval | sft | plugins: the host's jobs from a YAML config plus key=value overrides.
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Metrics, Trainer } from '../contracts/index.js';
+import type { Metrics, PluginCommand, Trainer } from '../contracts/index.js';
 import { readConfigFile, resolveConfig } from '../config/load.js';
 import type { RLTrainer } from '../trainer/trainer.js';
 import { InputError } from '../errors.js';
 import { createHost, readPluginManifests, type Host } from '../host.js';
+import { pluginConfigLayer } from '../plugins/manifest.js';
 import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
@@ -93,10 +94,30 @@ export async function sftCommand(argv: string[]): Promise<void> {
   const { target, overrides } = configAndOverrides('sft', argv);
   const user = readConfigFile(target);
   const plugins = readPluginManifests(([] as string[]).concat((user.plugins as string[] | undefined) ?? []), target);
-  const config = resolveConfig({ user, userFile: target, overrides, pluginDefaults: plugins.map((p) => ({ source: p.file, defaults: p.defaults })) });
+  const config = resolveConfig({ user, userFile: target, overrides, pluginDefaults: plugins.map(pluginConfigLayer) });
   await initEngine(config.engine.backend as BackendChoice);
   const result = await runSft(config);
   console.log(`wrote ${result.outputDir} after ${result.steps} steps (train loss ${result.trainLoss.toFixed(4)}${result.valLoss !== undefined ? `, validation loss ${result.valLoss.toFixed(4)}` : ''})`);
+}
+
+/**
+ * A plugin's command `flowrl NAME CONFIG [key=value ...]`, if a plugin the config registers
+ * declares NAME in its manifest; it runs the PluginCommand the plugin binds under that name.
+ */
+export function pluginCommand(name: string, argv: string[]): (() => Promise<void>) | undefined {
+  const [target] = argv;
+  if (!target || !fs.existsSync(target) || !fs.statSync(target).isFile()) return undefined;
+  const user = readConfigFile(target);
+  const manifests = readPluginManifests(([] as string[]).concat((user.plugins as string[] | string | undefined) ?? []), target);
+  const owner = manifests.find((m) => m.commands.some((c) => c.name === name));
+  if (!owner) return undefined;
+  return async () => {
+    const { overrides } = configAndOverrides(name, argv);
+    const host = await createHost(target, { overrides });
+    const command = host.container.getAll<PluginCommand>(TOKENS.Command).find((c) => c.name === name);
+    if (!command) throw new Error(`${owner.file}: the manifest lists command '${name}' but the plugin binds no PluginCommand of that name`);
+    await command.run();
+  };
 }
 
 /** flowrl plugins CONFIG: the plugins a config registers, their algorithms and overridden bindings. */
@@ -110,6 +131,7 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
     if (p.description) console.log(`  ${p.description}`);
     console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
     console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}`);
+    for (const c of p.commands) console.log(`  command:    flowrl ${c.usage}`);
   }
 }
 

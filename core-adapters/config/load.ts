@@ -192,12 +192,11 @@ export const INPUT_PATH_KEYS = [
   'sft.init_config',
 ];
 
-/** Rewrites the input paths of a config file's tree relative to the file's directory. */
-export function resolveInputPaths(tree: ConfigTree, file: string): ConfigTree {
+/** Rewrites the input paths of a tree relative to `baseDir` (a config file's directory, or the working directory). */
+export function resolveInputPaths(tree: ConfigTree, baseDir: string, keys: readonly string[] = INPUT_PATH_KEYS): ConfigTree {
   const out = structuredClone(tree);
-  const base = path.dirname(path.resolve(file));
-  const resolve = (p: ConfigValue) => (typeof p === 'string' && p !== '' ? path.resolve(base, p) : p);
-  for (const key of INPUT_PATH_KEYS) {
+  const resolve = (p: ConfigValue) => (typeof p === 'string' && p !== '' ? path.resolve(baseDir, p) : p);
+  for (const key of keys) {
     const value = getPath(out, key) as ConfigValue | undefined;
     if (value === undefined || value === null) continue;
     setPath(out, key, Array.isArray(value) ? value.map(resolve) : resolve(value));
@@ -207,7 +206,7 @@ export function resolveInputPaths(tree: ConfigTree, file: string): ConfigTree {
 
 export interface ConfigLayers {
   /** Defaults contributed by plugins, in load order (merged over the core defaults). */
-  pluginDefaults?: { source: string; defaults: ConfigTree }[];
+  pluginDefaults?: { source: string; defaults: ConfigTree; inputPaths?: string[] }[];
   /** The user's file, already read. */
   user: ConfigTree;
   userFile: string;
@@ -223,14 +222,16 @@ export function resolveConfig(layers: ConfigLayers): Config {
     schema = mergeConfig(schema, defaults);
   }
   validateConfig(layers.user, schema, layers.userFile);
-  let tree = mergeConfig(schema, resolveInputPaths(layers.user, layers.userFile));
+  const pluginPaths = (layers.pluginDefaults ?? []).flatMap((p) => p.inputPaths ?? []);
+  let tree = mergeConfig(schema, resolveInputPaths(layers.user, path.dirname(path.resolve(layers.userFile)), [...INPUT_PATH_KEYS, ...pluginPaths]));
   const overrideTree: ConfigTree = {};
   for (const arg of layers.overrides ?? []) {
     const { key, value } = parseOverride(arg);
     setPath(overrideTree, key, value);
   }
   validateConfig(overrideTree, schema, 'command line');
-  tree = mergeConfig(tree, overrideTree);
+  // A plugin's input paths are made absolute here, since writeConfig knows only the core's.
+  tree = mergeConfig(tree, resolveInputPaths(overrideTree, process.cwd(), pluginPaths));
   const config = tree as unknown as Config;
   config.trainer.default_local_dir ??= path.join('runs', config.trainer.experiment_name);
   return config;

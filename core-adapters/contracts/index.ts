@@ -89,17 +89,35 @@ export interface RewardManager {
 }
 
 /**
- * Contribution point: adjusts per-token rewards after scoring, before advantages (RLFR's flow
- * rewards are one). Shapers may read the batch (token ids, masks) and update their own state.
+ * Contribution point: dense per-token rewards added to the outcome reward (RLFR's flow rewards are
+ * one). The trainer adds them to the token rewards before a token-level estimator (gae,
+ * reinforce_plus_plus), and to the advantages as their return after an outcome estimator (grpo).
  */
 export interface RewardShaper {
   readonly name: string;
-  shape(batch: Batch, tokenRewards: Float32Array): Metrics;
+  /** Loads what shaping needs; called once after the worker's init and before any restore. */
+  init?(): Promise<void>;
+  /**
+   * Adds this shaper's reward per response token into `shaping` ([B, R], row-major; padding must
+   * stay 0). The batch holds the rollouts and their token_level_scores.
+   */
+  shape(batch: Batch, shaping: Float32Array): Metrics;
   /** Called after each actor update with the same batch (for online-trained shapers). */
   afterUpdate?(batch: Batch): Metrics;
   /** State to keep in checkpoints, as files written into dir. */
   saveCheckpoint?(dir: string): void;
   loadCheckpoint?(dir: string): void;
+  dispose?(): void;
+}
+
+/**
+ * Contribution point: a CLI subcommand from a plugin, `flowrl NAME CONFIG [key=value ...]`. It is
+ * resolved from the container the config builds (so it can inject the config and any role); the
+ * plugin's manifest lists it under `commands` so the CLI can find it before loading anything.
+ */
+export interface PluginCommand {
+  readonly name: string;
+  run(): Promise<void>;
 }
 
 /** Contribution point: where metrics go (metrics.jsonl, the console). */

@@ -17,8 +17,9 @@ export function renderPrompt(row: DataRow, tokenizer: TextTokenizer): string {
   return row.prompt.map((m) => m.content).join('\n');
 }
 
-function fileList(value: string | string[] | null): string[] {
-  if (value === null) return [];
+/** A config's file list (a path, a list of paths, or null) as an array. */
+export function fileList(value: string | string[] | null | undefined): string[] {
+  if (value === null || value === undefined) return [];
   return Array.isArray(value) ? value : [value];
 }
 

@@ -101,6 +101,25 @@ export class AdamW {
   }
 }
 
+export interface LrSchedule {
+  lr: number;
+  /** Linear warm-up over this many updates (0: none). */
+  warmupSteps?: number;
+  /** Cosine decay to minLrRatio * lr at this update; unset: constant after warm-up. */
+  totalSteps?: number;
+  minLrRatio?: number;
+}
+
+/** The learning rate for 0-based update `step`: linear warm-up, then an optional cosine decay. */
+export function scheduledLr(schedule: LrSchedule, step: number): number {
+  const { lr, warmupSteps = 0, totalSteps, minLrRatio = 0 } = schedule;
+  if (warmupSteps > 0 && step < warmupSteps) return (lr * (step + 1)) / warmupSteps;
+  if (totalSteps === undefined || totalSteps <= warmupSteps) return lr;
+  const progress = Math.min(1, (step - warmupSteps) / (totalSteps - warmupSteps));
+  const floor = lr * minLrRatio;
+  return floor + (lr - floor) * 0.5 * (1 + Math.cos(Math.PI * progress));
+}
+
 /**
  * The loss and its gradients with respect to named parameters (keyed by the map's names).
  * Parameters the loss does not touch get no entry.

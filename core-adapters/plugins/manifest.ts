@@ -22,6 +22,10 @@ export interface PluginManifest {
   /** Names of the host bindings the plugin may rebind (TOKENS keys). */
   overrides: string[];
   defaults: ConfigTree;
+  /** Dotted config keys holding input paths (resolved relative to the config file that sets them). */
+  inputPaths: string[];
+  /** CLI subcommands the plugin contributes (run as `flowrl NAME CONFIG`), with their usage lines. */
+  commands: { name: string; usage: string }[];
   description?: string;
   /** Absolute path of the plugin.json this came from. */
   file: string;
@@ -86,6 +90,13 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
     if (!knownBindings.includes(binding)) throw new InputError(`${file}: overrides names unknown binding '${binding}'; bindings: ${knownBindings.join(', ')}`);
   }
   const defaults = raw.defaults === undefined ? {} : field<ConfigTree>(raw, 'defaults', file, isTree, 'an object of config defaults');
+  const inputPaths = raw.input_paths === undefined ? [] : field<string[]>(raw, 'input_paths', file, (v) => Array.isArray(v) && v.every(isString), 'a list of dotted config keys');
+  const commandsRaw = raw.commands === undefined ? [] : field<unknown[]>(raw, 'commands', file, Array.isArray, 'a list of {name, usage}');
+  const commands = commandsRaw.map((c, i) => {
+    const where = `${file}: commands[${i}]`;
+    if (!isTree(c)) throw new InputError(`${where} must be an object`);
+    return { name: field<string>(c, 'name', where, isString, 'a command name'), usage: field<string>(c, 'usage', where, isString, 'a usage line') };
+  });
   return {
     name,
     version,
@@ -95,7 +106,14 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
     algorithms,
     overrides,
     defaults,
+    inputPaths,
+    commands,
     description: typeof raw.description === 'string' ? raw.description : undefined,
     file,
   };
+}
+
+/** A manifest's contribution to the config layers (see resolveConfig). */
+export function pluginConfigLayer(manifest: PluginManifest): { source: string; defaults: ConfigTree; inputPaths: string[] } {
+  return { source: manifest.file, defaults: manifest.defaults, inputPaths: manifest.inputPaths };
 }

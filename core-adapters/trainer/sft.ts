@@ -5,14 +5,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../config/load.js';
 import { getPath } from '../config/load.js';
-import { renderPrompt } from '../data/dataset.js';
+import { fileList, renderPrompt } from '../data/dataset.js';
 import { readRows } from '../data/rows.js';
 import { InputError } from '../errors.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
 import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
-import { AdamW } from '../model/optim.js';
+import { AdamW, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { languageModelStep, maskedNll } from '../model/train-step.js';
 import * as tf from '@tensorflow/tfjs';
@@ -23,9 +23,20 @@ export interface SftExample {
   response: number[];
 }
 
-/** Prompt and response token ids of rows that carry a response (eos appended to the response). */
-export async function readSftExamples(files: string[], config: Config, tokenizer: TextTokenizer): Promise<SftExample[]> {
-  const key = config.sft.response_key;
+export interface SftReadOptions {
+  /** Dotted path of the response text in each row (config key named in errors). */
+  responseKey: string;
+  keyName: string;
+  maxPromptLength: number;
+  maxResponseLength: number;
+}
+
+/**
+ * Prompt and response token ids of rows that carry a response (eos appended to the response);
+ * rows longer than the limits are skipped.
+ */
+export async function readSftExamples(files: string[], tokenizer: TextTokenizer, options: SftReadOptions): Promise<SftExample[]> {
+  const key = options.responseKey;
   const eos = tokenizer.eosTokenId;
   const out: SftExample[] = [];
   for (const file of files) {
@@ -33,12 +44,12 @@ export async function readSftExamples(files: string[], config: Config, tokenizer
     rows.forEach((row, i) => {
       const response = getPath(row, key);
       if (typeof response !== 'string' || response.length === 0) {
-        throw new InputError(`${file} row ${i + 1}: sft.response_key '${key}' holds no response text`);
+        throw new InputError(`${file} row ${i + 1}: ${options.keyName} '${key}' holds no response text`);
       }
       const prompt = tokenizer.encode(renderPrompt(row, tokenizer));
       const ids = tokenizer.encode(response);
       if (eos !== undefined) ids.push(eos);
-      if (prompt.length > config.data.max_prompt_length || ids.length > config.data.max_response_length) return;
+      if (prompt.length > options.maxPromptLength || ids.length > options.maxResponseLength) return;
       out.push({ prompt, response: ids });
     });
   }
@@ -65,7 +76,7 @@ export interface SftResult {
 }
 
 export async function runSft(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<SftResult> {
-  const files = (v: string | string[] | null) => (v === null ? [] : Array.isArray(v) ? v : [v]);
+  const files = fileList;
   const trainFiles = files(config.data.train_files);
   if (!trainFiles.length) throw new InputError('data.train_files is not set; sft needs rows with responses');
   const modelPath = config.actor_rollout_ref.model.path;
@@ -84,8 +95,14 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     if (!modelPath) throw new InputError('set actor_rollout_ref.model.path (a model to fine-tune) or sft.init_config (a config.json to start from)');
     model = loadModel(modelPath);
   }
-  const train = await readSftExamples(trainFiles, config, tokenizer);
-  const val = await readSftExamples(files(config.data.val_files), config, tokenizer);
+  const read: SftReadOptions = {
+    responseKey: sft.response_key,
+    keyName: 'sft.response_key',
+    maxPromptLength: config.data.max_prompt_length,
+    maxResponseLength: config.data.max_response_length,
+  };
+  const train = await readSftExamples(trainFiles, tokenizer, read);
+  const val = await readSftExamples(files(config.data.val_files), tokenizer, read);
   if (train.length === 0) throw new InputError(`${trainFiles.join(', ')}: no usable sft rows within data.max_prompt_length / max_response_length`);
   const pad = tokenizer.padTokenId ?? 0;
   const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
@@ -100,7 +117,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     if (step % stepsPerEpoch === 0) order = rng.shuffle([...train]);
     const offset = (step % stepsPerEpoch) * sft.batch_size;
     const part = order.slice(offset, offset + sft.batch_size);
-    optimizer.lr = sft.warmup_steps > 0 ? sft.lr * Math.min(1, (step + 1) / sft.warmup_steps) : sft.lr;
+    optimizer.lr = scheduledLr({ lr: sft.lr, warmupSteps: sft.warmup_steps }, step);
     const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
     loss = languageModelStep(model, optimizer, seq, sft.grad_clip);
     if ((step + 1) % 50 === 0 || step + 1 === total) {

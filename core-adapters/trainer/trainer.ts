@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
-import type { AdvantageEstimator } from '../algorithms/advantages.js';
+import { addShapingReturns, isOutcomeEstimator, type AdvantageEstimator } from '../algorithms/advantages.js';
 import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController, type KlPenaltyType } from '../algorithms/kl.js';
 import { writeConfig, type Config } from '../config/load.js';
 import type {
@@ -94,6 +94,7 @@ export class RLTrainer implements Trainer {
     await this.rewards.init?.();
     await this.worker.init();
     if (this.requirements.useCritic) await this.critic.init();
+    for (const shaper of this.shapers) await shaper.init?.();
     writeConfig(path.join(this.runDir, 'config.yaml'), this.config);
     const kl = this.config.algorithm.kl_ctrl;
     let klCoef = kl.kl_coef;
@@ -110,6 +111,7 @@ export class RLTrainer implements Trainer {
   dispose(): void {
     this.worker.dispose();
     if (this.requirements.useCritic) this.critic.dispose();
+    for (const shaper of this.shapers) shaper.dispose?.();
   }
 
   /** Loads data, scorers and the policy for a validation pass only. */
@@ -224,9 +226,13 @@ export class RLTrainer implements Trainer {
       batch.set('values', { shape: [B, R], data: timed('values', () => this.critic.computeValues(batch)) });
     }
 
+    const shaping = new Float32Array(B * R);
+    for (const shaper of this.shapers) Object.assign(metrics, timed(`shape_${shaper.name}`, () => shaper.shape(batch, shaping)));
     const advantages = timed('adv', () => {
+      // Estimators that see one score per response get shaping through its return instead.
+      const outcomeOnly = isOutcomeEstimator(this.requirements.advEstimator);
       const tokenRewards = Float32Array.from(reward.tokenLevelScores);
-      for (const shaper of this.shapers) Object.assign(metrics, shaper.shape(batch, tokenRewards));
+      if (!outcomeOnly) for (let i = 0; i < tokenRewards.length; i++) tokenRewards[i] += shaping[i];
       let rewards: Float32Array = tokenRewards;
       if (this.config.algorithm.use_kl_in_reward) {
         const penalised = applyKlPenalty(
@@ -243,9 +249,8 @@ export class RLTrainer implements Trainer {
         metrics['actor/reward_kl_penalty'] = penalised.meanKl;
         metrics['actor/reward_kl_penalty_coeff'] = penalised.coef;
       }
-      batch.set('token_level_rewards', { shape: [B, R], data: rewards });
       const a = this.config.algorithm;
-      return this.estimator({
+      const out = this.estimator({
         batch: B,
         length: R,
         tokenRewards: rewards,
@@ -257,6 +262,13 @@ export class RLTrainer implements Trainer {
         normByStd: a.norm_adv_by_std_in_grpo,
         epsilon: 1e-6,
       });
+      if (outcomeOnly && this.shapers.length) {
+        addShapingReturns(out, shaping, mask, B, R, a.gamma);
+        for (let i = 0; i < rewards.length; i++) rewards[i] += shaping[i];
+      }
+      // What each token was rewarded with, shaping included (reported and read by actors).
+      batch.set('token_level_rewards', { shape: [B, R], data: rewards });
+      return out;
     });
     batch.set('advantages', { shape: [B, R], data: advantages.advantages });
     batch.set('returns', { shape: [B, R], data: advantages.returns });

@@ -1,0 +1,90 @@
+// The reward.flow config section (defaults in plugin.json), read and checked in one place.
+import { InputError, type Config } from '../../core-adapters/index.js';
+import { CONTEXT_MODES, type ContextMode } from './latents.js';
+import type { FlowNorm } from './shaping.js';
+
+export const FLOW_NORMS: readonly FlowNorm[] = ['minmax', 'minmax-bil'];
+/** Times of the online flow loss: the rewarding timesteps (the reference) or logit-normal (as pre-training). */
+export const ONLINE_TIMES = ['rewarding', 'logit_normal'] as const;
+
+export interface FlowRewardConfig {
+  enable: boolean;
+  /** Directory written by flowrl flow-pretrain (flow_model.safetensors + flow_config.json); null: a fresh field. */
+  flow_model: string | null;
+  /** For a fresh field: residual blocks, and width (null: the policy's hidden size). */
+  depth: number;
+  width: number | null;
+  hook_layers_percentile: number[];
+  context_mode: ContextMode;
+  rewarding_timesteps: number[];
+  threshold: number;
+  topk: number;
+  norm: FlowNorm;
+  coef: number;
+  /** Sequences per policy forward when reading latents. */
+  micro_batch_size: number;
+  online: {
+    enable: boolean;
+    lr: number;
+    betas: number[];
+    weight_decay: number;
+    warmup_ratio: number;
+    min_lr_ratio: number;
+    grad_clip: number;
+    /** Rollouts whose score is at least this train the field. */
+    reward_threshold: number;
+    time_sampling: (typeof ONLINE_TIMES)[number];
+  };
+  pretrain: {
+    /** Rows with reference responses; null: data.train_files. */
+    train_files: string | string[] | null;
+    /** Dotted path of the response in each row; null: sft.response_key. */
+    response_key: string | null;
+    epochs: number;
+    total_steps: number | null;
+    batch_size: number;
+    /** Independent (t, noise) draws per token. */
+    batch_mul: number;
+    lr: number;
+    weight_decay: number;
+    warmup_ratio: number;
+    min_lr_ratio: number;
+    grad_clip: number;
+    /** null: <trainer.default_local_dir>/flow-model. */
+    output_dir: string | null;
+  };
+}
+
+function check(ok: boolean, key: string, want: string, value: unknown): void {
+  if (!ok) throw new InputError(`reward.flow.${key} must be ${want}; got ${JSON.stringify(value)}`);
+}
+
+const positiveInteger = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 1;
+
+export function flowRewardConfig(config: Config): FlowRewardConfig {
+  const section = (config.reward as { flow?: FlowRewardConfig } | undefined)?.flow;
+  if (!section) throw new InputError("config section 'reward.flow' is missing; is the FlowRL plugin registered under plugins:?");
+  const f = section;
+  check(CONTEXT_MODES.includes(f.context_mode), 'context_mode', `one of ${CONTEXT_MODES.join(', ')}`, f.context_mode);
+  check(FLOW_NORMS.includes(f.norm), 'norm', `one of ${FLOW_NORMS.join(', ')}`, f.norm);
+  check(f.hook_layers_percentile.length > 0 && f.hook_layers_percentile.every((p) => p > 0 && p <= 1), 'hook_layers_percentile', 'a non-empty list of depth fractions in (0, 1]', f.hook_layers_percentile);
+  check(f.rewarding_timesteps.length > 0 && f.rewarding_timesteps.every((t) => t > 0 && t < 1), 'rewarding_timesteps', 'a non-empty list of times in (0, 1)', f.rewarding_timesteps);
+  check(positiveInteger(f.depth), 'depth', 'a whole number >= 1', f.depth);
+  check(f.width === null || positiveInteger(f.width), 'width', 'null or a whole number >= 1', f.width);
+  check(Number.isInteger(f.topk), 'topk', 'a whole number (<= 0 disables)', f.topk);
+  check(f.coef >= 0, 'coef', 'a number >= 0', f.coef);
+  check(positiveInteger(f.micro_batch_size), 'micro_batch_size', 'a whole number >= 1', f.micro_batch_size);
+  check(ONLINE_TIMES.includes(f.online.time_sampling), 'online.time_sampling', `one of ${ONLINE_TIMES.join(', ')}`, f.online.time_sampling);
+  check(f.online.lr > 0, 'online.lr', 'a number > 0', f.online.lr);
+  check(f.online.betas.length === 2 && f.online.betas.every((b) => b >= 0 && b < 1), 'online.betas', 'two numbers in [0, 1)', f.online.betas);
+  check(f.online.warmup_ratio >= 0 && f.online.warmup_ratio < 1, 'online.warmup_ratio', 'in [0, 1)', f.online.warmup_ratio);
+  check(f.online.min_lr_ratio >= 0 && f.online.min_lr_ratio <= 1, 'online.min_lr_ratio', 'in [0, 1]', f.online.min_lr_ratio);
+  const p = f.pretrain;
+  check(positiveInteger(p.epochs), 'pretrain.epochs', 'a whole number >= 1', p.epochs);
+  check(p.total_steps === null || positiveInteger(p.total_steps), 'pretrain.total_steps', 'null or a whole number >= 1', p.total_steps);
+  check(positiveInteger(p.batch_size), 'pretrain.batch_size', 'a whole number >= 1', p.batch_size);
+  check(positiveInteger(p.batch_mul), 'pretrain.batch_mul', 'a whole number >= 1', p.batch_mul);
+  check(p.lr > 0, 'pretrain.lr', 'a number > 0', p.lr);
+  check(p.warmup_ratio >= 0 && p.warmup_ratio < 1, 'pretrain.warmup_ratio', 'in [0, 1)', p.warmup_ratio);
+  return f;
+}

@@ -1,0 +1,218 @@
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import YAML from 'yaml';
+import {
+  createHost,
+  loadModel,
+  packSequences,
+  promptBatch,
+  readHeader,
+  readSftExamples,
+  Rng,
+  TextTokenizer,
+  TOKENS,
+  type Batch,
+  type Config,
+  type RewardShaper,
+  type Trainer,
+  type Worker,
+} from '../core-adapters/index.js';
+import { FlowModel, flowPretrain, FlowRewardShaper, type FlowPretrainResult } from '../plugin/index.js';
+import { flowDeviation, responseLatents } from '../plugin/rlfr/latents.js';
+import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
+
+const COUNTDOWN = fixture('countdown');
+
+function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
+  const config = {
+    plugins: [path.join(ROOT, 'plugin.json')],
+    data: {
+      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
+      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
+      train_batch_size: 8,
+      max_prompt_length: 32,
+      max_response_length: 16,
+    },
+    actor_rollout_ref: {
+      model: { path: path.join(COUNTDOWN, 'base-model') },
+      actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 4, ppo_micro_batch_size: 64 },
+      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 2, temperature: 1.0, do_sample: true } },
+    },
+    algorithm: { name: 'grpo' },
+    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 5, progress: false, val_before_train: false, test_freq: -1 },
+    ...extra,
+  };
+  const file = path.join(dir, 'config.yaml');
+  fs.writeFileSync(file, YAML.stringify(config));
+  return file;
+}
+
+function readMetrics(dir: string): Record<string, number>[] {
+  return fs
+    .readFileSync(path.join(dir, 'run', 'metrics.jsonl'), 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, number>);
+}
+
+const withoutTiming = (m: Record<string, number>) =>
+  Object.fromEntries(Object.entries(m).filter(([k]) => !k.startsWith('timing_s/') && k !== 'perf/throughput'));
+
+async function train(file: string, overrides: string[]): Promise<void> {
+  const host = await createHost(file, { overrides, quiet: true });
+  const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+  await trainer.fit();
+  trainer.dispose();
+}
+
+describe('RLFR flow rewards in the host', function () {
+  this.timeout(600000);
+  let pretrained: FlowPretrainResult;
+  let pretrainConfig: Config;
+  const workDir = tempDir();
+
+  before(async () => {
+    const file = writeConfig(workDir);
+    const host = await createHost(file, {
+      overrides: ['reward.flow.pretrain.total_steps=150', 'reward.flow.pretrain.lr=1e-3', `reward.flow.pretrain.output_dir=${path.join(workDir, 'flow-model')}`],
+      quiet: true,
+    });
+    pretrainConfig = host.config;
+    pretrained = await flowPretrain(host.config, () => {});
+  });
+
+  it('flow pretraining on the tiny countdown policy lowers the held-out loss and saves the field with its config', () => {
+    expect(pretrained.heldOutAfter, `${pretrained.heldOutBefore} -> ${pretrained.heldOutAfter}`).to.be.lessThan(0.5 * pretrained.heldOutBefore);
+    expect(fs.readdirSync(pretrained.outputDir).sort()).to.deep.equal(['flow_config.json', 'flow_model.safetensors']);
+    const lm = loadModel(path.join(COUNTDOWN, 'base-model'));
+    const model = FlowModel.load(pretrained.outputDir, lm);
+    expect(model.config).to.deep.include({ trained_steps: 150, context_mode: 'token_post', latent_size: lm.config.hiddenSize, depth: 2 });
+    // Two layers: 0.25 * 2 rounds (half to even) to 0, 0.5 * 2 = 1, 0.75 * 2 = 1.5 to 2, clamped to 1.
+    expect(model.layers).to.deep.equal([0, 1]);
+    model.dispose();
+    lm.dispose();
+  });
+
+  it('reference responses deviate less from the pretrained flow than the same responses with their tokens shuffled', async () => {
+    const lm = loadModel(path.join(COUNTDOWN, 'base-model'));
+    const model = FlowModel.load(pretrained.outputDir, lm);
+    const tokenizer = TextTokenizer.load(path.join(COUNTDOWN, 'base-model'));
+    const examples = (await readSftExamples([path.join(COUNTDOWN, 'data', 'train.jsonl')], tokenizer, { responseKey: 'extra_info.response', keyName: 'k', maxPromptLength: 32, maxResponseLength: 16 })).slice(-64);
+    const rng = new Rng(11);
+    // Shuffle each response's tokens before its stop token (an answer-shaped but unnatural sequence).
+    const shuffled = examples.map((e) => ({ prompt: e.prompt, response: [...rng.shuffle(e.response.slice(0, -1)), e.response.at(-1)!] }));
+    const meanDeviation = (set: typeof examples) => {
+      const seq = packSequences(set.map((e) => e.prompt), set.map((e) => e.response), tokenizer.padTokenId ?? 0);
+      const select = new Float32Array(seq.batch * seq.responseLength);
+      set.forEach((e, b) => select.fill(1, b * seq.responseLength, b * seq.responseLength + e.response.length));
+      const latents = responseLatents(lm, seq, model.layers, 'token_post', select, 64);
+      let total = 0;
+      model.layerIds.forEach((id, l) => {
+        const [x1, ctx] = [tf.tensor2d(latents.targets[l], [latents.rows, latents.size]), tf.tensor2d(latents.contexts[l], [latents.rows, latents.size])];
+        total += flowDeviation(model.field, x1, ctx, id, new Rng(3)).reduce((a, b) => a + b, 0) / latents.rows;
+        tf.dispose([x1, ctx]);
+      });
+      return total / model.layers.length;
+    };
+    const real = meanDeviation(examples);
+    const mixed = meanDeviation(shuffled);
+    expect(real, `reference ${real}, shuffled ${mixed}`).to.be.lessThan(0.9 * mixed);
+    model.dispose();
+    lm.dispose();
+  });
+
+  it('at initialisation (no pretrained field) every flow reward is zero, and the field still learns online from correct rollouts', async () => {
+    const dir = tempDir();
+    const host = await createHost(writeConfig(dir), { overrides: ['reward.flow.enable=true', 'trainer.total_training_steps=10'], quiet: true });
+    const shapers = host.container.getAll<RewardShaper>(TOKENS.RewardShaper);
+    expect(shapers).to.have.length(1);
+    const shaper = shapers[0] as FlowRewardShaper;
+    const worker = host.container.get<Worker>(TOKENS.Worker);
+    await worker.init();
+    await shaper.init();
+    expect(shaper.flowModel.trained).to.equal(false);
+    const prompts = promptBatch([{ ids: [5, 6, 7, 4, 8], dataSource: 'x', groundTruth: null, extraInfo: {}, index: 0 }], 'p').repeat(16, true);
+    const batch: Batch = worker.generateSequences(prompts, { temperature: 1, topP: 1, topK: 0, greedy: false, maxNewTokens: 8, seed: 1 });
+    const [B, R] = batch.tensor('responses').shape;
+    const scores = new Float32Array(B * R);
+    for (let b = 0; b < B; b += 2) scores[b * R] = 1; // every other rollout counts as correct
+    batch.set('token_level_scores', { shape: [B, R], data: scores });
+    const shaping = new Float32Array(B * R);
+    const metrics = shaper.shape(batch, shaping);
+    expect(shaping.every((x) => x === 0)).to.equal(true);
+    expect(metrics).to.deep.include({ 'flow/kept_tokens': 0, 'flow/reward_mean': 0, 'flow/correct_fraction': 0.5 });
+    const update = shaper.afterUpdate();
+    expect(update['flow/update_sequences']).to.equal(8);
+    expect(update['flow/loss']).to.be.greaterThan(0);
+    expect(shaper.flowModel.trained).to.equal(true);
+    const after = new Float32Array(B * R);
+    const next = shaper.shape(batch, after);
+    expect(next['flow/kept_tokens']).to.be.greaterThan(0);
+    expect(after.some((x) => x < 0)).to.equal(true);
+    // Padding never gets a reward.
+    const mask = batch.tensor('response_mask').data;
+    expect(after.every((x, i) => mask[i] === 1 || x === 0)).to.equal(true);
+    batch.dispose();
+    shaper.dispose();
+    worker.dispose();
+  });
+
+  for (const algorithm of ['grpo', 'flowrl']) {
+    it(`${algorithm} + flow rewards trains and resumes with the field's weights and optimizer state restored`, async () => {
+      // A constant online lr: the cosine schedule spans total_training_steps, which the split run changes.
+      const flow = [
+        `algorithm.name=${algorithm}`,
+        'reward.flow.enable=true',
+        `reward.flow.flow_model=${pretrained.outputDir}`,
+        'reward.flow.online.warmup_ratio=0',
+        'reward.flow.online.min_lr_ratio=1',
+        'trainer.save_freq=2',
+      ];
+      const whole = tempDir();
+      await train(writeConfig(whole), [...flow, 'trainer.total_training_steps=4']);
+      const split = tempDir();
+      const file = writeConfig(split);
+      await train(file, [...flow, 'trainer.total_training_steps=2']);
+      const flowDir = path.join(split, 'run', 'checkpoints', 'global_step_2', 'flow');
+      expect(fs.readdirSync(flowDir).sort()).to.deep.equal(['flow_config.json', 'flow_model.safetensors', 'optimizer.safetensors', 'shaper_state.json']);
+      expect([...readHeader(path.join(flowDir, 'optimizer.safetensors')).tensors.keys()]).to.include('m/final.out.weight');
+      await train(file, [...flow, 'trainer.total_training_steps=4']);
+      const a = readMetrics(whole);
+      const b = readMetrics(split);
+      expect(b.map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
+      for (const step of [3, 4]) expect(withoutTiming(b.find((m) => m.step === step)!)).to.deep.equal(withoutTiming(a.find((m) => m.step === step)!));
+      const last = a.at(-1)!;
+      expect(last['flow/trained_steps']).to.be.greaterThan(150);
+      expect(last['flow/reward_mean']).to.be.lessThan(0);
+      expect(a.some((m) => m['flow/kept_tokens'] > 0)).to.equal(true);
+      for (const key of ['flow/score_mean', 'flow/kept_tokens', 'flow/reward_mean', 'flow/loss']) expect(last, key).to.have.property(key);
+      // The field stays out of exports.
+      const out = path.join(split, 'exported');
+      const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_4'), out]);
+      expect(exported.status, exported.stderr).to.equal(0);
+      expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('flow') || k.includes('final.out'))).to.equal(false);
+    });
+  }
+
+  it('flowrl flow-pretrain is a plugin command; bad flow settings exit 2 naming the key or file', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir, { reward: { flow: { pretrain: { total_steps: 3, output_dir: path.join(dir, 'fm') } } } });
+    const ok = await runFlowrl(['flow-pretrain', file]);
+    expect(ok.status, ok.stderr).to.equal(0);
+    expect(ok.stdout).to.include('set reward.flow.flow_model');
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'fm', 'flow_config.json'), 'utf8')).trained_steps).to.equal(3);
+    const listed = await runFlowrl(['plugins', file]);
+    expect(listed.stdout).to.include('flowrl flow-pretrain CONFIG');
+    const badNorm = await runFlowrl(['flow-pretrain', file, 'reward.flow.norm=zscore']);
+    expect(badNorm.status).to.equal(2);
+    expect(badNorm.stderr).to.include('reward.flow.norm');
+    // flow_model is an input path: relative to the config file that sets it.
+    const missing = writeConfig(dir, { reward: { flow: { enable: true, flow_model: 'no-such-field' } } });
+    const badModel = await runFlowrl(['train', missing]);
+    expect(badModel.status).to.equal(2);
+    expect(badModel.stderr).to.include(path.join(dir, 'no-such-field'));
+    expect(pretrainConfig.reward).to.have.nested.property('flow.context_mode', 'token_post');
+  });
+});
