@@ -1,6 +1,7 @@
 // Prepares a countdown task: a character tokenizer, train/val rows from the host's generator (each
 // training row carries one solver solution as extra_info.response for the supervised warm-up), a
-// model config, and the SFT'd base policy. The example and the tests' tiny fixture both come from it:
+// model config, the SFT'd base policy and, for the example, RLFR's velocity field pretrained on the
+// same solutions (rlfr.yaml's settings). The example and the tests' tiny fixture both come from it:
 //   npx tsx examples/countdown/prepare.ts                      # this example (see README.md)
 //   npx tsx examples/countdown/prepare.ts --out test/fixtures/countdown --preset fixture
 import fs from 'node:fs';
@@ -8,6 +9,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   buildTokenizer,
+  createHost,
   initEngine,
   readRows,
   resolveConfig,
@@ -18,6 +20,7 @@ import {
   writeRowsJsonl,
   type DataRow,
 } from '../../core-adapters/index.js';
+import { flowPretrain } from '../../plugin/index.js';
 
 interface Preset {
   train: number;
@@ -117,3 +120,16 @@ const config = resolveConfig({
 });
 await runSft(config);
 fs.rmSync(scratch, { recursive: true, force: true });
+
+if (values.preset === 'example') {
+  // rlfr.yaml's pretraining settings, on this output's data and base policy.
+  const host = await createHost(path.join(path.dirname(new URL(import.meta.url).pathname), 'rlfr.yaml'), {
+    quiet: true,
+    overrides: [
+      `data.train_files=${files.train}`,
+      `actor_rollout_ref.model.path=${path.join(out, 'base-model')}`,
+      `reward.flow.pretrain.output_dir=${path.join(out, 'flow-model')}`,
+    ],
+  });
+  await flowPretrain(host.config);
+}
