@@ -2,7 +2,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'runs/**', 'test/fixtures/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'runs/**', 'test/fixtures/**', '.tmp/**', 'native/build/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -2,21 +2,20 @@
 // tfjs engine, and one inversify container with the core module loaded first and each plugin's
 // module after it, so plugins override core bindings with rebind.
 import path from 'node:path';
-import fs from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { Container, ContainerModule } from 'inversify';
 import { getAdvantageEstimator, advantageEstimatorNames } from './algorithms/advantages.js';
 import { getPolicyLoss, policyLossNames } from './algorithms/policy-loss.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
 import { PromptDataset } from './data/dataset.js';
-import { initEngine, type BackendChoice, type EngineInfo } from './engine/backend.js';
+import { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
 import { InputError } from './errors.js';
 import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
 import { importPluginModule } from './plugins/loader.js';
 import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
 import { NaiveRewardManager } from './rewards/manager.js';
+import { HOST_VERSION } from './package-root.js';
 import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
 import { LocalCheckpointStore } from './trainer/checkpoints.js';
 import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
@@ -24,20 +23,7 @@ import { RLTrainer } from './trainer/trainer.js';
 import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 import { ValueCritic } from './workers/critic.js';
 
-/** This host's version (plugins declare the range they support). */
-export const HOST_VERSION: string = (() => {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    const file = path.join(dir, 'package.json');
-    if (fs.existsSync(file)) {
-      const pkg = JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: string; version?: string };
-      if (pkg.name === 'flowrl' && pkg.version) return pkg.version;
-    }
-    const parent = path.dirname(dir);
-    if (parent === dir) return '0.0.0';
-    dir = parent;
-  }
-})();
+export { HOST_VERSION } from './package-root.js';
 
 export interface Host {
   container: Container;
@@ -129,7 +115,7 @@ export async function createHost(configFile: string, options: HostOptions = {}):
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   const requirements = runRequirements(config, registry);
-  const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend as BackendChoice, { quiet: options.quiet });
+  const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend as BackendChoice, { quiet: options.quiet, native: config.engine.native as NativeChoice });
   const container = new Container({ defaultScope: 'Singleton' });
   await container.loadAsync(coreModule(config, requirements, registry, engine));
   for (const manifest of plugins) await container.loadAsync(await importPluginModule(manifest, { config, manifest }));

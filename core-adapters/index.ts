@@ -8,6 +8,8 @@ export * from './tokens.js';
 export * from './contracts/index.js';
 export * from './batch.js';
 export * from './engine/backend.js';
+export * from './engine/kernels.js';
+export * from './engine/native.js';
 export * from './engine/ops.js';
 export * from './model/index.js';
 export * from './config/defaults.js';

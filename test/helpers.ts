@@ -80,9 +80,9 @@ export interface CliResult {
 export const CLI_MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
 
 /** Runs `flowrl ...args` from the TypeScript sources in the repository root (several may run at once). */
-export function runFlowrl(args: string[], timeoutMs = 120_000): Promise<CliResult> {
+export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
   return new Promise<CliResult>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, ...args], { cwd: ROOT, timeout: timeoutMs, env: process.env });
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, ...args], { cwd: ROOT, timeout: timeoutMs, env: { ...process.env, ...env } });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

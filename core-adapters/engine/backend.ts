@@ -5,9 +5,20 @@ import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { InputError } from '../errors.js';
+import { installWasmKernelOverrides } from './kernels.js';
+import { loadNativeKernels } from './native.js';
 
 export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
 export type BackendChoice = (typeof BACKEND_CHOICES)[number];
+/** engine.native: auto uses the native addon when it loads; off keeps stock wasm kernels (plus the TS overrides). */
+export const NATIVE_CHOICES = ['auto', 'off'] as const;
+export type NativeChoice = (typeof NATIVE_CHOICES)[number];
+
+/** The native choice when none is given: FLOWRL_NATIVE (auto | off), else auto. */
+export function defaultNativeChoice(): NativeChoice {
+  const env = process.env.FLOWRL_NATIVE;
+  return env === 'off' || env === '0' ? 'off' : 'auto';
+}
 
 export interface EngineInfo {
   /** The tfjs backend name now active: tensorflow, wasm or cpu. */
@@ -15,11 +26,24 @@ export interface EngineInfo {
   /** Where the tensorflow backend came from (tfjs-node-gpu or tfjs-node), when it is used. */
   binding?: string;
   simd?: boolean;
+  /** Kernel accelerations in effect (wasm only), e.g. the native BLAS. */
+  accelerations: string[];
+  /** Why the native addon is not in use, when engine.native is auto and it failed to load. */
+  nativeUnavailable?: string;
 }
 
 const NODE_BINDINGS = ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'];
 
 let active: EngineInfo | undefined;
+let activeNative: NativeChoice | undefined;
+
+/** Installs the wasm kernel overrides, with the native addon unless `native` is off. */
+function accelerate(info: EngineInfo, native: NativeChoice): void {
+  const loaded = native === 'auto' ? loadNativeKernels() : {};
+  info.accelerations = installWasmKernelOverrides(loaded.kernels);
+  info.nativeUnavailable = loaded.error;
+  activeNative = native;
+}
 let announced = false;
 
 async function tryNodeBinding(): Promise<string | undefined> {
@@ -49,33 +73,41 @@ async function tryWasm(): Promise<boolean> {
  * Selects and initialises the tfjs backend once per process and prints the choice once.
  * `auto` tries tfjs-node-gpu, tfjs-node, wasm, then cpu.
  */
-export async function initEngine(choice: BackendChoice = 'auto', options: { quiet?: boolean } = {}): Promise<EngineInfo> {
+export async function initEngine(choice: BackendChoice = 'auto', options: { quiet?: boolean; native?: NativeChoice } = {}): Promise<EngineInfo> {
   if (!BACKEND_CHOICES.includes(choice)) {
     throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
   }
-  if (active && (choice === 'auto' || choice === active.backend)) return active;
+  const native = options.native ?? defaultNativeChoice();
+  if (!NATIVE_CHOICES.includes(native)) throw new InputError(`engine.native must be one of ${NATIVE_CHOICES.join(', ')}; got '${String(native)}'`);
+  if (active && (choice === 'auto' || choice === active.backend)) {
+    if (active.backend === 'wasm' && native !== activeNative) accelerate(active, native);
+    return active;
+  }
 
   let info: EngineInfo | undefined;
   if (choice === 'auto' || choice === 'tensorflow') {
     const binding = await tryNodeBinding();
-    if (binding && (await tf.setBackend('tensorflow'))) info = { backend: 'tensorflow', binding };
+    if (binding && (await tf.setBackend('tensorflow'))) info = { backend: 'tensorflow', binding, accelerations: [] };
     else if (choice === 'tensorflow') {
       throw new InputError(`engine.backend is 'tensorflow' but neither ${NODE_BINDINGS.join(' nor ')} could be loaded (install one, or use auto)`);
     }
   }
   if (!info && (choice === 'auto' || choice === 'wasm')) {
-    if (await tryWasm()) info = { backend: 'wasm', simd: Boolean(tf.env().getAsync ? await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT') : false) };
+    if (await tryWasm()) info = { backend: 'wasm', simd: Boolean(tf.env().getAsync ? await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT') : false), accelerations: [] };
     else if (choice === 'wasm') throw new InputError("engine.backend is 'wasm' but the wasm backend failed to initialise (use auto or cpu)");
   }
   if (!info) {
     await tf.setBackend('cpu');
-    info = { backend: 'cpu' };
+    info = { backend: 'cpu', accelerations: [] };
   }
   await tf.ready();
+  if (info.backend === 'wasm') accelerate(info, native);
   active = info;
   if (!announced && !options.quiet) {
     const detail = info.binding ? ` (${info.binding})` : info.simd ? ' (SIMD)' : '';
-    process.stderr.write(`[flowrl] tfjs backend: ${info.backend}${detail}\n`);
+    const extra = info.accelerations.length ? `; ${info.accelerations.join('; ')}` : '';
+    const missing = info.nativeUnavailable ? `; native kernels unavailable (${info.nativeUnavailable})` : '';
+    process.stderr.write(`[flowrl] tfjs backend: ${info.backend}${detail}${extra}${missing}\n`);
   }
   announced = true;
   return info;

@@ -19,15 +19,12 @@ function withGradient(
   return op(...inputs);
 }
 
-/** a[M,K] @ b[K,N] whose gradients are explicit-transpose matmuls, so they stay on the fast path. */
+/**
+ * a[M,K] @ b[K,N]. Its gradients are transposed products (dy b^T, a^T dy), which the wasm kernel
+ * overrides (engine/kernels.ts) run on native BLAS or through explicit transposes.
+ */
 export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
-  return withGradient([a, b], ([x, w], save) => {
-    save([x, w]);
-    return {
-      value: tf.matMul(x as tf.Tensor2D, w as tf.Tensor2D),
-      gradFunc: (dy, [sx, sw]) => [tf.matMul(dy as tf.Tensor2D, tf.transpose(sw)), tf.matMul(tf.transpose(sx), dy as tf.Tensor2D)],
-    };
-  }) as tf.Tensor2D;
+  return tf.matMul(a, b);
 }
 
 /** x[M,K] @ c[K,N] for a constant c, given cT = transpose(c): only x gets a gradient. */
@@ -98,7 +95,13 @@ export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
   const [vocab, width] = table.shape;
   // wasm's gather is slow for a handful of rows; a one-hot matmul is cheaper while the vocabulary is small.
   // (tfjs-wasm 4.22 returns zeros from oneHot with dtype float32, hence the int32 one-hot and a cast.)
-  if (!tf.engine().isTapeOn() && vocab <= 4096) return tf.matMul(tf.cast(tf.oneHot(tf.tensor1d(ids, 'int32'), vocab), 'float32'), table);
+  if (vocab <= 4096) {
+    const oneHot = tf.cast(tf.oneHot(tf.tensor1d(ids, 'int32'), vocab), 'float32') as tf.Tensor2D;
+    return withGradient([table], ([t], save) => {
+      save([oneHot]);
+      return { value: tf.matMul(oneHot, t as tf.Tensor2D), gradFunc: (dy, [saved]) => [tf.matMul(saved as tf.Tensor2D, dy as tf.Tensor2D, true, false)] };
+    }) as tf.Tensor2D;
+  }
   return withGradient([table], ([t]) => ({
     value: tf.gather(t, tf.tensor1d(ids, 'int32')),
     gradFunc: (dy) => {
@@ -177,7 +180,6 @@ export function headLogProbs(
       gradFunc: (dy, saved) => {
         const [dLogProbs, dEntropy] = tf.unstack(dy);
         const [sh, sw] = saved as tf.Tensor2D[];
-        const wT = tf.transpose(sw);
         let dW: tf.Tensor2D = tf.zeros(sw.shape);
         const dHidden: tf.Tensor[] = [];
         for (let start = 0; start < rows; start += step) {
@@ -196,7 +198,7 @@ export function headLogProbs(
             }
             const dLogits = tf.mul(dz, invT) as tf.Tensor2D;
             const hChunk = sh.slice([start, 0], [end - start, -1]);
-            return [tf.matMul(dLogits, wT), tf.add(dW, tf.matMul(tf.transpose(hChunk), dLogits))];
+            return [tf.matMul(dLogits, sw, false, true), tf.add(dW, tf.matMul(hChunk, dLogits, true, false))];
           });
           dW.dispose();
           dW = nextDW as tf.Tensor2D;

@@ -2,13 +2,19 @@
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
+import { writeTimeSlice } from '../engine/kernels.js';
 import { embed, linear, matmulConstant, rmsNorm, silu } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 
-/** Past keys and values per layer, [B, nKV, S, headDim] each. */
+/**
+ * Past keys and values per layer, [B, nKV, S, headDim] each. With `capacity` the buffers are
+ * preallocated to that many positions and filled in place; `length` of them are in use.
+ */
 export type KVCache = {
   keys: tf.Tensor4D[];
   values: tf.Tensor4D[];
+  length?: number;
+  capacity?: number;
 };
 
 export interface ForwardInput {
@@ -24,6 +30,8 @@ export interface ForwardInput {
   outputLayers?: number[];
   /** Return the updated KV cache. */
   useCache?: boolean;
+  /** With useCache and no cache yet: preallocate it for this many positions (updated in place). */
+  cacheCapacity?: number;
 }
 
 export interface ForwardOutput {
@@ -129,12 +137,15 @@ export class CausalLM {
     const c = this.config;
     const { batch } = input;
     const length = input.ids.length / batch;
-    const past = input.cache ? input.cache.keys[0].shape[2] : 0;
+    const past = input.cache ? (input.cache.length ?? input.cache.keys[0].shape[2]) : 0;
     if (input.attentionMask.length !== batch * (past + length)) {
       throw new Error(`attention mask has ${input.attentionMask.length} entries; expected ${batch}x${past + length}`);
     }
+    const capacity = input.cache ? input.cache.capacity : input.useCache ? input.cacheCapacity : undefined;
+    if (capacity !== undefined && past + length > capacity) throw new Error(`KV cache holds ${capacity} positions; ${past + length} needed`);
     const rotary = this.rotaryTables(input.positions);
-    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length);
+    const slots = { past, capacity, inPlace: capacity !== undefined };
+    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
 
     let x = embed(this.p('model.embed_tokens.weight') as tf.Tensor2D, input.ids);
     const layerOutputs: tf.Tensor2D[] = [];
@@ -143,14 +154,16 @@ export class CausalLM {
     for (let i = 0; i < c.numLayers; i++) {
       const pre = `model.layers.${i}`;
       const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      const attn = this.attention(pre, h, batch, length, rotary, maskBias, input.cache, i, keys, values);
+      const attn = this.attention(pre, h, batch, length, rotary, maskBias, input.cache, i, keys, values, slots);
       x = tf.add(x, attn);
       const h2 = rmsNorm(x, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
       x = tf.add(x, this.mlp(pre, h2));
       if (input.outputLayers?.includes(i)) layerOutputs[input.outputLayers.indexOf(i)] = x;
     }
     const hidden = rmsNorm(x, this.p('model.norm.weight') as tf.Tensor1D, c.rmsNormEps);
-    return { hidden, layerOutputs, cache: input.useCache ? { keys, values } : undefined };
+    const cache: KVCache | undefined = input.useCache ? { keys, values } : undefined;
+    if (cache && slots.inPlace) Object.assign(cache, { length: past + length, capacity });
+    return { hidden, layerOutputs, cache };
   }
 
   private mlp(pre: string, h: tf.Tensor2D): tf.Tensor2D {
@@ -177,6 +190,7 @@ export class CausalLM {
     layer: number,
     keysOut: tf.Tensor4D[],
     valuesOut: tf.Tensor4D[],
+    slots: { past: number; capacity?: number; inPlace: boolean },
   ): tf.Tensor2D {
     const c = this.config;
     const d = c.headDim;
@@ -191,7 +205,13 @@ export class CausalLM {
     const [q, kNew, vNew] = tf.split(heads, [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     let k = kNew;
     let v = vNew;
-    if (cache) {
+    if (slots.inPlace) {
+      // Preallocated buffers: write the new positions in place; unused slots are masked out.
+      const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
+      k = cache ? cache.keys[layer] : tf.zeros(shape);
+      v = cache ? cache.values[layer] : tf.zeros(shape);
+      if (!writeTimeSlice(k, kNew, slots.past) || !writeTimeSlice(v, vNew, slots.past)) throw new Error('in-place KV cache: this backend cannot write tensors in place');
+    } else if (cache) {
       k = tf.concat([cache.keys[layer], k], 2);
       v = tf.concat([cache.values[layer], v], 2);
     }
@@ -255,24 +275,25 @@ export class CausalLM {
   }
 
   /**
-   * Additive mask [B, 1, groups*T, S]: query t (at key index S - T + t) sees keys up to itself that
-   * are real tokens. The T-block is repeated for each grouped query head.
+   * Additive mask [B, 1, groups*T, slots]: query t (at key index keyLength - T + t) sees keys up to
+   * itself that are real tokens; slots past keyLength (an unfilled preallocated cache) are masked.
+   * The T-block is repeated for each grouped query head.
    */
-  private attentionBias(mask: Int32Array, batch: number, length: number, keyLength: number): tf.Tensor4D {
+  private attentionBias(mask: Int32Array, batch: number, length: number, keyLength: number, slots: number): tf.Tensor4D {
     const groups = this.config.numHeads / this.config.numKVHeads;
     const rows = groups * length;
-    const out = new Float32Array(batch * rows * keyLength);
+    const out = new Float32Array(batch * rows * slots);
     const offset = keyLength - length;
     for (let b = 0; b < batch; b++) {
       for (let t = 0; t < length; t++) {
-        for (let s = 0; s < keyLength; s++) {
-          const visible = s <= offset + t && mask[b * keyLength + s] !== 0;
+        for (let s = 0; s < slots; s++) {
+          const visible = s <= offset + t && s < keyLength && mask[b * keyLength + s] !== 0;
           if (visible) continue;
-          for (let g = 0; g < groups; g++) out[(b * rows + g * length + t) * keyLength + s] = MASKED;
+          for (let g = 0; g < groups; g++) out[(b * rows + g * length + t) * slots + s] = MASKED;
         }
       }
     }
-    return tf.tensor4d(out, [batch, 1, rows, keyLength]);
+    return tf.tensor4d(out, [batch, 1, rows, slots]);
   }
 
   dispose(): void {

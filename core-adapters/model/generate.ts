@@ -1,5 +1,6 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
+import { canWriteInPlace } from '../engine/kernels.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
 
@@ -98,7 +99,9 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
 
   // tidy keeps only what it returns, so the new cache travels out with the logits.
   let { logits, cache } = tf.tidy(() => {
-    const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache });
+    // A cache preallocated for the whole sample grows in place instead of being copied per token.
+    const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
+    const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
     return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
   }) as { logits: tf.Tensor2D; cache?: KVCache };
 
@@ -141,7 +144,7 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
         return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
       }) as { logits: tf.Tensor2D; cache?: KVCache });
       previousLogits.dispose();
-      if (previous) tf.dispose([...previous.keys, ...previous.values]);
+      if (previous && previous.keys[0] !== cache?.keys[0]) tf.dispose([...previous.keys, ...previous.values]);
     }
   } finally {
     logits.dispose();

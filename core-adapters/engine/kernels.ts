@@ -1,0 +1,228 @@
+// Kernel overrides for tfjs's wasm backend (research/perf.md, perf-native.md). Stock wasm runs a
+// matmul fast (XNNPACK) only when it is 2-D and untransposed; transposed and batched products
+// (every backward matmul, attention) fall to a loop at 1-2 GFLOP/s. These overrides route:
+//   - with the native addon: BatchMatMul, _FusedMatMul (linear activation) and Sum to native GEMM
+//     and sums, zero-copy on the wasm heap;
+//   - without it: transposed 2-D products through an explicit Transpose and then XNNPACK.
+// Anything else (other dtypes, general broadcasting, fused activations) goes to the stock kernel.
+import * as tf from '@tensorflow/tfjs';
+import type { NativeKernels } from './native.js';
+
+interface WasmBackend {
+  dataIdMap: { get(dataId: object): { memoryOffset: number } | undefined };
+  makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
+  disposeData(dataId: object): boolean;
+  wasm: { HEAPF32: Float32Array };
+}
+
+type KernelArgs = { inputs: Record<string, tf.TensorInfo>; attrs?: tf.NamedAttrMap; backend: unknown };
+type KernelFunc = (args: KernelArgs) => tf.TensorInfo | tf.TensorInfo[];
+
+const BACKEND = 'wasm';
+const originals = new Map<string, tf.KernelConfig>();
+
+function stock(name: string): KernelFunc {
+  const config = originals.get(name) ?? tf.getKernel(name, BACKEND);
+  if (!config) throw new Error(`tfjs wasm kernel ${name} is not registered`);
+  return config.kernelFunc as unknown as KernelFunc;
+}
+
+const product = (dims: number[]) => dims.reduce((a, b) => a * b, 1);
+
+interface MatMulPlan {
+  M: number;
+  N: number;
+  K: number;
+  batchA: number;
+  batchB: number;
+  batch: number;
+  outShape: number[];
+}
+
+/** Sizes of op(a) @ op(b) when the batch dims are equal or one side is a single matrix; else undefined. */
+function planMatMul(a: tf.TensorInfo, b: tf.TensorInfo, transposeA: boolean, transposeB: boolean): MatMulPlan | undefined {
+  if (a.dtype !== 'float32' || b.dtype !== 'float32' || a.shape.length < 2 || b.shape.length < 2) return undefined;
+  const [ra, rb] = [a.shape.length, b.shape.length];
+  const M = transposeA ? a.shape[ra - 1] : a.shape[ra - 2];
+  const K = transposeA ? a.shape[ra - 2] : a.shape[ra - 1];
+  const kB = transposeB ? b.shape[rb - 1] : b.shape[rb - 2];
+  const N = transposeB ? b.shape[rb - 2] : b.shape[rb - 1];
+  if (K !== kB) return undefined;
+  const batchDimsA = a.shape.slice(0, -2);
+  const batchDimsB = b.shape.slice(0, -2);
+  const [batchA, batchB] = [product(batchDimsA), product(batchDimsB)];
+  let outBatch: number[];
+  try {
+    outBatch = tf.backend_util.assertAndGetBroadcastShape(batchDimsA, batchDimsB);
+  } catch {
+    return undefined;
+  }
+  const batch = product(outBatch);
+  if (!(batchA === batch || batchA === 1) || !(batchB === batch || batchB === 1)) return undefined;
+  return { M, N, K, batchA, batchB, batch, outShape: [...outBatch, M, N] };
+}
+
+function offset(backend: WasmBackend, t: tf.TensorInfo): number {
+  return backend.dataIdMap.get(t.dataId)!.memoryOffset >>> 2;
+}
+
+function nativeMatMul(native: NativeKernels, backend: WasmBackend, a: tf.TensorInfo, b: tf.TensorInfo, tA: boolean, tB: boolean, plan: MatMulPlan): tf.TensorInfo {
+  const out = backend.makeOutput(plan.outShape, 'float32');
+  const { M, N, K } = plan;
+  // Read the heap after the allocation: growing memory replaces the view.
+  const heap = backend.wasm.HEAPF32;
+  native.sgemm(+tA, +tB, M, N, K, heap, offset(backend, a), plan.batchA === 1 ? 0 : M * K, heap, offset(backend, b), plan.batchB === 1 ? 0 : K * N, heap, offset(backend, out), plan.batch);
+  return out;
+}
+
+/** x with its last two axes swapped (the stock Transpose kernel). */
+function swapLastAxes(x: tf.TensorInfo, backend: unknown): tf.TensorInfo {
+  const rank = x.shape.length;
+  const perm = [...Array(rank).keys()];
+  [perm[rank - 2], perm[rank - 1]] = [perm[rank - 1], perm[rank - 2]];
+  return stock('Transpose')({ inputs: { x }, attrs: { perm }, backend }) as tf.TensorInfo;
+}
+
+/**
+ * Runs `run` on a and b made untransposed by explicit Transposes (single matrices only: the stock
+ * batched path is slow either way), then frees the temporaries.
+ */
+function withExplicitTransposes(args: KernelArgs, run: (a: tf.TensorInfo, b: tf.TensorInfo) => tf.TensorInfo): tf.TensorInfo {
+  const backend = args.backend as WasmBackend;
+  const { transposeA, transposeB } = args.attrs as { transposeA: boolean; transposeB: boolean };
+  const a = transposeA ? swapLastAxes(args.inputs.a, backend) : args.inputs.a;
+  const b = transposeB ? swapLastAxes(args.inputs.b, backend) : args.inputs.b;
+  const out = run(a, b);
+  if (transposeA) backend.disposeData(a.dataId);
+  if (transposeB) backend.disposeData(b.dataId);
+  return out;
+}
+
+function makeBatchMatMul(native: NativeKernels | undefined): KernelFunc {
+  const original = stock('BatchMatMul');
+  return (args) => {
+    const { transposeA, transposeB } = args.attrs as { transposeA: boolean; transposeB: boolean };
+    const plan = planMatMul(args.inputs.a, args.inputs.b, transposeA, transposeB);
+    if (!plan) return original(args);
+    const plain = !transposeA && !transposeB && plan.batch === 1;
+    // XNNPACK beats the compiled loop on its own fast path; a real BLAS beats both.
+    if (native && (native.blas || !plain)) return nativeMatMul(native, args.backend as WasmBackend, args.inputs.a, args.inputs.b, transposeA, transposeB, plan);
+    if (plain || plan.batch !== 1) return original(args);
+    return withExplicitTransposes(args, (a, b) => original({ ...args, inputs: { a, b }, attrs: { ...args.attrs, transposeA: false, transposeB: false } }) as tf.TensorInfo);
+  };
+}
+
+function makeFusedMatMul(native: NativeKernels | undefined): KernelFunc {
+  const original = stock('_FusedMatMul');
+  return (args) => {
+    const { transposeA, transposeB, activation } = args.attrs as { transposeA: boolean; transposeB: boolean; activation?: string };
+    const { a, b, bias, preluActivationWeights } = args.inputs;
+    const plan = planMatMul(a, b, transposeA, transposeB);
+    const linear = (activation ?? 'linear') === 'linear' && !preluActivationWeights;
+    if (plan && linear && native && native.blas) {
+      const backend = args.backend as WasmBackend;
+      const product = nativeMatMul(native, backend, a, b, transposeA, transposeB, plan);
+      if (!bias) return product;
+      const out = stock('Add')({ inputs: { a: product, b: bias }, backend }) as tf.TensorInfo;
+      backend.disposeData(product.dataId);
+      return out;
+    }
+    if (!plan || plan.batch !== 1 || (!transposeA && !transposeB)) return original(args);
+    return withExplicitTransposes(args, (x, w) => original({ ...args, inputs: { ...args.inputs, a: x, b: w }, attrs: { ...args.attrs, transposeA: false, transposeB: false } }) as tf.TensorInfo);
+  };
+}
+
+/** Sum over a contiguous run of axes as one [outer, reduce, inner] pass on the heap. */
+function makeSum(native: NativeKernels): KernelFunc {
+  const original = stock('Sum');
+  return (args) => {
+    const x = args.inputs.x;
+    const { axis, keepDims } = args.attrs as { axis: number | number[]; keepDims: boolean };
+    if (x.dtype !== 'float32') return original(args);
+    const axes = tf.util.parseAxisParam(axis, x.shape).sort((p, q) => p - q);
+    if (!axes.length || axes.some((ax, i) => i > 0 && ax !== axes[i - 1] + 1)) return original(args);
+    const [first, last] = [axes[0], axes[axes.length - 1]];
+    const outer = product(x.shape.slice(0, first));
+    const reduce = product(x.shape.slice(first, last + 1));
+    const inner = product(x.shape.slice(last + 1));
+    const outShape = keepDims ? x.shape.map((d, i) => (axes.includes(i) ? 1 : d)) : x.shape.filter((_, i) => !axes.includes(i));
+    const backend = args.backend as WasmBackend;
+    const out = backend.makeOutput(outShape, 'float32');
+    const heap = backend.wasm.HEAPF32;
+    native.sum(heap, offset(backend, x), outer, reduce, inner, heap, offset(backend, out));
+    return out;
+  };
+}
+
+/** Restores the stock kernels. */
+export function removeWasmKernelOverrides(): void {
+  for (const [name, config] of originals) {
+    tf.unregisterKernel(name, BACKEND);
+    tf.registerKernel(config);
+  }
+  originals.clear();
+}
+
+/**
+ * Installs the overrides on the wasm backend (replacing earlier ones); returns what is active,
+ * for the engine's banner. Without the native addon only the explicit-transpose matmuls apply.
+ */
+export function installWasmKernelOverrides(native?: NativeKernels): string[] {
+  removeWasmKernelOverrides();
+  const replacements: [string, KernelFunc][] = [
+    ['BatchMatMul', makeBatchMatMul(native)],
+    ['_FusedMatMul', makeFusedMatMul(native)],
+  ];
+  if (native) replacements.push(['Sum', makeSum(native)]);
+  for (const [name, kernelFunc] of replacements) {
+    const config = tf.getKernel(name, BACKEND);
+    if (!config) continue;
+    originals.set(name, config);
+    tf.unregisterKernel(name, BACKEND);
+    tf.registerKernel({ ...config, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
+  }
+  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).join(', ')}`] : ['explicit-transpose matmuls'];
+}
+
+/** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */
+export function canWriteInPlace(): boolean {
+  return tf.getBackend() === 'wasm' || tf.getBackend() === 'cpu';
+}
+
+/**
+ * Copies source [B, H, T, d] into target [B, H, S, d] at time index `at`, in place (a KV cache
+ * that grows without reallocation). Only for buffers this code owns: no other tensor may share
+ * target's data. Returns false where the backend's memory is not reachable (then concatenate).
+ */
+export function writeTimeSlice(target: tf.Tensor4D, source: tf.Tensor4D, at: number): boolean {
+  const [B, H, S, d] = target.shape;
+  const T = source.shape[2];
+  if (source.shape[0] !== B || source.shape[1] !== H || source.shape[3] !== d || at < 0 || at + T > S) {
+    throw new Error(`writeTimeSlice: cannot write [${source.shape}] into [${target.shape}] at ${at}`);
+  }
+  if (target.dtype !== 'float32' || source.dtype !== 'float32') return false;
+  const backend = tf.backend() as unknown as Partial<WasmBackend> & { data?: { get(id: object): { values?: unknown } | undefined } };
+  let dst: Float32Array;
+  let src: Float32Array;
+  let dstBase = 0;
+  let srcBase = 0;
+  if (tf.getBackend() === 'wasm' && backend.dataIdMap && backend.wasm) {
+    dst = src = backend.wasm.HEAPF32;
+    dstBase = offset(backend as WasmBackend, target);
+    srcBase = offset(backend as WasmBackend, source);
+  } else if (tf.getBackend() === 'cpu' && backend.data) {
+    const [t, s] = [backend.data.get(target.dataId)?.values, backend.data.get(source.dataId)?.values];
+    if (!(t instanceof Float32Array) || !(s instanceof Float32Array)) return false;
+    [dst, src] = [t, s];
+  } else {
+    return false;
+  }
+  const block = T * d;
+  for (let row = 0; row < B * H; row++) {
+    const from = srcBase + row * block;
+    const to = dstBase + (row * S + at) * d;
+    if (dst === src) dst.copyWithin(to, from, from + block);
+    else dst.set(src.subarray(from, from + block), to);
+  }
+  return true;
+}

@@ -1,0 +1,78 @@
+// The optional native addon (native/flowrl_blas.c, built by `npm install` when a compiler is
+// there). It runs GEMM and sums in place on typed arrays, with an optimised BLAS dlopen'ed at run
+// time or a compiled loop. Nothing here is required: without it the engine uses stock kernels.
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { PACKAGE_ROOT } from '../package-root.js';
+
+export interface NativeKernels {
+  /** The BLAS in use, e.g. 'OpenBLAS (libopenblas.so.0)'; '' for the compiled loop. */
+  readonly blas: string;
+  /** C_g = op(A_g) op(B_g) for g < batch; offsets and strides in floats, stride 0 broadcasts. */
+  sgemm(
+    transA: number,
+    transB: number,
+    M: number,
+    N: number,
+    K: number,
+    A: Float32Array,
+    aOffset: number,
+    aStride: number,
+    B: Float32Array,
+    bOffset: number,
+    bStride: number,
+    C: Float32Array,
+    cOffset: number,
+    batch: number,
+  ): void;
+  /** Y[o, i] = sum_r X[o, r, i]. */
+  sum(X: Float32Array, xOffset: number, outer: number, reduce: number, inner: number, Y: Float32Array, yOffset: number): void;
+  /** Threads of the BLAS (no-op for the loop); returns the count in effect. */
+  setThreads(threads: number): number;
+}
+
+interface Addon {
+  load(paths: string[]): string;
+  setThreads(threads: number): number;
+  sgemm: NativeKernels['sgemm'];
+  sum: NativeKernels['sum'];
+}
+
+/** Where to look for an optimised BLAS; FLOWRL_BLAS (a path) comes first. libblas.so.3 counts only when it is OpenBLAS. */
+export const BLAS_CANDIDATES = [
+  'libopenblas.so.0',
+  'libopenblas.so',
+  'libopenblasp.so.0',
+  'libmkl_rt.so.2',
+  'libmkl_rt.so',
+  'libblis.so.4',
+  'libblis.so',
+  'libblas.so.3',
+  'libopenblas.dylib',
+  '/opt/homebrew/opt/openblas/lib/libopenblas.dylib',
+  '/usr/local/opt/openblas/lib/libopenblas.dylib',
+];
+
+/** The built addon; FLOWRL_NATIVE_ADDON points elsewhere (a prebuilt one). */
+export function addonPath(): string {
+  return process.env.FLOWRL_NATIVE_ADDON ?? path.join(PACKAGE_ROOT, 'native', 'build', 'Release', 'flowrl_blas.node');
+}
+
+let cached: { kernels?: NativeKernels; error?: string } | undefined;
+
+/** The addon with its BLAS loaded, or why it is unavailable. Loaded once per thread. */
+export function loadNativeKernels(): { kernels?: NativeKernels; error?: string } {
+  if (cached) return cached;
+  try {
+    const addon = createRequire(import.meta.url)(addonPath()) as Addon;
+    const wanted = process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS, ...BLAS_CANDIDATES] : BLAS_CANDIDATES;
+    const blas = addon.load(wanted);
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, sum: addon.sum, setThreads: addon.setThreads };
+    kernels.setThreads(Math.max(1, Math.min(os.availableParallelism(), 8)));
+    cached = { kernels };
+  } catch (e) {
+    cached = { error: (e as Error).message.split('\n')[0] };
+  }
+  return cached;
+}

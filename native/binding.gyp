@@ -1,0 +1,11 @@
+{
+  "targets": [
+    {
+      "target_name": "flowrl_blas",
+      "sources": ["flowrl_blas.c"],
+      "cflags": ["-O3", "-std=c11"],
+      "cflags!": ["-O2", "-O1", "-O0"],
+      "libraries": ["-ldl"]
+    }
+  ]
+}

@@ -1,0 +1,221 @@
+// flowrl's optional native kernels for tfjs's wasm backend: single-precision GEMM (2-D, transposed,
+// batched, broadcast batch) and a [outer, reduce, inner] sum, run in place on typed arrays (the
+// wasm heap). An optimised BLAS is dlopen'ed at run time (OpenBLAS, MKL or BLIS); nothing is
+// linked, so the addon loads anywhere and falls back to a compiled loop without one.
+#define NAPI_VERSION 8
+#include <dlfcn.h>
+#include <node_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc);
+typedef void (*set_threads_fn)(int);
+typedef int (*get_threads_fn)(void);
+
+static sgemm_fn blas_sgemm = NULL;
+static set_threads_fn blas_set_threads = NULL;
+static get_threads_fn blas_get_threads = NULL;
+static char blas_name[512] = "";
+
+// A library qualifies only if it is a known optimised BLAS: the reference libblas also exports
+// cblas_sgemm but runs slower than the wasm backend.
+static int try_library(const char *path) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) return 0;
+  sgemm_fn sgemm = (sgemm_fn)dlsym(handle, "cblas_sgemm");
+  set_threads_fn set_threads = (set_threads_fn)dlsym(handle, "openblas_set_num_threads");
+  get_threads_fn get_threads = (get_threads_fn)dlsym(handle, "openblas_get_num_threads");
+  const char *family = set_threads ? "OpenBLAS" : NULL;
+  if (!set_threads) {
+    set_threads = (set_threads_fn)dlsym(handle, "MKL_Set_Num_Threads");
+    get_threads = (get_threads_fn)dlsym(handle, "MKL_Get_Max_Threads");
+    if (set_threads) family = "MKL";
+  }
+  if (!family && dlsym(handle, "bli_thread_set_num_threads")) {
+    set_threads = (set_threads_fn)dlsym(handle, "bli_thread_set_num_threads");
+    family = "BLIS";
+  }
+  if (!sgemm || !family) {
+    dlclose(handle);
+    return 0;
+  }
+  blas_sgemm = sgemm;
+  blas_set_threads = set_threads;
+  blas_get_threads = get_threads;
+  snprintf(blas_name, sizeof blas_name, "%s (%s)", family, path);
+  return 1;
+}
+
+// The compiled fallback (no BLAS found). A is read through strides that express its transpose.
+// Without transB: C[m, :] += A[m, k] * B[k, :] (contiguous, vectorised). With transB: each C[m, n]
+// is a dot product of rows, with eight partial sums so the compiler can vectorise the reduction.
+__attribute__((noinline)) static void loop_sgemm(int transA, int transB, int M, int N, int K, const float *restrict A, const float *restrict B, float *restrict C) {
+  const size_t am = transA ? 1 : (size_t)K, ak = transA ? (size_t)M : 1;
+  if (!transB) {
+    memset(C, 0, sizeof(float) * (size_t)M * N);
+    for (int m = 0; m < M; m++) {
+      float *restrict c = C + (size_t)m * N;
+      for (int k = 0; k < K; k++) {
+        const float a = A[m * am + k * ak];
+        const float *restrict b = B + (size_t)k * N;
+        for (int n = 0; n < N; n++) c[n] += a * b[n];
+      }
+    }
+    return;
+  }
+  float row[K > 0 ? K : 1];
+  for (int m = 0; m < M; m++) {
+    for (int k = 0; k < K; k++) row[k] = A[m * am + k * ak];
+    for (int n = 0; n < N; n++) {
+      const float *restrict b = B + (size_t)n * K;
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) part[j] += row[k + j] * b[k + j];
+      float total = part[0] + part[1] + part[2] + part[3] + part[4] + part[5] + part[6] + part[7];
+      for (; k < K; k++) total += row[k] * b[k];
+      C[(size_t)m * N + n] = total;
+    }
+  }
+}
+
+static napi_value throw_error(napi_env env, const char *message) {
+  napi_throw_error(env, NULL, message);
+  return NULL;
+}
+
+static int get_int(napi_env env, napi_value value, int64_t *out) {
+  return napi_get_value_int64(env, value, out) == napi_ok;
+}
+
+static int get_floats(napi_env env, napi_value value, float **data, size_t *length) {
+  napi_typedarray_type type;
+  void *raw;
+  napi_value buffer;
+  size_t offset;
+  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok) return 0;
+  if (type != napi_float32_array) return 0;
+  *data = (float *)raw;
+  return 1;
+}
+
+// load(paths: string[]): the BLAS now in use ('' for the compiled loop).
+static napi_value load(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  uint32_t count = 0;
+  if (argc >= 1) napi_get_array_length(env, argv[0], &count);
+  for (uint32_t i = 0; i < count && !blas_sgemm; i++) {
+    napi_value item;
+    char path[400];
+    size_t written;
+    napi_get_element(env, argv[0], i, &item);
+    if (napi_get_value_string_utf8(env, item, path, sizeof path, &written) == napi_ok) try_library(path);
+  }
+  napi_value result;
+  napi_create_string_utf8(env, blas_name, NAPI_AUTO_LENGTH, &result);
+  return result;
+}
+
+// setThreads(n): threads of the loaded BLAS (no-op without one); returns the count in effect.
+static napi_value set_threads(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int64_t n = 1;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc >= 1) get_int(env, argv[0], &n);
+  if (blas_set_threads && n > 0) blas_set_threads((int)n);
+  napi_value result;
+  napi_create_int32(env, blas_get_threads ? blas_get_threads() : 1, &result);
+  return result;
+}
+
+// sgemm(transA, transB, M, N, K, A, aOffset, aStride, B, bOffset, bStride, C, cOffset, batch):
+// for each of `batch` products, C_g = op(A_g) op(B_g), row-major and dense; offsets and strides
+// count floats, and a stride of 0 reuses one matrix across the batch (broadcast).
+static napi_value sgemm(napi_env env, napi_callback_info info) {
+  size_t argc = 14;
+  napi_value argv[14];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 14) return throw_error(env, "sgemm: expected 14 arguments");
+  int64_t ta, tb, M, N, K, aOff, aStride, bOff, bStride, cOff, batch;
+  float *A, *B, *C;
+  size_t aLen, bLen, cLen;
+  if (!get_int(env, argv[0], &ta) || !get_int(env, argv[1], &tb) || !get_int(env, argv[2], &M) || !get_int(env, argv[3], &N) ||
+      !get_int(env, argv[4], &K) || !get_floats(env, argv[5], &A, &aLen) || !get_int(env, argv[6], &aOff) ||
+      !get_int(env, argv[7], &aStride) || !get_floats(env, argv[8], &B, &bLen) || !get_int(env, argv[9], &bOff) ||
+      !get_int(env, argv[10], &bStride) || !get_floats(env, argv[11], &C, &cLen) || !get_int(env, argv[12], &cOff) ||
+      !get_int(env, argv[13], &batch))
+    return throw_error(env, "sgemm: bad argument types");
+  if (M < 0 || N < 0 || K < 0 || batch < 0 || aOff < 0 || bOff < 0 || cOff < 0 || aStride < 0 || bStride < 0)
+    return throw_error(env, "sgemm: negative size");
+  if (batch > 0 && ((size_t)(aOff + aStride * (batch - 1) + M * K) > aLen || (size_t)(bOff + bStride * (batch - 1) + K * N) > bLen ||
+                    (size_t)(cOff + M * N * batch) > cLen))
+    return throw_error(env, "sgemm: out of bounds");
+  for (int64_t g = 0; g < batch; g++) {
+    const float *a = A + aOff + aStride * g;
+    const float *b = B + bOff + bStride * g;
+    float *c = C + cOff + M * N * g;
+    if (M == 0 || N == 0) continue;
+    if (K == 0) {
+      memset(c, 0, sizeof(float) * (size_t)M * N);
+    } else if (blas_sgemm) {
+      blas_sgemm(ROW_MAJOR, ta ? TRANS : NO_TRANS, tb ? TRANS : NO_TRANS, (int)M, (int)N, (int)K, 1.0f, a, ta ? (int)M : (int)K, b,
+                 tb ? (int)K : (int)N, 0.0f, c, (int)N);
+    } else {
+      loop_sgemm((int)ta, (int)tb, (int)M, (int)N, (int)K, a, b, c);
+    }
+  }
+  return NULL;
+}
+
+// sum(X, xOffset, outer, reduce, inner, Y, yOffset): Y[o, i] = sum_r X[o, r, i].
+static napi_value sum(napi_env env, napi_callback_info info) {
+  size_t argc = 7;
+  napi_value argv[7];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 7) return throw_error(env, "sum: expected 7 arguments");
+  int64_t xOff, outer, reduce, inner, yOff;
+  float *X, *Y;
+  size_t xLen, yLen;
+  if (!get_floats(env, argv[0], &X, &xLen) || !get_int(env, argv[1], &xOff) || !get_int(env, argv[2], &outer) ||
+      !get_int(env, argv[3], &reduce) || !get_int(env, argv[4], &inner) || !get_floats(env, argv[5], &Y, &yLen) ||
+      !get_int(env, argv[6], &yOff))
+    return throw_error(env, "sum: bad argument types");
+  if (xOff < 0 || yOff < 0 || outer < 0 || reduce < 0 || inner < 0 || (size_t)(xOff + outer * reduce * inner) > xLen ||
+      (size_t)(yOff + outer * inner) > yLen)
+    return throw_error(env, "sum: out of bounds");
+  for (int64_t o = 0; o < outer; o++) {
+    float *y = Y + yOff + o * inner;
+    const float *x = X + xOff + o * reduce * inner;
+    if (inner == 1) {
+      double total = 0;
+      for (int64_t r = 0; r < reduce; r++) total += x[r];
+      y[0] = (float)total;
+      continue;
+    }
+    memset(y, 0, sizeof(float) * (size_t)inner);
+    for (int64_t r = 0; r < reduce; r++) {
+      const float *row = x + r * inner;
+      for (int64_t i = 0; i < inner; i++) y[i] += row[i];
+    }
+  }
+  return NULL;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
+      {"setThreads", NULL, set_threads, NULL, NULL, NULL, napi_default, NULL},
+      {"sgemm", NULL, sgemm, NULL, NULL, NULL, napi_default, NULL},
+      {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -1,0 +1,181 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import { engineInfo, generate, installWasmKernelOverrides, loadModel, loadNativeKernels, removeWasmKernelOverrides, Rng } from '../core-adapters/index.js';
+import { expectClose, fixture, runFlowrl } from './helpers.js';
+
+type Mode = 'stock' | 'typescript' | 'native';
+
+/** Runs f under each kernel set, then restores the engine's own choice. */
+function underEach<T>(modes: Mode[], f: (mode: Mode) => T): Map<Mode, T> {
+  const out = new Map<Mode, T>();
+  try {
+    for (const mode of modes) {
+      if (mode === 'stock') removeWasmKernelOverrides();
+      else installWasmKernelOverrides(mode === 'native' ? loadNativeKernels().kernels : undefined);
+      out.set(mode, f(mode));
+    }
+  } finally {
+    const native = engineInfo()?.accelerations.some((a) => a.startsWith('native'));
+    installWasmKernelOverrides(native ? loadNativeKernels().kernels : undefined);
+  }
+  return out;
+}
+
+function random(shape: number[], rng: Rng): tf.Tensor {
+  return tf.tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => rng.normal()), shape);
+}
+
+interface Case {
+  a: number[];
+  b: number[];
+  transposeA: boolean;
+  transposeB: boolean;
+}
+
+// Shapes are given as stored (already transposed where the flag is set).
+const CASES: Case[] = [
+  { a: [7, 5], b: [5, 3], transposeA: false, transposeB: false },
+  { a: [5, 7], b: [5, 3], transposeA: true, transposeB: false },
+  { a: [7, 5], b: [3, 5], transposeA: false, transposeB: true },
+  { a: [5, 7], b: [3, 5], transposeA: true, transposeB: true },
+  { a: [1, 33], b: [33, 1], transposeA: false, transposeB: false },
+  { a: [64, 129], b: [129, 65], transposeA: false, transposeB: false },
+  { a: [4, 9, 6], b: [4, 6, 11], transposeA: false, transposeB: false },
+  { a: [4, 9, 6], b: [4, 11, 6], transposeA: false, transposeB: true },
+  { a: [4, 6, 9], b: [4, 6, 11], transposeA: true, transposeB: false },
+  { a: [2, 3, 5, 4], b: [2, 3, 4, 7], transposeA: false, transposeB: false },
+  { a: [2, 3, 5, 4], b: [2, 3, 7, 4], transposeA: false, transposeB: true },
+];
+
+// Broadcast batches: forward only (tfjs's own matMul gradient does not reduce a broadcast batch).
+const BROADCAST: Case[] = [
+  { a: [3, 5, 4], b: [4, 7], transposeA: false, transposeB: false },
+  { a: [5, 4], b: [3, 4, 7], transposeA: false, transposeB: false },
+  { a: [1, 5, 4], b: [3, 7, 4], transposeA: false, transposeB: true },
+  { a: [2, 1, 4, 5], b: [2, 3, 4, 6], transposeA: true, transposeB: false },
+];
+
+describe('wasm kernel overrides (engine/kernels.ts)', function () {
+  this.timeout(60000);
+  const native = loadNativeKernels();
+  const modes: Mode[] = native.kernels ? ['stock', 'typescript', 'native'] : ['stock', 'typescript'];
+
+  before(function () {
+    if (tf.getBackend() !== 'wasm') this.skip();
+  });
+
+  it(`matMul forward and gradients equal the stock kernels (${modes.join(', ')})`, () => {
+    const rng = new Rng(5);
+    for (const c of [...CASES, ...BROADCAST]) {
+      const withGradients = CASES.includes(c);
+      const [a, b] = [random(c.a, rng), random(c.b, rng)];
+      const results = underEach(modes, () => {
+        const y = tf.matMul(a, b, c.transposeA, c.transposeB);
+        const forward = { y: y.dataSync().slice(), shape: y.shape };
+        y.dispose();
+        if (!withGradients) return { ...forward, ga: new Float32Array(), gb: new Float32Array() };
+        const f = (x: tf.Tensor, y: tf.Tensor) => tf.sum(tf.mul(tf.matMul(x, y, c.transposeA, c.transposeB), tf.sin(tf.matMul(x, y, c.transposeA, c.transposeB))));
+        const { value, grads } = tf.valueAndGrads(f)([a, b]);
+        const out = { ...forward, ga: grads[0].dataSync().slice(), gb: grads[1].dataSync().slice() };
+        tf.dispose([value, ...grads]);
+        return out;
+      });
+      const reference = results.get('stock')!;
+      for (const mode of modes.slice(1)) {
+        const got = results.get(mode)!;
+        const label = `${mode} ${JSON.stringify(c)}`;
+        expect(got.shape, label).to.deep.equal(reference.shape);
+        expectClose(got.y, reference.y, 1e-4, label);
+        expectClose(got.ga, reference.ga, 1e-3, `${label} dA`);
+        expectClose(got.gb, reference.gb, 1e-3, `${label} dB`);
+      }
+      tf.dispose([a, b]);
+    }
+  });
+
+  it('fused matMul with a bias equals matMul + add, and sums over leading, middle and trailing axes equal the stock kernels', () => {
+    const rng = new Rng(6);
+    const [x, w, bias, t] = [random([13, 8], rng), random([6, 8], rng), random([6], rng), random([3, 5, 7, 2], rng)];
+    const axes: (number | number[])[] = [0, 1, 2, 3, [0, 1], [1, 2], [2, 3], [0, 1, 2, 3], -1];
+    const results = underEach(modes, (mode) => {
+      // Stock wasm's _FusedMatMul adds the bias wrongly with transposeB (tfjs 4.22), so the
+      // reference is the unfused product plus the bias.
+      const fused = mode === 'stock' ? tf.add(tf.matMul(x, w, false, true), bias) : tf.fused.matMul({ a: x, b: w, transposeB: true, bias });
+      const sums = axes.map((axis) => {
+        const s = tf.sum(t, axis, axis === 1);
+        const out = { data: s.dataSync().slice(), shape: s.shape };
+        s.dispose();
+        return out;
+      });
+      const out = { fused: fused.dataSync().slice(), sums };
+      fused.dispose();
+      return out;
+    });
+    const reference = results.get('stock')!;
+    for (const mode of modes.slice(1)) {
+      const got = results.get(mode)!;
+      expectClose(got.fused, reference.fused, 1e-4, `${mode} fused`);
+      got.sums.forEach((s, i) => {
+        expect(s.shape, `${mode} sum axis ${JSON.stringify(axes[i])}`).to.deep.equal(reference.sums[i].shape);
+        expectClose(s.data, reference.sums[i].data, 1e-4, `${mode} sum axis ${JSON.stringify(axes[i])}`);
+      });
+    }
+    tf.dispose([x, w, bias, t]);
+  });
+
+  it('leaks no tensors and no wasm memory blocks across repeated overridden products', () => {
+    const rng = new Rng(7);
+    const [a, b] = [random([3, 16, 8], rng), random([3, 8, 16], rng)];
+    const run = () => {
+      const { value, grads } = tf.valueAndGrads((x: tf.Tensor, y: tf.Tensor) => tf.sum(tf.matMul(x, y, false, false)))([a, b]);
+      tf.dispose([value, ...grads]);
+      tf.tidy(() => {
+        tf.sum(tf.matMul(a.reshape([48, 8]), b.reshape([24, 16]).slice([0, 0], [8, 16]).transpose(), false, true), 0);
+      });
+    };
+    run();
+    const before = { tensors: tf.memory().numTensors, blocks: (tf.backend() as unknown as { numDataIds(): number }).numDataIds() };
+    for (let i = 0; i < 5; i++) run();
+    expect(tf.memory().numTensors).to.equal(before.tensors);
+    expect((tf.backend() as unknown as { numDataIds(): number }).numDataIds()).to.equal(before.blocks);
+    tf.dispose([a, b]);
+  });
+
+  it('KV-cache sampling writes its preallocated cache in place and leaks nothing', () => {
+    const model = loadModel(fixture('countdown', 'base-model'));
+    const prompts = [[5, 6, 7], [8, 4]];
+    const sample = () => generate(model, prompts, { maxNewTokens: 6, temperature: 1, seed: 3 }).tokens;
+    const first = sample();
+    const before = { tensors: tf.memory().numTensors, blocks: (tf.backend() as unknown as { numDataIds(): number }).numDataIds() };
+    expect(sample()).to.deep.equal(first);
+    expect(tf.memory().numTensors).to.equal(before.tensors);
+    expect((tf.backend() as unknown as { numDataIds(): number }).numDataIds()).to.equal(before.blocks);
+    // Written in place: the cache returned by a decoding step is the buffer it was given.
+    const out = tf.tidy(() => model.forward({ ids: Int32Array.from([5, 6]), batch: 1, attentionMask: Int32Array.from([1, 1]), positions: Int32Array.from([0, 1]), useCache: true, cacheCapacity: 4 }).cache!);
+    const next = tf.tidy(() => model.forward({ ids: Int32Array.from([7]), batch: 1, attentionMask: Int32Array.from([1, 1, 1]), positions: Int32Array.from([2]), cache: out }).cache);
+    expect(next).to.equal(undefined);
+    const again = tf.tidy(() => model.forward({ ids: Int32Array.from([7]), batch: 1, attentionMask: Int32Array.from([1, 1, 1]), positions: Int32Array.from([2]), cache: out, useCache: true }).cache!);
+    expect(again.keys[0]).to.equal(out.keys[0]);
+    expect(again).to.include({ length: 3, capacity: 4 });
+    tf.dispose([...out.keys, ...out.values]);
+    model.dispose();
+  });
+
+  it('reports the native addon when it loads, and runs on stock kernels when it cannot be loaded', async () => {
+    const ok = await runFlowrl(['bench', '--steps', '1', '--json']);
+    expect(ok.status, ok.stderr).to.equal(0);
+    const missing = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node' });
+    expect(missing.status, missing.stderr).to.equal(0);
+    expect(missing.stderr).to.match(/native kernels unavailable/);
+    const off = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'off' });
+    expect(off.status, off.stderr).to.equal(0);
+    expect(off.stderr).to.include('explicit-transpose matmuls');
+    // The same greedy answer with and without the addon.
+    expect(off.stdout).to.equal(missing.stdout);
+    if (native.kernels) {
+      const on = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4']);
+      expect(on.stderr).to.include('native');
+      expect(on.stdout).to.equal(off.stdout);
+    }
+  });
+});
