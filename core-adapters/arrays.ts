@@ -8,3 +8,14 @@ export function concatFloat32(parts: ArrayLike<number>[]): Float32Array {
   }
   return out;
 }
+
+/** Contiguous row ranges splitting `rows` into `parts` near-equal shards (empty ones dropped). */
+export function shardRanges(rows: number, parts: number): [number, number][] {
+  const out: [number, number][] = [];
+  for (let i = 0; i < parts; i++) {
+    const start = Math.round((i * rows) / parts);
+    const end = Math.round(((i + 1) * rows) / parts);
+    if (end > start) out.push([start, end]);
+  }
+  return out;
+}

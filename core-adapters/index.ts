@@ -10,6 +10,7 @@ export * from './batch.js';
 export * from './engine/backend.js';
 export * from './engine/kernels.js';
 export * from './engine/native.js';
+export * from './engine/workers.js';
 export * from './engine/ops.js';
 export * from './model/index.js';
 export * from './config/defaults.js';

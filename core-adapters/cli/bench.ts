@@ -4,15 +4,16 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { initEngine, type BackendChoice, type NativeChoice } from '../engine/backend.js';
+import { defaultNativeChoice, initEngine, type BackendChoice, type NativeChoice } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
 import { parseModelConfig } from '../model/config.js';
-import { generate } from '../model/generate.js';
+import { generateOnPool } from '../model/generate.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW } from '../model/optim.js';
-import { languageModelStep } from '../model/train-step.js';
+import { languageModelReplicaSpec, languageModelStep } from '../model/train-step.js';
+import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import { Rng } from '../random.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -39,16 +40,21 @@ function median(values: number[]): number {
 export interface BenchResult {
   backend: string;
   accelerations: string[];
+  workers: number;
   train_step_ms: number;
   train_tokens_per_s: number;
   sample_tokens_per_s: number;
   peak_rss_mb: number;
 }
 
-export async function runBench(options: { backend: BackendChoice; native?: NativeChoice; steps: number; batch: number; quiet?: boolean }): Promise<BenchResult> {
+export async function runBench(options: { backend: BackendChoice; native?: NativeChoice; steps: number; batch: number; workers?: number; quiet?: boolean }): Promise<BenchResult> {
   const info = await initEngine(options.backend, { quiet: options.quiet, native: options.native });
   const config = parseModelConfig(BENCH_MODEL, 'bench model');
   const model = modelFromWeights(config, initWeights(config, 0));
+  const workers = options.workers ?? 1;
+  if (workers > 1 && info.backend !== 'wasm') throw new InputError(`--workers ${workers} needs the wasm backend; this engine is ${info.backend}`);
+  const pool = workers > 1 ? await WorkerPool.create({ size: workers, spec: languageModelReplicaSpec(model), params: model.params, native: options.native ?? defaultNativeChoice() }) : undefined;
+  pool?.publish(model.params);
   const optimizer = new AdamW({ lr: 3e-4, weightDecay: 0.01 });
   const rng = new Rng(1);
   const T = BENCH_MODEL.max_position_embeddings;
@@ -61,7 +67,7 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const trainTimes: number[] = [];
   for (let i = 0; i < options.steps + 2; i++) {
     const start = performance.now();
-    languageModelStep(model, optimizer, seq);
+    languageModelStep(model, optimizer, seq, 1, pool);
     if (i >= 2) trainTimes.push(performance.now() - start);
   }
   const prompts = rows.map((r) => r.slice(0, 1));
@@ -69,15 +75,17 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const sampleTimes: number[] = [];
   for (let i = 0; i < options.steps + 1; i++) {
     const start = performance.now();
-    generate(model, prompts, { maxNewTokens: newTokens, temperature: 1, seed: i });
+    generateOnPool(model, prompts, { maxNewTokens: newTokens, temperature: 1, seed: i }, pool);
     if (i >= 1) sampleTimes.push(performance.now() - start);
   }
+  await pool?.close();
   model.dispose();
   optimizer.dispose();
   const stepMs = median(trainTimes);
   return {
     backend: info.backend,
     accelerations: info.accelerations,
+    workers,
     train_step_ms: Math.round(stepMs * 10) / 10,
     train_tokens_per_s: Math.round((options.batch * T * 1000) / stepMs),
     sample_tokens_per_s: Math.round((options.batch * newTokens * 1000) / median(sampleTimes)),
@@ -121,12 +129,12 @@ export interface Comparison {
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
 /** Ours and PyTorch's alternately for `rounds` rounds; medians of each, and the two ratios. */
-export async function compareWithTorch(options: { backend: BackendChoice; native?: NativeChoice; steps: number; rounds: number; quiet?: boolean }): Promise<Comparison> {
+export async function compareWithTorch(options: { backend: BackendChoice; native?: NativeChoice; steps: number; rounds: number; workers?: number; quiet?: boolean }): Promise<Comparison> {
   const ours: BenchResult[] = [];
   const torch: TorchResult[] = [];
   let torchError: string | undefined;
   for (let r = 0; r < options.rounds; r++) {
-    ours.push(await runBench({ backend: options.backend, native: options.native, steps: options.steps, batch: 32, quiet: options.quiet || r > 0 }));
+    ours.push(await runBench({ backend: options.backend, native: options.native, steps: options.steps, batch: 32, workers: options.workers, quiet: options.quiet || r > 0 }));
     if (torchError) continue;
     const t = runTorchBench(options.steps);
     if (t.result) torch.push(t.result);
@@ -158,15 +166,17 @@ export async function benchCommand(argv: string[]): Promise<void> {
     steps: { type: 'string' },
     rounds: { type: 'string' },
     native: { type: 'string' },
+    workers: { type: 'string' },
     ...BACKEND_FLAG,
   });
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
+  const workers = values.workers === 'auto' ? resolveWorkerCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && native !== 'auto' && native !== 'off') throw new InputError(`--native must be auto or off; got '${native}'`);
   const json = values.json as boolean;
   if (values['compare-torch']) {
-    const c = await compareWithTorch({ backend: values.backend as BackendChoice, native, steps, rounds, quiet: json });
+    const c = await compareWithTorch({ backend: values.backend as BackendChoice, native, steps, rounds, workers, quiet: json });
     if (json) {
       console.log(JSON.stringify({ ...c.ours, torch: c.torch ?? null, train_ratio_vs_torch: c.train_ratio_vs_torch ?? null, sample_ratio_vs_torch: c.sample_ratio_vs_torch ?? null, rounds: c.rounds, torch_error: c.torch_error }));
       return;
@@ -181,7 +191,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
     console.log(`  KV-cache sampling ${c.torch.sample_tokens_per_s.toLocaleString('en-US')} new tokens/s   ratio ours/torch ${c.sample_ratio_vs_torch!.toFixed(2)} (goal >= 1)`);
     return;
   }
-  const result = await runBench({ backend: values.backend as BackendChoice, native, steps, batch: 32, quiet: json });
+  const result = await runBench({ backend: values.backend as BackendChoice, native, steps, batch: 32, workers, quiet: json });
   if (json) {
     console.log(JSON.stringify(result));
     return;
@@ -190,7 +200,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
 }
 
 function printBench(result: BenchResult): void {
-  console.log(`tiny Llama (vocab 64, hidden 128, 4 heads, 2 layers, MLP 512), batch 32x64, backend ${result.backend}${result.accelerations.length ? ` (${result.accelerations.join('; ')})` : ''}`);
+  console.log(`tiny Llama (vocab 64, hidden 128, 4 heads, 2 layers, MLP 512), batch 32x64, backend ${result.backend}, ${result.workers} thread${result.workers > 1 ? 's' : ''}${result.accelerations.length ? ` (${result.accelerations.join('; ')})` : ''}`);
   console.log(`  train step        ${result.train_step_ms.toFixed(1)} ms  (${result.train_tokens_per_s.toLocaleString('en-US')} tokens/s)`);
   console.log(`  KV-cache sampling ${result.sample_tokens_per_s.toLocaleString('en-US')} new tokens/s (32 prompts x 63 tokens)`);
   console.log(`  peak RSS          ${result.peak_rss_mb} MB`);

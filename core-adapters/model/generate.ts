@@ -1,6 +1,8 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
 import { canWriteInPlace } from '../engine/kernels.js';
+import { shardRanges } from '../arrays.js';
+import type { WorkerPool } from '../engine/workers.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
 
@@ -18,6 +20,8 @@ export interface SamplingOptions {
   /** Token used to left-pad prompts (its value never matters: it is masked). */
   padTokenId?: number;
   seed?: number;
+  /** Index of the first prompt in the whole batch: row b samples from stream (seed, firstRow + b). */
+  firstRow?: number;
   /** Recompute the whole sequence every step instead of using the KV cache (for checks only). */
   noCache?: boolean;
 }
@@ -79,7 +83,7 @@ function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Ten
 export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
   const batch = prompts.length;
   // One stream per row: a row's samples do not depend on when other rows stop.
-  const rngs = prompts.map((_, b) => Rng.derive(options.seed ?? 0, b));
+  const rngs = prompts.map((_, b) => Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b));
   const stop = new Set(options.stopTokenIds ?? []);
   const pad = options.padTokenId ?? 0;
   const P = Math.max(...prompts.map((p) => p.length));
@@ -151,4 +155,21 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
     if (cache) tf.dispose([...cache.keys, ...cache.values]);
   }
   return { tokens, stopped };
+}
+
+/**
+ * generate() with the prompts split across a worker pool's replicas (contiguous shards; each row
+ * keeps its own random stream, so the samples match a single-thread run up to float rounding).
+ * The replicas must hold the model's current weights (WorkerPool.publish).
+ */
+export function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: WorkerPool): Generation {
+  if (!pool || prompts.length < 2) return generate(model, prompts, options);
+  const first = options.firstRow ?? 0;
+  const [mine, ...theirs] = shardRanges(prompts.length, pool.size);
+  const { local, results } = pool.run(
+    theirs.map(([a, b]) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: { ...options, firstRow: first + a } })),
+    () => generate(model, prompts.slice(mine[0], mine[1]), { ...options, firstRow: first + mine[0] }),
+  );
+  const parts = [local, ...(results as Generation[])];
+  return { tokens: parts.flatMap((p) => p.tokens), stopped: parts.flatMap((p) => p.stopped) };
 }

@@ -3,25 +3,91 @@ import * as tf from '@tensorflow/tfjs';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
 import { clipGradNorm, lossAndGradients, type AdamW } from './optim.js';
+import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
+import { initWeights, modelFromWeights } from './checkpoint.js';
+import { parseModelConfig } from './config.js';
+import { generate, type SamplingOptions } from './generate.js';
+import { shardRanges } from '../arrays.js';
 
 /** Mean negative log-likelihood over the real (unpadded) response tokens. */
 export function maskedNll(model: CausalLM, seq: SequenceBatch): tf.Scalar {
+  return maskedNllOver(model, seq, Math.max(1, validTokens(seq)));
+}
+
+/** The response tokens' summed negative log-likelihood over `denominator` (a shard's part of a batch mean). */
+export function maskedNllOver(model: CausalLM, seq: SequenceBatch, denominator: number): tf.Scalar {
   const { logProbs } = scoreResponses(model, seq);
   const mask = tf.tensor2d(responseMask(seq), [seq.batch, seq.responseLength]);
-  return tf.div(tf.neg(tf.sum(tf.mul(logProbs, mask))), tf.maximum(tf.sum(mask), 1));
+  return tf.div(tf.neg(tf.sum(tf.mul(logProbs, mask))), denominator);
+}
+
+function validTokens(seq: SequenceBatch): number {
+  return responseMask(seq).reduce((a, b) => a + b, 0);
+}
+
+/** Rows [start, end) of a packed batch (same prompt and response widths). */
+export function sliceSequences(seq: SequenceBatch, start: number, end: number): SequenceBatch {
+  const L = seq.promptLength + seq.responseLength;
+  return { ...seq, batch: end - start, inputIds: seq.inputIds.slice(start * L, end * L), attentionMask: seq.attentionMask.slice(start * L, end * L) };
+}
+
+/** A worker's replica for language-model training and sampling (see engine/workers.ts). */
+export function createLanguageModelReplica(args: { modelConfig: Record<string, unknown> }): Replica {
+  const config = parseModelConfig(args.modelConfig, 'replica model');
+  const model = modelFromWeights(config, initWeights(config, 0));
+  return {
+    params: model.params,
+    run(task) {
+      const t = task as { kind: 'lm-grads'; seq: SequenceBatch; denominator: number } | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
+      if (t.kind === 'generate') return { result: generate(model, t.prompts, t.options) };
+      const { loss, grads } = lossAndGradients(() => maskedNllOver(model, t.seq, t.denominator), model.params);
+      const value = loss.dataSync()[0];
+      loss.dispose();
+      return { grads, result: value };
+    },
+  };
+}
+
+/** The replica spec for `model` (its config travels; weights come from WorkerPool.publish). */
+export function languageModelReplicaSpec(model: CausalLM): ReplicaSpec {
+  return { module: import.meta.url, factory: 'createLanguageModelReplica', args: { modelConfig: model.config.raw } };
 }
 
 /**
  * Mean negative log-likelihood of the response tokens, one clipped AdamW step; returns the loss.
  * A non-finite gradient norm skips the update.
  */
-export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1): number {
-  const { loss, grads } = lossAndGradients(() => maskedNll(model, seq), model.params);
+export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: WorkerPool): number {
+  let value: number;
+  let grads: Map<string, tf.Tensor>;
+  if (!pool) {
+    const out = lossAndGradients(() => maskedNll(model, seq), model.params);
+    grads = out.grads;
+    value = out.loss.dataSync()[0];
+    out.loss.dispose();
+  } else {
+    // Each thread takes a shard of rows; the shard losses share the batch's token count, so the
+    // summed gradients are the whole batch's.
+    const denominator = Math.max(1, validTokens(seq));
+    const [mine, ...theirs] = shardRanges(seq.batch, pool.size).map(([a, b]) => sliceSequences(seq, a, b));
+    grads = new Map();
+    const { local, results } = pool.run(
+      theirs.map((shard) => ({ kind: 'lm-grads', seq: shard, denominator })),
+      () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.params),
+      grads,
+    );
+    for (const [name, g] of local.grads) {
+      const other = grads.get(name);
+      grads.set(name, other ? tf.add(g, other) : g);
+      if (other) tf.dispose([g, other]);
+    }
+    value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
+    local.loss.dispose();
+  }
   const norm = clipGradNorm(grads, maxGradNorm);
   if (Number.isFinite(norm)) optimizer.apply(model.params, grads);
   tf.dispose([...grads.values()]);
-  const value = loss.dataSync()[0];
-  loss.dispose();
+  pool?.publish(model.params);
   return value;
 }
 

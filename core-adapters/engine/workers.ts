@@ -1,0 +1,180 @@
+// Data-parallel workers (engine.workers): worker_threads, each with its own tfjs wasm backend and a
+// replica of the trainable parameters. The main thread stays synchronous: it posts a task to each
+// worker, does its own share, then blocks (Atomics.wait) until every worker has written its
+// gradients into a SharedArrayBuffer. Parameters travel the other way through a shared buffer,
+// copied into the replicas only when their version changes (after an optimizer step).
+import os from 'node:os';
+import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
+import * as tf from '@tensorflow/tfjs';
+import type { NativeChoice } from './backend.js';
+
+/** What a worker builds its replica from: a module exporting `factory(args)`. */
+export interface ReplicaSpec {
+  /** File URL of the module (import.meta.url of the caller, usually). */
+  module: string;
+  factory: string;
+  args: unknown;
+}
+
+/** A worker's replica: parameters by stable name, and a task runner. */
+export interface Replica {
+  params: Map<string, tf.Variable>;
+  /** Runs one task; gradients (if any) are returned as tensors the pool frees after copying. */
+  run(task: unknown): { grads?: Map<string, tf.Tensor>; result?: unknown };
+}
+
+export interface PoolOptions {
+  /** Threads in all, the main one included (>= 2). */
+  size: number;
+  spec: ReplicaSpec;
+  /** Name and shape of every parameter, in a fixed order (the main module's). */
+  params: Map<string, tf.Variable>;
+  native: NativeChoice;
+}
+
+// Control words: [0] params version, then per worker: task sequence number, done sequence number.
+const VERSION = 0;
+const taskSlot = (w: number) => 1 + 2 * w;
+const doneSlot = (w: number) => 2 + 2 * w;
+
+/** Workers for `engine.workers`: auto = the available cores (at most 8), else that number. */
+export function resolveWorkerCount(setting: string | number): number {
+  if (setting === 'auto') return Math.max(1, Math.min(os.availableParallelism(), 8));
+  return Number(setting);
+}
+
+/**
+ * The worker's entry: compiled, the .js beside this file; from source (under tsx), a bootstrap
+ * that registers tsx's loader in the new thread first, then imports the .ts entry.
+ */
+function workerEntry(): { entry: URL | string; eval: boolean } {
+  if (!import.meta.url.endsWith('.ts')) return { entry: new URL('./worker-thread.js', import.meta.url), eval: false };
+  const api = JSON.stringify(import.meta.resolve('tsx/esm/api'));
+  const target = JSON.stringify(new URL('./worker-thread.ts', import.meta.url).href);
+  return { entry: `import(${api}).then((tsx) => { tsx.register(); return import(${target}); });`, eval: true };
+}
+
+export class WorkerPool {
+  readonly size: number;
+  private readonly names: string[];
+  private readonly shapes: number[][];
+  private readonly offsets: number[];
+  private readonly total: number;
+  private readonly control: Int32Array;
+  private readonly paramBuffer: Float32Array;
+  private readonly gradBuffers: Float32Array[];
+  private readonly ports: MessagePort[] = [];
+  private readonly threads: Worker[] = [];
+  private sequence = 0;
+  private version = 0;
+
+  private constructor(options: PoolOptions) {
+    this.size = options.size;
+    this.names = [...options.params.keys()];
+    this.shapes = this.names.map((name) => [...options.params.get(name)!.shape]);
+    this.offsets = [];
+    let total = 0;
+    for (const name of this.names) {
+      this.offsets.push(total);
+      total += options.params.get(name)!.size;
+    }
+    this.total = total;
+    const workers = options.size - 1;
+    this.control = new Int32Array(new SharedArrayBuffer(4 * (1 + 2 * workers)));
+    this.paramBuffer = new Float32Array(new SharedArrayBuffer(4 * total));
+    this.gradBuffers = Array.from({ length: workers }, () => new Float32Array(new SharedArrayBuffer(4 * total)));
+  }
+
+  /** Starts size - 1 worker threads and waits until each has built its replica. */
+  static async create(options: PoolOptions): Promise<WorkerPool> {
+    if (!(options.size >= 2)) throw new Error('WorkerPool: size must be at least 2 (the main thread and one worker)');
+    const pool = new WorkerPool(options);
+    const layout = pool.names.map((name, i) => ({ name, offset: pool.offsets[i], shape: [...options.params.get(name)!.shape] }));
+    await Promise.all(
+      Array.from({ length: options.size - 1 }, (_, w) => {
+        const { port1, port2 } = new MessageChannel();
+        const entry = workerEntry();
+        const worker = new Worker(entry.entry, {
+          eval: entry.eval,
+          workerData: { index: w, port: port2, spec: options.spec, control: pool.control, params: pool.paramBuffer, grads: pool.gradBuffers[w], layout, native: options.native },
+          transferList: [port2],
+        });
+        worker.unref();
+        pool.threads.push(worker);
+        pool.ports.push(port1);
+        return new Promise<void>((resolve, reject) => {
+          worker.once('error', reject);
+          worker.once('exit', (code) => reject(new Error(`worker ${w} exited with code ${code} while starting`)));
+          port1.once('message', (m: { ready?: boolean; error?: string }) => (m.ready ? resolve() : reject(new Error(`worker ${w}: ${m.error}`))));
+        });
+      }),
+    );
+    for (const worker of pool.threads) worker.removeAllListeners('exit').removeAllListeners('error');
+    return pool;
+  }
+
+  /** Publishes the current parameters (call after every change: an optimizer step, a load). */
+  publish(params: Map<string, tf.Variable>): void {
+    this.names.forEach((name, i) => this.paramBuffer.set(params.get(name)!.dataSync() as Float32Array, this.offsets[i]));
+    this.version += 1;
+    Atomics.store(this.control, VERSION, this.version);
+  }
+
+  /**
+   * Runs tasks[w] on worker w (tasks.length <= size - 1) while `local` runs here; returns the local
+   * value and each worker's result. Worker gradients are added into `grads` (created where absent).
+   */
+  run<T>(tasks: unknown[], local: () => T, grads?: Map<string, tf.Tensor>): { local: T; results: unknown[] } {
+    if (tasks.length > this.size - 1) throw new Error(`WorkerPool.run: ${tasks.length} tasks for ${this.size - 1} workers`);
+    const seq = ++this.sequence;
+    tasks.forEach((task, w) => {
+      this.ports[w].postMessage({ seq, task });
+      Atomics.store(this.control, taskSlot(w), seq);
+      Atomics.notify(this.control, taskSlot(w));
+    });
+    const value = local();
+    const results: unknown[] = [];
+    tasks.forEach((_, w) => {
+      for (;;) {
+        const done = Atomics.load(this.control, doneSlot(w));
+        if (done === seq) break;
+        Atomics.wait(this.control, doneSlot(w), done, 60_000);
+      }
+      const message = receiveMessageOnPort(this.ports[w])?.message as { result?: unknown; error?: string; gradNames?: string[] } | undefined;
+      if (!message) throw new Error(`worker ${w} finished task ${seq} without a result`);
+      if (message.error) throw new Error(`worker ${w}: ${message.error}`);
+      results.push(message.result);
+      if (grads && message.gradNames) this.addGradients(grads, this.gradBuffers[w], new Set(message.gradNames));
+    });
+    return { local: value, results };
+  }
+
+  /** Adds a worker's gradients (only the parameters it had gradients for, as locally). */
+  private addGradients(grads: Map<string, tf.Tensor>, buffer: Float32Array, present: Set<string>): void {
+    this.names.forEach((name, i) => {
+      if (!present.has(name)) return;
+      const existing = grads.get(name);
+      const size = (this.offsets[i + 1] ?? this.total) - this.offsets[i];
+      const remote = tf.tensor(buffer.slice(this.offsets[i], this.offsets[i] + size), this.shapes[i]);
+      if (!existing) {
+        grads.set(name, remote);
+        return;
+      }
+      grads.set(name, tf.add(existing, remote));
+      tf.dispose([existing, remote]);
+    });
+  }
+
+  /** Stops the workers. */
+  async close(): Promise<void> {
+    for (const port of this.ports) {
+      port.postMessage({ stop: true });
+      port.close();
+    }
+    this.threads.forEach((_, w) => {
+      Atomics.store(this.control, taskSlot(w), -1);
+      Atomics.notify(this.control, taskSlot(w));
+    });
+    await Promise.all(this.threads.map((t) => t.terminate()));
+  }
+}
