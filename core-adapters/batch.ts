@@ -187,6 +187,15 @@ export class Batch {
     return out;
   }
 
+  /** The batch as plain data that structured clone copies (to a worker thread). */
+  toPlain(): { tensors: Record<string, BatchTensor>; columns: Record<string, unknown[]>; meta: Record<string, unknown> } {
+    return { tensors: Object.fromEntries(this.tensors), columns: Object.fromEntries(this.columns), meta: this.meta };
+  }
+
+  static fromPlain(plain: ReturnType<Batch['toPlain']>): Batch {
+    return new Batch(plain);
+  }
+
   /** Drops every array and column (host memory is then collected). */
   dispose(): void {
     this.tensors.clear();

@@ -7,6 +7,7 @@ import { getAdvantageEstimator, advantageEstimatorNames } from './algorithms/adv
 import { getPolicyLoss, policyLossNames } from './algorithms/policy-loss.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
+import type { ConfigTree } from './config/defaults.js';
 import { PromptDataset } from './data/dataset.js';
 import { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
 import { InputError } from './errors.js';
@@ -96,7 +97,14 @@ export function readPluginManifests(entries: string[], configFile: string): Plug
 
 /** Reads a config file, loads its plugins and builds the container. */
 export async function createHost(configFile: string, options: HostOptions = {}): Promise<Host> {
-  const user = readConfigFile(configFile);
+  return createHostFromTree(readConfigFile(configFile), configFile, options);
+}
+
+/**
+ * createHost for a config already in memory (a resolved config is a valid one: worker replicas
+ * rebuild the host from it). `configFile` anchors relative paths and names the source in errors.
+ */
+export async function createHostFromTree(user: ConfigTree, configFile: string, options: HostOptions = {}): Promise<Host> {
   const overrides = options.overrides ?? [];
   // Plugin entries in the file are relative to it; on the command line, to the working directory.
   const pluginOverride = overrides.find((o) => o.startsWith('plugins='));

@@ -13,20 +13,10 @@ export const PROJ_Z = 'proj_z';
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
 export class FlowRLActor extends PPOActor {
-  /** One mini-batch and one epoch: the old policy is the current one, every weight is exactly 1. */
-  private onPolicy = false;
-  private microIndex = 0;
-
   protected get projZ(): ProjZ {
     const head = this.module.heads.get(PROJ_Z);
     if (!head) throw new Error('FlowRLActor: the policy module has no proj_z head (is FlowRLWorker bound?)');
     return head as ProjZ;
-  }
-
-  override updatePolicy(batch: Batch): Metrics {
-    this.onPolicy = batch.size <= this.miniBatchSize && this.actorConfig.ppo_epochs === 1;
-    this.microIndex = 0;
-    return super.updatePolicy(batch);
   }
 
   /** Per-row total reward (outcome plus any shaping) broadcast over its valid tokens (reward_source: score). */
@@ -50,13 +40,14 @@ export class FlowRLActor extends PPOActor {
     const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });
     let pooled = poolPromptStates(out.hidden, seq.attentionMask, seq.batch, seq.promptLength);
     if (flowrl.detach_logz_input) pooled = stopGradient(pooled);
-    // Dropout masks from (seed, optimizer step, micro-batch): a resumed run draws the same ones.
-    const rng = Rng.derive(this.config.trainer.seed, this.module.optimizer.step * 100_003 + this.microIndex++);
-    const logZ = this.projZ.forward(pooled, { training: true, rng });
+    // Dropout masks per row from (seed, optimizer step, row in the mini-batch): a resumed run, or
+    // one whose micro-batches are split across worker threads, draws the same ones.
+    const rowRngs = Array.from({ length: seq.batch }, (_, b) => Rng.derive(this.config.trainer.seed, part.step * 1_000_003 + part.firstRow + b));
+    const logZ = this.projZ.forward(pooled, { training: true, rowRngs });
     const { loss, metrics } = computeFlowRLLoss(
       {
         logProb: out.logProbs,
-        oldLogProb: this.onPolicy ? stopGradient(out.logProbs) : this.floatTensor(micro, 'old_log_probs'),
+        oldLogProb: part.onPolicy ? stopGradient(out.logProbs) : this.floatTensor(micro, 'old_log_probs'),
         refLogProb: this.floatTensor(micro, 'ref_log_prob'),
         advantages: flowrl.reward_source === 'score' ? this.sequenceScores(micro) : this.floatTensor(micro, 'advantages'),
         responseMask: this.floatTensor(micro, 'response_mask'),

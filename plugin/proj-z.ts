@@ -62,17 +62,20 @@ export class ProjZ implements ParameterHead {
     return this.params.get(name)!;
   }
 
-  /** Dropout with a mask from `rng`, so a resumed run draws the same masks. */
-  private dropout(x: tf.Tensor2D, rng: Rng): tf.Tensor2D {
+  /** Dropout with each row's mask from that row's stream, so a resumed run draws the same masks. */
+  private dropout(x: tf.Tensor2D, rowRngs: Rng[]): tf.Tensor2D {
     const p = this.options.dropout;
     if (p <= 0) return x;
     const keep = 1 - p;
-    const mask = Float32Array.from({ length: x.size }, () => (rng.next() < keep ? 1 / keep : 0));
+    const [rows, width] = x.shape;
+    if (rowRngs.length !== rows) throw new Error(`ProjZ dropout: ${rowRngs.length} row streams for ${rows} rows`);
+    const mask = new Float32Array(rows * width);
+    for (let b = 0; b < rows; b++) for (let j = 0; j < width; j++) mask[b * width + j] = rowRngs[b].next() < keep ? 1 / keep : 0;
     return tf.mul(x, tf.tensor2d(mask, x.shape)) as tf.Tensor2D;
   }
 
-  /** log Z for pooled prompt states x[B, H]: a [B] vector. Dropout runs only when training (it needs an rng). */
-  forward(x: tf.Tensor2D, options: { training: boolean; rng?: Rng }): tf.Tensor1D {
+  /** log Z for pooled prompt states x[B, H]: a [B] vector. Dropout runs only when training (one stream per row). */
+  forward(x: tf.Tensor2D, options: { training: boolean; rowRngs?: Rng[] }): tf.Tensor1D {
     let h = x;
     for (let block = 0; block < this.options.layers; block++) {
       const k = block * BLOCK;
@@ -81,8 +84,8 @@ export class ProjZ implements ParameterHead {
       h = gelu(h) as tf.Tensor2D;
       h = layerNorm(h, this.p(`proj_z.net.${k + 2}.weight`) as tf.Variable<tf.Rank.R1>, this.p(`proj_z.net.${k + 2}.bias`) as tf.Variable<tf.Rank.R1>);
       if (options.training) {
-        if (!options.rng) throw new Error('ProjZ.forward: training needs an rng for dropout');
-        h = this.dropout(h, options.rng);
+        if (!options.rowRngs) throw new Error('ProjZ.forward: training needs a random stream per row for dropout');
+        h = this.dropout(h, options.rowRngs);
       }
     }
     return h.reshape([x.shape[0]]);

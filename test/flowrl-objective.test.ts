@@ -325,21 +325,27 @@ describe('ProjZ initialisation and dropout', () => {
     }
   });
 
-  it('training applies dropout: output depends on the rng seed and is reproducible for the same seed', () => {
+  it('training applies dropout: output depends on each row\'s stream and is reproducible for the same streams', () => {
     const head = new ProjZ(H, { layers: 3, dropout: 0.5, seed: 11 });
     const x = tf.tidy(() => tf.randomNormal([4, H], 0, 1, 'float32', 2) as tf.Tensor2D);
+    const streams = (seed: number) => Array.from({ length: 4 }, (_, b) => Rng.derive(seed, b));
     try {
-      const run = (options: { training: boolean; rng?: Rng }) => Array.from(tf.tidy(() => head.forward(x, options).dataSync()));
+      const run = (options: { training: boolean; rowRngs?: Rng[] }) => Array.from(tf.tidy(() => head.forward(x, options).dataSync()));
       const eval1 = run({ training: false });
       const eval2 = run({ training: false });
       expect(eval1).to.deep.equal(eval2);
-      const a = run({ training: true, rng: new Rng(5) });
-      const b = run({ training: true, rng: new Rng(5) });
-      const c = run({ training: true, rng: new Rng(6) });
+      const a = run({ training: true, rowRngs: streams(5) });
+      const b = run({ training: true, rowRngs: streams(5) });
+      const c = run({ training: true, rowRngs: streams(6) });
       expectFinite(a, 'training output');
       expect(a).to.deep.equal(b);
       expect(a).to.not.deep.equal(c);
       expect(a).to.not.deep.equal(eval1);
+      // A row's output depends only on its own stream (what lets micro-batches be split).
+      const rows23 = tf.tidy(() => x.slice([2, 0], [2, H]) as tf.Tensor2D);
+      const alone = Array.from(tf.tidy(() => head.forward(rows23, { training: true, rowRngs: streams(5).slice(2) }).dataSync()));
+      rows23.dispose();
+      expectClose(alone, a.slice(2), 1e-6);
     } finally {
       x.dispose();
       head.dispose();

@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import { aggregateLoss, type AggregateLossOptions, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
-import { concatFloat32 } from '../arrays.js';
+import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
@@ -41,6 +41,12 @@ export interface MicroBatchShare {
   global: AggregateLossOptions;
   /** Rows of the micro-batch over rows of the mini-batch. */
   share: number;
+  /** Optimizer updates applied so far (seeds per-update randomness such as dropout). */
+  step: number;
+  /** One mini-batch and one epoch: the old policy is the current one. */
+  onPolicy: boolean;
+  /** The micro-batch's first row within its mini-batch (per-row randomness survives any split). */
+  firstRow: number;
 }
 
 export function miniBatchDenominators(mini: Batch): AggregateLossOptions {
@@ -157,24 +163,57 @@ export class PPOActor implements Actor {
     return scheduledLr({ lr, warmupSteps }, this.module.optimizer.step);
   }
 
+  /** One micro-batch's (or shard's) gradients and the metrics its loss recorded; worker replicas run this too. */
+  microBatchGradients(micro: Batch, part: MicroBatchShare): { grads: Map<string, tf.Tensor>; metrics: Metrics[] } {
+    const metrics: Metrics[] = [];
+    const { loss, grads } = lossAndGradients(() => this.microBatchLoss(micro, part, (m) => metrics.push(m)), this.module.params);
+    loss.dispose();
+    return { grads, metrics };
+  }
+
+  /**
+   * Gradients of a micro-batch, summed into `grads`. With a worker pool its rows are split across
+   * the threads; the shards' losses are their parts of the mini-batch loss, so the sum is the same.
+   */
+  protected accumulateMicroBatch(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, averages: MetricAverager): void {
+    const pool = this.module.pool;
+    if (!pool || micro.size < 2) {
+      const local = this.microBatchGradients(micro, part);
+      accumulateGradients(grads, local.grads);
+      local.metrics.forEach((m) => averages.add(m));
+      return;
+    }
+    const ranges = shardRanges(micro.size, pool.size);
+    const parts = ranges.map(([a, b]) => ({ ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }));
+    const [mine, ...theirs] = ranges.map(([a, b]) => micro.slice(a, b));
+    const { local, results } = pool.run(
+      theirs.map((shard, i) => ({ kind: 'actor-grads', batch: shard.toPlain(), part: parts[i + 1] })),
+      () => this.microBatchGradients(mine, parts[0]),
+      grads,
+    );
+    accumulateGradients(grads, local.grads);
+    for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach((m) => averages.add(m));
+  }
+
   updatePolicy(batch: Batch): Metrics {
     const cfg = this.actorConfig;
     const averages = new MetricAverager();
+    const onPolicy = batch.size <= this.miniBatchSize && cfg.ppo_epochs === 1;
     let skipped = 0;
     for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
       for (const mini of batch.split(this.miniBatchSize)) {
         const grads = new Map<string, tf.Tensor>();
         const global = miniBatchDenominators(mini);
+        let firstRow = 0;
         for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
-          const part = { global, share: micro.size / mini.size };
-          const { loss, grads: microGrads } = lossAndGradients(() => this.microBatchLoss(micro, part, (m) => averages.add(m)), this.module.params);
-          loss.dispose();
-          accumulateGradients(grads, microGrads);
+          this.accumulateMicroBatch(micro, { global, share: micro.size / mini.size, step: this.module.optimizer.step, onPolicy, firstRow }, mini, grads, averages);
+          firstRow += micro.size;
         }
         const norm = clipGradNorm(grads, cfg.grad_clip);
         if (Number.isFinite(norm)) {
           this.module.optimizer.lr = this.learningRate();
           this.module.optimizer.apply(this.module.params, grads);
+          this.module.pool?.publish(this.module.params);
           averages.add({ 'actor/grad_norm': norm, 'actor/lr': this.module.optimizer.lr });
         } else {
           skipped += 1;

@@ -12,6 +12,8 @@ export const CORE_DEFAULTS = {
     backend: 'auto',
     /** auto: native BLAS kernels for the wasm backend when the addon loads (FLOWRL_NATIVE=off also disables); off: stock kernels. */
     native: 'auto',
+    /** Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none). */
+    workers: 'auto' as string | number,
   },
   data: {
     train_files: null as string | string[] | null,
@@ -184,6 +186,9 @@ export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files'
 
 /** Keys whose subtree is free-form (not validated key by key). */
 export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);
+
+/** Keys that take 'auto' or a whole number >= 1. */
+export const AUTO_OR_COUNT_KEYS = new Set(['engine.workers']);
 
 /** Keys that must be whole numbers >= 1 (sizes and counts the loop divides by). */
 export const POSITIVE_INTEGER_KEYS = new Set([

@@ -5,6 +5,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { InputError } from '../errors.js';
 import {
+  AUTO_OR_COUNT_KEYS,
   CORE_DEFAULTS,
   KEY_CHOICES,
   OPEN_KEYS,
@@ -146,6 +147,10 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
     if (isTree(expected)) {
       if (!isTree(value)) throw bad('a mapping');
       validateConfig(value, expected, where, `${dotted}.`);
+      continue;
+    }
+    if (AUTO_OR_COUNT_KEYS.has(dotted)) {
+      if (value !== 'auto' && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) throw bad("'auto' or a whole number >= 1");
       continue;
     }
     const stringOrList = STRING_OR_LIST_KEYS.has(dotted) || NULLABLE_TYPES[dotted] === 'string-or-list';

@@ -4,6 +4,7 @@ import type * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../batch.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import type { AdamW } from '../model/optim.js';
+import type { WorkerPool } from '../engine/workers.js';
 
 /** Numbers (and the odd label) reported for one step; keys are verl-style `section/name`. */
 export type Metrics = Record<string, number>;
@@ -23,6 +24,8 @@ export interface PolicyModule {
   /** Every trainable parameter: the LM's and the heads', by stable name. */
   params: Map<string, tf.Variable>;
   optimizer: AdamW;
+  /** Data-parallel replicas of these parameters (engine.workers > 1); publish after every change. */
+  pool?: WorkerPool;
 }
 
 /** The policy-update role (verl's DataParallelPPOActor). */

@@ -7,6 +7,7 @@ import os from 'node:os';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from './backend.js';
+import { loadNativeKernels } from './native.js';
 
 /** What a worker builds its replica from: a module exporting `factory(args)`. */
 export interface ReplicaSpec {
@@ -37,10 +38,12 @@ const VERSION = 0;
 const taskSlot = (w: number) => 1 + 2 * w;
 const doneSlot = (w: number) => 2 + 2 * w;
 
-/** Workers for `engine.workers`: auto = the available cores (at most 8), else that number. */
+/** Threads for `engine.workers`: FLOWRL_WORKERS when set, auto = the available cores (at most 8), else that number. */
 export function resolveWorkerCount(setting: string | number): number {
-  if (setting === 'auto') return Math.max(1, Math.min(os.availableParallelism(), 8));
-  return Number(setting);
+  const chosen = process.env.FLOWRL_WORKERS ?? setting;
+  if (chosen === 'auto') return Math.max(1, Math.min(os.availableParallelism(), 8));
+  const n = Number(chosen);
+  return Number.isInteger(n) && n >= 1 ? n : 1;
 }
 
 /**
@@ -176,5 +179,7 @@ export class WorkerPool {
       Atomics.notify(this.control, taskSlot(w));
     });
     await Promise.all(this.threads.map((t) => t.terminate()));
+    // The workers set the process-wide BLAS to one thread; give the cores back to one thread of work.
+    loadNativeKernels().kernels?.setThreads(Math.max(1, Math.min(os.availableParallelism(), 8)));
   }
 }

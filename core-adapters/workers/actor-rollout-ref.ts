@@ -20,7 +20,10 @@ import {
   saveOptimizerState,
   saveParameters,
 } from '../model/checkpoint.js';
-import { generate } from '../model/generate.js';
+import { generateOnPool } from '../model/generate.js';
+import type { NativeChoice } from '../engine/backend.js';
+import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
+import { actorReplicaSpec } from './actor-replica.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW } from '../model/optim.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
@@ -49,10 +52,25 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   async init(): Promise<void> {
+    await this.initReplica();
+    if (this.requirements.useReference) this.reference = loadModel(this.modelPath);
+    const threads = resolveWorkerCount(this.config.engine.workers);
+    if (threads > 1 && tf.getBackend() === 'wasm') {
+      this.module.pool = await WorkerPool.create({
+        size: threads,
+        spec: actorReplicaSpec(this.config),
+        params: this.module.params,
+        native: this.config.engine.native as NativeChoice,
+      });
+      this.module.pool.publish(this.module.params);
+    }
+  }
+
+  /** The policy module alone, attached to the actor (what a data-parallel replica needs). */
+  async initReplica(): Promise<void> {
     const lm = loadModel(this.modelPath);
     this.module = this.buildPolicyModule(lm);
     this.actor.attach(this.module);
-    if (this.requirements.useReference) this.reference = loadModel(this.modelPath);
   }
 
   /** The module the actor trains: the LM, no heads, one AdamW over every parameter. Subclasses attach heads. */
@@ -84,7 +102,7 @@ export class ActorRolloutRefWorker implements Worker {
     const responses: number[][] = [];
     for (let start = 0; start < promptIds.length; start += chunk) {
       const part = promptIds.slice(start, start + chunk);
-      const { tokens } = generate(this.module.lm, part, {
+      const { tokens } = generateOnPool(this.module.lm, part, {
         maxNewTokens: sampling.maxNewTokens,
         temperature: sampling.temperature,
         topP: sampling.topP,
@@ -93,7 +111,7 @@ export class ActorRolloutRefWorker implements Worker {
         stopTokenIds: this.stopTokenIds(),
         padTokenId: this.padTokenId,
         seed: sampling.seed + start,
-      });
+      }, this.module.pool);
       responses.push(...tokens);
     }
     const out = prompts.select([]);
@@ -136,6 +154,7 @@ export class ActorRolloutRefWorker implements Worker {
     loadWeightsInto(this.module.lm, actorDir);
     for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
     loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params);
+    this.module.pool?.publish(this.module.params);
   }
 
   exportModel(dir: string): void {
@@ -143,6 +162,7 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   dispose(): void {
+    void this.module?.pool?.close();
     this.module?.lm.dispose();
     this.module?.heads.forEach((h) => h.dispose());
     this.module?.optimizer.dispose();

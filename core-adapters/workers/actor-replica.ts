@@ -1,0 +1,36 @@
+// A data-parallel replica of the policy (engine.workers > 1): a worker thread rebuilds the host
+// from the run's resolved config, so the same Actor and Worker classes, plugins included, compute
+// its shard of each micro-batch and its share of the rollouts.
+import type { PPOActor, MicroBatchShare } from '../actor/ppo-actor.js';
+import { Batch } from '../batch.js';
+import type { ConfigTree } from '../config/defaults.js';
+import type { Config } from '../config/load.js';
+import type { Replica, ReplicaSpec } from '../engine/workers.js';
+import { createHostFromTree } from '../host.js';
+import { generate, type SamplingOptions } from '../model/generate.js';
+import { TOKENS } from '../tokens.js';
+import type { ActorRolloutRefWorker } from './actor-rollout-ref.js';
+
+export type ActorTask =
+  | { kind: 'actor-grads'; batch: ReturnType<Batch['toPlain']>; part: MicroBatchShare }
+  | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
+
+export function actorReplicaSpec(config: Config): ReplicaSpec {
+  return { module: import.meta.url, factory: 'createActorReplica', args: { config: structuredClone(config) } };
+}
+
+export async function createActorReplica(args: { config: ConfigTree }): Promise<Replica> {
+  const host = await createHostFromTree(args.config, 'replica.yaml', { quiet: true, overrides: ['engine.workers=1'] });
+  const worker = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker);
+  await worker.initReplica();
+  const actor = host.container.get<PPOActor>(TOKENS.Actor);
+  return {
+    params: worker.module.params,
+    run(task) {
+      const t = task as ActorTask;
+      if (t.kind === 'generate') return { result: generate(worker.module.lm, t.prompts, t.options) };
+      const { grads, metrics } = actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
+      return { grads, result: metrics };
+    },
+  };
+}
