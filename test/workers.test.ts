@@ -15,7 +15,9 @@ import {
   modelFromWeights,
   packSequences,
   parseModelConfig,
+  resolveConfig,
   Rng,
+  runSft,
   TOKENS,
   WorkerPool,
   type Trainer,
@@ -136,4 +138,34 @@ describe('data-parallel workers in the RL trainer', function () {
       });
     });
   }
+});
+
+describe('flowrl sft with data-parallel workers', function () {
+  this.timeout(300000);
+
+  it('supervised fine-tuning from scratch lowers the loss, and two threads match one', async () => {
+    const run = async (workers: number) => {
+      const dir = tempDir();
+      const config = resolveConfig({
+        userFile: path.join(dir, 'config.yaml'),
+        user: {
+          engine: { workers },
+          data: { train_files: fixture('countdown', 'data', 'train.jsonl'), max_prompt_length: 32, max_response_length: 16 },
+          actor_rollout_ref: { model: { tokenizer_path: fixture('countdown', 'tokenizer') } },
+          sft: { init_config: fixture('countdown', 'model-config.json'), total_steps: 12, batch_size: 16, lr: 3e-3, output_dir: path.join(dir, 'model') },
+          trainer: { seed: 4, default_local_dir: dir },
+        },
+      });
+      const lines: string[] = [];
+      const result = await runSft(config, (l) => lines.push(l));
+      expect(fs.existsSync(path.join(dir, 'model', 'model.safetensors'))).to.equal(true);
+      return result;
+    };
+    const single = await run(1);
+    const parallel = await run(2);
+    // A fresh model starts near ln(vocabulary) = ln(24) = 3.18.
+    expect(single.trainLoss).to.be.lessThan(2.9);
+    expect(parallel.trainLoss).to.be.closeTo(single.trainLoss, 1e-3);
+    expect(parallel.valLoss ?? 0).to.be.closeTo(single.valLoss ?? 0, 1e-3);
+  });
 });

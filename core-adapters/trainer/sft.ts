@@ -14,7 +14,9 @@ import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
-import { languageModelStep, maskedNll } from '../model/train-step.js';
+import { languageModelReplicaSpec, languageModelStep, maskedNll } from '../model/train-step.js';
+import type { NativeChoice } from '../engine/backend.js';
+import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
 
@@ -108,6 +110,9 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
   const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
   const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
+  const threads = resolveWorkerCount(config.engine.workers);
+  const pool = threads > 1 && tf.getBackend() === 'wasm' ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native as NativeChoice }) : undefined;
+  pool?.publish(model.params);
   const rng = new Rng(config.trainer.seed);
   let order: SftExample[] = [];
   let loss = NaN;
@@ -119,12 +124,13 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     const part = order.slice(offset, offset + sft.batch_size);
     optimizer.lr = scheduledLr({ lr: sft.lr, warmupSteps: sft.warmup_steps }, step);
     const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
-    loss = languageModelStep(model, optimizer, seq, sft.grad_clip);
+    loss = languageModelStep(model, optimizer, seq, sft.grad_clip, pool);
     if ((step + 1) % 50 === 0 || step + 1 === total) {
       const seconds = (Date.now() - started) / 1000;
       log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} (${seconds.toFixed(0)} s)`);
     }
   }
+  await pool?.close();
   const valLoss = val.length ? lossOn(model, val, pad, sft.batch_size) : undefined;
   if (valLoss !== undefined) log(`sft validation loss ${valLoss.toFixed(4)}`);
   const outputDir = sft.output_dir ?? path.join(config.trainer.default_local_dir!, 'sft-model');
