@@ -7,7 +7,7 @@ import os from 'node:os';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from './backend.js';
-import { loadNativeKernels } from './native.js';
+import { blasThreads, loadNativeKernels } from './native.js';
 
 /** What a worker builds its replica from: a module exporting `factory(args)`. */
 export interface ReplicaSpec {
@@ -179,7 +179,7 @@ export class WorkerPool {
       Atomics.notify(this.control, taskSlot(w));
     });
     await Promise.all(this.threads.map((t) => t.terminate()));
-    // The workers set the process-wide BLAS to one thread; give the cores back to one thread of work.
-    loadNativeKernels().kernels?.setThreads(Math.max(1, Math.min(os.availableParallelism(), 8)));
+    // The workers set the process-wide BLAS to one thread; restore the configured count.
+    loadNativeKernels().kernels?.setThreads(blasThreads());
   }
 }

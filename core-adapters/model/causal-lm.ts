@@ -47,6 +47,9 @@ const MASKED = -1e9;
 interface RotaryTables {
   cos: tf.Tensor2D;
   sin: tf.Tensor2D;
+  /** With several tokens per row: separate tables for the query and key columns. */
+  query?: RotaryTables;
+  key?: RotaryTables;
 }
 
 /** Rotary inverse frequencies (float64), with llama3 or linear scaling when configured. */
@@ -143,7 +146,7 @@ export class CausalLM {
     }
     const capacity = input.cache ? input.cache.capacity : input.useCache ? input.cacheCapacity : undefined;
     if (capacity !== undefined && past + length > capacity) throw new Error(`KV cache holds ${capacity} positions; ${past + length} needed`);
-    const rotary = this.rotaryTables(input.positions);
+    const rotary = length === 1 ? this.rotaryTables(input.positions) : this.splitRotaryTables(input.positions);
     const slots = { past, capacity, inPlace: capacity !== undefined };
     const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
 
@@ -197,12 +200,29 @@ export class CausalLM {
     const groups = c.numHeads / c.numKVHeads;
     const w = (n: string) => this.p(`${pre}.self_attn.${n}.weight`);
     const b = (n: string) => this.bias(`${pre}.self_attn.${n}.bias`);
-    const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary);
-    // [N, C*d] -> [B, C, T, d] with C = heads + 2 kv heads, then split along the head axis.
-    const C = c.numHeads + 2 * c.numKVHeads;
-    // With one new token per row (decoding) the transpose moves no data: a reshape suffices.
-    const heads = length === 1 ? qkv.reshape([batch, C, 1, d]) : tf.transpose(qkv.reshape([batch, length, C, d]), [0, 2, 1, 3]);
-    const [q, kNew, vNew] = tf.split(heads, [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
+    let q: tf.Tensor4D;
+    let kNew: tf.Tensor4D;
+    let vNew: tf.Tensor4D;
+    if (length === 1) {
+      // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
+      // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
+      const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary);
+      [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
+    } else {
+      // Several tokens per row: project q, k and v from column slices of the fused weight (small),
+      // which avoids splitting the activations (a slow strided copy on wasm) and its gradient.
+      const fused = w('qkv_proj') as tf.Tensor2D;
+      const bias = b('qkv_proj');
+      const project = (from: number, heads: number, tables?: RotaryTables): tf.Tensor4D => {
+        const cols = heads * d;
+        let x = linear(h, fused.slice([0, from * d], [-1, cols]), bias?.slice([from * d], [cols]));
+        if (tables) x = this.rope(x, tables);
+        return tf.transpose(x.reshape([batch, length, heads, d]), [0, 2, 1, 3]);
+      };
+      q = project(0, c.numHeads, rotary.query);
+      kNew = project(c.numHeads, c.numKVHeads, rotary.key);
+      vNew = project(c.numHeads + c.numKVHeads, c.numKVHeads);
+    }
     let k = kNew;
     let v = vNew;
     if (slots.inPlace) {
@@ -235,15 +255,25 @@ export class CausalLM {
     return tf.add(tf.mul(x, rotary.cos), tf.mul(rotated, rotary.sin));
   }
 
+  /** Query-column and key-column tables, for forwards that project q, k and v separately. */
+  private splitRotaryTables(positions: Int32Array): RotaryTables {
+    const c = this.config;
+    const queryEnd = c.numHeads * c.headDim;
+    const query = this.rotaryTables(positions, [0, queryEnd]);
+    const key = this.rotaryTables(positions, [queryEnd, queryEnd + c.numKVHeads * c.headDim]);
+    return { cos: query.cos, sin: query.sin, query, key };
+  }
+
   /**
    * cos/sin per token and fused q|k|v column, [N, C*d]: query columns scaled by 1/sqrt(d), key
    * columns plain, value columns cos 1 and sin 0.
    */
-  private rotaryTables(positions: Int32Array): RotaryTables {
+  private rotaryTables(positions: Int32Array, columns?: [number, number]): RotaryTables {
     const c = this.config;
     const d = c.headDim;
     const half = d / 2;
-    const width = (c.numHeads + 2 * c.numKVHeads) * d;
+    const [first, end] = columns ?? [0, (c.numHeads + 2 * c.numKVHeads) * d];
+    const width = end - first;
     const queryWidth = c.numHeads * d;
     const keyEnd = queryWidth + c.numKVHeads * d;
     const scale = 1 / Math.sqrt(d);
@@ -257,8 +287,8 @@ export class CausalLM {
         cosRow[j] = cosRow[j + half] = Math.cos(angle);
         sinRow[j] = sinRow[j + half] = Math.sin(angle);
       }
-      const row = i * width;
-      for (let col = 0; col < width; col++) {
+      const row = i * width - first;
+      for (let col = first; col < end; col++) {
         const j = col % d;
         if (col < queryWidth) {
           cos[row + col] = cosRow[j] * scale;
