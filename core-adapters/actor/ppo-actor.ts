@@ -99,6 +99,23 @@ export class PPOActor implements Actor {
   }
 
   computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array } {
+    const pool = this.module.pool;
+    if (!pool || batch.size < 2) return this.computeLogProbHere(batch, options);
+    // Rows split across the worker threads; each shard is scored whole, so the result is the same.
+    const [mine, ...theirs] = shardRanges(batch.size, pool.size).map(([a, b]) => batch.slice(a, b));
+    const { local, results } = pool.run(
+      theirs.map((shard) => ({ kind: 'log-prob', batch: shard.toPlain(), withEntropy: options.withEntropy })),
+      () => this.computeLogProbHere(mine, options),
+    );
+    const parts = [local, ...(results as { logProbs: Float32Array; entropy?: Float32Array }[])];
+    return {
+      logProbs: concatFloat32(parts.map((p) => p.logProbs)),
+      entropy: options.withEntropy ? concatFloat32(parts.map((p) => p.entropy!)) : undefined,
+    };
+  }
+
+  /** computeLogProb on this thread, in log_prob_micro_batch_size pieces. */
+  computeLogProbHere(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array } {
     const micro = this.config.actor_rollout_ref.rollout.log_prob_micro_batch_size;
     const logProbs: Float32Array[] = [];
     const entropies: Float32Array[] = [];

@@ -13,6 +13,8 @@ import type { ActorRolloutRefWorker } from './actor-rollout-ref.js';
 
 export type ActorTask =
   | { kind: 'actor-grads'; batch: ReturnType<Batch['toPlain']>; part: MicroBatchShare }
+  | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean }
+  | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']> }
   | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
 
 export function actorReplicaSpec(config: Config): ReplicaSpec {
@@ -28,9 +30,20 @@ export async function createActorReplica(args: { config: ConfigTree }): Promise<
     params: worker.module.params,
     run(task) {
       const t = task as ActorTask;
-      if (t.kind === 'generate') return { result: generate(worker.module.lm, t.prompts, t.options) };
-      const { grads, metrics } = actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
-      return { grads, result: metrics };
+      switch (t.kind) {
+        case 'generate':
+          return { result: generate(worker.module.lm, t.prompts, t.options) };
+        case 'log-prob':
+          return { result: actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy }) };
+        case 'ref-log-prob':
+          // The reference is frozen: load it on first use and keep it.
+          worker.loadReference();
+          return { result: worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
+        case 'actor-grads': {
+          const { grads, metrics } = actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
+          return { grads, result: metrics };
+        }
+      }
     },
   };
 }

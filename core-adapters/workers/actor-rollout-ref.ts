@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
-import { concatFloat32 } from '../arrays.js';
+import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
@@ -53,7 +53,7 @@ export class ActorRolloutRefWorker implements Worker {
 
   async init(): Promise<void> {
     await this.initReplica();
-    if (this.requirements.useReference) this.reference = loadModel(this.modelPath);
+    if (this.requirements.useReference) this.loadReference();
     const threads = resolveWorkerCount(this.config.engine.workers);
     if (threads > 1 && tf.getBackend() === 'wasm') {
       this.module.pool = await WorkerPool.create({
@@ -64,6 +64,11 @@ export class ActorRolloutRefWorker implements Worker {
       });
       this.module.pool.publish(this.module.params);
     }
+  }
+
+  /** The frozen reference policy (the initial weights of model.path). */
+  loadReference(): void {
+    this.reference ??= loadModel(this.modelPath);
   }
 
   /** The policy module alone, attached to the actor (what a data-parallel replica needs). */
@@ -125,6 +130,18 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   computeRefLogProb(batch: Batch): Float32Array {
+    const pool = this.module.pool;
+    if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch);
+    const [mine, ...theirs] = shardRanges(batch.size, pool.size).map(([a, b]) => batch.slice(a, b));
+    const { local, results } = pool.run(
+      theirs.map((shard) => ({ kind: 'ref-log-prob', batch: shard.toPlain() })),
+      () => this.computeRefLogProbHere(mine),
+    );
+    return concatFloat32([local, ...(results as Float32Array[])]);
+  }
+
+  /** Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. */
+  computeRefLogProbHere(batch: Batch): Float32Array {
     if (!this.reference) throw new Error('computeRefLogProb: this run has no reference policy');
     const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
     const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
