@@ -7,6 +7,7 @@
 #include <node_api.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
@@ -207,12 +208,51 @@ static napi_value sum(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static int get_number(napi_env env, napi_value value, double *out) {
+  return napi_get_value_double(env, value, out) == napi_ok;
+}
+
+// adamw(heap, param, grad, m, v, n, decayFactor, beta1, beta2, eps, stepSize, bc2Sqrt): one AdamW
+// update of n floats in place, the same arithmetic as core-adapters/model/optim.ts:
+//   p *= decayFactor; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+//   p -= stepSize * m / (sqrt(v) / bc2Sqrt + eps)
+static napi_value adamw(napi_env env, napi_callback_info info) {
+  size_t argc = 12;
+  napi_value argv[12];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 12) return throw_error(env, "adamw: expected 12 arguments");
+  float *H;
+  size_t len;
+  int64_t pOff, gOff, mOff, vOff, n;
+  double decay, b1, b2, eps, stepSize, bc2;
+  if (!get_floats(env, argv[0], &H, &len) || !get_int(env, argv[1], &pOff) || !get_int(env, argv[2], &gOff) || !get_int(env, argv[3], &mOff) ||
+      !get_int(env, argv[4], &vOff) || !get_int(env, argv[5], &n) || !get_number(env, argv[6], &decay) || !get_number(env, argv[7], &b1) ||
+      !get_number(env, argv[8], &b2) || !get_number(env, argv[9], &eps) || !get_number(env, argv[10], &stepSize) || !get_number(env, argv[11], &bc2))
+    return throw_error(env, "adamw: bad argument types");
+  if (n < 0 || pOff < 0 || gOff < 0 || mOff < 0 || vOff < 0 || (size_t)(pOff + n) > len || (size_t)(gOff + n) > len || (size_t)(mOff + n) > len ||
+      (size_t)(vOff + n) > len)
+    return throw_error(env, "adamw: out of bounds");
+  float *p = H + pOff, *m = H + mOff, *v = H + vOff;
+  const float *g = H + gOff;
+  const float fd = (float)decay, f1 = (float)b1, f2 = (float)b2, fe = (float)eps, fs = (float)stepSize, fb = (float)bc2;
+  for (int64_t i = 0; i < n; i++) {
+    const float gi = g[i];
+    const float mi = m[i] * f1 + gi * (1.0f - f1);
+    const float vi = v[i] * f2 + gi * gi * (1.0f - f2);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * fd - (mi / (sqrtf(vi) / fb + fe)) * fs;
+  }
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
       {"setThreads", NULL, set_threads, NULL, NULL, NULL, napi_default, NULL},
       {"sgemm", NULL, sgemm, NULL, NULL, NULL, napi_default, NULL},
       {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
+      {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -10,6 +10,7 @@ import type { NativeKernels } from './native.js';
 
 interface WasmBackend {
   dataIdMap: { get(dataId: object): { memoryOffset: number } | undefined };
+  refCount(dataId: object): number;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
   disposeData(dataId: object): boolean;
   wasm: { HEAPF32: Float32Array };
@@ -154,8 +155,37 @@ function makeSum(native: NativeKernels): KernelFunc {
   };
 }
 
+/** The native kernels the overrides use (undefined: stock or TypeScript-only). */
+let activeNative: NativeKernels | undefined;
+
+export interface AdamWHyper {
+  decayFactor: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  stepSize: number;
+  bc2Sqrt: number;
+}
+
+/**
+ * One AdamW update of a parameter and its moments in place, in native code (one call instead of
+ * about 14 tfjs ops). Returns false when that is not possible here (no native kernels, another
+ * backend, or buffers shared with other tensors), and the caller runs the tfjs ops.
+ */
+export function fusedAdamW(param: tf.Variable, grad: tf.Tensor, m: tf.Variable, v: tf.Variable, h: AdamWHyper): boolean {
+  if (!activeNative || tf.getBackend() !== 'wasm') return false;
+  if ([param, grad, m, v].some((t) => t.dtype !== 'float32' || t.size !== param.size)) return false;
+  const backend = tf.backend() as unknown as WasmBackend;
+  // Written in place: only buffers no other tensor shares.
+  if ([param, m, v].some((t) => backend.refCount(t.dataId) !== 1)) return false;
+  const heap = backend.wasm.HEAPF32;
+  activeNative.adamw(heap, offset(backend, param), offset(backend, grad), offset(backend, m), offset(backend, v), param.size, h.decayFactor, h.beta1, h.beta2, h.eps, h.stepSize, h.bc2Sqrt);
+  return true;
+}
+
 /** Restores the stock kernels. */
 export function removeWasmKernelOverrides(): void {
+  activeNative = undefined;
   for (const [name, config] of originals) {
     tf.unregisterKernel(name, BACKEND);
     tf.registerKernel(config);
@@ -169,6 +199,7 @@ export function removeWasmKernelOverrides(): void {
  */
 export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   removeWasmKernelOverrides();
+  activeNative = native;
   const replacements: [string, KernelFunc][] = [
     ['BatchMatMul', makeBatchMatMul(native)],
     ['_FusedMatMul', makeFusedMatMul(native)],
@@ -181,7 +212,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     tf.unregisterKernel(name, BACKEND);
     tf.registerKernel({ ...config, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
   }
-  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).join(', ')}`] : ['explicit-transpose matmuls'];
+  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
 }
 
 /** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */

@@ -30,6 +30,8 @@ export interface NativeKernels {
   sum(X: Float32Array, xOffset: number, outer: number, reduce: number, inner: number, Y: Float32Array, yOffset: number): void;
   /** Threads of the BLAS (no-op for the loop); returns the count in effect. */
   setThreads(threads: number): number;
+  /** One AdamW update in place on heap offsets (see native/flowrl_blas.c). */
+  adamw(heap: Float32Array, param: number, grad: number, m: number, v: number, n: number, decayFactor: number, beta1: number, beta2: number, eps: number, stepSize: number, bc2Sqrt: number): void;
 }
 
 interface Addon {
@@ -37,6 +39,7 @@ interface Addon {
   setThreads(threads: number): number;
   sgemm: NativeKernels['sgemm'];
   sum: NativeKernels['sum'];
+  adamw: NativeKernels['adamw'];
 }
 
 /** Where to look for an optimised BLAS; FLOWRL_BLAS (a path) comes first. libblas.so.3 counts only when it is OpenBLAS. */
@@ -78,7 +81,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; error?: string }
     const addon = createRequire(import.meta.url)(addonPath()) as Addon;
     const wanted = process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS, ...BLAS_CANDIDATES] : BLAS_CANDIDATES;
     const blas = addon.load(wanted);
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, sum: addon.sum, setThreads: addon.setThreads };
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
     kernels.setThreads(blasThreads());
     cached = { kernels };
   } catch (e) {

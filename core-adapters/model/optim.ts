@@ -1,6 +1,7 @@
 // AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW) and global-norm gradient clipping
 // (torch.nn.utils.clip_grad_norm_); tfjs ships neither.
 import * as tf from '@tensorflow/tfjs';
+import { fusedAdamW } from '../engine/kernels.js';
 
 export interface AdamWOptions {
   lr: number;
@@ -59,6 +60,8 @@ export class AdamW {
       if (!g) continue;
       const m = this.slot(this.m, name, variable);
       const v = this.slot(this.v, name, variable);
+      const hyper = { decayFactor: 1 - this.lr * this.weightDecay, beta1: this.beta1, beta2: this.beta2, eps: this.eps, stepSize, bc2Sqrt };
+      if (fusedAdamW(variable, g, m, v, hyper)) continue;
       tf.tidy(() => {
         const decayed = tf.mul(variable, 1 - this.lr * this.weightDecay);
         const mNext = tf.add(tf.mul(m, this.beta1), tf.mul(g, 1 - this.beta1));
