@@ -164,7 +164,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
   it('reports the native addon when it loads, and runs on stock kernels when it cannot be loaded', async () => {
     const ok = await runFlowrl(['bench', '--steps', '1', '--json']);
     expect(ok.status, ok.stderr).to.equal(0);
-    const missing = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node' });
+    const missing = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' });
     expect(missing.status, missing.stderr).to.equal(0);
     expect(missing.stderr).to.match(/native kernels unavailable/);
     const off = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'off' });
@@ -173,7 +173,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     // The same greedy answer with and without the addon.
     expect(off.stdout).to.equal(missing.stdout);
     if (native.kernels) {
-      const on = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4']);
+      const on = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'auto' });
       expect(on.stderr).to.include('native');
       expect(on.stdout).to.equal(off.stdout);
     }

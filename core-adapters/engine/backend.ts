@@ -14,10 +14,15 @@ export type BackendChoice = (typeof BACKEND_CHOICES)[number];
 export const NATIVE_CHOICES = ['auto', 'off'] as const;
 export type NativeChoice = (typeof NATIVE_CHOICES)[number];
 
-/** The native choice when none is given: FLOWRL_NATIVE (auto | off), else auto. */
-export function defaultNativeChoice(): NativeChoice {
+/** FLOWRL_NATIVE=off (or 0) turns the native kernels off whatever a config says. */
+function nativeDisabledByEnv(): boolean {
   const env = process.env.FLOWRL_NATIVE;
-  return env === 'off' || env === '0' ? 'off' : 'auto';
+  return env === 'off' || env === '0';
+}
+
+/** The native choice when none is given: off under FLOWRL_NATIVE=off, else auto. */
+export function defaultNativeChoice(): NativeChoice {
+  return nativeDisabledByEnv() ? 'off' : 'auto';
 }
 
 export interface EngineInfo {
@@ -77,7 +82,7 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
   if (!BACKEND_CHOICES.includes(choice)) {
     throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
   }
-  const native = options.native ?? defaultNativeChoice();
+  const native = nativeDisabledByEnv() ? 'off' : (options.native ?? 'auto');
   if (!NATIVE_CHOICES.includes(native)) throw new InputError(`engine.native must be one of ${NATIVE_CHOICES.join(', ')}; got '${String(native)}'`);
   if (active && (choice === 'auto' || choice === active.backend)) {
     if (active.backend === 'wasm' && native !== activeNative) accelerate(active, native);

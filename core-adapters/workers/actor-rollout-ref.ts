@@ -63,6 +63,7 @@ export class ActorRolloutRefWorker implements Worker {
         native: this.config.engine.native as NativeChoice,
       });
       this.module.pool.publish(this.module.params);
+      if (this.config.trainer.progress) process.stderr.write(`[flowrl] data-parallel: ${threads} threads (engine.workers), each with a policy replica\n`);
     }
   }
 
