@@ -80,7 +80,7 @@ describe('data-parallel workers (engine.workers)', function () {
     const pool = await WorkerPool.create({ size: 2, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' });
     pool.publish(model.params);
     for (const options of [{ maxNewTokens: 8, greedy: true }, { maxNewTokens: 8, temperature: 1, seed: 7 }]) {
-      expect(generateOnPool(model, prompts, options, pool).tokens).to.deep.equal(generate(model, prompts, options).tokens);
+      expect(generateOnPool(model, prompts, options, pool, 1).tokens).to.deep.equal(generate(model, prompts, options).tokens);
     }
     await pool.close();
     model.dispose();

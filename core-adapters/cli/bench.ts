@@ -171,7 +171,8 @@ export async function benchCommand(argv: string[]): Promise<void> {
   });
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
-  const workers = values.workers === 'auto' ? resolveWorkerCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
+  // The engine's default (auto: one thread per core), unless --workers says otherwise.
+  const workers = values.workers === undefined || values.workers === 'auto' ? resolveWorkerCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && native !== 'auto' && native !== 'off') throw new InputError(`--native must be auto or off; got '${native}'`);
   const json = values.json as boolean;
