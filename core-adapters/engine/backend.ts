@@ -5,6 +5,7 @@ import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { InputError } from '../errors.js';
+import { registerFusedKernels } from './fused.js';
 import { installWasmKernelOverrides } from './kernels.js';
 import { loadNativeKernels } from './native.js';
 
@@ -45,7 +46,8 @@ let activeNative: NativeChoice | undefined;
 /** Installs the wasm kernel overrides, with the native addon unless `native` is off. */
 function accelerate(info: EngineInfo, native: NativeChoice): void {
   const loaded = native === 'auto' ? loadNativeKernels() : {};
-  info.accelerations = installWasmKernelOverrides(loaded.kernels);
+  registerFusedKernels();
+  info.accelerations = [...installWasmKernelOverrides(loaded.kernels), 'fused RMSNorm for sampling'];
   info.nativeUnavailable = loaded.error;
   activeNative = native;
 }

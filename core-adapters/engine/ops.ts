@@ -2,6 +2,7 @@
 // wasm facts behind these shapes (research/perf.md): only 2-D untransposed matmuls reach XNNPACK,
 // reductions over leading axes are slow, and gather has no gradient kernel.
 import * as tf from '@tensorflow/tfjs';
+import { FUSED_RMS_NORM, fusedForward, runFused } from './fused.js';
 
 type Backward = (dy: tf.Tensor, saved: tf.Tensor[]) => tf.Tensor[];
 
@@ -75,12 +76,18 @@ export function linear(x: tf.Tensor2D, w: tf.Tensor2D, bias?: tf.Tensor1D): tf.T
 
 /** RMSNorm over the last axis of x[N,H], in float32 as Hugging Face computes it. */
 export function rmsNorm(x: tf.Tensor2D, weight: tf.Tensor1D, eps: number): tf.Tensor2D {
+  if (fusedForward(x, weight)) return runFused(FUSED_RMS_NORM, { x, weight }, { eps });
   const meanSquare = tf.mean(tf.mul(x, x), -1, true);
   return scaleColumns(tf.mul(x, tf.rsqrt(tf.add(meanSquare, eps))) as tf.Tensor2D, weight);
 }
 
 export function silu(x: tf.Tensor): tf.Tensor {
   return tf.mul(x, tf.sigmoid(x));
+}
+
+/** silu(gate) * up, the SwiGLU product. */
+export function siluMul(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D {
+  return tf.mul(silu(gate), up) as tf.Tensor2D;
 }
 
 function hasKernel(name: string): boolean {

@@ -3,7 +3,7 @@
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
 import { writeTimeSlice } from '../engine/kernels.js';
-import { embed, linear, matmulConstant, rmsNorm, silu } from '../engine/ops.js';
+import { embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 
 /**
@@ -172,9 +172,9 @@ export class CausalLM {
   private mlp(pre: string, h: tf.Tensor2D): tf.Tensor2D {
     const w = (n: string) => this.p(`${pre}.mlp.${n}.weight`) as tf.Tensor2D;
     const b = (n: string) => this.bias(`${pre}.mlp.${n}.bias`);
-    const gate = silu(linear(h, w('gate_proj'), b('gate_proj')));
+    const gate = linear(h, w('gate_proj'), b('gate_proj'));
     const up = linear(h, w('up_proj'), b('up_proj'));
-    return linear(tf.mul(gate, up) as tf.Tensor2D, w('down_proj'), b('down_proj'));
+    return linear(siluMul(gate, up), w('down_proj'), b('down_proj'));
   }
 
   /**
