@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
 import {
   ActorRolloutRefWorker,
   createHost,
@@ -15,40 +14,13 @@ import {
   type Worker,
 } from '../core-adapters/index.js';
 import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
-import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
-
-const COUNTDOWN = fixture('countdown');
+import { readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 function writeConfig(dir: string): string {
-  const config = {
-    plugins: [path.join(ROOT, 'plugin.json')],
-    data: {
-      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
-      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
-      train_batch_size: 8,
-      max_prompt_length: 32,
-      max_response_length: 16,
-    },
-    actor_rollout_ref: {
-      model: { path: path.join(COUNTDOWN, 'base-model') },
-      actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 8, ppo_micro_batch_size: 64 },
-      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 4, temperature: 1.0, do_sample: true } },
-    },
-    algorithm: { name: 'flowrl' },
-    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 3, progress: false },
-  };
-  const file = path.join(dir, 'config.yaml');
-  fs.writeFileSync(file, YAML.stringify(config));
-  return file;
+  return writeCountdownConfig(dir, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } });
 }
 
-function readMetrics(dir: string): Record<string, number>[] {
-  return fs
-    .readFileSync(path.join(dir, 'run', 'metrics.jsonl'), 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Record<string, number>);
-}
+const readMetrics = (dir: string) => readRunMetrics(path.join(dir, 'run'));
 
 async function run(file: string, overrides: string[]): Promise<Host> {
   const host = await createHost(file, { overrides, quiet: true });

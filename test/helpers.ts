@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import YAML from 'yaml';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -105,4 +106,51 @@ export function expectSameBits(actual: Float32Array, expected: Float32Array, lab
   for (let i = 0; i < e.length; i++) {
     if (a[i] !== e[i]) expect.fail(`${label}[${i}]: bits 0x${a[i].toString(16)} != 0x${e[i].toString(16)}`);
   }
+}
+
+type Tree = Record<string, unknown>;
+
+function deepMerge(base: Tree, extra: Tree): Tree {
+  const out: Tree = { ...base };
+  for (const [key, value] of Object.entries(extra)) {
+    const current = out[key];
+    const isTree = (v: unknown): v is Tree => typeof v === 'object' && v !== null && !Array.isArray(v);
+    out[key] = isTree(current) && isTree(value) ? deepMerge(current, value) : value;
+  }
+  return out;
+}
+
+/**
+ * Writes config.yaml in `dir` for the tiny countdown task (test/fixtures/countdown): 8 prompts x 8
+ * samples, the base policy, a run directory at dir/run; `extra` is merged in key by key.
+ */
+export function writeCountdownConfig(dir: string, extra: Tree = {}): string {
+  const countdown = fixture('countdown');
+  const base: Tree = {
+    data: {
+      train_files: path.join(countdown, 'data', 'train.jsonl'),
+      val_files: path.join(countdown, 'data', 'val.jsonl'),
+      train_batch_size: 8,
+      max_prompt_length: 32,
+      max_response_length: 16,
+    },
+    actor_rollout_ref: {
+      model: { path: path.join(countdown, 'base-model') },
+      actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 8, ppo_micro_batch_size: 64 },
+      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 4, temperature: 1.0, do_sample: true } },
+    },
+    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 3, progress: false },
+  };
+  const file = path.join(dir, 'config.yaml');
+  fs.writeFileSync(file, YAML.stringify(deepMerge(base, extra)));
+  return file;
+}
+
+/** A run directory's metrics.jsonl, one object per step. */
+export function readRunMetrics(runDir: string): Record<string, number>[] {
+  return fs
+    .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, number>);
 }

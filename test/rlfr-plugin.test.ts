@@ -2,7 +2,6 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import YAML from 'yaml';
 import {
   createHost,
   loadModel,
@@ -21,41 +20,22 @@ import {
 } from '../core-adapters/index.js';
 import { FlowModel, flowPretrain, FlowRewardShaper, type FlowPretrainResult } from '../plugin/index.js';
 import { flowDeviation, responseLatents } from '../plugin/rlfr/latents.js';
-import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
+import { fixture, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
+/** The countdown fixture with grpo, small mini-batches and no validation. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
-  const config = {
+  return writeCountdownConfig(dir, {
     plugins: [path.join(ROOT, 'plugin.json')],
-    data: {
-      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
-      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
-      train_batch_size: 8,
-      max_prompt_length: 32,
-      max_response_length: 16,
-    },
-    actor_rollout_ref: {
-      model: { path: path.join(COUNTDOWN, 'base-model') },
-      actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 4, ppo_micro_batch_size: 64 },
-      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 2, temperature: 1.0, do_sample: true } },
-    },
+    actor_rollout_ref: { actor: { ppo_mini_batch_size: 4 }, rollout: { val_kwargs: { n: 2 } } },
     algorithm: { name: 'grpo' },
-    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 5, progress: false, val_before_train: false, test_freq: -1 },
+    trainer: { seed: 5, val_before_train: false, test_freq: -1 },
     ...extra,
-  };
-  const file = path.join(dir, 'config.yaml');
-  fs.writeFileSync(file, YAML.stringify(config));
-  return file;
+  });
 }
 
-function readMetrics(dir: string): Record<string, number>[] {
-  return fs
-    .readFileSync(path.join(dir, 'run', 'metrics.jsonl'), 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Record<string, number>);
-}
+const readMetrics = (dir: string) => readRunMetrics(path.join(dir, 'run'));
 
 const withoutTiming = (m: Record<string, number>) =>
   Object.fromEntries(Object.entries(m).filter(([k]) => !k.startsWith('timing_s/') && k !== 'perf/throughput'));

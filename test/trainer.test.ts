@@ -1,44 +1,15 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { fixture, runFlowrl, tempDir } from './helpers.js';
+import { readRunMetrics, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
-const COUNTDOWN = fixture('countdown');
-
-/** A config for the tiny countdown task (test/fixtures/countdown; see its README). */
+/** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
-  const config = {
-    data: {
-      train_files: path.join(COUNTDOWN, 'data', 'train.jsonl'),
-      val_files: path.join(COUNTDOWN, 'data', 'val.jsonl'),
-      train_batch_size: 8,
-      max_prompt_length: 32,
-      max_response_length: 16,
-    },
-    actor_rollout_ref: {
-      model: { path: path.join(COUNTDOWN, 'base-model') },
-      actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 8, ppo_micro_batch_size: 64 },
-      rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 4, temperature: 1.0, do_sample: true } },
-    },
-    critic: { optim: { lr: 1e-3 }, ppo_micro_batch_size: 64 },
-    trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 3, progress: false },
-  };
-  const file = path.join(dir, 'config.yaml');
-  const merged = structuredClone(config) as Record<string, Record<string, unknown>>;
-  for (const [section, values] of Object.entries(extra)) merged[section] = { ...(merged[section] ?? {}), ...(values as object) };
-  fs.writeFileSync(file, YAML.stringify(merged));
-  return file;
+  return writeCountdownConfig(dir, { critic: { optim: { lr: 1e-3 }, ppo_micro_batch_size: 64 }, ...extra });
 }
 
-function readMetrics(runDir: string): Record<string, number>[] {
-  return fs
-    .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as Record<string, number>);
-}
+const readMetrics = readRunMetrics;
 
 async function train(configFile: string, overrides: string[]): Promise<{ trainer: Trainer; worker: Worker }> {
   const host = await createHost(configFile, { overrides, quiet: true });

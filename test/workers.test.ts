@@ -2,7 +2,6 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import YAML from 'yaml';
 import {
   AdamW,
   createHost,
@@ -22,7 +21,7 @@ import {
   WorkerPool,
   type Trainer,
 } from '../core-adapters/index.js';
-import { expectClose, fixture, ROOT, tempDir } from './helpers.js';
+import { expectClose, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 const TINY = {
   architectures: ['LlamaForCausalLM'],
@@ -98,31 +97,19 @@ describe('data-parallel workers in the RL trainer', function () {
     it(`${algorithm}: two threads (micro-batches and rollouts split) match one thread to float tolerance`, async () => {
       const run = async (workers: number) => {
         const dir = tempDir();
-        const file = path.join(dir, 'config.yaml');
-        fs.writeFileSync(
-          file,
-          YAML.stringify({
-            plugins: [path.join(ROOT, 'plugin.json')],
-            engine: { workers },
-            data: { train_files: fixture('countdown', 'data', 'train.jsonl'), train_batch_size: 4, max_prompt_length: 32, max_response_length: 16 },
-            actor_rollout_ref: {
-              model: { path: fixture('countdown', 'base-model') },
-              actor: { optim: { lr: 1e-3 }, ppo_mini_batch_size: 2, ppo_micro_batch_size: 16 },
-              rollout: { n: 8, temperature: 1.0 },
-            },
-            algorithm: { name: algorithm },
-            trainer: { default_local_dir: path.join(dir, 'run'), total_training_steps: 3, val_before_train: false, test_freq: -1, save_freq: -1, seed: 2, progress: false },
-          }),
-        );
+        const file = writeCountdownConfig(dir, {
+          plugins: [path.join(ROOT, 'plugin.json')],
+          engine: { workers },
+          data: { train_batch_size: 4, val_files: null },
+          actor_rollout_ref: { actor: { ppo_mini_batch_size: 2, ppo_micro_batch_size: 16 } },
+          algorithm: { name: algorithm },
+          trainer: { total_training_steps: 3, val_before_train: false, test_freq: -1, save_freq: -1, seed: 2 },
+        });
         const host = await createHost(file, { quiet: true });
         const trainer = host.container.get<Trainer>(TOKENS.Trainer);
         await trainer.fit();
         trainer.dispose();
-        return fs
-          .readFileSync(path.join(dir, 'run', 'metrics.jsonl'), 'utf8')
-          .split('\n')
-          .filter(Boolean)
-          .map((l) => JSON.parse(l) as Record<string, number>);
+        return readRunMetrics(path.join(dir, 'run'));
       };
       const single = await run(1);
       const parallel = await run(2);
