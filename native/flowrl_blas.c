@@ -7,6 +7,7 @@
 #include <node_api.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -22,7 +23,8 @@ typedef int (*get_threads_fn)(void);
 static sgemm_fn blas_sgemm = NULL;
 static set_threads_fn blas_set_threads = NULL;
 static get_threads_fn blas_get_threads = NULL;
-static char blas_name[512] = "";
+static char blas_name[4200] = "";
+static int load_tried = 0;
 
 // A library qualifies only if it is a known optimised BLAS: the reference libblas also exports
 // cblas_sgemm but runs slower than the wasm backend.
@@ -70,7 +72,8 @@ __attribute__((noinline)) static void loop_sgemm(int transA, int transB, int M, 
     }
     return;
   }
-  float row[K > 0 ? K : 1];
+  float *row = malloc(sizeof(float) * (size_t)(K > 0 ? K : 1));
+  if (!row) return;
   for (int m = 0; m < M; m++) {
     for (int k = 0; k < K; k++) row[k] = A[m * am + k * ak];
     for (int n = 0; n < N; n++) {
@@ -84,6 +87,7 @@ __attribute__((noinline)) static void loop_sgemm(int transA, int transB, int M, 
       C[(size_t)m * N + n] = total;
     }
   }
+  free(row);
 }
 
 static napi_value throw_error(napi_env env, const char *message) {
@@ -113,13 +117,15 @@ static napi_value load(napi_env env, napi_callback_info info) {
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   uint32_t count = 0;
   if (argc >= 1) napi_get_array_length(env, argv[0], &count);
-  for (uint32_t i = 0; i < count && !blas_sgemm; i++) {
+  // Loaded once per process (worker threads share the library and its pointers).
+  for (uint32_t i = 0; i < count && !blas_sgemm && !load_tried; i++) {
     napi_value item;
-    char path[400];
+    char path[4096];
     size_t written;
     napi_get_element(env, argv[0], i, &item);
     if (napi_get_value_string_utf8(env, item, path, sizeof path, &written) == napi_ok) try_library(path);
   }
+  load_tried = 1;
   napi_value result;
   napi_create_string_utf8(env, blas_name, NAPI_AUTO_LENGTH, &result);
   return result;

@@ -13,7 +13,7 @@ export interface FlowRLConfig {
   importance_weight_max: number;
   /** Stop log Z's gradient at the pooled hidden states (the reference lets it reach the LM). */
   detach_logz_input: boolean;
-  /** advantage: GRPO-normalised advantages (the paper); score: each response's raw reward. */
+  /** advantage: GRPO-normalised advantages (the paper); score: each response's total reward (outcome plus shaping). */
   reward_source: (typeof REWARD_SOURCES)[number];
 }
 

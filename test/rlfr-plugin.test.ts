@@ -20,7 +20,7 @@ import {
 } from '../core-adapters/index.js';
 import { FlowModel, flowPretrain, FlowRewardShaper, type FlowPretrainResult } from '../plugin/index.js';
 import { flowDeviation, responseLatents } from '../plugin/rlfr/latents.js';
-import { fixture, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectInputErrorAsync, fixture, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -194,5 +194,14 @@ describe('RLFR flow rewards in the host', function () {
     expect(badModel.status).to.equal(2);
     expect(badModel.stderr).to.include(path.join(dir, 'no-such-field'));
     expect(pretrainConfig.reward).to.have.nested.property('flow.context_mode', 'token_post');
+  });
+
+  it('rejects flow settings that can never reward or have the wrong type, naming the key', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir);
+    await expectInputErrorAsync(createHost(file, { overrides: ['reward.flow.enable=true', 'reward.flow.online.enable=false'], skipEngine: true }), 'reward.flow', 'flow_model');
+    await expectInputErrorAsync(createHost(file, { overrides: ['reward.flow.flow_model=3'], skipEngine: true }), 'reward.flow.flow_model');
+    await expectInputErrorAsync(createHost(file, { overrides: ['reward.flow.pretrain.min_lr_ratio=-1'], skipEngine: true }), 'reward.flow.pretrain.min_lr_ratio');
+    await expectInputErrorAsync(createHost(file, { overrides: ['reward.flow.context_mode=layer_post'], skipEngine: true }), 'reward.flow.context_mode', 'token_post');
   });
 });

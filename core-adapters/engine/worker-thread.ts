@@ -62,9 +62,9 @@ async function main(): Promise<void> {
         }
         tf.dispose([...out.grads.values()]);
       }
-      init.port.postMessage({ result: out.result, gradNames });
+      init.port.postMessage({ seq, result: out.result, gradNames });
     } catch (e) {
-      init.port.postMessage({ error: (e as Error).stack ?? String(e) });
+      init.port.postMessage({ seq, error: (e as Error).stack ?? String(e) });
     }
     Atomics.store(init.control, doneSlot, seq);
     Atomics.notify(init.control, doneSlot);

@@ -33,6 +33,9 @@ export interface PoolOptions {
   native: NativeChoice;
 }
 
+/** How long the main thread waits for one worker's task (FLOWRL_WORKER_TIMEOUT_S, default 600). */
+const WORKER_TIMEOUT_MS = 1000 * (Number(process.env.FLOWRL_WORKER_TIMEOUT_S) > 0 ? Number(process.env.FLOWRL_WORKER_TIMEOUT_S) : 600);
+
 // Control words: [0] params version, then per worker: task sequence number, done sequence number.
 const VERSION = 0;
 const taskSlot = (w: number) => 1 + 2 * w;
@@ -135,21 +138,41 @@ export class WorkerPool {
       Atomics.store(this.control, taskSlot(w), seq);
       Atomics.notify(this.control, taskSlot(w));
     });
-    const value = local();
+    let value: T;
+    try {
+      value = local();
+    } catch (e) {
+      // Collect every worker's reply even so, so that the next run starts clean.
+      tasks.forEach((_, w) => this.awaitReply(w, seq));
+      throw e;
+    }
+    const replies = tasks.map((_, w) => this.awaitReply(w, seq));
     const results: unknown[] = [];
-    tasks.forEach((_, w) => {
-      for (;;) {
-        const done = Atomics.load(this.control, doneSlot(w));
-        if (done === seq) break;
-        Atomics.wait(this.control, doneSlot(w), done, 60_000);
-      }
-      const message = receiveMessageOnPort(this.ports[w])?.message as { result?: unknown; error?: string; gradNames?: string[] } | undefined;
-      if (!message) throw new Error(`worker ${w} finished task ${seq} without a result`);
+    replies.forEach((message, w) => {
       if (message.error) throw new Error(`worker ${w}: ${message.error}`);
       results.push(message.result);
       if (grads && message.gradNames) this.addGradients(grads, this.gradBuffers[w], new Set(message.gradNames));
     });
     return { local: value, results };
+  }
+
+  /** Blocks until worker w has answered task `seq` (bounded: a dead worker is an error, not a hang). */
+  private awaitReply(w: number, seq: number): { seq: number; result?: unknown; error?: string; gradNames?: string[] } {
+    const deadline = Date.now() + WORKER_TIMEOUT_MS;
+    for (;;) {
+      const done = Atomics.load(this.control, doneSlot(w));
+      if (done === seq) break;
+      if (Date.now() > deadline) {
+        throw new Error(`worker ${w} did not finish task ${seq} within ${WORKER_TIMEOUT_MS / 1000} s (out of memory or crashed?); set engine.workers=1 to run without workers`);
+      }
+      Atomics.wait(this.control, doneSlot(w), done, 1000);
+    }
+    // Replies are tagged: drop any left over from an earlier, interrupted run.
+    for (;;) {
+      const message = receiveMessageOnPort(this.ports[w])?.message as { seq: number; result?: unknown; error?: string; gradNames?: string[] } | undefined;
+      if (!message) throw new Error(`worker ${w} finished task ${seq} without a reply`);
+      if (message.seq === seq) return message;
+    }
   }
 
   /** Adds a worker's gradients (only the parameters it had gradients for, as locally). */

@@ -170,9 +170,10 @@ export const MIN_SAMPLING_ROWS_PER_THREAD = 128;
  * The replicas must hold the model's current weights (WorkerPool.publish).
  */
 export function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: WorkerPool, minRowsPerThread = MIN_SAMPLING_ROWS_PER_THREAD): Generation {
-  if (!pool || prompts.length < 2 * minRowsPerThread) return generate(model, prompts, options);
+  const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
+  if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;
-  const [mine, ...theirs] = shardRanges(prompts.length, pool.size);
+  const [mine, ...theirs] = shardRanges(prompts.length, threads);
   const { local, results } = pool.run(
     theirs.map(([a, b]) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: { ...options, firstRow: first + a } })),
     () => generate(model, prompts.slice(mine[0], mine[1]), { ...options, firstRow: first + mine[0] }),

@@ -276,8 +276,9 @@ export class RLTrainer implements Trainer {
     if (this.requirements.useCritic) Object.assign(metrics, timed('update_critic', () => this.critic.updateCritic(batch)));
     if (!this.requirements.useCritic || this.step > this.config.critic.warmup) {
       Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch)));
+      // Online shapers follow the policy: they update when it does (not during critic warm-up).
+      for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
     }
-    for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
 
     const lengths = rowSums(mask, mask, B);
     const sequenceRewards = rowSums(batch.tensor('token_level_rewards').data, mask, B);

@@ -79,7 +79,26 @@ export function flowRewardConfig(config: Config): FlowRewardConfig {
   check(f.online.betas.length === 2 && f.online.betas.every((b) => b >= 0 && b < 1), 'online.betas', 'two numbers in [0, 1)', f.online.betas);
   check(f.online.warmup_ratio >= 0 && f.online.warmup_ratio < 1, 'online.warmup_ratio', 'in [0, 1)', f.online.warmup_ratio);
   check(f.online.min_lr_ratio >= 0 && f.online.min_lr_ratio <= 1, 'online.min_lr_ratio', 'in [0, 1]', f.online.min_lr_ratio);
+  const nonNegative = (v: unknown) => typeof v === 'number' && v >= 0;
+  check(nonNegative(f.online.grad_clip), 'online.grad_clip', 'a number >= 0 (0: no clipping)', f.online.grad_clip);
+  check(nonNegative(f.online.weight_decay), 'online.weight_decay', 'a number >= 0', f.online.weight_decay);
+  check(typeof f.online.reward_threshold === 'number', 'online.reward_threshold', 'a number', f.online.reward_threshold);
+  check(f.flow_model === null || (typeof f.flow_model === 'string' && f.flow_model !== ''), 'flow_model', 'null or a directory path', f.flow_model);
+  if (f.enable && f.flow_model === null && (!f.online.enable || f.coef === 0)) {
+    throw new InputError(
+      'reward.flow: enable is true but the field can never give a reward (no flow_model, and ' +
+        (f.online.enable ? 'coef is 0' : 'online.enable is false, so it never trains') +
+        '); set reward.flow.flow_model to a directory from flowrl flow-pretrain',
+    );
+  }
   const p = f.pretrain;
+  const pathOrNull = (v: unknown) => v === null || (typeof v === 'string' && v !== '');
+  check(pathOrNull(p.output_dir), 'pretrain.output_dir', 'null or a directory path', p.output_dir);
+  check(pathOrNull(p.response_key), 'pretrain.response_key', 'null or a dotted key', p.response_key);
+  check(pathOrNull(p.train_files) || (Array.isArray(p.train_files) && p.train_files.every((x) => typeof x === 'string')), 'pretrain.train_files', 'null, a path or a list of paths', p.train_files);
+  check(nonNegative(p.grad_clip), 'pretrain.grad_clip', 'a number >= 0 (0: no clipping)', p.grad_clip);
+  check(nonNegative(p.weight_decay), 'pretrain.weight_decay', 'a number >= 0', p.weight_decay);
+  check(p.min_lr_ratio >= 0 && p.min_lr_ratio <= 1, 'pretrain.min_lr_ratio', 'in [0, 1]', p.min_lr_ratio);
   check(positiveInteger(p.epochs), 'pretrain.epochs', 'a whole number >= 1', p.epochs);
   check(p.total_steps === null || positiveInteger(p.total_steps), 'pretrain.total_steps', 'null or a whole number >= 1', p.total_steps);
   check(positiveInteger(p.batch_size), 'pretrain.batch_size', 'a whole number >= 1', p.batch_size);

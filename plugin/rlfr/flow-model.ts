@@ -75,6 +75,10 @@ export class FlowModel {
       if (typeof config[key] !== 'number') throw new InputError(`${file}: key '${key}' must be a number`);
     }
     if (!CONTEXT_MODES.includes(config.context_mode)) throw new InputError(`${file}: key 'context_mode' must be one of ${CONTEXT_MODES.join(', ')}`);
+    const hooks = config.hook_layers_percentile as unknown;
+    if (!Array.isArray(hooks) || !hooks.length || !hooks.every((p) => typeof p === 'number' && p > 0 && p <= 1)) {
+      throw new InputError(`${file}: key 'hook_layers_percentile' must be a non-empty list of depth fractions in (0, 1]`);
+    }
     if (config.latent_size !== lm.config.hiddenSize || config.num_hidden_layers !== lm.config.numLayers) {
       throw new InputError(
         `${file}: the field reads a policy with hidden size ${config.latent_size} and ${config.num_hidden_layers} layers; this policy has ${lm.config.hiddenSize} and ${lm.config.numLayers}`,
@@ -95,7 +99,13 @@ export class FlowModel {
   restore(dir: string): void {
     const file = path.join(dir, FLOW_CONFIG_FILE);
     if (!fs.existsSync(file)) throw new InputError(`${dir}: no ${FLOW_CONFIG_FILE}; the checkpoint holds no flow model`);
-    const saved = JSON.parse(fs.readFileSync(file, 'utf8')) as FlowModelConfig;
+    let saved: FlowModelConfig;
+    try {
+      saved = JSON.parse(fs.readFileSync(file, 'utf8')) as FlowModelConfig;
+    } catch (e) {
+      throw new InputError(`${file}: not valid JSON (${(e as Error).message})`);
+    }
+    if (!Number.isInteger(saved.trained_steps) || saved.trained_steps < 0) throw new InputError(`${file}: key 'trained_steps' must be a whole number >= 0`);
     loadParameters(path.join(dir, FLOW_WEIGHTS_FILE), this.field.params);
     this.config.trained_steps = saved.trained_steps;
   }

@@ -8,6 +8,7 @@ import {
   AdamW,
   clipGradNorm,
   fileList,
+  globalNorm,
   InputError,
   loadModel,
   lossAndGradients,
@@ -92,9 +93,12 @@ export class FlowPretrainer {
     const { x1, context, layer } = stackLatents(latents, this.model.layerIds, this.flow.pretrain.batch_mul);
     const mask = new Float32Array(layer.length).fill(1);
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1, context, layer, mask, rng), this.model.field.params);
-    if (this.flow.pretrain.grad_clip > 0) clipGradNorm(grads, this.flow.pretrain.grad_clip);
-    optimizer.apply(this.model.field.params, grads);
-    this.model.config.trained_steps += 1;
+    const norm = this.flow.pretrain.grad_clip > 0 ? clipGradNorm(grads, this.flow.pretrain.grad_clip) : globalNorm([...grads.values()]);
+    // A non-finite gradient would poison the field for good: skip the step.
+    if (Number.isFinite(norm)) {
+      optimizer.apply(this.model.field.params, grads);
+      this.model.config.trained_steps += 1;
+    }
     const value = loss.dataSync()[0];
     tf.dispose([loss, x1, context, ...grads.values()]);
     return value;

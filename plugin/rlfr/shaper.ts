@@ -10,6 +10,7 @@ import { inject, injectable } from 'inversify';
 import {
   AdamW,
   clipGradNorm,
+  globalNorm,
   InputError,
   loadOptimizerState,
   lossAndGradients,
@@ -178,12 +179,16 @@ export class FlowRewardShaper implements RewardShaper {
     const [x1, ctx] = tf.tidy(() => [tf.concat(data.targets.map((t) => tf.tensor2d(t, [data.rows, d]))), tf.concat(data.contexts.map((c) => tf.tensor2d(c, [data.rows, d])))]);
     this.optimizer.lr = this.onlineLr();
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times), this.model.field.params);
-    const gradNorm = online.grad_clip > 0 ? clipGradNorm(grads, online.grad_clip) : NaN;
-    this.optimizer.apply(this.model.field.params, grads);
-    this.model.config.trained_steps += 1;
+    const gradNorm = online.grad_clip > 0 ? clipGradNorm(grads, online.grad_clip) : globalNorm([...grads.values()]);
+    // A non-finite gradient would poison the field for good: skip the step, as the actor does.
+    const finite = Number.isFinite(gradNorm);
+    if (finite) {
+      this.optimizer.apply(this.model.field.params, grads);
+      this.model.config.trained_steps += 1;
+    }
     const value = loss.dataSync()[0];
     tf.dispose([loss, x1, ctx, ...grads.values()]);
-    return { 'flow/loss': value, 'flow/lr': this.optimizer.lr, 'flow/grad_norm': gradNorm, 'flow/update_sequences': perSequence.size };
+    return { 'flow/loss': value, 'flow/lr': this.optimizer.lr, 'flow/grad_norm': gradNorm, 'flow/update_sequences': perSequence.size, 'flow/skipped_updates': finite ? 0 : 1 };
   }
 
   saveCheckpoint(dir: string): void {
@@ -199,8 +204,15 @@ export class FlowRewardShaper implements RewardShaper {
     this.model.restore(flowDir);
     const optimizerFile = path.join(flowDir, OPTIMIZER_FILE);
     if (fs.existsSync(optimizerFile)) loadOptimizerState(optimizerFile, this.optimizer, this.model.field.params);
-    const state = JSON.parse(fs.readFileSync(path.join(flowDir, STATE_FILE), 'utf8')) as { shape_calls: number };
-    this.shapeCalls = state.shape_calls;
+    const stateFile = path.join(flowDir, STATE_FILE);
+    let calls: unknown;
+    try {
+      calls = (JSON.parse(fs.readFileSync(stateFile, 'utf8')) as { shape_calls?: unknown }).shape_calls;
+    } catch (e) {
+      throw new InputError(`${stateFile}: cannot be read as the flow shaper's state (${(e as Error).message})`);
+    }
+    if (!Number.isInteger(calls) || (calls as number) < 0) throw new InputError(`${stateFile}: key 'shape_calls' must be a whole number >= 0`);
+    this.shapeCalls = calls as number;
   }
 
   dispose(): void {
