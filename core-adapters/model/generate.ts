@@ -33,7 +33,25 @@ export interface Generation {
   stopped: boolean[];
 }
 
-/** Picks a token from one row of logits: greedy, or temperature, then top-k, then top-p. */
+/** Tokens whose probability is at least this share of the total are the first candidates for top-p. */
+const NUCLEUS_CANDIDATE_SHARE = 1e-6;
+
+/** Draws from unnormalised probabilities `probs` over `order` (in that order); returns the chosen position. */
+function draw(probs: Float64Array, order: ArrayLike<number>, total: number, rng: Rng): number {
+  let u = rng.next() * total;
+  for (let j = 0; j < order.length; j++) {
+    u -= probs[order[j]];
+    if (u <= 0) return order[j];
+  }
+  return order[order.length - 1];
+}
+
+/**
+ * Picks a token from one row of logits: greedy, or temperature, then top-k, then top-p. Written
+ * for large vocabularies (150k): plain sampling allocates nothing beyond one probability array, and
+ * top-p first sorts only the tokens above a tiny share of the mass, which holds the nucleus unless
+ * the distribution is nearly flat (then it sorts everything).
+ */
 export function sampleToken(logits: Float32Array, options: SamplingOptions, rng: Rng): number {
   const V = logits.length;
   if (options.greedy || options.temperature === 0) {
@@ -42,33 +60,45 @@ export function sampleToken(logits: Float32Array, options: SamplingOptions, rng:
     return best;
   }
   const invT = 1 / (options.temperature ?? 1);
-  let candidates: number[] | undefined;
   const topK = options.topK ?? 0;
+  let ids: Int32Array | undefined;
   if (topK > 0 && topK < V) {
-    candidates = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b] - logits[a]).slice(0, topK);
+    ids = Int32Array.from(Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b] - logits[a]).slice(0, topK));
   }
-  const ids = candidates ?? Array.from({ length: V }, (_, i) => i);
+  const count = ids ? ids.length : V;
+  const id = (j: number) => (ids ? ids[j] : j);
   let max = -Infinity;
-  for (const i of ids) max = Math.max(max, logits[i] * invT);
-  const probs = new Float64Array(ids.length);
+  for (let j = 0; j < count; j++) max = Math.max(max, logits[id(j)] * invT);
+  const probs = new Float64Array(count);
   let total = 0;
-  for (let j = 0; j < ids.length; j++) total += probs[j] = Math.exp(logits[ids[j]] * invT - max);
+  for (let j = 0; j < count; j++) total += probs[j] = Math.exp(logits[id(j)] * invT - max);
   const topP = options.topP ?? 1;
-  let order = ids.map((_, j) => j);
-  if (topP < 1) {
-    order.sort((a, b) => probs[b] - probs[a]);
-    let mass = 0;
-    let keep = 0;
+  if (topP >= 1) {
+    let u = rng.next() * total;
+    for (let j = 0; j < count; j++) {
+      u -= probs[j];
+      if (u <= 0) return id(j);
+    }
+    return id(count - 1);
+  }
+  // The nucleus is a prefix of the tokens sorted by probability (ties by position). Every token
+  // above the candidate bound outranks every token below it, so when the candidates' mass reaches
+  // topP the nucleus lies among them.
+  const bound = total * NUCLEUS_CANDIDATE_SHARE;
+  let order: number[] = [];
+  for (let j = 0; j < count; j++) if (probs[j] >= bound) order.push(j);
+  const byProbability = (a: number, b: number) => probs[b] - probs[a] || a - b;
+  order.sort(byProbability);
+  let mass = 0;
+  let keep = 0;
+  while (keep < order.length && mass < topP * total) mass += probs[order[keep++]];
+  if (mass < topP * total) {
+    order = Array.from({ length: count }, (_, j) => j).sort(byProbability);
+    mass = 0;
+    keep = 0;
     while (keep < order.length && mass < topP * total) mass += probs[order[keep++]];
-    order = order.slice(0, Math.max(1, keep));
-    total = mass;
   }
-  let u = rng.next() * total;
-  for (const j of order) {
-    u -= probs[j];
-    if (u <= 0) return ids[j];
-  }
-  return ids[order[order.length - 1]];
+  return id(draw(probs, order.slice(0, Math.max(1, keep)), mass, rng));
 }
 
 /** Logits of the last position of each row, [B, V]. */
