@@ -176,6 +176,23 @@ describe('RLFR flow rewards in the host', function () {
     });
   }
 
+  it('with ppo and reinforce_plus_plus the flow penalties enter the token rewards (gae and the discounted return see them)', async () => {
+    for (const algorithm of ['ppo', 'reinforce_plus_plus']) {
+      const dir = tempDir();
+      await train(writeConfig(dir, { critic: { optim: { lr: 1e-3 }, ppo_micro_batch_size: 64 } }), [
+        `algorithm.name=${algorithm}`,
+        'reward.flow.enable=true',
+        `reward.flow.flow_model=${pretrained.outputDir}`,
+        'trainer.total_training_steps=2',
+      ]);
+      for (const m of readMetrics(dir)) {
+        expect(m['flow/reward_mean'], algorithm).to.be.lessThan(0);
+        // Per response: outcome score plus the (negative) flow rewards.
+        expect(m['critic/rewards/mean'], algorithm).to.be.closeTo(m['critic/score/mean'] + m['flow/reward_mean'], 1e-6);
+      }
+    }
+  });
+
   it('flowrl flow-pretrain is a plugin command; bad flow settings exit 2 naming the key or file', async () => {
     const dir = tempDir();
     const file = writeConfig(dir, { reward: { flow: { pretrain: { total_steps: 3, output_dir: path.join(dir, 'fm') } } } });
