@@ -2,7 +2,7 @@
 // (test/fixtures/flowrl/make_reference.py -> reference.json), plus ProjZ's PyTorch-default init and dropout.
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { computeFlowRLLoss, type FlowRLOptions } from '../plugin/objective.js';
+import { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions } from '../plugin/objective.js';
 import { ProjZ } from '../plugin/proj-z.js';
 import { Rng } from '../core-adapters/index.js';
 import { expectClose, fixture, readJson } from './helpers.js';
@@ -70,14 +70,7 @@ function expectFinite(values: ArrayLike<number>, label: string): void {
   for (let i = 0; i < values.length; i++) expect(Number.isFinite(values[i]), `${label}[${i}] = ${values[i]}`).to.equal(true);
 }
 
-interface ObjectiveTensors {
-  logProb: tf.Tensor2D;
-  oldLogProb: tf.Tensor2D;
-  refLogProb: tf.Tensor2D;
-  advantages: tf.Tensor2D;
-  responseMask: tf.Tensor2D;
-  logZ: tf.Tensor1D;
-}
+type ObjectiveTensors = FlowRLInputs;
 
 function objectiveTensors(c: ObjectiveCase): ObjectiveTensors {
   const i = c.inputs;

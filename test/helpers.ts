@@ -43,32 +43,31 @@ export function expectClose(actual: ArrayLike<number>, expected: ArrayLike<numbe
   expect(worst, `${label} worst |diff| at ${at}: ${actual[at]} vs ${expected[at]}`).to.be.at.most(tolerance);
 }
 
-/** Runs fn and checks it throws an InputError whose message contains every fragment. */
-export function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (e) {
-    thrown = e;
-  }
+function checkInputError(thrown: unknown, fragments: string[]): InputError {
   expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
   const error = thrown as InputError;
   for (const f of fragments) expect(error.message).to.include(f);
   return error;
 }
 
+/** Runs fn and checks it throws an InputError whose message contains every fragment. */
+export function expectInputError(fn: () => unknown, ...fragments: string[]): InputError {
+  try {
+    fn();
+  } catch (e) {
+    return checkInputError(e, fragments);
+  }
+  return checkInputError(undefined, fragments);
+}
+
 /** Awaits a promise and checks it rejects with an InputError whose message contains every fragment. */
 export async function expectInputErrorAsync(promise: Promise<unknown>, ...fragments: string[]): Promise<InputError> {
-  let thrown: unknown;
   try {
     await promise;
   } catch (e) {
-    thrown = e;
+    return checkInputError(e, fragments);
   }
-  expect(thrown, 'expected an InputError').to.be.instanceOf(InputError);
-  const error = thrown as InputError;
-  for (const f of fragments) expect(error.message).to.include(f);
-  return error;
+  return checkInputError(undefined, fragments);
 }
 
 export interface CliResult {

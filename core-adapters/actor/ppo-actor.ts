@@ -10,7 +10,7 @@ import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
-import { clipGradNorm, lossAndGradients, scheduledLr } from '../model/optim.js';
+import { accumulateGradients, clipGradNorm, lossAndGradients, scheduledLr } from '../model/optim.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 
@@ -63,20 +63,6 @@ export function miniBatchDenominators(mini: Batch): AggregateLossOptions {
   return { batchNumTokens: tokens, globalBatchSize: rows };
 }
 
-/** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
-export function accumulateGradients(into: Map<string, tf.Tensor>, add: Map<string, tf.Tensor>): void {
-  for (const [name, g] of add) {
-    const previous = into.get(name);
-    if (previous) {
-      into.set(name, tf.add(previous, g));
-      previous.dispose();
-      g.dispose();
-    } else {
-      into.set(name, g);
-    }
-  }
-}
-
 @injectable()
 export class PPOActor implements Actor {
   protected module!: PolicyModule;
@@ -102,12 +88,11 @@ export class PPOActor implements Actor {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeLogProbHere(batch, options);
     // Rows split across the worker threads; each shard is scored whole, so the result is the same.
-    const [mine, ...theirs] = shardRanges(batch.size, pool.size).map(([a, b]) => batch.slice(a, b));
-    const { local, results } = pool.run(
-      theirs.map((shard) => ({ kind: 'log-prob', batch: shard.toPlain(), withEntropy: options.withEntropy })),
-      () => this.computeLogProbHere(mine, options),
+    const parts = pool.runOnRowShards(
+      batch.size,
+      (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy }),
+      (a, b) => this.computeLogProbHere(batch.slice(a, b), options),
     );
-    const parts = [local, ...(results as { logProbs: Float32Array; entropy?: Float32Array }[])];
     return {
       logProbs: concatFloat32(parts.map((p) => p.logProbs)),
       entropy: options.withEntropy ? concatFloat32(parts.map((p) => p.entropy!)) : undefined,

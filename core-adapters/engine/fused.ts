@@ -40,17 +40,18 @@ function rmsNorm({ inputs: { x, weight }, attrs, backend }: KernelArgs): tf.Tens
 
 const KERNELS: [string, (args: KernelArgs) => tf.TensorInfo][] = [[FUSED_RMS_NORM, rmsNorm]];
 
+let registered = false;
+
 /** Registers the fused kernels on wasm (once). */
 export function registerFusedKernels(): void {
-  for (const [kernelName, kernelFunc] of KERNELS) {
-    if (tf.getKernel(kernelName, 'wasm')) continue;
-    tf.registerKernel({ kernelName, backendName: 'wasm', kernelFunc: kernelFunc as unknown as tf.KernelFunc });
-  }
+  if (registered) return;
+  for (const [kernelName, kernelFunc] of KERNELS) tf.registerKernel({ kernelName, backendName: 'wasm', kernelFunc: kernelFunc as unknown as tf.KernelFunc });
+  registered = true;
 }
 
 /** Whether a forward here may use the fused kernels: wasm, float32, and no gradient tape. */
 export function fusedForward(...tensors: tf.Tensor[]): boolean {
-  return tf.getBackend() === 'wasm' && !tf.engine().isTapeOn() && tensors.every((t) => t.dtype === 'float32') && tf.getKernel(FUSED_RMS_NORM, 'wasm') !== undefined;
+  return registered && tf.getBackend() === 'wasm' && !tf.engine().isTapeOn() && tensors.every((t) => t.dtype === 'float32');
 }
 
 export function runFused<T extends tf.Tensor>(name: string, inputs: Record<string, tf.Tensor>, attrs: Record<string, number> = {}): T {

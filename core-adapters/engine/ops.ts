@@ -20,14 +20,6 @@ function withGradient(
   return op(...inputs);
 }
 
-/**
- * a[M,K] @ b[K,N]. Its gradients are transposed products (dy b^T, a^T dy), which the wasm kernel
- * overrides (engine/kernels.ts) run on native BLAS or through explicit transposes.
- */
-export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
-  return tf.matMul(a, b);
-}
-
 /** x[M,K] @ c[K,N] for a constant c, given cT = transpose(c): only x gets a gradient. */
 export function matmulConstant(x: tf.Tensor2D, c: tf.Tensor2D, cT: tf.Tensor2D): tf.Tensor2D {
   return withGradient([x], ([xi]) => ({
@@ -68,9 +60,12 @@ export function addColumns(x: tf.Tensor2D, b: tf.Tensor1D): tf.Tensor2D {
   })) as tf.Tensor2D;
 }
 
-/** x[N,in] @ w[in,out] (+ bias[out]). Weights are kept as [in, out] so the forward is untransposed. */
+/**
+ * x[N,in] @ w[in,out] (+ bias[out]). Weights are kept as [in, out] so the forward is untransposed;
+ * the gradients are transposed products, which engine/kernels.ts routes to fast paths on wasm.
+ */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
-  const y = matmul(x, w);
+  const y = tf.matMul(x, w) as tf.Tensor2D;
   return bias ? addColumns(y, bias) : y;
 }
 

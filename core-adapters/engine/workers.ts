@@ -7,6 +7,8 @@ import os from 'node:os';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from './backend.js';
+import { shardRanges } from '../arrays.js';
+import { accumulateGradients } from '../model/optim.js';
 import { blasThreads, loadNativeKernels } from './native.js';
 
 /** What a worker builds its replica from: a module exporting `factory(args)`. */
@@ -156,6 +158,19 @@ export class WorkerPool {
     return { local: value, results };
   }
 
+  /**
+   * Rows [0, rows) split into `parts` contiguous shards: this thread runs `local` on the first,
+   * worker w the task built for shard w + 1. Returns each shard's result in row order.
+   */
+  runOnRowShards<T>(rows: number, task: (start: number, end: number) => unknown, local: (start: number, end: number) => T, parts = this.size): T[] {
+    const [mine, ...theirs] = shardRanges(rows, Math.min(parts, this.size));
+    const out = this.run(
+      theirs.map(([a, b]) => task(a, b)),
+      () => local(mine[0], mine[1]),
+    );
+    return [out.local, ...(out.results as T[])];
+  }
+
   /** Blocks until worker w has answered task `seq` (bounded: a dead worker is an error, not a hang). */
   private awaitReply(w: number, seq: number): { seq: number; result?: unknown; error?: string; gradNames?: string[] } {
     const deadline = Date.now() + WORKER_TIMEOUT_MS;
@@ -177,18 +192,13 @@ export class WorkerPool {
 
   /** Adds a worker's gradients (only the parameters it had gradients for, as locally). */
   private addGradients(grads: Map<string, tf.Tensor>, buffer: Float32Array, present: Set<string>): void {
+    const remote = new Map<string, tf.Tensor>();
     this.names.forEach((name, i) => {
       if (!present.has(name)) return;
-      const existing = grads.get(name);
       const size = (this.offsets[i + 1] ?? this.total) - this.offsets[i];
-      const remote = tf.tensor(buffer.slice(this.offsets[i], this.offsets[i] + size), this.shapes[i]);
-      if (!existing) {
-        grads.set(name, remote);
-        return;
-      }
-      grads.set(name, tf.add(existing, remote));
-      tf.dispose([existing, remote]);
+      remote.set(name, tf.tensor(buffer.slice(this.offsets[i], this.offsets[i] + size), this.shapes[i]));
     });
+    accumulateGradients(grads, remote);
   }
 
   /** Stops the workers. */

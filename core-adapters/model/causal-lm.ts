@@ -47,10 +47,10 @@ const MASKED = -1e9;
 interface RotaryTables {
   cos: tf.Tensor2D;
   sin: tf.Tensor2D;
-  /** With several tokens per row: separate tables for the query and key columns. */
-  query?: RotaryTables;
-  key?: RotaryTables;
 }
+
+/** One table over the fused q|k|v columns (decoding), or separate query and key tables. */
+type Rotary = { fused: RotaryTables } | { query: RotaryTables; key: RotaryTables };
 
 /** Rotary inverse frequencies (float64), with llama3 or linear scaling when configured. */
 export function ropeInverseFrequencies(c: ModelConfig): Float64Array {
@@ -146,7 +146,7 @@ export class CausalLM {
     }
     const capacity = input.cache ? input.cache.capacity : input.useCache ? input.cacheCapacity : undefined;
     if (capacity !== undefined && past + length > capacity) throw new Error(`KV cache holds ${capacity} positions; ${past + length} needed`);
-    const rotary = length === 1 ? this.rotaryTables(input.positions) : this.splitRotaryTables(input.positions);
+    const rotary: Rotary = length === 1 ? { fused: this.rotaryTables(input.positions) } : this.splitRotaryTables(input.positions);
     const slots = { past, capacity, inPlace: capacity !== undefined };
     const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
 
@@ -187,7 +187,7 @@ export class CausalLM {
     h: tf.Tensor2D,
     batch: number,
     length: number,
-    rotary: RotaryTables,
+    rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
     layer: number,
@@ -203,10 +203,10 @@ export class CausalLM {
     let q: tf.Tensor4D;
     let kNew: tf.Tensor4D;
     let vNew: tf.Tensor4D;
-    if (length === 1) {
+    if ('fused' in rotary) {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
-      const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary);
+      const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     } else {
       // Several tokens per row: project q, k and v from column slices of the fused weight (small),
@@ -256,12 +256,13 @@ export class CausalLM {
   }
 
   /** Query-column and key-column tables, for forwards that project q, k and v separately. */
-  private splitRotaryTables(positions: Int32Array): RotaryTables {
+  private splitRotaryTables(positions: Int32Array): { query: RotaryTables; key: RotaryTables } {
     const c = this.config;
     const queryEnd = c.numHeads * c.headDim;
-    const query = this.rotaryTables(positions, [0, queryEnd]);
-    const key = this.rotaryTables(positions, [queryEnd, queryEnd + c.numKVHeads * c.headDim]);
-    return { cos: query.cos, sin: query.sin, query, key };
+    return {
+      query: this.rotaryTables(positions, [0, queryEnd]),
+      key: this.rotaryTables(positions, [queryEnd, queryEnd + c.numKVHeads * c.headDim]),
+    };
   }
 
   /**

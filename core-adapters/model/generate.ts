@@ -1,7 +1,6 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
 import { canWriteInPlace } from '../engine/kernels.js';
-import { shardRanges } from '../arrays.js';
 import type { WorkerPool } from '../engine/workers.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
@@ -203,11 +202,11 @@ export function generateOnPool(model: CausalLM, prompts: number[][], options: Sa
   const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
   if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;
-  const [mine, ...theirs] = shardRanges(prompts.length, threads);
-  const { local, results } = pool.run(
-    theirs.map(([a, b]) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: { ...options, firstRow: first + a } })),
-    () => generate(model, prompts.slice(mine[0], mine[1]), { ...options, firstRow: first + mine[0] }),
+  const parts = pool.runOnRowShards(
+    prompts.length,
+    (a, b) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: { ...options, firstRow: first + a } }),
+    (a, b) => generate(model, prompts.slice(a, b), { ...options, firstRow: first + a }),
+    threads,
   );
-  const parts = [local, ...(results as Generation[])];
   return { tokens: parts.flatMap((p) => p.tokens), stopped: parts.flatMap((p) => p.stopped) };
 }

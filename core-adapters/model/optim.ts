@@ -123,6 +123,20 @@ export function scheduledLr(schedule: LrSchedule, step: number): number {
   return floor + (lr - floor) * 0.5 * (1 + Math.cos(Math.PI * progress));
 }
 
+/** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
+export function accumulateGradients(into: Map<string, tf.Tensor>, add: Map<string, tf.Tensor>): void {
+  for (const [name, g] of add) {
+    const previous = into.get(name);
+    if (previous) {
+      into.set(name, tf.add(previous, g));
+      previous.dispose();
+      g.dispose();
+    } else {
+      into.set(name, g);
+    }
+  }
+}
+
 /**
  * The loss and its gradients with respect to named parameters (keyed by the map's names).
  * Parameters the loss does not touch get no entry.

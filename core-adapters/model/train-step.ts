@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
-import { clipGradNorm, lossAndGradients, type AdamW } from './optim.js';
+import { accumulateGradients, clipGradNorm, lossAndGradients, type AdamW } from './optim.js';
 import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
 import { initWeights, modelFromWeights } from './checkpoint.js';
 import { parseModelConfig } from './config.js';
@@ -76,11 +76,7 @@ export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: Sequen
       () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.params),
       grads,
     );
-    for (const [name, g] of local.grads) {
-      const other = grads.get(name);
-      grads.set(name, other ? tf.add(g, other) : g);
-      if (other) tf.dispose([g, other]);
-    }
+    accumulateGradients(grads, local.grads);
     value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
     local.loss.dispose();
   }

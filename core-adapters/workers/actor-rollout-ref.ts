@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
-import { concatFloat32, shardRanges } from '../arrays.js';
+import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
@@ -133,12 +133,13 @@ export class ActorRolloutRefWorker implements Worker {
   computeRefLogProb(batch: Batch): Float32Array {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch);
-    const [mine, ...theirs] = shardRanges(batch.size, pool.size).map(([a, b]) => batch.slice(a, b));
-    const { local, results } = pool.run(
-      theirs.map((shard) => ({ kind: 'ref-log-prob', batch: shard.toPlain() })),
-      () => this.computeRefLogProbHere(mine),
+    return concatFloat32(
+      pool.runOnRowShards(
+        batch.size,
+        (a, b) => ({ kind: 'ref-log-prob', batch: batch.slice(a, b).toPlain() }),
+        (a, b) => this.computeRefLogProbHere(batch.slice(a, b)),
+      ),
     );
-    return concatFloat32([local, ...(results as Float32Array[])]);
   }
 
   /** Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. */
