@@ -146,8 +146,9 @@ static napi_value set_threads(napi_env env, napi_callback_info info) {
 
 // sgemm(transA, transB, M, N, K, A, aOffset, aStride, B, bOffset, bStride, C, cOffset, batch):
 // for each of `batch` products, C_g = op(A_g) op(B_g), row-major and dense; offsets and strides
-// count floats, and a stride of 0 reuses one matrix across the batch (broadcast).
-static napi_value sgemm(napi_env env, napi_callback_info info) {
+// count floats, and a stride of 0 reuses one matrix across the batch (broadcast). sgemmLoop is the
+// same with the compiled loop only, so one process can run (and test) both paths.
+static napi_value run_sgemm(napi_env env, napi_callback_info info, int allow_blas) {
   size_t argc = 14;
   napi_value argv[14];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
@@ -173,7 +174,7 @@ static napi_value sgemm(napi_env env, napi_callback_info info) {
     if (M == 0 || N == 0) continue;
     if (K == 0) {
       memset(c, 0, sizeof(float) * (size_t)M * N);
-    } else if (blas_sgemm && M * N * K >= TINY_GEMM) {
+    } else if (allow_blas && blas_sgemm && M * N * K >= TINY_GEMM) {
       blas_sgemm(ROW_MAJOR, ta ? TRANS : NO_TRANS, tb ? TRANS : NO_TRANS, (int)M, (int)N, (int)K, 1.0f, a, ta ? (int)M : (int)K, b,
                  tb ? (int)K : (int)N, 0.0f, c, (int)N);
     } else {
@@ -182,6 +183,9 @@ static napi_value sgemm(napi_env env, napi_callback_info info) {
   }
   return NULL;
 }
+
+static napi_value sgemm(napi_env env, napi_callback_info info) { return run_sgemm(env, info, 1); }
+static napi_value sgemm_loop(napi_env env, napi_callback_info info) { return run_sgemm(env, info, 0); }
 
 // sum(X, xOffset, outer, reduce, inner, Y, yOffset): Y[o, i] = sum_r X[o, r, i].
 static napi_value sum(napi_env env, napi_callback_info info) {
@@ -260,6 +264,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
       {"setThreads", NULL, set_threads, NULL, NULL, NULL, napi_default, NULL},
       {"sgemm", NULL, sgemm, NULL, NULL, NULL, napi_default, NULL},
+      {"sgemmLoop", NULL, sgemm_loop, NULL, NULL, NULL, napi_default, NULL},
       {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
       {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -1,6 +1,6 @@
 // Shared test utilities: fixture paths, temporary directories, closeness checks.
 import { expect } from 'chai';
-import { InputError } from '../core-adapters/index.js';
+import { initEngine, InputError, loadNativeKernels } from '../core-adapters/index.js';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -152,4 +152,41 @@ export function readRunMetrics(runDir: string): Record<string, number>[] {
     .split('\n')
     .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, number>);
+}
+
+/**
+ * The wasm engine paths a user can land on: stock kernels (FLOWRL_NATIVE=off), the native addon's
+ * compiled loop (FLOWRL_BLAS=none, or no BLAS installed) and the addon with an optimised BLAS.
+ */
+export type EnginePath = 'stock' | 'native-loop' | 'native-blas';
+
+/**
+ * The paths this run covers: each one this machine has, unless the environment pins one
+ * (FLOWRL_NATIVE=off or FLOWRL_BLAS=none), in which case only that one.
+ */
+export function enginePaths(): EnginePath[] {
+  if (['off', '0'].includes(process.env.FLOWRL_NATIVE ?? '')) return ['stock'];
+  const native = loadNativeKernels();
+  if (!native.kernels) return ['stock'];
+  if (process.env.FLOWRL_BLAS === 'none') return ['native-loop'];
+  return native.kernels.blas ? ['stock', 'native-loop', 'native-blas'] : ['stock', 'native-loop'];
+}
+
+/**
+ * Runs fn with the engine on `enginePath`, in this thread and (through the environment) in the
+ * worker threads and subprocesses it starts; then restores the previous engine and environment.
+ */
+export async function onEnginePath<T>(enginePath: EnginePath, fn: () => Promise<T> | T): Promise<T> {
+  const saved = { native: process.env.FLOWRL_NATIVE, blas: process.env.FLOWRL_BLAS };
+  const restore = (name: 'FLOWRL_NATIVE' | 'FLOWRL_BLAS', value: string | undefined) => (value === undefined ? delete process.env[name] : (process.env[name] = value));
+  restore('FLOWRL_NATIVE', enginePath === 'stock' ? 'off' : undefined);
+  restore('FLOWRL_BLAS', enginePath === 'native-loop' ? 'none' : enginePath === 'native-blas' ? undefined : saved.blas);
+  try {
+    await initEngine('wasm', { quiet: true });
+    return await fn();
+  } finally {
+    restore('FLOWRL_NATIVE', saved.native);
+    restore('FLOWRL_BLAS', saved.blas);
+    await initEngine('wasm', { quiet: true });
+  }
 }

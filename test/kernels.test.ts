@@ -1,23 +1,38 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { engineInfo, generate, installWasmKernelOverrides, loadModel, loadNativeKernels, removeWasmKernelOverrides, Rng } from '../core-adapters/index.js';
-import { expectClose, fixture, runFlowrl } from './helpers.js';
+import { AdamW, generate, installWasmKernelOverrides, loadModel, loadNativeKernels, removeWasmKernelOverrides, Rng, writeTimeSlice } from '../core-adapters/index.js';
+import { reinstallEngineKernels } from '../core-adapters/engine/backend.js';
+import { enginePaths, expectClose, fixture, runFlowrl } from './helpers.js';
 
-type Mode = 'stock' | 'typescript' | 'native';
+/** Kernel sets: none replaced (stock), the TypeScript overrides, and the two native paths. */
+type Mode = 'stock' | 'typescript' | 'native-loop' | 'native-blas';
+
+function install(mode: Mode): void {
+  const loaded = loadNativeKernels();
+  if (mode === 'stock') removeWasmKernelOverrides();
+  else installWasmKernelOverrides(mode === 'typescript' ? undefined : mode === 'native-loop' ? loaded.loopOnly : loaded.kernels);
+}
 
 /** Runs f under each kernel set, then restores the engine's own choice. */
 function underEach<T>(modes: Mode[], f: (mode: Mode) => T): Map<Mode, T> {
   const out = new Map<Mode, T>();
   try {
     for (const mode of modes) {
-      if (mode === 'stock') removeWasmKernelOverrides();
-      else installWasmKernelOverrides(mode === 'native' ? loadNativeKernels().kernels : undefined);
+      install(mode);
       out.set(mode, f(mode));
     }
   } finally {
-    const native = engineInfo()?.accelerations.some((a) => a.startsWith('native'));
-    installWasmKernelOverrides(native ? loadNativeKernels().kernels : undefined);
+    reinstallEngineKernels();
   }
+  return out;
+}
+
+/** x [..., M, K] @ w [..., K, N] (single matrices) in float64, from the tensors' current values. */
+function referenceProduct(x: tf.Tensor, w: tf.Tensor): Float64Array {
+  const [M, K, N] = [x.shape[x.rank - 2], x.shape[x.rank - 1], w.shape[w.rank - 1]];
+  const [xs, ws] = [x.dataSync(), w.dataSync()];
+  const out = new Float64Array(M * N);
+  for (let m = 0; m < M; m++) for (let k = 0; k < K; k++) for (let n = 0; n < N; n++) out[m * N + n] += xs[m * K + k] * ws[k * N + n];
   return out;
 }
 
@@ -58,7 +73,7 @@ const BROADCAST: Case[] = [
 describe('wasm kernel overrides (engine/kernels.ts)', function () {
   this.timeout(60000);
   const native = loadNativeKernels();
-  const modes: Mode[] = native.kernels ? ['stock', 'typescript', 'native'] : ['stock', 'typescript'];
+  const modes: Mode[] = ['stock', 'typescript', ...enginePaths().filter((p) => p !== 'stock') as Mode[]];
 
   before(function () {
     if (tf.getBackend() !== 'wasm') this.skip();
@@ -139,6 +154,40 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(tf.memory().numTensors).to.equal(before.tensors);
     expect((tf.backend() as unknown as { numDataIds(): number }).numDataIds()).to.equal(before.blocks);
     tf.dispose([a, b]);
+  });
+
+  it(`after an in-place optimizer step or cache write the next product uses the new values (${modes.join(', ')})`, () => {
+    // XNNPACK packs a plain 2-D product's right operand once per tensor; an in-place write must
+    // not leave the old packing in use.
+    const rng = new Rng(8);
+    underEach(modes, (mode) => {
+      const x = random([5, 12], rng);
+      const w = tf.variable(random([12, 7], rng), true);
+      const optimizer = new AdamW({ lr: 0.1 });
+      for (let step = 0; step < 2; step++) {
+        tf.matMul(x, w).dispose();
+        const grad = random([12, 7], rng);
+        optimizer.apply(new Map([['w', w]]), new Map([['w', grad]]));
+        grad.dispose();
+        const y = tf.matMul(x, w);
+        expectClose(y.dataSync(), referenceProduct(x, w), 1e-4, `${mode} weight after step ${step + 1}`);
+        y.dispose();
+      }
+      // A KV-cache buffer [1, 1, S, d] as the right operand of probs [1, 1, 1, S].
+      const cache = tf.variable(tf.zeros([1, 1, 6, 4]), false) as unknown as tf.Tensor4D;
+      const probs = random([1, 1, 1, 6], rng);
+      for (let at = 0; at < 3; at++) {
+        tf.matMul(probs, cache).dispose();
+        const slice = random([1, 1, 1, 4], rng) as tf.Tensor4D;
+        expect(writeTimeSlice(cache, slice, at)).to.equal(true);
+        slice.dispose();
+        const y = tf.matMul(probs, cache);
+        expectClose(y.dataSync(), referenceProduct(probs, cache), 1e-4, `${mode} cache after write ${at + 1}`);
+        y.dispose();
+      }
+      optimizer.dispose();
+      tf.dispose([x, w, cache, probs]);
+    });
   });
 
   it('KV-cache sampling writes its preallocated cache in place and leaks nothing', () => {

@@ -7,23 +7,28 @@ import path from 'node:path';
 import { InputError } from '../errors.js';
 import { registerFusedKernels } from './fused.js';
 import { installWasmKernelOverrides } from './kernels.js';
-import { loadNativeKernels } from './native.js';
+import { blasDisabledByEnv, loadNativeKernels } from './native.js';
 
 export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
 export type BackendChoice = (typeof BACKEND_CHOICES)[number];
-/** engine.native: auto uses the native addon when it loads; off keeps stock wasm kernels (plus the TS overrides). */
-export const NATIVE_CHOICES = ['auto', 'off'] as const;
+/**
+ * engine.native, the engine path on wasm: auto uses the native addon with an optimised BLAS when
+ * one is found; loop uses the addon's compiled loop even where a BLAS is installed; off keeps the
+ * stock wasm kernels (plus the TypeScript overrides).
+ */
+export const NATIVE_CHOICES = ['auto', 'loop', 'off'] as const;
 export type NativeChoice = (typeof NATIVE_CHOICES)[number];
 
-/** FLOWRL_NATIVE=off (or 0) turns the native kernels off whatever a config says. */
-function nativeDisabledByEnv(): boolean {
+/** FLOWRL_NATIVE=off (or 0) wins over any setting; FLOWRL_BLAS=none turns auto into loop. */
+function resolveNativeChoice(setting: NativeChoice): NativeChoice {
   const env = process.env.FLOWRL_NATIVE;
-  return env === 'off' || env === '0';
+  if (env === 'off' || env === '0') return 'off';
+  return setting === 'auto' && blasDisabledByEnv() ? 'loop' : setting;
 }
 
-/** The native choice when none is given: off under FLOWRL_NATIVE=off, else auto. */
+/** The native choice when none is given: auto, as the environment variables adjust it. */
 export function defaultNativeChoice(): NativeChoice {
-  return nativeDisabledByEnv() ? 'off' : 'auto';
+  return resolveNativeChoice('auto');
 }
 
 export interface EngineInfo {
@@ -36,6 +41,8 @@ export interface EngineInfo {
   accelerations: string[];
   /** Why the native addon is not in use, when engine.native is auto and it failed to load. */
   nativeUnavailable?: string;
+  /** The native addon runs its compiled loop because no optimised BLAS was found (not by choice). */
+  blasMissing?: boolean;
 }
 
 const NODE_BINDINGS = ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'];
@@ -45,13 +52,20 @@ let activeNative: NativeChoice | undefined;
 
 /** Installs the wasm kernel overrides, with the native addon unless `native` is off. */
 function accelerate(info: EngineInfo, native: NativeChoice): void {
-  const loaded = native === 'auto' ? loadNativeKernels() : {};
+  const loaded = native === 'off' ? {} : loadNativeKernels();
+  const kernels = native === 'loop' ? loaded.loopOnly : loaded.kernels;
   registerFusedKernels();
-  info.accelerations = [...installWasmKernelOverrides(loaded.kernels), 'fused RMSNorm for sampling'];
+  info.accelerations = [...installWasmKernelOverrides(kernels), 'fused RMSNorm for sampling'];
   info.nativeUnavailable = loaded.error;
+  info.blasMissing = native === 'auto' && kernels !== undefined && !kernels.blas;
   activeNative = native;
 }
 let announced = false;
+
+/** Installs again the kernels of the active engine path (after something replaced them). */
+export function reinstallEngineKernels(): void {
+  if (active?.backend === 'wasm' && activeNative) accelerate(active, activeNative);
+}
 
 async function tryNodeBinding(): Promise<string | undefined> {
   for (const name of NODE_BINDINGS) {
@@ -84,7 +98,7 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
   if (!BACKEND_CHOICES.includes(choice)) {
     throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
   }
-  const native = nativeDisabledByEnv() ? 'off' : (options.native ?? 'auto');
+  const native = resolveNativeChoice(options.native ?? 'auto');
   if (!NATIVE_CHOICES.includes(native)) throw new InputError(`engine.native must be one of ${NATIVE_CHOICES.join(', ')}; got '${String(native)}'`);
   if (active && (choice === 'auto' || choice === active.backend)) {
     if (active.backend === 'wasm' && native !== activeNative) accelerate(active, native);

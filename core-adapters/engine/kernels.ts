@@ -9,11 +9,11 @@ import * as tf from '@tensorflow/tfjs';
 import type { NativeKernels } from './native.js';
 
 interface WasmBackend {
-  dataIdMap: { get(dataId: object): { memoryOffset: number } | undefined };
+  dataIdMap: { get(dataId: object): { id: number; memoryOffset: number } | undefined };
   refCount(dataId: object): number;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
   disposeData(dataId: object): boolean;
-  wasm: { HEAPF32: Float32Array };
+  wasm: { HEAPF32: Float32Array; tfjs: { disposeData(id: number): void; registerTensor(id: number, size: number, memoryOffset: number): void } };
 }
 
 type KernelArgs = { inputs: Record<string, tf.TensorInfo>; attrs?: tf.NamedAttrMap; backend: unknown };
@@ -65,6 +65,19 @@ function planMatMul(a: tf.TensorInfo, b: tf.TensorInfo, transposeA: boolean, tra
 
 function offset(backend: WasmBackend, t: tf.TensorInfo): number {
   return backend.dataIdMap.get(t.dataId)!.memoryOffset >>> 2;
+}
+
+/**
+ * Call after writing a tensor's buffer in place. The wasm backend keeps state derived from a
+ * buffer's contents under its id until the tensor is disposed: XNNPACK packs the right-hand
+ * operand of a plain 2-D product once and reuses that packing on every later product with the
+ * same tensor. Re-registering the id runs the disposal callbacks that drop it, and keeps the
+ * buffer; without this, a weight updated in place keeps multiplying as its first value.
+ */
+function forgetDerivedState(backend: WasmBackend, t: tf.TensorInfo): void {
+  const info = backend.dataIdMap.get(t.dataId)!;
+  backend.wasm.tfjs.disposeData(info.id);
+  backend.wasm.tfjs.registerTensor(info.id, tf.util.sizeFromShape(t.shape), info.memoryOffset);
 }
 
 function nativeMatMul(native: NativeKernels, backend: WasmBackend, a: tf.TensorInfo, b: tf.TensorInfo, tA: boolean, tB: boolean, plan: MatMulPlan): tf.TensorInfo {
@@ -180,6 +193,7 @@ export function fusedAdamW(param: tf.Variable, grad: tf.Tensor, m: tf.Variable, 
   if ([param, m, v].some((t) => backend.refCount(t.dataId) !== 1)) return false;
   const heap = backend.wasm.HEAPF32;
   activeNative.adamw(heap, offset(backend, param), offset(backend, grad), offset(backend, m), offset(backend, v), param.size, h.decayFactor, h.beta1, h.beta2, h.eps, h.stepSize, h.bc2Sqrt);
+  for (const written of [param, m, v]) forgetDerivedState(backend, written);
   return true;
 }
 
@@ -255,5 +269,6 @@ export function writeTimeSlice(target: tf.Tensor4D, source: tf.Tensor4D, at: num
     if (dst === src) dst.copyWithin(to, from, from + block);
     else dst.set(src.subarray(from, from + block), to);
   }
+  if (tf.getBackend() === 'wasm') forgetDerivedState(backend as WasmBackend, target);
   return true;
 }

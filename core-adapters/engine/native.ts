@@ -10,22 +10,7 @@ export interface NativeKernels {
   /** The BLAS in use, e.g. 'OpenBLAS (libopenblas.so.0)'; '' for the compiled loop. */
   readonly blas: string;
   /** C_g = op(A_g) op(B_g) for g < batch; offsets and strides in floats, stride 0 broadcasts. */
-  sgemm(
-    transA: number,
-    transB: number,
-    M: number,
-    N: number,
-    K: number,
-    A: Float32Array,
-    aOffset: number,
-    aStride: number,
-    B: Float32Array,
-    bOffset: number,
-    bStride: number,
-    C: Float32Array,
-    cOffset: number,
-    batch: number,
-  ): void;
+  sgemm: SgemmFn;
   /** Y[o, i] = sum_r X[o, r, i]. */
   sum(X: Float32Array, xOffset: number, outer: number, reduce: number, inner: number, Y: Float32Array, yOffset: number): void;
   /** Threads of the BLAS (no-op for the loop); returns the count in effect. */
@@ -34,15 +19,22 @@ export interface NativeKernels {
   adamw(heap: Float32Array, param: number, grad: number, m: number, v: number, n: number, decayFactor: number, beta1: number, beta2: number, eps: number, stepSize: number, bc2Sqrt: number): void;
 }
 
+type SgemmFn = (transA: number, transB: number, M: number, N: number, K: number, A: Float32Array, aOffset: number, aStride: number, B: Float32Array, bOffset: number, bStride: number, C: Float32Array, cOffset: number, batch: number) => void;
+
 interface Addon {
   load(paths: string[]): string;
   setThreads(threads: number): number;
-  sgemm: NativeKernels['sgemm'];
+  sgemm: SgemmFn;
+  sgemmLoop: SgemmFn;
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
 }
 
-/** Where to look for an optimised BLAS; FLOWRL_BLAS (a path) comes first. libblas.so.3 counts only when it is OpenBLAS. */
+/**
+ * Where to look for an optimised BLAS; FLOWRL_BLAS (a path) comes first, and FLOWRL_BLAS=none
+ * loads none (the compiled loop even where a BLAS is installed). libblas.so.3 counts only when it
+ * is OpenBLAS.
+ */
 export const BLAS_CANDIDATES = [
   'libopenblas.so.0',
   'libopenblas.so',
@@ -62,7 +54,12 @@ export function addonPath(): string {
   return process.env.FLOWRL_NATIVE_ADDON ?? path.join(PACKAGE_ROOT, 'native', 'build', 'Release', 'flowrl_blas.node');
 }
 
-let cached: { kernels?: NativeKernels; error?: string } | undefined;
+let cached: { kernels?: NativeKernels; loopOnly?: NativeKernels; error?: string } | undefined;
+
+/** Whether FLOWRL_BLAS=none asks for the compiled loop. */
+export function blasDisabledByEnv(): boolean {
+  return process.env.FLOWRL_BLAS === 'none';
+}
 
 /**
  * BLAS threads: FLOWRL_BLAS_THREADS, else 1. The products here are small (hundreds of rows), where
@@ -74,16 +71,20 @@ export function blasThreads(): number {
   return Number.isInteger(n) && n >= 1 ? Math.min(n, os.availableParallelism()) : 1;
 }
 
-/** The addon with its BLAS loaded, or why it is unavailable. Loaded once per thread. */
-export function loadNativeKernels(): { kernels?: NativeKernels; error?: string } {
+/**
+ * The addon with its BLAS loaded (kernels), the same addon on its compiled loop alone (loopOnly),
+ * or why it is unavailable (error). Loaded once per thread.
+ */
+export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: NativeKernels; error?: string } {
   if (cached) return cached;
   try {
     const addon = createRequire(import.meta.url)(addonPath()) as Addon;
     const wanted = process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS, ...BLAS_CANDIDATES] : BLAS_CANDIDATES;
-    const blas = addon.load(wanted);
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
+    const blas = addon.load(blasDisabledByEnv() ? [] : wanted);
+    const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared };
     kernels.setThreads(blasThreads());
-    cached = { kernels };
+    cached = { kernels, loopOnly: { blas: '', sgemm: addon.sgemmLoop, ...shared } };
   } catch (e) {
     cached = { error: (e as Error).message.split('\n')[0] };
   }
