@@ -14,7 +14,7 @@ import {
   type Worker,
 } from '../core-adapters/index.js';
 import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
-import { readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
+import { enginePaths, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 function writeConfig(dir: string): string {
   return writeCountdownConfig(dir, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } });
@@ -81,28 +81,34 @@ describe('the FlowRL plugin in the host', function () {
     expect(last.reduce((s, m) => s + m['actor/final_loss'], 0) / last.length).to.be.lessThan(first['actor/final_loss']);
   });
 
-  it('resumes with ProjZ and its optimizer state intact (steps 3 and 4 equal an uninterrupted run)', async () => {
-    const common = ['trainer.save_freq=2', 'trainer.val_before_train=false', 'trainer.test_freq=-1', 'actor_rollout_ref.actor.ppo_mini_batch_size=4'];
-    const whole = tempDir();
-    await run(writeConfig(whole), [...common, 'trainer.total_training_steps=4']);
-    const split = tempDir();
-    const file = writeConfig(split);
-    await run(file, [...common, 'trainer.total_training_steps=2']);
-    const checkpoint = path.join(split, 'run', 'checkpoints', 'global_step_2', 'actor');
-    expect([...readHeader(path.join(checkpoint, 'proj_z.safetensors')).tensors.keys()]).to.include('proj_z.net.0.weight');
-    expect([...readHeader(path.join(checkpoint, 'optimizer.safetensors')).tensors.keys()]).to.include('m/proj_z.net.8.weight');
-    expect([...readHeader(path.join(checkpoint, 'model.safetensors')).tensors.keys()].some((k) => k.includes('proj_z'))).to.equal(false);
-    await run(file, [...common, 'trainer.total_training_steps=4']);
-    const a = readMetrics(whole);
-    const b = readMetrics(split);
-    expect(b.map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
-    // Two mini-batches per step: the second is off-policy, so the importance weights are exercised.
-    expect(a.find((m) => m.step === 3)!['actor/importance_weight']).to.not.equal(1);
-    for (const step of [3, 4]) expect(withoutTiming(b.find((m) => m.step === step)!)).to.deep.equal(withoutTiming(a.find((m) => m.step === step)!));
+  let lastCheckpoint = '';
+  for (const enginePath of enginePaths()) {
+    it(`resumes with ProjZ and its optimizer state intact (step 2 equals an uninterrupted run) (${enginePath})`, () =>
+      onEnginePath(enginePath, async () => {
+        const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1', 'actor_rollout_ref.actor.ppo_mini_batch_size=4'];
+        const whole = tempDir();
+        await run(writeConfig(whole), [...common, 'trainer.total_training_steps=2']);
+        const split = tempDir();
+        const file = writeConfig(split);
+        await run(file, [...common, 'trainer.total_training_steps=1']);
+        const checkpoint = path.join(split, 'run', 'checkpoints', 'global_step_1', 'actor');
+        expect([...readHeader(path.join(checkpoint, 'proj_z.safetensors')).tensors.keys()]).to.include('proj_z.net.0.weight');
+        expect([...readHeader(path.join(checkpoint, 'optimizer.safetensors')).tensors.keys()]).to.include('m/proj_z.net.8.weight');
+        expect([...readHeader(path.join(checkpoint, 'model.safetensors')).tensors.keys()].some((k) => k.includes('proj_z'))).to.equal(false);
+        await run(file, [...common, 'trainer.total_training_steps=2']);
+        const a = readMetrics(whole);
+        const b = readMetrics(split);
+        expect(b.map((m) => m.step)).to.deep.equal([1, 2]);
+        // Two mini-batches per step: the second is off-policy, so the importance weights are exercised.
+        expect(a[1]['actor/importance_weight']).to.not.equal(1);
+        expect(withoutTiming(b[1])).to.deep.equal(withoutTiming(a[1]));
+        lastCheckpoint = path.join(split, 'run', 'checkpoints', 'global_step_2');
+      }));
+  }
 
-    // Export: a plain HF directory without any proj_z tensor that `flowrl generate` can use.
-    const out = path.join(split, 'exported');
-    const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_4'), out]);
+  it('exports the policy as a plain HF directory without any proj_z tensor that `flowrl generate` can use', async () => {
+    const out = path.join(tempDir(), 'exported');
+    const exported = await runFlowrl(['export', lastCheckpoint, out]);
     expect(exported.status, exported.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
     expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('proj_z'))).to.equal(false);

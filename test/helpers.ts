@@ -121,7 +121,8 @@ function deepMerge(base: Tree, extra: Tree): Tree {
 
 /**
  * Writes config.yaml in `dir` for the tiny countdown task (test/fixtures/countdown): 8 prompts x 8
- * samples, the base policy, a run directory at dir/run; `extra` is merged in key by key.
+ * samples, the base policy, one thread (tests of the worker pool ask for more), a run directory
+ * at dir/run; `extra` is merged in key by key.
  */
 export function writeCountdownConfig(dir: string, extra: Tree = {}): string {
   const countdown = fixture('countdown');
@@ -139,6 +140,7 @@ export function writeCountdownConfig(dir: string, extra: Tree = {}): string {
       rollout: { n: 8, temperature: 1.0, val_kwargs: { n: 4, temperature: 1.0, do_sample: true } },
     },
     trainer: { default_local_dir: path.join(dir, 'run'), resume_mode: 'auto', seed: 3, progress: false },
+    engine: { workers: 1 },
   };
   const file = path.join(dir, 'config.yaml');
   fs.writeFileSync(file, YAML.stringify(deepMerge(base, extra)));

@@ -148,21 +148,21 @@ describe('RLFR flow rewards in the host', function () {
         `reward.flow.flow_model=${pretrained.outputDir}`,
         'reward.flow.online.warmup_ratio=0',
         'reward.flow.online.min_lr_ratio=1',
-        'trainer.save_freq=2',
+        'trainer.save_freq=1',
       ];
       const whole = tempDir();
-      await train(writeConfig(whole), [...flow, 'trainer.total_training_steps=4']);
+      await train(writeConfig(whole), [...flow, 'trainer.total_training_steps=2']);
       const split = tempDir();
       const file = writeConfig(split);
-      await train(file, [...flow, 'trainer.total_training_steps=2']);
-      const flowDir = path.join(split, 'run', 'checkpoints', 'global_step_2', 'flow');
+      await train(file, [...flow, 'trainer.total_training_steps=1']);
+      const flowDir = path.join(split, 'run', 'checkpoints', 'global_step_1', 'flow');
       expect(fs.readdirSync(flowDir).sort()).to.deep.equal(['flow_config.json', 'flow_model.safetensors', 'optimizer.safetensors', 'shaper_state.json']);
       expect([...readHeader(path.join(flowDir, 'optimizer.safetensors')).tensors.keys()]).to.include('m/final.out.weight');
-      await train(file, [...flow, 'trainer.total_training_steps=4']);
+      await train(file, [...flow, 'trainer.total_training_steps=2']);
       const a = readMetrics(whole);
       const b = readMetrics(split);
-      expect(b.map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
-      for (const step of [3, 4]) expect(withoutTiming(b.find((m) => m.step === step)!)).to.deep.equal(withoutTiming(a.find((m) => m.step === step)!));
+      expect(b.map((m) => m.step)).to.deep.equal([1, 2]);
+      expect(withoutTiming(b[1])).to.deep.equal(withoutTiming(a[1]));
       const last = a.at(-1)!;
       expect(last['flow/trained_steps']).to.be.greaterThan(150);
       expect(last['flow/reward_mean']).to.be.lessThan(0);
@@ -170,7 +170,7 @@ describe('RLFR flow rewards in the host', function () {
       for (const key of ['flow/score_mean', 'flow/kept_tokens', 'flow/reward_mean', 'flow/loss']) expect(last, key).to.have.property(key);
       // The field stays out of exports.
       const out = path.join(split, 'exported');
-      const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_4'), out]);
+      const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_2'), out]);
       expect(exported.status, exported.stderr).to.equal(0);
       expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('flow') || k.includes('final.out'))).to.equal(false);
     });

@@ -10,6 +10,7 @@ import {
   Rng,
   type CausalLM,
 } from '../core-adapters/index.js';
+import { enginePaths, onEnginePath } from './helpers.js';
 
 const TINY = {
   model_type: 'llama',
@@ -36,14 +37,17 @@ describe('training and sampling on a tiny Llama', () => {
   });
   afterEach(() => model.dispose());
 
-  it('learns: the loss on a fixed batch falls well below its start', () => {
-    const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0 });
-    const seq = patternBatch();
-    const losses = Array.from({ length: 40 }, () => languageModelStep(model, optimizer, seq));
-    expect(losses[0]).to.be.closeTo(Math.log(16), 0.3);
-    expect(losses.at(-1)!).to.be.below(0.3 * losses[0]);
-    optimizer.dispose();
-  });
+  for (const enginePath of enginePaths()) {
+    it(`learns: the loss on a fixed batch falls well below its start (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0 });
+        const seq = patternBatch();
+        const losses = Array.from({ length: 40 }, () => languageModelStep(model, optimizer, seq));
+        expect(losses[0]).to.be.closeTo(Math.log(16), 0.3);
+        expect(losses.at(-1)!).to.be.below(0.3 * losses[0]);
+        optimizer.dispose();
+      }));
+  }
 
   it('leaks no tensors across training and sampling steps', () => {
     const optimizer = new AdamW({ lr: 1e-3 });

@@ -10,7 +10,7 @@ export const CORE_DEFAULTS = {
   plugins: [] as string[],
   engine: {
     backend: 'auto',
-    /** auto: native BLAS kernels for the wasm backend when the addon loads (FLOWRL_NATIVE=off also disables); off: stock kernels. */
+    /** The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off). */
     native: 'auto',
     /** Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none). */
     workers: 'auto' as string | number,
@@ -172,7 +172,7 @@ export type CoreConfig = typeof CORE_DEFAULTS;
 /** Keys whose value must be one of a fixed list (plugin algorithm names are checked separately). */
 export const KEY_CHOICES: Record<string, readonly string[]> = {
   'engine.backend': ['auto', 'tensorflow', 'wasm', 'cpu'],
-  'engine.native': ['auto', 'off'],
+  'engine.native': ['auto', 'loop', 'off'],
   'actor_rollout_ref.actor.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
   'critic.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
   'actor_rollout_ref.actor.kl_loss_type': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],
