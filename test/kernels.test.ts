@@ -216,6 +216,14 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     const missing = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' });
     expect(missing.status, missing.stderr).to.equal(0);
     expect(missing.stderr).to.match(/native kernels unavailable/);
+    // No optimised BLAS: the compiled loop, and one line saying what that costs; FLOWRL_BLAS=none chooses the loop quietly.
+    for (const [blas, hint] of [['/nonexistent/libopenblas.so.0', true], ['none', false]] as const) {
+      const loop = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_BLAS: blas, FLOWRL_NATIVE: 'auto' });
+      expect(loop.status, loop.stderr).to.equal(0);
+      expect(loop.stderr).to.include('native compiled loop');
+      expect(loop.stderr.includes('no optimised BLAS found: training runs about 2x slower'), `FLOWRL_BLAS=${blas}: ${loop.stderr}`).to.equal(hint);
+      expect(loop.stdout).to.equal(missing.stdout);
+    }
     const off = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'off' });
     expect(off.status, off.stderr).to.equal(0);
     expect(off.stderr).to.include('explicit-transpose matmuls');

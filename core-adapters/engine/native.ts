@@ -31,9 +31,9 @@ interface Addon {
 }
 
 /**
- * Where to look for an optimised BLAS; FLOWRL_BLAS (a path) comes first, and FLOWRL_BLAS=none
- * loads none (the compiled loop even where a BLAS is installed). libblas.so.3 counts only when it
- * is OpenBLAS.
+ * Where to look for an optimised BLAS, unless FLOWRL_BLAS names the one library to load (a path or
+ * soname) or is 'none' (the compiled loop even where a BLAS is installed). libblas.so.3 counts only
+ * when it is OpenBLAS.
  */
 export const BLAS_CANDIDATES = [
   'libopenblas.so.0',
@@ -79,8 +79,8 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
   if (cached) return cached;
   try {
     const addon = createRequire(import.meta.url)(addonPath()) as Addon;
-    const wanted = process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS, ...BLAS_CANDIDATES] : BLAS_CANDIDATES;
-    const blas = addon.load(blasDisabledByEnv() ? [] : wanted);
+    const wanted = blasDisabledByEnv() ? [] : process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS] : BLAS_CANDIDATES;
+    const blas = addon.load(wanted);
     const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
     const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared };
     kernels.setThreads(blasThreads());

@@ -1,0 +1,41 @@
+// Runs before `npm test`, in the spirit of `playwright install --with-deps`: the suite opens the HTML
+// report in Chromium, and covers the native BLAS engine path when OpenBLAS is installed. Missing
+// packages are installed where this user can (root with apt-get), announced in one line; otherwise
+// the run stops here with the command to run, before any test can fail for want of them.
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+
+const chromium = process.env.FLOWRL_CHROMIUM ?? '/usr/bin/chromium';
+const hasChromium = () => fs.existsSync(chromium);
+const hasOpenBlas = () => process.platform !== 'linux' || /libopenblas\.so\.0\b/.test(spawnSync('ldconfig', ['-p'], { encoding: 'utf8' }).stdout ?? '');
+
+const missing = [];
+if (!hasChromium()) missing.push('chromium');
+if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
+if (missing.length === 0) process.exit(0);
+
+const hasAptGet = spawnSync('sh', ['-c', 'command -v apt-get'], { stdio: 'ignore' }).status === 0;
+const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+const command = `apt-get update && apt-get install -y ${missing.join(' ')}`;
+
+if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
+  console.log(`flowrl test: installing Debian packages the suite uses: ${missing.join(', ')} (${command})`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const update = spawnSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+  const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: ['ignore', 'ignore', 'inherit'], env }) : update;
+  if (install.status !== 0) {
+    console.error(`flowrl test: the install failed; run \`${command}\` and then \`npm test\` again`);
+    process.exit(1);
+  }
+  process.exit(0);
+}
+
+if (!hasChromium()) {
+  const how = hasAptGet
+    ? `sudo ${command}`
+    : `install Chromium and set FLOWRL_CHROMIUM to its path${missing.includes('libopenblas0-pthread') ? ', and OpenBLAS (brew install openblas; dnf install openblas)' : ''}`;
+  console.error(`flowrl test: the report test opens the HTML report in Chromium, which is not at ${chromium}. Run: ${how}`);
+  process.exit(1);
+}
+// OpenBLAS alone is missing: everything passes without it, but one engine path goes untested.
+console.log(`flowrl test: OpenBLAS is not installed, so the native BLAS engine path is not covered (${hasAptGet ? `sudo ${command}` : 'brew install openblas'})`);
