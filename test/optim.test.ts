@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { AdamW, clipGradNorm, globalNorm } from '../core-adapters/index.js';
-import { expectClose, fixture, readJson } from './helpers.js';
+import path from 'node:path';
+import { AdamW, clipGradNorm, createHost, globalNorm, LrScheduler, TOKENS, verlLrSchedule, type Trainer, type VerlOptimSchedule } from '../core-adapters/index.js';
+import { expectClose, expectInputError, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
 
 interface AdamWReference {
   lr: number;
@@ -70,5 +71,42 @@ describe('AdamW and gradient clipping against torch.optim.AdamW + clip_grad_norm
     const parts = [tf.tensor1d([3]), tf.tensor1d([4])];
     expect(globalNorm(parts)).to.be.closeTo(5, 1e-6);
     tf.dispose([...grads.values(), ...parts]);
+  });
+});
+
+describe("learning-rate schedules against verl's formulas (torch LambdaLR, stepped once per training step)", () => {
+  const reference = readJson<{ cases: { name: string; optim: Omit<VerlOptimSchedule, 'warmup_style'>; lrs: number[] }[] }>(fixture('lr_schedule_reference.json'));
+
+  for (const c of reference.cases) {
+    it(c.name, () => {
+      const scheduler = new LrScheduler(verlLrSchedule({ ...c.optim, warmup_style: null }, 'optim'));
+      const lrs = c.lrs.map(() => {
+        const lr = scheduler.lr;
+        scheduler.step();
+        return lr;
+      });
+      expectClose(lrs, c.lrs, 1e-15, c.name);
+    });
+  }
+
+  it('takes the deprecated warmup_style over lr_scheduler_type, and names a bad value', () => {
+    const optim: VerlOptimSchedule = { ...reference.cases[0].optim, lr_scheduler_type: 'constant', warmup_style: 'cosine', lr_warmup_steps: 0 };
+    expect(verlLrSchedule(optim, 'critic.optim').totalSteps).to.equal(optim.total_training_steps);
+    expectInputError(() => verlLrSchedule({ ...optim, warmup_style: 'linear' }, 'critic.optim'), "'critic.optim.warmup_style'", 'constant, cosine');
+    expectInputError(() => verlLrSchedule({ ...optim, warmup_style: null, lr_scheduler_type: 'wsd' }, 'actor_rollout_ref.actor.optim'), "'actor_rollout_ref.actor.optim.lr_scheduler_type'");
+  });
+
+  it('the trainer steps the actor schedule once per training step: every mini-batch of a step shares its lr, and the first step runs at 0', async () => {
+    const dir = tempDir();
+    const file = writeCountdownConfig(dir, {
+      data: { val_files: null },
+      actor_rollout_ref: { actor: { ppo_mini_batch_size: 4, optim: { lr: 1e-3, lr_warmup_steps: 2 } } },
+      trainer: { total_training_steps: 3, val_before_train: false, test_freq: -1, save_freq: -1 },
+    });
+    const host = await createHost(file, { quiet: true });
+    const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+    await trainer.fit();
+    trainer.dispose();
+    expect(readRunMetrics(path.join(dir, 'run')).map((m) => m['actor/lr'])).to.deep.equal([0, 5e-4, 1e-3]);
   });
 });

@@ -53,7 +53,9 @@ describe('the core trainer on a tiny countdown task', function () {
   for (const { algorithm, enginePath } of resumeCases) {
     it(`${algorithm}: stopping after step 1 and resuming gives the uninterrupted run's step 2${enginePath ? ` (${enginePath})` : ''}`, async () => {
       const check = async () => {
-        const common = [`algorithm.name=${algorithm}`, 'trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+        // A warm-up in both schedules, so a scheduler that does not resume changes step 2's lr.
+        const warmup = ['actor_rollout_ref.actor.optim.lr_warmup_steps=2', 'critic.optim.lr_warmup_steps=2'];
+        const common = [`algorithm.name=${algorithm}`, 'trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1', ...warmup];
         const whole = tempDir();
         await train(writeConfig(whole), [...common, 'trainer.total_training_steps=2']);
         const split = tempDir();

@@ -10,7 +10,7 @@ import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
-import { accumulateGradients, clipGradNorm, lossAndGradients, scheduledLr } from '../model/optim.js';
+import { accumulateGradients, clippedStep, lossAndGradients } from '../model/optim.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 
@@ -159,11 +159,6 @@ export class PPOActor implements Actor {
     return loss;
   }
 
-  /** Learning rate with linear warm-up over optim.lr_warmup_steps updates (the optimizer's step count survives resume). */
-  protected learningRate(): number {
-    const { lr, lr_warmup_steps: warmupSteps } = this.actorConfig.optim;
-    return scheduledLr({ lr, warmupSteps }, this.module.optimizer.step);
-  }
 
   /** One micro-batch's (or shard's) gradients and the metrics its loss recorded; worker replicas run this too. */
   microBatchGradients(micro: Batch, part: MicroBatchShare): { grads: Map<string, tf.Tensor>; metrics: Metrics[] } {
@@ -211,10 +206,8 @@ export class PPOActor implements Actor {
           this.accumulateMicroBatch(micro, { global, share: micro.size / mini.size, step: this.module.optimizer.step, onPolicy, firstRow }, mini, grads, averages);
           firstRow += micro.size;
         }
-        const norm = clipGradNorm(grads, cfg.grad_clip);
-        if (Number.isFinite(norm)) {
-          this.module.optimizer.lr = this.learningRate();
-          this.module.optimizer.apply(this.module.params, grads);
+        const { norm, applied } = clippedStep(this.module.optimizer, this.module.params, grads, cfg.grad_clip, this.module.lrScheduler.lr);
+        if (applied) {
           this.module.pool?.publish(this.module.params);
           averages.add({ 'actor/grad_norm': norm, 'actor/lr': this.module.optimizer.lr });
         } else {

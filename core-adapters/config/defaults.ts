@@ -41,8 +41,17 @@ export const CORE_DEFAULTS = {
         weight_decay: 0.01,
         betas: [0.9, 0.999],
         eps: 1e-8,
-        /** Linear warm-up over this many optimizer updates (one per mini-batch and epoch). */
-        lr_warmup_steps: 0,
+        /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
+        lr_warmup_steps: -1,
+        lr_warmup_steps_ratio: 0.0,
+        /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
+        lr_scheduler_type: 'constant',
+        /** verl's deprecated name for lr_scheduler_type; wins when set. */
+        warmup_style: null as string | null,
+        min_lr_ratio: 0.0,
+        num_cycles: 0.5,
+        /** Filled in by the trainer with the run's training steps, as verl does. */
+        total_training_steps: -1,
       },
       /** Prompts per optimizer step (times rollout.n responses), as in verl. */
       ppo_mini_batch_size: 8,
@@ -93,6 +102,17 @@ export const CORE_DEFAULTS = {
       weight_decay: 0.01,
       betas: [0.9, 0.999],
       eps: 1e-8,
+      /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
+      lr_warmup_steps: -1,
+      lr_warmup_steps_ratio: 0.0,
+      /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
+      lr_scheduler_type: 'constant',
+      /** verl's deprecated name for lr_scheduler_type; wins when set. */
+      warmup_style: null as string | null,
+      min_lr_ratio: 0.0,
+      num_cycles: 0.5,
+      /** Filled in by the trainer with the run's training steps, as verl does. */
+      total_training_steps: -1,
     },
     ppo_mini_batch_size: 8,
     ppo_micro_batch_size: 16,
@@ -173,6 +193,8 @@ export type CoreConfig = typeof CORE_DEFAULTS;
 export const KEY_CHOICES: Record<string, readonly string[]> = {
   'engine.backend': ['auto', 'tensorflow', 'wasm', 'cpu'],
   'engine.native': ['auto', 'loop', 'off'],
+  'actor_rollout_ref.actor.optim.lr_scheduler_type': ['constant', 'cosine'],
+  'critic.optim.lr_scheduler_type': ['constant', 'cosine'],
   'actor_rollout_ref.actor.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
   'critic.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
   'actor_rollout_ref.actor.kl_loss_type': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],

@@ -28,6 +28,8 @@ const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = {
   'actor_rollout_ref.model.path': 'string',
   'actor_rollout_ref.model.tokenizer_path': 'string',
   'critic.model.path': 'string',
+  'actor_rollout_ref.actor.optim.warmup_style': 'string',
+  'critic.optim.warmup_style': 'string',
   'algorithm.adv_estimator': 'string',
   'custom_reward_function.path': 'string',
   'trainer.total_training_steps': 'number',

@@ -3,7 +3,7 @@
 import type * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../batch.js';
 import type { CausalLM } from '../model/causal-lm.js';
-import type { AdamW } from '../model/optim.js';
+import type { AdamW, LrScheduler } from '../model/optim.js';
 import type { WorkerPool } from '../engine/workers.js';
 
 /** Numbers (and the odd label) reported for one step; keys are verl-style `section/name`. */
@@ -24,6 +24,8 @@ export interface PolicyModule {
   /** Every trainable parameter: the LM's and the heads', by stable name. */
   params: Map<string, tf.Variable>;
   optimizer: AdamW;
+  /** The learning rate of each optimizer step; the worker steps it once per training step. */
+  lrScheduler: LrScheduler;
   /** Data-parallel replicas of these parameters (engine.workers > 1); publish after every change. */
   pool?: WorkerPool;
 }

@@ -9,7 +9,7 @@ import { toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import type { TextTokenizer } from './tokenizer.js';
-import type { AdamW } from './optim.js';
+import type { AdamW, LrScheduler } from './optim.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -207,21 +207,31 @@ export function loadParameters(file: string, params: Map<string, tf.Variable>): 
   }
 }
 
-/** AdamW moments and step count as one safetensors file (m/<name>, v/<name>; the step in metadata). */
-export function saveOptimizerState(file: string, optimizer: AdamW): void {
+/**
+ * AdamW moments and step count as one safetensors file (m/<name>, v/<name>; the step in metadata),
+ * with the lr scheduler's step when there is one.
+ */
+export function saveOptimizerState(file: string, optimizer: AdamW, scheduler?: LrScheduler): void {
   const state = optimizer.getState();
   const tensors = new Map<string, HostTensor>();
   for (const [name, { m, v, shape }] of state.moments) {
     tensors.set(`m/${name}`, { shape, data: m });
     tensors.set(`v/${name}`, { shape, data: v });
   }
-  writeSafetensors(file, tensors, { format: 'flowrl-adamw', step: String(state.step) });
+  const metadata: Record<string, string> = { format: 'flowrl-adamw', step: String(state.step) };
+  if (scheduler) metadata.lr_scheduler_step = String(scheduler.steps);
+  writeSafetensors(file, tensors, metadata);
 }
 
-export function loadOptimizerState(file: string, optimizer: AdamW, params: Map<string, tf.Variable>): void {
+export function loadOptimizerState(file: string, optimizer: AdamW, params: Map<string, tf.Variable>, scheduler?: LrScheduler): void {
   const header = readHeader(file);
   const step = Number(header.metadata.step);
   if (!Number.isInteger(step) || step < 0) throw new InputError(`${file}: metadata 'step' is missing; not an optimizer state file`);
+  if (scheduler) {
+    const schedulerStep = Number(header.metadata.lr_scheduler_step ?? 0);
+    if (!Number.isInteger(schedulerStep) || schedulerStep < 0) throw new InputError(`${file}: metadata 'lr_scheduler_step' must be a whole number >= 0`);
+    scheduler.steps = schedulerStep;
+  }
   const tensors = readTensors(file);
   const moments = new Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>();
   for (const name of params.keys()) {

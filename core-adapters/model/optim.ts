@@ -2,6 +2,7 @@
 // (torch.nn.utils.clip_grad_norm_); tfjs ships neither.
 import * as tf from '@tensorflow/tfjs';
 import { fusedAdamW } from '../engine/kernels.js';
+import { InputError } from '../errors.js';
 
 export interface AdamWOptions {
   lr: number;
@@ -106,21 +107,87 @@ export class AdamW {
 
 export interface LrSchedule {
   lr: number;
-  /** Linear warm-up over this many updates (0: none). */
+  /** Linear warm-up from 0 over this many scheduler steps (0: none). */
   warmupSteps?: number;
-  /** Cosine decay to minLrRatio * lr at this update; unset: constant after warm-up. */
+  /** Cosine decay to minLrRatio * lr at this step; unset: constant after warm-up. */
   totalSteps?: number;
   minLrRatio?: number;
+  /** Cosine periods over the decay (0.5: half a period, from lr down to the floor). */
+  numCycles?: number;
 }
 
-/** The learning rate for 0-based update `step`: linear warm-up, then an optional cosine decay. */
-export function scheduledLr(schedule: LrSchedule, step: number): number {
-  const { lr, warmupSteps = 0, totalSteps, minLrRatio = 0 } = schedule;
-  if (warmupSteps > 0 && step < warmupSteps) return (lr * (step + 1)) / warmupSteps;
-  if (totalSteps === undefined || totalSteps <= warmupSteps) return lr;
-  const progress = Math.min(1, (step - warmupSteps) / (totalSteps - warmupSteps));
-  const floor = lr * minLrRatio;
-  return floor + (lr - floor) * 0.5 * (1 + Math.cos(Math.PI * progress));
+/**
+ * The learning rate at 0-based scheduler step k, as verl's and Hugging Face's schedules compute it
+ * (verl/utils/torch_functional.py, transformers' cosine_with_min_lr): k / warmupSteps during the
+ * warm-up (so step 0 runs at lr 0), then constant, or a cosine from lr to minLrRatio * lr.
+ */
+export function scheduledLr(schedule: LrSchedule, k: number): number {
+  const { lr, warmupSteps = 0, totalSteps, minLrRatio = 0, numCycles = 0.5 } = schedule;
+  if (k < warmupSteps) return (lr * k) / Math.max(1, warmupSteps);
+  if (totalSteps === undefined) return lr;
+  const progress = (k - warmupSteps) / Math.max(1, totalSteps - warmupSteps);
+  return lr * (minLrRatio + (1 - minLrRatio) * 0.5 * (1 + Math.cos(2 * Math.PI * numCycles * Math.min(1, progress))));
+}
+
+/** verl's optimizer schedule keys (actor_rollout_ref.actor.optim, critic.optim). */
+export interface VerlOptimSchedule {
+  lr: number;
+  /** Warm-up steps; negative: floor(lr_warmup_steps_ratio * total_training_steps). */
+  lr_warmup_steps: number;
+  lr_warmup_steps_ratio: number;
+  lr_scheduler_type: string;
+  /** verl's deprecated name for lr_scheduler_type; wins when set. */
+  warmup_style: string | null;
+  min_lr_ratio: number;
+  num_cycles: number;
+  /** The run's training steps (the trainer fills it in, as verl's does). */
+  total_training_steps: number;
+}
+
+export const LR_SCHEDULER_TYPES = ['constant', 'cosine'] as const;
+
+/** The schedule verl's FSDP workers build from these keys; `section` names them in errors. */
+export function verlLrSchedule(optim: VerlOptimSchedule, section: string): LrSchedule {
+  const type = optim.warmup_style ?? optim.lr_scheduler_type;
+  const key = optim.warmup_style !== null ? 'warmup_style' : 'lr_scheduler_type';
+  if (!(LR_SCHEDULER_TYPES as readonly string[]).includes(type)) throw new InputError(`key '${section}.${key}' is '${type}'; allowed: ${LR_SCHEDULER_TYPES.join(', ')}`);
+  if (!(optim.min_lr_ratio >= 0 && optim.min_lr_ratio <= 1)) throw new InputError(`key '${section}.min_lr_ratio' must be in [0, 1]; got ${optim.min_lr_ratio}`);
+  if (!(optim.lr_warmup_steps_ratio >= 0 && optim.lr_warmup_steps_ratio <= 1)) throw new InputError(`key '${section}.lr_warmup_steps_ratio' must be in [0, 1]; got ${optim.lr_warmup_steps_ratio}`);
+  const total = Math.max(0, optim.total_training_steps);
+  const warmupSteps = optim.lr_warmup_steps >= 0 ? Math.floor(optim.lr_warmup_steps) : Math.floor(optim.lr_warmup_steps_ratio * total);
+  return { lr: optim.lr, warmupSteps, totalSteps: type === 'cosine' ? total : undefined, minLrRatio: optim.min_lr_ratio, numCycles: optim.num_cycles };
+}
+
+/**
+ * A role's learning-rate scheduler as verl steps it: once per training step, after the role's
+ * update, so every optimizer step of a training step shares one lr. Its step count is saved with
+ * the optimizer state.
+ */
+export class LrScheduler {
+  steps = 0;
+
+  constructor(readonly schedule: LrSchedule) {}
+
+  get lr(): number {
+    return scheduledLr(this.schedule, this.steps);
+  }
+
+  step(): void {
+    this.steps += 1;
+  }
+}
+
+/**
+ * One optimizer step as every trainer here takes it: clip the global gradient norm to maxNorm (0:
+ * no clipping), then apply at `lr` unless the norm is not finite (a skipped step; the caller counts
+ * it). Returns the norm before clipping. The caller disposes the gradients.
+ */
+export function clippedStep(optimizer: AdamW, params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, maxNorm: number, lr: number): { norm: number; applied: boolean } {
+  const norm = maxNorm > 0 ? clipGradNorm(grads, maxNorm) : globalNorm([...grads.values()]);
+  if (!Number.isFinite(norm)) return { norm, applied: false };
+  optimizer.lr = lr;
+  optimizer.apply(params, grads);
+  return { norm, applied: true };
 }
 
 /** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */

@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
-import { accumulateGradients, clipGradNorm, lossAndGradients, type AdamW } from './optim.js';
+import { accumulateGradients, clippedStep, lossAndGradients, type AdamW } from './optim.js';
 import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
 import { initWeights, modelFromWeights } from './checkpoint.js';
 import { parseModelConfig } from './config.js';
@@ -80,8 +80,7 @@ export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: Sequen
     value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
     local.loss.dispose();
   }
-  const norm = clipGradNorm(grads, maxGradNorm);
-  if (Number.isFinite(norm)) optimizer.apply(model.params, grads);
+  clippedStep(optimizer, model.params, grads, maxGradNorm, optimizer.lr);
   tf.dispose([...grads.values()]);
   pool?.publish(model.params);
   return value;

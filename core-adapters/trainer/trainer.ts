@@ -91,6 +91,9 @@ export class RLTrainer implements Trainer {
   /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
   async setup(): Promise<void> {
     await this.dataset.init();
+    // The schedules span the run, as verl's trainer tells its workers.
+    this.config.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
+    this.config.critic.optim.total_training_steps = this.totalSteps;
     await this.rewards.init?.();
     await this.worker.init();
     if (this.requirements.useCritic) await this.critic.init();

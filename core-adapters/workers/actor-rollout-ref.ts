@@ -25,7 +25,7 @@ import type { NativeChoice } from '../engine/backend.js';
 import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import { actorReplicaSpec } from './actor-replica.js';
 import { scoreResponses } from '../model/logprobs.js';
-import { AdamW } from '../model/optim.js';
+import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
@@ -87,6 +87,7 @@ export class ActorRolloutRefWorker implements Worker {
       heads: new Map(),
       params: new Map(lm.params),
       optimizer: new AdamW({ lr: optim.lr, betas: optim.betas as [number, number], eps: optim.eps, weightDecay: optim.weight_decay }),
+      lrScheduler: new LrScheduler(verlLrSchedule(optim, 'actor_rollout_ref.actor.optim')),
     };
   }
 
@@ -156,15 +157,18 @@ export class ActorRolloutRefWorker implements Worker {
     return concatFloat32(parts);
   }
 
+  /** The actor's update, then one scheduler step (verl's update_actor). */
   updateActor(batch: Batch): Metrics {
-    return this.actor.updatePolicy(batch);
+    const metrics = this.actor.updatePolicy(batch);
+    this.module.lrScheduler.step();
+    return metrics;
   }
 
   saveCheckpoint(dir: string): void {
     const actorDir = path.join(dir, 'actor');
     this.exportModel(actorDir);
     for (const [name, head] of this.module.heads) saveParameters(path.join(actorDir, `${name}.safetensors`), head.params);
-    saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer);
+    saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.lrScheduler);
   }
 
   loadCheckpoint(dir: string): void {
@@ -172,7 +176,7 @@ export class ActorRolloutRefWorker implements Worker {
     if (!fs.existsSync(actorDir)) throw new InputError(`${dir}: no actor/ directory; not a checkpoint`);
     loadWeightsInto(this.module.lm, actorDir);
     for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
-    loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params);
+    loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params, this.module.lrScheduler);
     this.module.pool?.publish(this.module.params);
   }
 

@@ -7,7 +7,6 @@ import { inject, injectable } from 'inversify';
 import type { LossAggMode } from '../algorithms/policy-loss.js';
 import { computeValueLoss } from '../algorithms/value-loss.js';
 import { MetricAverager, miniBatchDenominators } from '../actor/ppo-actor.js';
-import { accumulateGradients } from '../model/optim.js';
 import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -27,7 +26,7 @@ import {
 } from '../model/checkpoint.js';
 import { positionsFromMask } from '../model/causal-lm.js';
 import type { SequenceBatch } from '../model/logprobs.js';
-import { AdamW, clipGradNorm, lossAndGradients } from '../model/optim.js';
+import { accumulateGradients, AdamW, clippedStep, LrScheduler, lossAndGradients, verlLrSchedule } from '../model/optim.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
@@ -40,6 +39,7 @@ export class ValueCritic implements Critic {
   private lm!: CausalLM;
   private params = new Map<string, tf.Variable>();
   private optimizer!: AdamW;
+  private lrScheduler!: LrScheduler;
 
   constructor(@inject(TOKENS.Config) private readonly config: Config) {}
 
@@ -57,6 +57,7 @@ export class ValueCritic implements Critic {
     });
     const o = this.config.critic.optim;
     this.optimizer = new AdamW({ lr: o.lr, betas: o.betas as [number, number], eps: o.eps, weightDecay: o.weight_decay });
+    this.lrScheduler = new LrScheduler(verlLrSchedule(o, 'critic.optim'));
   }
 
   private headParams(): Map<string, tf.Variable> {
@@ -111,16 +112,14 @@ export class ValueCritic implements Critic {
           loss.dispose();
           accumulateGradients(grads, g);
         }
-        const norm = clipGradNorm(grads, cfg.grad_clip);
-        if (Number.isFinite(norm)) {
-          this.optimizer.apply(this.params, grads);
-          averages.add({ 'critic/grad_norm': norm });
-        } else {
-          skipped += 1;
-        }
+        const { norm, applied } = clippedStep(this.optimizer, this.params, grads, cfg.grad_clip, this.lrScheduler.lr);
+        if (applied) averages.add({ 'critic/grad_norm': norm, 'critic/lr': this.optimizer.lr });
+        else skipped += 1;
         tf.dispose([...grads.values()]);
       }
     }
+    // verl steps the critic's scheduler once per update_critic.
+    this.lrScheduler.step();
     return { ...averages.result(), 'critic/skipped_updates': skipped };
   }
 
@@ -128,7 +127,7 @@ export class ValueCritic implements Critic {
     const criticDir = path.join(dir, 'critic');
     saveModel(this.lm, criticDir);
     saveParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
-    saveOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer);
+    saveOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
   }
 
   loadCheckpoint(dir: string): void {
@@ -136,7 +135,7 @@ export class ValueCritic implements Critic {
     if (!fs.existsSync(criticDir)) throw new InputError(`${dir}: no critic/ directory, but this run trains a critic`);
     loadWeightsInto(this.lm, criticDir);
     loadParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
-    loadOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.params);
+    loadOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.params, this.lrScheduler);
   }
 
   dispose(): void {

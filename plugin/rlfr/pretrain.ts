@@ -6,9 +6,8 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import {
   AdamW,
-  clipGradNorm,
+  clippedStep,
   fileList,
-  globalNorm,
   InputError,
   loadModel,
   lossAndGradients,
@@ -86,19 +85,15 @@ export class FlowPretrainer {
     return rows ? total / rows : 0;
   }
 
-  /** One optimiser step on a batch of reference examples; returns the loss. */
-  step(examples: SftExample[], optimizer: AdamW, rng: Rng): number {
+  /** One optimiser step at `lr` on a batch of reference examples; returns the loss. */
+  step(examples: SftExample[], optimizer: AdamW, lr: number, rng: Rng): number {
     const latents = this.latents(examples);
     if (!latents.rows) return NaN;
     const { x1, context, layer } = stackLatents(latents, this.model.layerIds, this.flow.pretrain.batch_mul);
     const mask = new Float32Array(layer.length).fill(1);
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1, context, layer, mask, rng), this.model.field.params);
-    const norm = this.flow.pretrain.grad_clip > 0 ? clipGradNorm(grads, this.flow.pretrain.grad_clip) : globalNorm([...grads.values()]);
-    // A non-finite gradient would poison the field for good: skip the step.
-    if (Number.isFinite(norm)) {
-      optimizer.apply(this.model.field.params, grads);
-      this.model.config.trained_steps += 1;
-    }
+    // A non-finite gradient would poison the field for good: the step is skipped.
+    if (clippedStep(optimizer, this.model.field.params, grads, this.flow.pretrain.grad_clip, lr).applied) this.model.config.trained_steps += 1;
     const value = loss.dataSync()[0];
     tf.dispose([loss, x1, context, ...grads.values()]);
     return value;
@@ -141,8 +136,7 @@ export async function flowPretrain(config: Config, log: (line: string) => void =
   for (let step = 0; step < total; step++) {
     if (step % stepsPerEpoch === 0) order = rng.shuffle([...shuffled]);
     const offset = (step % stepsPerEpoch) * p.batch_size;
-    optimizer.lr = scheduledLr(schedule, step);
-    const loss = trainer.step(order.slice(offset, offset + p.batch_size), optimizer, Rng.derive(config.trainer.seed, step));
+    const loss = trainer.step(order.slice(offset, offset + p.batch_size), optimizer, scheduledLr(schedule, step), Rng.derive(config.trainer.seed, step));
     if (Number.isFinite(loss)) {
       recent += loss;
       count += 1;

@@ -9,8 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import {
   AdamW,
-  clipGradNorm,
-  globalNorm,
+  clippedStep,
   InputError,
   loadOptimizerState,
   lossAndGradients,
@@ -177,15 +176,10 @@ export class FlowRewardShaper implements RewardShaper {
     const layerOfRow = Float32Array.from({ length: n }, (_, i) => layers[Math.floor(i / data.rows)]);
     const rowWeights = Float32Array.from({ length: n }, (_, i) => weights[i % data.rows]);
     const [x1, ctx] = tf.tidy(() => [tf.concat(data.targets.map((t) => tf.tensor2d(t, [data.rows, d]))), tf.concat(data.contexts.map((c) => tf.tensor2d(c, [data.rows, d])))]);
-    this.optimizer.lr = this.onlineLr();
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times), this.model.field.params);
-    const gradNorm = online.grad_clip > 0 ? clipGradNorm(grads, online.grad_clip) : globalNorm([...grads.values()]);
-    // A non-finite gradient would poison the field for good: skip the step, as the actor does.
-    const finite = Number.isFinite(gradNorm);
-    if (finite) {
-      this.optimizer.apply(this.model.field.params, grads);
-      this.model.config.trained_steps += 1;
-    }
+    // A non-finite gradient would poison the field for good: the step is skipped, as the actor's is.
+    const { norm: gradNorm, applied: finite } = clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.onlineLr());
+    if (finite) this.model.config.trained_steps += 1;
     const value = loss.dataSync()[0];
     tf.dispose([loss, x1, ctx, ...grads.values()]);
     return { 'flow/loss': value, 'flow/lr': this.optimizer.lr, 'flow/grad_norm': gradNorm, 'flow/update_sequences': perSequence.size, 'flow/skipped_updates': finite ? 0 : 1 };
