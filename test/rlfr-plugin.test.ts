@@ -103,26 +103,38 @@ describe('RLFR flow rewards in the host', function () {
     lm.dispose();
   });
 
-  it('at initialisation (no pretrained field) every flow reward is zero, and the field still learns online from correct rollouts', async () => {
-    const dir = tempDir();
-    const host = await createHost(writeConfig(dir), { overrides: ['reward.flow.enable=true', 'trainer.total_training_steps=10'], quiet: true });
+  /** A host's worker and fresh flow shaper (no pretrained field), initialised. */
+  async function freshShaper(overrides: string[]): Promise<{ shaper: FlowRewardShaper; worker: Worker }> {
+    const host = await createHost(writeConfig(tempDir()), { overrides: ['reward.flow.enable=true', 'trainer.total_training_steps=10', ...overrides], quiet: true });
     const shapers = host.container.getAll<RewardShaper>(TOKENS.RewardShaper);
     expect(shapers).to.have.length(1);
-    const shaper = shapers[0] as FlowRewardShaper;
     const worker = host.container.get<Worker>(TOKENS.Worker);
     await worker.init();
-    await shaper.init();
-    expect(shaper.flowModel.trained).to.equal(false);
+    await shapers[0].init!();
+    return { shaper: shapers[0] as FlowRewardShaper, worker };
+  }
+
+  /** 16 rollouts of one prompt; every other one counts as correct. */
+  function halfCorrectBatch(worker: Worker): Batch {
     const prompts = promptBatch([{ ids: [5, 6, 7, 4, 8], dataSource: 'x', groundTruth: null, extraInfo: {}, index: 0 }], 'p').repeat(16, true);
-    const batch: Batch = worker.generateSequences(prompts, { temperature: 1, topP: 1, topK: 0, greedy: false, maxNewTokens: 8, seed: 1 });
+    const batch = worker.generateSequences(prompts, { temperature: 1, topP: 1, topK: 0, greedy: false, maxNewTokens: 8, seed: 1 });
     const [B, R] = batch.tensor('responses').shape;
     const scores = new Float32Array(B * R);
-    for (let b = 0; b < B; b += 2) scores[b * R] = 1; // every other rollout counts as correct
+    for (let b = 0; b < B; b += 2) scores[b * R] = 1;
     batch.set('token_level_scores', { shape: [B, R], data: scores });
+    return batch;
+  }
+
+  it('at initialisation (no pretrained field) every flow reward is zero, and the field still learns online from correct rollouts', async () => {
+    const { shaper, worker } = await freshShaper(['reward.flow.online.cadence=training_step']);
+    expect(shaper.flowModel.trained).to.equal(false);
+    const batch = halfCorrectBatch(worker);
+    const [B, R] = batch.tensor('responses').shape;
     const shaping = new Float32Array(B * R);
     const metrics = shaper.shape(batch, shaping);
     expect(shaping.every((x) => x === 0)).to.equal(true);
     expect(metrics).to.deep.include({ 'flow/kept_tokens': 0, 'flow/reward_mean': 0, 'flow/correct_fraction': 0.5 });
+    expect(shaper.onActorStep(batch), 'training_step ignores actor steps').to.deep.equal({});
     const update = shaper.afterUpdate();
     expect(update['flow/update_sequences']).to.equal(8);
     expect(update['flow/loss']).to.be.greaterThan(0);
@@ -134,9 +146,32 @@ describe('RLFR flow rewards in the host', function () {
     // Padding never gets a reward.
     const mask = batch.tensor('response_mask').data;
     expect(after.every((x, i) => mask[i] === 1 || x === 0)).to.equal(true);
+
+    // The reference's cadence: a step per actor mini-batch, the same latents (the same weights), and
+    // the loss over all 16 sequences instead of the 8 correct ones: half of training_step's.
+    const reference = await freshShaper([]);
+    expect(reference.shaper.shape(batch, new Float32Array(B * R))['flow/kept_tokens']).to.equal(0);
+    expect(reference.shaper.afterUpdate(), 'actor_step ignores the end of the update').to.deep.equal({});
+    const step = reference.shaper.onActorStep(batch);
+    expect(step['flow/update_sequences']).to.equal(8);
+    expect(step['flow/loss']).to.be.closeTo(0.5 * update['flow/loss'], 1e-6 * update['flow/loss']);
+    expect(reference.shaper.flowModel.trained).to.equal(true);
     batch.dispose();
-    shaper.dispose();
-    worker.dispose();
+    for (const { shaper: s, worker: w } of [{ shaper, worker }, reference]) {
+      s.dispose();
+      w.dispose();
+    }
+  });
+
+  it('with cadence actor_step the field takes one step per actor optimizer step (two mini-batches: two per training step)', async () => {
+    const trainedSteps = async (cadence: string) => {
+      const dir = tempDir();
+      await train(writeConfig(dir), ['reward.flow.enable=true', `reward.flow.online.cadence=${cadence}`, 'trainer.total_training_steps=2', 'trainer.save_freq=-1']);
+      return readMetrics(dir).map((m) => m['flow/trained_steps']);
+    };
+    // ppo_mini_batch_size 4 of train_batch_size 8: two actor steps per training step.
+    expect(await trainedSteps('actor_step')).to.deep.equal([0, 2]);
+    expect(await trainedSteps('training_step')).to.deep.equal([0, 1]);
   });
 
   for (const algorithm of ['grpo', 'flowrl']) {

@@ -8,7 +8,7 @@ import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
-import type { Actor, Metrics, PolicyModule } from '../contracts/index.js';
+import type { Actor, ActorStepListener, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { accumulateGradients, clippedStep, lossAndGradients } from '../model/optim.js';
 import { TOKENS } from '../tokens.js';
@@ -192,7 +192,7 @@ export class PPOActor implements Actor {
     for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach((m) => averages.add(m));
   }
 
-  updatePolicy(batch: Batch): Metrics {
+  updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
     const cfg = this.actorConfig;
     const averages = new MetricAverager();
     const onPolicy = batch.size <= this.miniBatchSize && cfg.ppo_epochs === 1;
@@ -206,6 +206,7 @@ export class PPOActor implements Actor {
           this.accumulateMicroBatch(micro, { global, share: micro.size / mini.size, step: this.module.optimizer.step, onPolicy, firstRow }, mini, grads, averages);
           firstRow += micro.size;
         }
+        for (const listener of listeners) averages.add(listener.onActorStep(mini));
         const { norm, applied } = clippedStep(this.module.optimizer, this.module.params, grads, cfg.grad_clip, this.module.lrScheduler.lr);
         if (applied) {
           this.module.pool?.publish(this.module.params);

@@ -36,8 +36,19 @@ export interface Actor {
   attach(module: PolicyModule): void;
   /** Per-token log-probs of the batch's responses (and entropies) without gradients. */
   computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array };
-  /** Mini-batches x epochs of updates on a batch holding advantages and old log-probs. */
-  updatePolicy(batch: Batch): Metrics;
+  /**
+   * Mini-batches x epochs of updates on a batch holding advantages and old log-probs. Each listener
+   * sees every mini-batch just before its optimizer step; their metrics join the actor's averages.
+   */
+  updatePolicy(batch: Batch, listeners?: ActorStepListener[]): Metrics;
+}
+
+/**
+ * Told of each actor optimizer step, with its mini-batch, before the step is applied: the policy
+ * still has the weights whose forward gave the step's gradients (RLFR's online field trains here).
+ */
+export interface ActorStepListener {
+  onActorStep(miniBatch: Batch): Metrics;
 }
 
 /** The actor-rollout-ref worker: owns the policy, the reference policy and sampling. */
@@ -48,7 +59,7 @@ export interface Worker {
   generateSequences(prompts: Batch, sampling: SamplingSettings): Batch;
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
   computeRefLogProb(batch: Batch): Float32Array;
-  updateActor(batch: Batch): Metrics;
+  updateActor(batch: Batch, listeners?: ActorStepListener[]): Metrics;
   /** Writes the actor (HF directory), its heads and optimizer state into dir. */
   saveCheckpoint(dir: string): void;
   loadCheckpoint(dir: string): void;
@@ -109,6 +120,8 @@ export interface RewardShaper {
   shape(batch: Batch, shaping: Float32Array): Metrics;
   /** Called after each actor update with the same batch (for online-trained shapers). */
   afterUpdate?(batch: Batch): Metrics;
+  /** Present when the shaper also follows each actor optimizer step (see ActorStepListener). */
+  onActorStep?(miniBatch: Batch): Metrics;
   /** State to keep in checkpoints, as files written into dir. */
   saveCheckpoint?(dir: string): void;
   loadCheckpoint?(dir: string): void;

@@ -8,6 +8,7 @@ import { addShapingReturns, isOutcomeEstimator, type AdvantageEstimator } from '
 import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController, type KlPenaltyType } from '../algorithms/kl.js';
 import { writeConfig, type Config } from '../config/load.js';
 import type {
+  ActorStepListener,
   CheckpointStore,
   Critic,
   DataPosition,
@@ -278,7 +279,8 @@ export class RLTrainer implements Trainer {
 
     if (this.requirements.useCritic) Object.assign(metrics, timed('update_critic', () => this.critic.updateCritic(batch)));
     if (!this.requirements.useCritic || this.step > this.config.critic.warmup) {
-      Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch)));
+      const listeners = this.shapers.filter((s): s is RewardShaper & ActorStepListener => s.onActorStep !== undefined);
+      Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch, listeners)));
       // Online shapers follow the policy: they update when it does (not during critic warm-up).
       for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
     }

@@ -8,7 +8,7 @@ import { inject, injectable } from 'inversify';
 import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
-import type { Actor, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
+import type { Actor, ActorStepListener, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import {
@@ -158,8 +158,8 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   /** The actor's update, then one scheduler step (verl's update_actor). */
-  updateActor(batch: Batch): Metrics {
-    const metrics = this.actor.updatePolicy(batch);
+  updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
+    const metrics = this.actor.updatePolicy(batch, listeners);
     this.module.lrScheduler.step();
     return metrics;
   }

@@ -6,6 +6,13 @@ import type { FlowNorm } from './shaping.js';
 export const FLOW_NORMS: readonly FlowNorm[] = ['minmax', 'minmax-bil'];
 /** Times of the online flow loss: the rewarding timesteps (the reference) or logit-normal (as pre-training). */
 export const ONLINE_TIMES = ['rewarding', 'logit_normal'] as const;
+/**
+ * When the field trains online. actor_step (the reference): one step per actor optimizer step, on
+ * that mini-batch's correct rollouts under the weights its forward used, the loss normalised over
+ * all its sequences (incorrect ones add zero). training_step: one step per training step, on the
+ * rollout latents the rewards were scored with, normalised over the correct sequences.
+ */
+export const ONLINE_CADENCES = ['actor_step', 'training_step'] as const;
 
 export interface FlowRewardConfig {
   enable: boolean;
@@ -34,6 +41,7 @@ export interface FlowRewardConfig {
     /** Rollouts whose score is at least this train the field. */
     reward_threshold: number;
     time_sampling: (typeof ONLINE_TIMES)[number];
+    cadence: (typeof ONLINE_CADENCES)[number];
   };
   pretrain: {
     /** Rows with reference responses; null: data.train_files. */
@@ -83,6 +91,7 @@ export function flowRewardConfig(config: Config): FlowRewardConfig {
   check(nonNegative(f.online.grad_clip), 'online.grad_clip', 'a number >= 0 (0: no clipping)', f.online.grad_clip);
   check(nonNegative(f.online.weight_decay), 'online.weight_decay', 'a number >= 0', f.online.weight_decay);
   check(typeof f.online.reward_threshold === 'number', 'online.reward_threshold', 'a number', f.online.reward_threshold);
+  check(ONLINE_CADENCES.includes(f.online.cadence), 'online.cadence', `one of ${ONLINE_CADENCES.join(', ')}`, f.online.cadence);
   check(f.flow_model === null || (typeof f.flow_model === 'string' && f.flow_model !== ''), 'flow_model', 'null or a directory path', f.flow_model);
   if (f.enable && f.flow_model === null && (!f.online.enable || f.coef === 0)) {
     throw new InputError(

@@ -1,7 +1,7 @@
 // RLFR's flow rewards as a host RewardShaper (research/rlfr.md 2, 2.4): per response token, the
 // velocity deviation of the policy's latents from a reference flow, normalised per sequence,
-// filtered and turned into a small penalty; then the field is fine-tuned on the step's correct
-// rollouts with its own AdamW. Works with any algorithm: the trainer adds the penalties to the
+// filtered and turned into a small penalty; the field is fine-tuned online on correct rollouts with
+// its own AdamW, at each actor optimizer step (the reference) or once per training step. Works with any algorithm: the trainer adds the penalties to the
 // token rewards (gae, reinforce_plus_plus) or to the advantages as their return (grpo, flowrl).
 import fs from 'node:fs';
 import path from 'node:path';
@@ -76,7 +76,7 @@ export class FlowRewardShaper implements RewardShaper {
   protected optimizer!: AdamW;
   /** Calls of shape(), which seed the reward noise (kept in checkpoints so a resume draws the same). */
   protected shapeCalls = 0;
-  /** Latents of the last batch's correct rollouts, for the online update after the actor's. */
+  /** Latents of the last batch's correct rollouts, for a training_step update after the actor's. */
   private pending?: TokenLatents;
 
   constructor(
@@ -108,10 +108,18 @@ export class FlowRewardShaper implements RewardShaper {
     );
   }
 
-  /** The online schedule: warm-up and cosine decay over the run's training steps. */
+  /** Whether the field trains at each actor optimizer step (else once per training step). */
+  private get perActorStep(): boolean {
+    return this.flow.online.cadence === 'actor_step';
+  }
+
+  /** The online schedule: warm-up and cosine decay over the field's steps in the run. */
   private onlineLr(): number {
     const { online } = this.flow;
-    const total = this.config.trainer.total_training_steps ?? this.config.trainer.total_epochs * this.dataset.stepsPerEpoch(this.config.data.train_batch_size);
+    const c = this.config;
+    const trainingSteps = c.trainer.total_training_steps ?? c.trainer.total_epochs * this.dataset.stepsPerEpoch(c.data.train_batch_size);
+    const actorSteps = Math.ceil(c.data.train_batch_size / c.actor_rollout_ref.actor.ppo_mini_batch_size) * c.actor_rollout_ref.actor.ppo_epochs;
+    const total = trainingSteps * (this.perActorStep ? actorSteps : 1);
     return scheduledLr({ lr: online.lr, warmupSteps: Math.floor(online.warmup_ratio * total), totalSteps: total, minLrRatio: online.min_lr_ratio }, this.optimizer.step);
   }
 
@@ -121,7 +129,7 @@ export class FlowRewardShaper implements RewardShaper {
     const scores = responseScores(batch);
     const correct = scores.map((s) => s >= this.flow.online.reward_threshold);
     const scoring = this.model.trained && this.flow.coef > 0;
-    const learning = this.flow.online.enable;
+    const learning = this.flow.online.enable && !this.perActorStep;
     // An untrained field (v = 0) measures only |x1 - eps|^2, which says nothing about the flow: no reward.
     const select = Float32Array.from(mask.data, (m, i) => (m && (scoring || (learning && correct[Math.floor(i / R)])) ? 1 : 0));
     const latents = responseLatents(this.worker.module.lm, sequenceBatch(batch), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
@@ -155,18 +163,39 @@ export class FlowRewardShaper implements RewardShaper {
     return { ...metrics, 'flow/score_mean': valid ? scoreSum / valid : 0, 'flow/kept_tokens': kept / B, 'flow/reward_mean': total / B };
   }
 
-  /**
-   * One AdamW step of the field on the last batch's correct rollouts: rectified flow at the
-   * rewarding times (or logit-normal), a masked mean over each sequence's tokens, then over
-   * sequences and layers. Latents are constants here, so the policy gets no gradient.
-   */
+  /** cadence training_step: one field step on the last batch's correct rollouts, after the actor's update. */
   afterUpdate(): Metrics {
     const data = this.pending;
     this.pending = undefined;
+    if (this.perActorStep || !this.flow.online.enable) return {};
     if (!data || data.rows === 0) return { 'flow/loss': 0, 'flow/update_sequences': 0 };
+    return this.fieldStep(data, new Set(data.sequence).size);
+  }
+
+  /**
+   * cadence actor_step (the reference): one field step per actor optimizer step, on the mini-batch's
+   * correct rollouts, read from the policy before the step is applied (the weights of its forward).
+   */
+  onActorStep(mini: Batch): Metrics {
+    if (!this.perActorStep || !this.flow.online.enable) return {};
+    const correct = responseScores(mini).map((s) => s >= this.flow.online.reward_threshold);
+    if (!correct.some(Boolean)) return { 'flow/loss': 0, 'flow/update_sequences': 0 };
+    const mask = mini.tensor('response_mask');
+    const R = mask.shape[1];
+    const select = Float32Array.from(mask.data, (m, i) => (m && correct[Math.floor(i / R)] ? 1 : 0));
+    const latents = responseLatents(this.worker.module.lm, sequenceBatch(mini), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
+    return this.fieldStep(latents, mini.size);
+  }
+
+  /**
+   * One AdamW step of the field on latents of correct rollouts: rectified flow at the rewarding
+   * times (or logit-normal), a mean over each sequence's tokens, summed over sequences and divided
+   * by `sequences`, averaged over layers. Latents are constants, so the policy gets no gradient.
+   */
+  private fieldStep(data: TokenLatents, sequences: number): Metrics {
     const perSequence = new Map<number, number>();
     for (const s of data.sequence) perSequence.set(s, (perSequence.get(s) ?? 0) + 1);
-    const weights = Float32Array.from(data.sequence, (s) => 1 / (perSequence.get(s)! * perSequence.size));
+    const weights = Float32Array.from(data.sequence, (s) => 1 / (perSequence.get(s)! * sequences));
     const layers = this.model.layerIds;
     const n = data.rows * layers.length;
     const d = data.size;
@@ -176,7 +205,7 @@ export class FlowRewardShaper implements RewardShaper {
     const layerOfRow = Float32Array.from({ length: n }, (_, i) => layers[Math.floor(i / data.rows)]);
     const rowWeights = Float32Array.from({ length: n }, (_, i) => weights[i % data.rows]);
     const [x1, ctx] = tf.tidy(() => [tf.concat(data.targets.map((t) => tf.tensor2d(t, [data.rows, d]))), tf.concat(data.contexts.map((c) => tf.tensor2d(c, [data.rows, d])))]);
-    const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times), this.model.field.params);
+    const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times, layers.length), this.model.field.params);
     // A non-finite gradient would poison the field for good: the step is skipped, as the actor's is.
     const { norm: gradNorm, applied: finite } = clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.onlineLr());
     if (finite) this.model.config.trained_steps += 1;

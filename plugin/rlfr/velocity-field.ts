@@ -128,8 +128,9 @@ export function sampleFlowTimes(rows: number, rng: Rng): Float32Array {
 
 /**
  * Rectified flow on target latents x1 [N, d] (rows weighted by `rowMask`, 1 = a response token):
- * x_t = t x1 + (1 - t) eps, target u = x1 - eps, loss = masked mean over rows of mean_d (v - u)^2.
- * Noise and times come from `rng` unless given.
+ * x_t = t x1 + (1 - t) eps, target u = x1 - eps, loss = sum over rows of weight * mean_d (v - u)^2,
+ * divided by `denominator` (default: the weights' sum, a masked mean). Noise and times come from
+ * `rng` unless given.
  */
 export function flowMatchingLoss(
   field: VelocityField,
@@ -139,6 +140,7 @@ export function flowMatchingLoss(
   rowMask: ArrayLike<number>,
   rng: Rng,
   times?: ArrayLike<number>,
+  denominator?: number,
 ): tf.Scalar {
   const [N, d] = x1.shape;
   const t = times ?? sampleFlowTimes(N, rng);
@@ -148,5 +150,5 @@ export function flowMatchingLoss(
   const target = tf.sub(x1, noise);
   const perRow = tf.mean(tf.square(tf.sub(field.forward({ x: xt, t, context, layer }), target)), 1);
   const mask = tf.tensor1d(Float32Array.from(rowMask));
-  return tf.div(tf.sum(tf.mul(perRow, mask)), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+  return tf.div(tf.sum(tf.mul(perRow, mask)), denominator ?? tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
 }
