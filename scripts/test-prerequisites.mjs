@@ -16,15 +16,18 @@ if (missing.length === 0) process.exit(0);
 
 const hasAptGet = spawnSync('sh', ['-c', 'command -v apt-get'], { stdio: 'ignore' }).status === 0;
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-const command = `apt-get update && apt-get install -y ${missing.join(' ')}`;
+const command = (sudo) => `${sudo}apt-get update && ${sudo}apt-get install -y ${missing.join(' ')}`;
 
 if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
-  console.log(`flowrl test: installing Debian packages the suite uses: ${missing.join(', ')} (${command})`);
+  console.log(`flowrl test: installing Debian packages the suite uses: ${missing.join(', ')} (${command('')})`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const update = spawnSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env });
-  const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: ['ignore', 'ignore', 'inherit'], env }) : update;
-  if (install.status !== 0) {
-    console.error(`flowrl test: the install failed; run \`${command}\` and then \`npm test\` again`);
+  // apt's chatter is shown only when it fails.
+  const run = (args) => spawnSync('apt-get', args, { stdio: ['ignore', 'pipe', 'pipe'], env, encoding: 'utf8' });
+  let result = run(['update', '-qq']);
+  if (result.status === 0) result = run(['install', '-y', '-qq', ...missing]);
+  if (result.status !== 0) {
+    process.stderr.write(`${result.stdout ?? ''}${result.stderr ?? ''}`);
+    console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
     process.exit(1);
   }
   process.exit(0);
@@ -32,10 +35,10 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
 
 if (!hasChromium()) {
   const how = hasAptGet
-    ? `sudo ${command}`
+    ? command('sudo ')
     : `install Chromium and set FLOWRL_CHROMIUM to its path${missing.includes('libopenblas0-pthread') ? ', and OpenBLAS (brew install openblas; dnf install openblas)' : ''}`;
   console.error(`flowrl test: the report test opens the HTML report in Chromium, which is not at ${chromium}. Run: ${how}`);
   process.exit(1);
 }
 // OpenBLAS alone is missing: everything passes without it, but one engine path goes untested.
-console.log(`flowrl test: OpenBLAS is not installed, so the native BLAS engine path is not covered (${hasAptGet ? `sudo ${command}` : 'brew install openblas'})`);
+console.log(`flowrl test: OpenBLAS is not installed, so the native BLAS engine path is not covered (${hasAptGet ? command('sudo ') : 'brew install openblas'})`);

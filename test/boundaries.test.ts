@@ -1,5 +1,6 @@
 // Import boundaries between the host and the plugin: core-adapters/ never imports plugin/, and
-// plugin/ reaches the host only through its public surface, core-adapters/index.ts.
+// plugin/ reaches the host only through its public surface, core-adapters/index.ts. And no import
+// cycles anywhere in either (type-only imports included: they show the same tangle).
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -67,6 +68,53 @@ export function checkBoundaries(files: SourceFile[], root: string): Violation[] 
   return violations;
 }
 
+/**
+ * The import cycles among `files` (relative imports only), each as the files of one strongly
+ * connected component, sorted; empty when the import graph is acyclic.
+ */
+export function importCycles(files: SourceFile[]): string[][] {
+  const known = new Set(files.map((f) => f.file));
+  const edges = new Map<string, string[]>();
+  for (const { file, text } of files) {
+    const targets = importSpecifiers(text)
+      .filter((s) => s.startsWith('./') || s.startsWith('../'))
+      .map((s) => path.resolve(path.dirname(file), s).replace(/\.js$/, '.ts'))
+      .filter((target) => known.has(target));
+    edges.set(file, targets);
+  }
+  // Tarjan's strongly connected components.
+  const order = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (v: string) => {
+    order.set(v, order.size);
+    low.set(v, order.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of edges.get(v)!) {
+      if (!order.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v)!, order.get(w)!));
+      }
+    }
+    if (low.get(v) !== order.get(v)) return;
+    const component: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      component.push(w);
+    } while (w !== v);
+    if (component.length > 1 || edges.get(v)!.includes(v)) cycles.push(component.sort());
+  };
+  for (const file of edges.keys()) if (!order.has(file)) visit(file);
+  return cycles;
+}
+
 function tsFiles(dir: string): string[] {
   if (!fs.existsSync(dir)) return [];
   return (fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }) as string[])
@@ -96,7 +144,25 @@ describe('import boundaries', () => {
     expect(violations.map((v) => `${path.relative(ROOT, v.file)}: '${v.specifier}' (${v.problem})`)).to.deep.equal([]);
   });
 
+  it('has no import cycle in core-adapters/ or plugin/', () => {
+    const cycles = importCycles([...coreFiles, ...pluginFiles].map(read));
+    expect(cycles.map((c) => c.map((f) => path.relative(ROOT, f)).join(' <-> '))).to.deep.equal([]);
+  });
+
   describe('the checker itself', () => {
+    it('finds a cycle through three files and a self-import, and none in a chain', () => {
+      const file = (name: string, imports: string[]): SourceFile => ({ file: path.join('/repo', name), text: imports.map((i) => `import { x } from '${i}';`).join('\n') });
+      const cycles = importCycles([
+        file('a.ts', ['./b/c.js']),
+        file('b/c.ts', ['../d.js', 'inversify']),
+        file('d.ts', ['./a.js']),
+        file('e.ts', ['./e.js']),
+        file('f.ts', ['./a.js', './g.js']),
+        file('g.ts', []),
+      ]);
+      expect(cycles).to.deep.equal([['/repo/a.ts', '/repo/b/c.ts', '/repo/d.ts'], ['/repo/e.ts']]);
+    });
+
     const root = '/repo';
     const core = (name: string, text: string): SourceFile => ({ file: path.join(root, 'core-adapters', name), text });
     const plugin = (name: string, text: string): SourceFile => ({ file: path.join(root, 'plugin', name), text });

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
+import { evaluateExpression } from '../core-adapters/rewards/countdown.js';
 import {
-  evaluateExpression,
   generateCountdown,
   readRows,
   reachableTargets,

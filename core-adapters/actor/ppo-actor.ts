@@ -10,7 +10,8 @@ import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, ActorStepListener, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
-import { accumulateGradients, clippedStep, lossAndGradients } from '../model/optim.js';
+import { accumulateGradients } from '../engine/ops.js';
+import { clippedStep, lossAndGradients } from '../model/optim.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 

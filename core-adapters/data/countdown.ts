@@ -1,100 +1,14 @@
 // The countdown task (TinyZero, FlowRL): combine every given number exactly once with + - * / and
-// parentheses to reach the target. One rule set serves the parser (scoring), the solver and the generator.
+// parentheses to reach the target. The solver enumerates exactly the expressions the scorer's
+// parser accepts (rewards/countdown.ts), and the generator keeps only solvable problems.
 import path from 'node:path';
 import { check, InputError } from '../errors.js';
 import { Rng } from '../random.js';
-import { Fraction } from './fraction.js';
 import { writeRowsJsonl, type DataRow } from './rows.js';
 
 export interface CountdownProblem {
   numbers: number[];
   target: number;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Parsing: expr := term (('+' | '-') term)*, term := factor (('*' | '/') factor)*,
-// factor := integer | '(' expr ')'. No unary minus and no decimals, so an accepted expression that
-// uses each number once is exactly one of the trees the solver enumerates.
-
-class ParseFailure extends Error {}
-
-class ExpressionParser {
-  private position = 0;
-  readonly numbers: number[] = [];
-
-  constructor(private readonly text: string) {}
-
-  parseAll(): Fraction {
-    const value = this.expression();
-    this.skipSpace();
-    if (this.position !== this.text.length) throw new ParseFailure();
-    return value;
-  }
-
-  private skipSpace(): void {
-    while (this.position < this.text.length && /\s/.test(this.text[this.position])) this.position++;
-  }
-
-  private peek(): string | undefined {
-    this.skipSpace();
-    return this.text[this.position];
-  }
-
-  private expression(): Fraction {
-    let value = this.term();
-    for (let op = this.peek(); op === '+' || op === '-'; op = this.peek()) {
-      this.position++;
-      const right = this.term();
-      value = op === '+' ? value.add(right) : value.sub(right);
-    }
-    return value;
-  }
-
-  private term(): Fraction {
-    let value = this.factor();
-    for (let op = this.peek(); op === '*' || op === '/'; op = this.peek()) {
-      this.position++;
-      const right = this.factor();
-      const next = op === '*' ? value.mul(right) : value.div(right);
-      if (!next) throw new ParseFailure(); // division by zero
-      value = next;
-    }
-    return value;
-  }
-
-  private factor(): Fraction {
-    const next = this.peek();
-    if (next === '(') {
-      this.position++;
-      const value = this.expression();
-      if (this.peek() !== ')') throw new ParseFailure();
-      this.position++;
-      return value;
-    }
-    const digits = /^[0-9]+/.exec(this.text.slice(this.position, this.position + 400))?.[0];
-    if (!digits || digits.length >= 400) throw new ParseFailure();
-    this.position += digits.length;
-    const literal = BigInt(digits);
-    this.numbers.push(Number(literal));
-    return new Fraction(literal);
-  }
-}
-
-/**
- * Evaluates an arithmetic expression exactly (integers, + - * /, parentheses; no eval). Returns
- * undefined for a syntax error or a division by zero. `numbers` lists the integer literals in order;
- * `fraction` is the exact value, `value` its nearest double. Literals of 400+ digits count as syntax errors.
- */
-export function evaluateExpression(text: string): { value: number; numbers: number[]; fraction: Fraction } | undefined {
-  const parser = new ExpressionParser(text);
-  try {
-    const fraction = parser.parseAll();
-    return { value: fraction.toNumber(), numbers: parser.numbers, fraction };
-  } catch (e) {
-    // RangeError: nesting deep enough to exhaust the stack is not an expression worth scoring.
-    if (e instanceof ParseFailure || e instanceof RangeError) return undefined;
-    throw e;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,4 +1,3 @@
 // Data: verl-format rows (jsonl/parquet) and the countdown task.
 export * from './rows.js';
-export * from './fraction.js';
 export * from './countdown.js';

@@ -215,3 +215,17 @@ export function headLogProbs(
   const [logProbs, entropy] = tf.unstack(both) as tf.Tensor1D[];
   return withEntropy ? { logProbs, entropy } : { logProbs };
 }
+
+/** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
+export function accumulateGradients(into: Map<string, tf.Tensor>, add: Map<string, tf.Tensor>): void {
+  for (const [name, g] of add) {
+    const previous = into.get(name);
+    if (previous) {
+      into.set(name, tf.add(previous, g));
+      previous.dispose();
+      g.dispose();
+    } else {
+      into.set(name, g);
+    }
+  }
+}

@@ -8,7 +8,7 @@ import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from '
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from './backend.js';
 import { shardRanges } from '../arrays.js';
-import { accumulateGradients } from '../model/optim.js';
+import { accumulateGradients } from './ops.js';
 import { blasThreads, loadNativeKernels } from './native.js';
 
 /** What a worker builds its replica from: a module exporting `factory(args)`. */

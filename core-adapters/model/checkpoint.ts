@@ -207,6 +207,9 @@ export function loadParameters(file: string, params: Map<string, tf.Variable>): 
   }
 }
 
+/** The optimizer state's file name in a role's checkpoint directory. */
+export const OPTIMIZER_FILE = 'optimizer.safetensors';
+
 /**
  * AdamW moments and step count as one safetensors file (m/<name>, v/<name>; the step in metadata),
  * with the lr scheduler's step when there is one.

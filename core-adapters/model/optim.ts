@@ -190,20 +190,6 @@ export function clippedStep(optimizer: AdamW, params: Map<string, tf.Variable>, 
   return { norm, applied: true };
 }
 
-/** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */
-export function accumulateGradients(into: Map<string, tf.Tensor>, add: Map<string, tf.Tensor>): void {
-  for (const [name, g] of add) {
-    const previous = into.get(name);
-    if (previous) {
-      into.set(name, tf.add(previous, g));
-      previous.dispose();
-      g.dispose();
-    } else {
-      into.set(name, g);
-    }
-  }
-}
-
 /**
  * The loss and its gradients with respect to named parameters (keyed by the map's names).
  * Parameters the loss does not touch get no entry.

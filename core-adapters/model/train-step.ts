@@ -2,7 +2,8 @@
 import * as tf from '@tensorflow/tfjs';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
-import { accumulateGradients, clippedStep, lossAndGradients, type AdamW } from './optim.js';
+import { accumulateGradients } from '../engine/ops.js';
+import { clippedStep, lossAndGradients, type AdamW } from './optim.js';
 import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
 import { initWeights, modelFromWeights } from './checkpoint.js';
 import { parseModelConfig } from './config.js';

@@ -1,8 +1,93 @@
 // Countdown scoring: the answer expression must use each given number exactly once and equal the
 // target exactly (the same rules as the solver in data/countdown.ts).
-import { evaluateExpression } from '../data/countdown.js';
+import { Fraction } from './fraction.js';
 import { InputError } from '../errors.js';
 import type { GradedAnswer } from './types.js';
+
+// Parsing: expr := term (('+' | '-') term)*, term := factor (('*' | '/') factor)*,
+// factor := integer | '(' expr ')'. No unary minus and no decimals, so an accepted expression that
+// uses each number once is exactly one of the trees the solver enumerates.
+
+class ParseFailure extends Error {}
+
+class ExpressionParser {
+  private position = 0;
+  readonly numbers: number[] = [];
+
+  constructor(private readonly text: string) {}
+
+  parseAll(): Fraction {
+    const value = this.expression();
+    this.skipSpace();
+    if (this.position !== this.text.length) throw new ParseFailure();
+    return value;
+  }
+
+  private skipSpace(): void {
+    while (this.position < this.text.length && /\s/.test(this.text[this.position])) this.position++;
+  }
+
+  private peek(): string | undefined {
+    this.skipSpace();
+    return this.text[this.position];
+  }
+
+  private expression(): Fraction {
+    let value = this.term();
+    for (let op = this.peek(); op === '+' || op === '-'; op = this.peek()) {
+      this.position++;
+      const right = this.term();
+      value = op === '+' ? value.add(right) : value.sub(right);
+    }
+    return value;
+  }
+
+  private term(): Fraction {
+    let value = this.factor();
+    for (let op = this.peek(); op === '*' || op === '/'; op = this.peek()) {
+      this.position++;
+      const right = this.factor();
+      const next = op === '*' ? value.mul(right) : value.div(right);
+      if (!next) throw new ParseFailure(); // division by zero
+      value = next;
+    }
+    return value;
+  }
+
+  private factor(): Fraction {
+    const next = this.peek();
+    if (next === '(') {
+      this.position++;
+      const value = this.expression();
+      if (this.peek() !== ')') throw new ParseFailure();
+      this.position++;
+      return value;
+    }
+    const digits = /^[0-9]+/.exec(this.text.slice(this.position, this.position + 400))?.[0];
+    if (!digits || digits.length >= 400) throw new ParseFailure();
+    this.position += digits.length;
+    const literal = BigInt(digits);
+    this.numbers.push(Number(literal));
+    return new Fraction(literal);
+  }
+}
+
+/**
+ * Evaluates an arithmetic expression exactly (integers, + - * /, parentheses; no eval). Returns
+ * undefined for a syntax error or a division by zero. `numbers` lists the integer literals in order;
+ * `fraction` is the exact value, `value` its nearest double. Literals of 400+ digits count as syntax errors.
+ */
+export function evaluateExpression(text: string): { value: number; numbers: number[]; fraction: Fraction } | undefined {
+  const parser = new ExpressionParser(text);
+  try {
+    const fraction = parser.parseAll();
+    return { value: fraction.toNumber(), numbers: parser.numbers, fraction };
+  } catch (e) {
+    // RangeError: nesting deep enough to exhaust the stack is not an expression worth scoring.
+    if (e instanceof ParseFailure || e instanceof RangeError) return undefined;
+    throw e;
+  }
+}
 
 export interface CountdownScoreOptions {
   /** Score of a correct answer. Default 1. */

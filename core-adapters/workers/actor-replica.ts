@@ -4,8 +4,7 @@
 import type { PPOActor, MicroBatchShare } from '../actor/ppo-actor.js';
 import { Batch } from '../batch.js';
 import type { ConfigTree } from '../config/defaults.js';
-import type { Config } from '../config/load.js';
-import type { Replica, ReplicaSpec } from '../engine/workers.js';
+import type { Replica } from '../engine/workers.js';
 import { createHostFromTree } from '../host.js';
 import { generate, type SamplingOptions } from '../model/generate.js';
 import { TOKENS } from '../tokens.js';
@@ -16,10 +15,6 @@ export type ActorTask =
   | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean }
   | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']> }
   | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
-
-export function actorReplicaSpec(config: Config): ReplicaSpec {
-  return { module: import.meta.url, factory: 'createActorReplica', args: { config: structuredClone(config) } };
-}
 
 export async function createActorReplica(args: { config: ConfigTree }): Promise<Replica> {
   const host = await createHostFromTree(args.config, 'replica.yaml', { quiet: true, overrides: ['engine.workers=1'] });

@@ -16,14 +16,14 @@ import {
   loadOptimizerState,
   loadParameters,
   loadWeightsInto,
+  OPTIMIZER_FILE,
   saveModel,
   saveOptimizerState,
   saveParameters,
 } from '../model/checkpoint.js';
 import { generateOnPool } from '../model/generate.js';
 import type { NativeChoice } from '../engine/backend.js';
-import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
-import { actorReplicaSpec } from './actor-replica.js';
+import { resolveWorkerCount, WorkerPool, type ReplicaSpec } from '../engine/workers.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
@@ -31,7 +31,14 @@ import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch, sequencesFromSamples } from './sequences.js';
 
-export const OPTIMIZER_FILE = 'optimizer.safetensors';
+/**
+ * What a worker thread builds as this worker's replica: workers/actor-replica.ts, named here rather
+ * than imported, because it builds a whole host (and the host binds this class).
+ */
+function actorReplicaSpec(config: Config): ReplicaSpec {
+  const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+  return { module: new URL(`./actor-replica${extension}`, import.meta.url).href, factory: 'createActorReplica', args: { config: structuredClone(config) } };
+}
 
 @injectable()
 export class ActorRolloutRefWorker implements Worker {

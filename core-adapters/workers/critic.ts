@@ -17,6 +17,7 @@ import { linear } from '../engine/ops.js';
 import {
   loadModel,
   loadOptimizerState,
+  OPTIMIZER_FILE,
   loadParameters,
   loadWeightsInto,
   saveModel,
@@ -26,11 +27,11 @@ import {
 } from '../model/checkpoint.js';
 import { positionsFromMask } from '../model/causal-lm.js';
 import type { SequenceBatch } from '../model/logprobs.js';
-import { accumulateGradients, AdamW, clippedStep, LrScheduler, lossAndGradients, verlLrSchedule } from '../model/optim.js';
+import { accumulateGradients } from '../engine/ops.js';
+import { AdamW, clippedStep, LrScheduler, lossAndGradients, verlLrSchedule } from '../model/optim.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
-import { OPTIMIZER_FILE } from './actor-rollout-ref.js';
 
 export const VALUE_HEAD_FILE = 'value_head.safetensors';
 

@@ -12,6 +12,7 @@ import {
   clippedStep,
   InputError,
   loadOptimizerState,
+  OPTIMIZER_FILE,
   lossAndGradients,
   Rng,
   saveOptimizerState,
@@ -32,7 +33,6 @@ import { flowTokenRewards } from './shaping.js';
 import { flowMatchingLoss, sampleFlowTimes } from './velocity-field.js';
 
 export const FLOW_CHECKPOINT_DIR = 'flow';
-const OPTIMIZER_FILE = 'optimizer.safetensors';
 const STATE_FILE = 'shaper_state.json';
 /** Separates the field's noise streams from the trainer's (same run seed). */
 const NOISE_SALT = 0x0f10;
