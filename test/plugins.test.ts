@@ -16,7 +16,8 @@ import {
   type HostOptions,
   type RewardManager,
 } from '../core-adapters/index.js';
-import { expectInputErrorAsync, fixture, runFlowrl, tempDir, type CliResult } from './helpers.js';
+import { evalCommand } from '../core-adapters/cli/rl-commands.js';
+import { expectInputErrorAsync, fixture, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 
 const TOY_DIR = fixture('plugins', 'toy');
 type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
@@ -172,6 +173,21 @@ describe('plugins', () => {
       const host = await createHost(configWith([ASYNC_DIR]), { skipEngine: true });
       expect(host.plugins.map((p) => p.name)).to.deep.equal(['async-load']);
       expect(host.container.get(TOKENS.RewardManager)).to.be.instanceOf(AsyncRewardManager);
+    });
+  });
+
+  describe('a plugin trainer written against the Trainer contract (no RLTrainer)', () => {
+    it('is what `flowrl eval` evaluates', async () => {
+      const file = writeCountdownConfig(tempDir(), { plugins: [fixture('plugins', 'own-trainer')] });
+      const printed: string[] = [];
+      const log = console.log;
+      console.log = (line: string) => printed.push(line);
+      try {
+        await evalCommand([file]);
+      } finally {
+        console.log = log;
+      }
+      expect(printed.map((line) => JSON.parse(line))).to.deep.equal([{ 'val/prompts': 96 }]);
     });
   });
 

@@ -3,7 +3,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Metrics, PluginCommand, Trainer } from '../contracts/index.js';
 import { readConfigFile, resolveConfig } from '../config/load.js';
-import type { RLTrainer } from '../trainer/trainer.js';
 import { InputError } from '../errors.js';
 import { createHost, readPluginManifests, type Host } from '../host.js';
 import { pluginConfigLayer } from '../plugins/manifest.js';
@@ -83,9 +82,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
     extra.push(`actor_rollout_ref.model.path=${path.join(target, 'actor')}`, 'trainer.resume_mode=disable');
   }
   const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
-  const trainer = host.container.get<RLTrainer>(TOKENS.Trainer);
-  await trainer.setupForEvaluation();
-  const metrics = trainer.validate();
+  const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+  const metrics = await trainer.evaluate();
   console.log(JSON.stringify(metrics));
   trainer.dispose();
 }

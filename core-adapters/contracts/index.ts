@@ -187,7 +187,9 @@ export interface Dataset {
 export interface Trainer {
   /** Runs training to the end; returns the last validation metrics (if any). */
   fit(): Promise<Metrics>;
-  /** One validation pass. */
+  /** Loads what validation needs (data, scorers, the policy; no checkpoint), then one validation pass (`flowrl eval`). */
+  evaluate(): Promise<Metrics>;
+  /** One validation pass, once the trainer is set up (by fit or evaluate). */
   validate(): Metrics;
   /** Releases the models the run's roles hold. */
   dispose(): void;

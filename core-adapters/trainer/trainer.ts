@@ -118,11 +118,12 @@ export class RLTrainer implements Trainer {
     for (const shaper of this.shapers) shaper.dispose?.();
   }
 
-  /** Loads data, scorers and the policy for a validation pass only. */
-  async setupForEvaluation(): Promise<void> {
+  /** Loads data, scorers and the policy, then one validation pass. */
+  async evaluate(): Promise<Metrics> {
     await this.dataset.init();
     await this.rewards.init?.();
     await this.worker.init();
+    return this.validate();
   }
 
   protected restore(dir: string): TrainerState {
