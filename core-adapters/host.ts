@@ -9,7 +9,7 @@ import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
 import type { ConfigTree } from './config/defaults.js';
 import { PromptDataset } from './data/dataset.js';
-import { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
+import { initEngine, type EngineInfo } from './engine/backend.js';
 import { InputError } from './errors.js';
 import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
@@ -123,7 +123,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   const requirements = runRequirements(config, registry);
-  const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend as BackendChoice, { quiet: options.quiet, native: config.engine.native as NativeChoice });
+  const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });
   const container = new Container({ defaultScope: 'Singleton' });
   await container.loadAsync(coreModule(config, requirements, registry, engine));
   for (const manifest of plugins) await container.loadAsync(await importPluginModule(manifest, { config, manifest }));

@@ -6,6 +6,7 @@ import path from 'node:path';
 import {
   CORE_DEFAULTS,
   InputError,
+  KEY_CHOICES,
   parseOverride,
   readConfigFile,
   resolveConfig,
@@ -16,6 +17,7 @@ import {
 import { expectInputError, tempDir } from './helpers.js';
 
 const SCHEMA = CORE_DEFAULTS as unknown as ConfigTree;
+type ConfigValueTree = ConfigTree | string;
 
 /** A config file path in a fresh directory (resolveConfig never reads it; it names it and resolves paths against it). */
 function configPath(name = 'run.yaml'): string {
@@ -23,6 +25,15 @@ function configPath(name = 'run.yaml'): string {
 }
 
 describe('config', () => {
+  it('every choice key exists, its default is one of its choices, and another value is rejected naming the choices', () => {
+    for (const [key, choices] of Object.entries(KEY_CHOICES)) {
+      const value = key.split('.').reduce<unknown>((node, part) => (node as ConfigTree)[part], SCHEMA);
+      expect(choices, key).to.include(value);
+      const bad = key.split('.').reduceRight<ConfigValueTree>((inner, part) => ({ [part]: inner }), 'not-a-choice' as unknown as ConfigValueTree);
+      expectInputError(() => resolveConfig({ user: bad as ConfigTree, userFile: configPath() }), `'${key}'`, choices.join(', '));
+    }
+  });
+
   describe('resolveConfig', () => {
     it('fills every default when the file sets nothing', () => {
       const config = resolveConfig({ user: {}, userFile: configPath() });

@@ -3,8 +3,8 @@
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
-import { aggregateLoss, type AggregateLossOptions, type LossAggMode, type PolicyLoss } from '../algorithms/policy-loss.js';
-import { klPenalty, type KlPenaltyType } from '../algorithms/kl.js';
+import { aggregateLoss, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { klPenalty } from '../algorithms/kl.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -134,7 +134,7 @@ export class PPOActor implements Actor {
    */
   protected microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const cfg = this.actorConfig;
-    const mode = cfg.loss_agg_mode as LossAggMode;
+    const mode = cfg.loss_agg_mode;
     const withEntropy = cfg.entropy_coeff !== 0;
     const out = scoreResponses(this.module.lm, sequenceBatch(micro), { temperature: this.temperature, withEntropy });
     const mask = this.floatTensor(micro, 'response_mask');
@@ -151,7 +151,7 @@ export class PPOActor implements Actor {
       loss = tf.sub(loss, tf.mul(entropy, cfg.entropy_coeff));
     }
     if (cfg.use_kl_loss) {
-      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type as KlPenaltyType) as tf.Tensor2D, mask, mode, part.global);
+      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type) as tf.Tensor2D, mask, mode, part.global);
       metrics['actor/kl_loss'] = kl.dataSync()[0] / Math.max(part.share, 1e-12);
       metrics['actor/kl_coef'] = cfg.kl_loss_coef;
       loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));

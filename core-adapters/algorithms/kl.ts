@@ -66,6 +66,9 @@ function klPenaltyValue(logProb: number, refLogProb: number, type: KlPenaltyType
   }
 }
 
+/** algorithm.kl_ctrl.type: a fixed coefficient or Ziegler et al.'s adaptive one. */
+export const KL_CONTROLLER_TYPES = ['fixed', 'adaptive'] as const;
+
 /** The KL coefficient (beta) of the in-reward penalty. */
 export interface KlController {
   readonly value: number;

@@ -6,7 +6,7 @@ import { readConfigFile, resolveConfig } from '../config/load.js';
 import { InputError } from '../errors.js';
 import { createHost, readPluginManifests, type Host } from '../host.js';
 import { pluginConfigLayer } from '../plugins/manifest.js';
-import { initEngine, type BackendChoice, type NativeChoice } from '../engine/backend.js';
+import { initEngine } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
 import { METRICS_FILE } from '../trainer/metrics.js';
@@ -93,7 +93,7 @@ export async function sftCommand(argv: string[]): Promise<void> {
   const user = readConfigFile(target);
   const plugins = readPluginManifests(([] as string[]).concat((user.plugins as string[] | undefined) ?? []), target);
   const config = resolveConfig({ user, userFile: target, overrides, pluginDefaults: plugins.map(pluginConfigLayer) });
-  await initEngine(config.engine.backend as BackendChoice, { native: config.engine.native as NativeChoice });
+  await initEngine(config.engine.backend, { native: config.engine.native });
   const result = await runSft(config);
   console.log(`wrote ${result.outputDir} after ${result.steps} steps (train loss ${result.trainLoss.toFixed(4)}${result.valLoss !== undefined ? `, validation loss ${result.valLoss.toFixed(4)}` : ''})`);
 }

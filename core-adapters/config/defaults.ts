@@ -1,17 +1,44 @@
 // The host's configuration defaults, with verl's section and key names where verl has them.
 // Every key a user may set appears here (or in a plugin's defaults): validation rejects the rest.
+import { KL_CONTROLLER_TYPES, KL_PENALTY_TYPES } from '../algorithms/kl.js';
+import { LOSS_AGG_MODES } from '../algorithms/policy-loss.js';
+import { BACKEND_CHOICES, NATIVE_CHOICES } from '../engine/backend.js';
+import { LR_SCHEDULER_TYPES } from '../model/optim.js';
 
 export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;
 export interface ConfigTree {
   [key: string]: ConfigValue;
 }
 
+/**
+ * Keys whose value is one of a fixed list (plugin algorithm names are checked separately). The
+ * defaults below take their types from this table, so a choice key is typed as its union.
+ */
+export const KEY_CHOICES = {
+  'engine.backend': BACKEND_CHOICES,
+  'engine.native': NATIVE_CHOICES,
+  'actor_rollout_ref.actor.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
+  'critic.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
+  'actor_rollout_ref.actor.loss_agg_mode': LOSS_AGG_MODES,
+  'critic.loss_agg_mode': LOSS_AGG_MODES,
+  'actor_rollout_ref.actor.kl_loss_type': KL_PENALTY_TYPES,
+  'algorithm.kl_penalty': KL_PENALTY_TYPES,
+  'algorithm.kl_ctrl.type': KL_CONTROLLER_TYPES,
+  'reward_model.reward_manager': ['naive'],
+} as const satisfies Record<string, readonly string[]>;
+
+export type ChoiceKey = keyof typeof KEY_CHOICES;
+export type Choice<K extends ChoiceKey> = (typeof KEY_CHOICES)[K][number];
+
+/** A choice key's default, checked against its list. */
+const choice = <K extends ChoiceKey>(_key: K, value: Choice<K>): Choice<K> => value;
+
 export const CORE_DEFAULTS = {
   plugins: [] as string[],
   engine: {
-    backend: 'auto',
+    backend: choice('engine.backend', 'auto'),
     /** The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off). */
-    native: 'auto',
+    native: choice('engine.native', 'auto'),
     /** Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none). */
     workers: 'auto' as string | number,
   },
@@ -45,7 +72,7 @@ export const CORE_DEFAULTS = {
         lr_warmup_steps: -1,
         lr_warmup_steps_ratio: 0.0,
         /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
-        lr_scheduler_type: 'constant',
+        lr_scheduler_type: choice('actor_rollout_ref.actor.optim.lr_scheduler_type', 'constant'),
         /** verl's deprecated name for lr_scheduler_type; wins when set. */
         warmup_style: null as string | null,
         min_lr_ratio: 0.0,
@@ -64,10 +91,10 @@ export const CORE_DEFAULTS = {
       /** Dual-clip bound for negative advantages. */
       clip_ratio_c: 3.0,
       grad_clip: 1.0,
-      loss_agg_mode: 'token-mean',
+      loss_agg_mode: choice('actor_rollout_ref.actor.loss_agg_mode', 'token-mean'),
       use_kl_loss: false,
       kl_loss_coef: 0.001,
-      kl_loss_type: 'low_var_kl',
+      kl_loss_type: choice('actor_rollout_ref.actor.kl_loss_type', 'low_var_kl'),
       entropy_coeff: 0,
     },
     ref: {
@@ -106,7 +133,7 @@ export const CORE_DEFAULTS = {
       lr_warmup_steps: -1,
       lr_warmup_steps_ratio: 0.0,
       /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
-      lr_scheduler_type: 'constant',
+      lr_scheduler_type: choice('critic.optim.lr_scheduler_type', 'constant'),
       /** verl's deprecated name for lr_scheduler_type; wins when set. */
       warmup_style: null as string | null,
       min_lr_ratio: 0.0,
@@ -119,7 +146,7 @@ export const CORE_DEFAULTS = {
     ppo_epochs: 1,
     cliprange_value: 0.5,
     grad_clip: 1.0,
-    loss_agg_mode: 'token-mean',
+    loss_agg_mode: choice('critic.loss_agg_mode', 'token-mean'),
     /** Steps that train only the critic before the actor starts. */
     warmup: 0,
   },
@@ -132,16 +159,16 @@ export const CORE_DEFAULTS = {
     lam: 1.0,
     norm_adv_by_std_in_grpo: true,
     use_kl_in_reward: false,
-    kl_penalty: 'kl',
+    kl_penalty: choice('algorithm.kl_penalty', 'kl'),
     kl_ctrl: {
-      type: 'fixed',
+      type: choice('algorithm.kl_ctrl.type', 'fixed'),
       kl_coef: 0.001,
       horizon: 10000,
       target_kl: 0.1,
     },
   },
   reward_model: {
-    reward_manager: 'naive',
+    reward_manager: choice('reward_model.reward_manager', 'naive'),
     /** Extra keyword options passed to the scorer of each data_source. */
     reward_kwargs: {} as Record<string, unknown>,
   },
@@ -189,19 +216,6 @@ export const CORE_DEFAULTS = {
 
 export type CoreConfig = typeof CORE_DEFAULTS;
 
-/** Keys whose value must be one of a fixed list (plugin algorithm names are checked separately). */
-export const KEY_CHOICES: Record<string, readonly string[]> = {
-  'engine.backend': ['auto', 'tensorflow', 'wasm', 'cpu'],
-  'engine.native': ['auto', 'loop', 'off'],
-  'actor_rollout_ref.actor.optim.lr_scheduler_type': ['constant', 'cosine'],
-  'critic.optim.lr_scheduler_type': ['constant', 'cosine'],
-  'actor_rollout_ref.actor.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
-  'critic.loss_agg_mode': ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'],
-  'actor_rollout_ref.actor.kl_loss_type': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],
-  'algorithm.kl_penalty': ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'],
-  'algorithm.kl_ctrl.type': ['fixed', 'adaptive'],
-  'reward_model.reward_manager': ['naive'],
-};
 
 /** Keys that accept either a single value or a list (verl allows both for data files). */
 export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins']);

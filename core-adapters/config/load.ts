@@ -177,7 +177,7 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       continue;
     }
     if (typeof value !== typeof expected) throw bad(`a ${typeof expected}`);
-    const choices = KEY_CHOICES[dotted];
+    const choices = (KEY_CHOICES as Record<string, readonly string[]>)[dotted];
     if (choices && !choices.includes(value as string)) {
       throw new InputError(`${where}: key '${dotted}' is '${String(value)}'; allowed: ${choices.join(', ')}`);
     }

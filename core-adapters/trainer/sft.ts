@@ -15,7 +15,6 @@ import { packSequences } from '../model/logprobs.js';
 import { AdamW, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { languageModelReplicaSpec, languageModelStep, maskedNll } from '../model/train-step.js';
-import type { NativeChoice } from '../engine/backend.js';
 import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
@@ -111,7 +110,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
   const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
   const threads = resolveWorkerCount(config.engine.workers);
-  const pool = threads > 1 && tf.getBackend() === 'wasm' ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native as NativeChoice }) : undefined;
+  const pool = threads > 1 && tf.getBackend() === 'wasm' ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native }) : undefined;
   pool?.publish(model.params);
   const rng = new Rng(config.trainer.seed);
   let order: SftExample[] = [];

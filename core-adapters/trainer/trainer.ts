@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
 import { addShapingReturns, isOutcomeEstimator, type AdvantageEstimator } from '../algorithms/advantages.js';
-import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController, type KlPenaltyType } from '../algorithms/kl.js';
+import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController } from '../algorithms/kl.js';
 import { writeConfig, type Config } from '../config/load.js';
 import type {
   ActorStepListener,
@@ -247,7 +247,7 @@ export class RLTrainer implements Trainer {
           mask,
           B,
           R,
-          this.config.algorithm.kl_penalty as KlPenaltyType,
+          this.config.algorithm.kl_penalty,
           this.klController!,
         );
         rewards = penalised.tokenRewards;

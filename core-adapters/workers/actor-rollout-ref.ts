@@ -22,7 +22,6 @@ import {
   saveParameters,
 } from '../model/checkpoint.js';
 import { generateOnPool } from '../model/generate.js';
-import type { NativeChoice } from '../engine/backend.js';
 import { resolveWorkerCount, WorkerPool, type ReplicaSpec } from '../engine/workers.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
@@ -67,7 +66,7 @@ export class ActorRolloutRefWorker implements Worker {
         size: threads,
         spec: actorReplicaSpec(this.config),
         params: this.module.params,
-        native: this.config.engine.native as NativeChoice,
+        native: this.config.engine.native,
       });
       this.module.pool.publish(this.module.params);
       if (this.config.trainer.progress) process.stderr.write(`[flowrl] data-parallel: ${threads} threads (engine.workers), each with a policy replica\n`);

@@ -4,7 +4,6 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
-import type { LossAggMode } from '../algorithms/policy-loss.js';
 import { computeValueLoss } from '../algorithms/value-loss.js';
 import { MetricAverager, miniBatchDenominators } from '../actor/ppo-actor.js';
 import { concatFloat32 } from '../arrays.js';
@@ -104,7 +103,7 @@ export class ValueCritic implements Critic {
               tensor(micro, 'values'),
               tensor(micro, 'response_mask'),
               cfg.cliprange_value,
-              cfg.loss_agg_mode as LossAggMode,
+              cfg.loss_agg_mode,
               global,
             );
             averages.add({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
