@@ -1,35 +1,116 @@
-// The host's public surface: everything a plugin may import (as `flowrl/core`).
+// flowrl/core: what a plugin may import from the host, and all of it. Plugins (and plugin/ in this
+// repository) import nothing else; everything not listed here is internal and may change. The
+// README's "The plugin surface" section describes each group.
 import 'reflect-metadata';
 
-export * from './errors.js';
-export * from './random.js';
-export * from './arrays.js';
-export * from './tokens.js';
-export * from './contracts/index.js';
-export * from './batch.js';
-export * from './engine/backend.js';
-export * from './engine/kernels.js';
-export * from './engine/native.js';
-export * from './engine/workers.js';
-export * from './engine/ops.js';
-export * from './model/index.js';
-export * from './config/defaults.js';
-export * from './config/load.js';
-export * from './plugins/algorithms.js';
-export * from './plugins/manifest.js';
-export * from './plugins/loader.js';
-export * from './algorithms/index.js';
-export * from './data/index.js';
-export * from './data/dataset.js';
-export * from './rewards/index.js';
-export * from './rewards/manager.js';
-export * from './actor/ppo-actor.js';
-export * from './workers/sequences.js';
-export * from './workers/actor-rollout-ref.js';
-export * from './workers/critic.js';
-export * from './trainer/checkpoints.js';
-export * from './trainer/metrics.js';
-export * from './trainer/trainer.js';
-export * from './trainer/sft.js';
-export * from './report/report.js';
-export * from './host.js';
+// Errors: bad input (config, files, rows) is an InputError; the CLI prints it and exits 2.
+export { InputError } from './errors.js';
+
+// Bindings: one token per role and contribution point; a manifest declares the ones it overrides.
+export { TOKENS, OVERRIDABLE_BINDINGS, type TokenName } from './tokens.js';
+
+// Contracts: the roles, the contribution points, and the records they pass.
+export type {
+  Actor,
+  ActorStepListener,
+  CheckpointInfo,
+  CheckpointStore,
+  Critic,
+  DataPosition,
+  Dataset,
+  Metrics,
+  MetricsSink,
+  ParameterHead,
+  PluginCommand,
+  PolicyModule,
+  PromptRecord,
+  RewardManager,
+  RewardResult,
+  RewardShaper,
+  SamplingSettings,
+  Trainer,
+  Worker,
+} from './contracts/index.js';
+
+// Plugins: what a plugin's entry receives, its manifest, and what the run needs from algorithm.name.
+export type { PluginContext, PluginEntry } from './plugins/loader.js';
+export type { PluginManifest } from './plugins/manifest.js';
+export type { AlgorithmSpec, RunRequirements } from './plugins/algorithms.js';
+
+// Configuration: the resolved run config (core sections typed, plugin sections open).
+export { CORE_DEFAULTS, KEY_CHOICES, type Choice, type ChoiceKey, type ConfigTree, type ConfigValue } from './config/defaults.js';
+export { readConfigFile, resolveConfig, writeConfig, type Config } from './config/load.js';
+
+// The host: a container built from a config (plugins loaded, bindings made) and the tfjs engine.
+export { createHost, type Host } from './host.js';
+export { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
+
+// Base roles, meant for subclassing (verl's recipe style): override a method, rebind the token.
+export { PPOActor, MetricAverager, type MicroBatchShare } from './actor/ppo-actor.js';
+export { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
+export { ValueCritic } from './workers/critic.js';
+export { RLTrainer } from './trainer/trainer.js';
+export { NaiveRewardManager } from './rewards/manager.js';
+export { PromptDataset } from './data/dataset.js';
+export { LocalCheckpointStore } from './trainer/checkpoints.js';
+
+// Registries by name, and the math they hold (verl's core_algos): estimators, policy losses, KL.
+export {
+  advantageEstimatorNames,
+  getAdvantageEstimator,
+  maskedWhiten,
+  registerAdvantageEstimator,
+  type AdvantageEstimator,
+  type AdvantageInput,
+  type AdvantageOutput,
+  type EstimatorTraits,
+} from './algorithms/advantages.js';
+export {
+  aggregateLoss,
+  getPolicyLoss,
+  policyLossNames,
+  registerPolicyLoss,
+  type AggregateLossOptions,
+  type LossAggMode,
+  type PolicyLoss,
+  type PolicyLossInput,
+  type PolicyLossOptions,
+  type PolicyLossResult,
+} from './algorithms/policy-loss.js';
+export { klPenalty, type KlPenaltyType } from './algorithms/kl.js';
+
+// Batches and seeded randomness.
+export { Batch, type BatchTensor } from './batch.js';
+export { Rng } from './random.js';
+
+// The model: loading, scoring, sampling, and the parameters of heads a worker attaches.
+export { CausalLM, positionsFromMask } from './model/causal-lm.js';
+export type { ModelConfig } from './model/config.js';
+export {
+  loadModel,
+  loadOptimizerState,
+  loadParameters,
+  OPTIMIZER_FILE,
+  saveModel,
+  saveOptimizerState,
+  saveParameters,
+  uniqueVariableName,
+  writeDirectoryAtomically,
+} from './model/checkpoint.js';
+export { TextTokenizer } from './model/tokenizer.js';
+export { packSequences, responseMask, scoreResponses, type SequenceBatch } from './model/logprobs.js';
+export { sequenceBatch } from './workers/sequences.js';
+export { generate, type SamplingOptions } from './model/generate.js';
+
+// Optimisation: AdamW as PyTorch's, verl's lr schedules, and the one clipped optimizer step.
+export { AdamW, clippedStep, LrScheduler, lossAndGradients, scheduledLr, type AdamWOptions, type LrSchedule } from './model/optim.js';
+
+// Differentiable tensor ops that stay fast on the wasm backend (for heads and losses).
+export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from './engine/ops.js';
+
+// Data: verl's rows, supervised examples, and the countdown task the examples use.
+export { fileList } from './data/dataset.js';
+export { readRows, writeRowsJsonl, type DataRow } from './data/rows.js';
+export { readSftExamples, runSft, type SftExample } from './trainer/sft.js';
+export { buildTokenizer } from './model/tokenizer.js';
+export { generateCountdown, solveCountdown, writeCountdownDataset, type CountdownOptions } from './data/countdown.js';

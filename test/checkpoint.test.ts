@@ -2,20 +2,10 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  buildTokenizer,
-  expectedTensors,
-  initModel,
-  initWeights,
-  loadModel,
-  modelFromWeights,
-  parseModelConfig,
-  readHeader,
-  readTensors,
-  saveModel,
-  writeSafetensors,
-  type CausalLM,
-} from '../core-adapters/index.js';
+import { buildTokenizer, loadModel, saveModel, type CausalLM } from '../core-adapters/index.js';
+import { initModel, initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { expectedTensors, parseModelConfig } from '../core-adapters/model/config.js';
+import { readHeader, readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { expectInputError, expectSameBits, fixture, floatBits, readJson, tempDir } from './helpers.js';
 
 

@@ -4,17 +4,11 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import {
-  buildTokenizer,
-  generate,
-  initWeights,
-  loadModel,
-  parseModelConfig,
-  readHeader,
-  readTensors,
-  responseLogProbs,
-  TextTokenizer,
-} from '../core-adapters/index.js';
+import { buildTokenizer, generate, loadModel, TextTokenizer } from '../core-adapters/index.js';
+import { initWeights } from '../core-adapters/model/checkpoint.js';
+import { parseModelConfig } from '../core-adapters/model/config.js';
+import { responseLogProbs } from '../core-adapters/model/logprobs.js';
+import { readHeader, readTensors } from '../core-adapters/model/safetensors.js';
 import { expectClose, runFlowrl, tempDir, type CliResult } from './helpers.js';
 
 

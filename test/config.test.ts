@@ -3,17 +3,8 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  CORE_DEFAULTS,
-  InputError,
-  KEY_CHOICES,
-  parseOverride,
-  readConfigFile,
-  resolveConfig,
-  validateConfig,
-  writeConfig,
-  type ConfigTree,
-} from '../core-adapters/index.js';
+import { CORE_DEFAULTS, InputError, KEY_CHOICES, readConfigFile, resolveConfig, writeConfig, type ConfigTree } from '../core-adapters/index.js';
+import { parseOverride, validateConfig } from '../core-adapters/config/load.js';
 import { expectInputError, tempDir } from './helpers.js';
 
 const SCHEMA = CORE_DEFAULTS as unknown as ConfigTree;

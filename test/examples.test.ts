@@ -7,13 +7,10 @@ import path from 'node:path';
 import {
   Batch,
   createHost,
-  initModel,
   NaiveRewardManager,
   PPOActor,
-  readHeader,
   readRows,
   saveModel,
-  scoreGsm8k,
   TOKENS,
   type Dataset,
   type Host,
@@ -22,6 +19,9 @@ import {
   type Trainer,
   type Worker,
 } from '../core-adapters/index.js';
+import { initModel } from '../core-adapters/model/checkpoint.js';
+import { readHeader } from '../core-adapters/model/safetensors.js';
+import { scoreGsm8k } from '../core-adapters/rewards/gsm8k.js';
 import { ROOT, runFlowrl, tempDir } from './helpers.js';
 
 const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');

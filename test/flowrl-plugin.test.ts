@@ -6,13 +6,13 @@ import {
   createHost,
   loadModel,
   PPOActor,
-  readHeader,
   RLTrainer,
   TOKENS,
   type Host,
   type Trainer,
   type Worker,
 } from '../core-adapters/index.js';
+import { readHeader } from '../core-adapters/model/safetensors.js';
 import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
 import { enginePaths, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 

@@ -1,6 +1,7 @@
 // Shared test utilities: fixture paths, temporary directories, closeness checks.
 import { expect } from 'chai';
-import { initEngine, InputError, loadNativeKernels } from '../core-adapters/index.js';
+import { initEngine, InputError } from '../core-adapters/index.js';
+import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { AdamW, generate, installWasmKernelOverrides, loadModel, loadNativeKernels, removeWasmKernelOverrides, Rng, writeTimeSlice } from '../core-adapters/index.js';
+import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
+import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
+import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { reinstallEngineKernels } from '../core-adapters/engine/backend.js';
 import { enginePaths, expectClose, fixture, runFlowrl } from './helpers.js';
 

@@ -1,14 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import {
-  generate,
-  loadModel,
-  packSequences,
-  ropeInverseFrequencies,
-  scoreResponses,
-  responseLogProbs,
-  type CausalLM,
-} from '../core-adapters/index.js';
+import { generate, loadModel, packSequences, scoreResponses, type CausalLM } from '../core-adapters/index.js';
+import { ropeInverseFrequencies } from '../core-adapters/model/causal-lm.js';
+import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { expectClose, fixture, readJson } from './helpers.js';
 
 interface Case {

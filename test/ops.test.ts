@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { addColumns, embed, headLogProbs, matmulConstant, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
+import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
+import { embed, headLogProbs, matmulConstant } from '../core-adapters/engine/ops.js';
 import { expectClose } from './helpers.js';
 
 const rng = new Rng(7);

@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import path from 'node:path';
-import { AdamW, clipGradNorm, createHost, globalNorm, LrScheduler, TOKENS, verlLrSchedule, type Trainer, type VerlOptimSchedule } from '../core-adapters/index.js';
+import { AdamW, createHost, LrScheduler, TOKENS, type Trainer } from '../core-adapters/index.js';
+import { clipGradNorm, globalNorm, verlLrSchedule, type VerlOptimSchedule } from '../core-adapters/model/optim.js';
 import { expectClose, expectInputError, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
 
 interface AdamWReference {

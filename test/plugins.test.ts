@@ -7,15 +7,15 @@ import { pathToFileURL } from 'node:url';
 import {
   buildTokenizer,
   createHost,
-  HOST_VERSION,
   InputError,
   NaiveRewardManager,
   OVERRIDABLE_BINDINGS,
   TOKENS,
   writeConfig,
-  type HostOptions,
   type RewardManager,
 } from '../core-adapters/index.js';
+import { type HostOptions } from '../core-adapters/host.js';
+import { HOST_VERSION } from '../core-adapters/package-root.js';
 import { evalCommand } from '../core-adapters/cli/rl-commands.js';
 import { expectInputErrorAsync, fixture, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 

@@ -6,8 +6,6 @@ import {
   createHost,
   loadModel,
   packSequences,
-  promptBatch,
-  readHeader,
   readSftExamples,
   Rng,
   TextTokenizer,
@@ -18,6 +16,8 @@ import {
   type Trainer,
   type Worker,
 } from '../core-adapters/index.js';
+import { readHeader } from '../core-adapters/model/safetensors.js';
+import { promptBatch } from '../core-adapters/workers/sequences.js';
 import { FlowModel, flowPretrain, FlowRewardShaper, type FlowPretrainResult } from '../plugin/index.js';
 import { flowDeviation, responseLatents } from '../plugin/rlfr/latents.js';
 import { expectInputErrorAsync, fixture, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { readHeader, readTensors, writeSafetensors } from '../core-adapters/index.js';
+import { readHeader, readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { expectInputError, expectSameBits, fixture, floatBits, readJson, tempDir } from './helpers.js';
 
 type JsonNumber = number | string;

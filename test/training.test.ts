@@ -1,15 +1,9 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import {
-  AdamW,
-  generate,
-  initModel,
-  languageModelStep,
-  packSequences,
-  sampleToken,
-  Rng,
-  type CausalLM,
-} from '../core-adapters/index.js';
+import { AdamW, generate, packSequences, Rng, type CausalLM } from '../core-adapters/index.js';
+import { initModel } from '../core-adapters/model/checkpoint.js';
+import { sampleToken } from '../core-adapters/model/generate.js';
+import { languageModelStep } from '../core-adapters/model/train-step.js';
 import { enginePaths, onEnginePath } from './helpers.js';
 
 const TINY = {

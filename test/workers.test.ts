@@ -2,25 +2,12 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import {
-  AdamW,
-  createHost,
-  generate,
-  generateOnPool,
-  initWeights,
-  languageModelReplicaSpec,
-  languageModelStep,
-  loadModel,
-  modelFromWeights,
-  packSequences,
-  parseModelConfig,
-  resolveConfig,
-  Rng,
-  runSft,
-  TOKENS,
-  WorkerPool,
-  type Trainer,
-} from '../core-adapters/index.js';
+import { AdamW, createHost, generate, loadModel, packSequences, resolveConfig, Rng, runSft, TOKENS, type Trainer } from '../core-adapters/index.js';
+import { WorkerPool } from '../core-adapters/engine/workers.js';
+import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { parseModelConfig } from '../core-adapters/model/config.js';
+import { generateOnPool } from '../core-adapters/model/generate.js';
+import { languageModelReplicaSpec, languageModelStep } from '../core-adapters/model/train-step.js';
 import { enginePaths, expectClose, fixture, onEnginePath, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 const TINY = {
