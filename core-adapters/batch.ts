@@ -6,6 +6,7 @@ import * as tf from '@tensorflow/tfjs';
 
 export type BatchArray = Float32Array | Int32Array;
 
+/** A tensor in a batch: host memory, its shape, rows first. */
 export interface BatchTensor {
   shape: number[];
   data: BatchArray;
@@ -23,6 +24,7 @@ function takeRows(t: BatchTensor, rows: number[]): BatchTensor {
   return { shape: [rows.length, ...t.shape.slice(1)], data: out };
 }
 
+/** verl's DataProto: named tensors, per-row columns and meta, split and merged by rows. */
 export class Batch {
   readonly tensors = new Map<string, BatchTensor>();
   readonly columns = new Map<string, unknown[]>();

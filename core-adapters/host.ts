@@ -26,6 +26,7 @@ import { ValueCritic } from './workers/critic.js';
 
 export { HOST_VERSION } from './package-root.js';
 
+/** A built host: its container (bindings made, plugins loaded), the resolved config, the plugins and the engine. */
 export interface Host {
   container: Container;
   config: Config;

@@ -1,5 +1,6 @@
 // Dependency-injection identifiers, one per role. Symbol.for keeps them identical across copies of
 // this module (a plugin compiled against the published package still names the same bindings).
+/** The dependency-injection token of each role and contribution point (Symbol.for, so copies of this module agree). */
 export const TOKENS = {
   Config: Symbol.for('flowrl.Config'),
   Engine: Symbol.for('flowrl.Engine'),
@@ -28,6 +29,7 @@ export const TOKENS = {
   AlgorithmRegistry: Symbol.for('flowrl.AlgorithmRegistry'),
 } as const;
 
+/** The name of a binding in TOKENS. */
 export type TokenName = keyof typeof TOKENS;
 
 /** Bindings a plugin manifest may declare as overridden. */

@@ -144,6 +144,25 @@ describe('import boundaries', () => {
     expect(violations.map((v) => `${path.relative(ROOT, v.file)}: '${v.specifier}' (${v.problem})`)).to.deep.equal([]);
   });
 
+  it('documents every export of flowrl/core with a doc comment at its definition', () => {
+    const index = fs.readFileSync(path.join(ROOT, 'core-adapters', 'index.ts'), 'utf8');
+    const undocumented: string[] = [];
+    let exports = 0;
+    for (const [, names, from] of index.matchAll(/export (?:type )?\{([^}]*)\} from '(\.[^']+)'/g)) {
+      const source = fs.readFileSync(path.join(ROOT, 'core-adapters', from.replace(/\.js$/, '.ts')), 'utf8').split('\n');
+      for (const name of names.split(',').map((n) => n.replace(/^\s*type\s+/, '').trim()).filter(Boolean)) {
+        exports += 1;
+        const definition = new RegExp(`^export\\s+(?:declare\\s+)?(?:async\\s+)?(?:abstract\\s+)?(?:function\\*?|class|const|let|interface|type|enum)\\s+${name}\\b`);
+        let line = source.findIndex((l) => definition.test(l));
+        expect(line, `${name} is defined in ${from}`).to.be.at.least(0);
+        while (line > 0 && source[line - 1].trim().startsWith('@')) line -= 1;
+        if (!source[line - 1]?.trim().endsWith('*/')) undocumented.push(`${name} (${from})`);
+      }
+    }
+    expect(exports).to.be.within(60, 160);
+    expect(undocumented).to.deep.equal([]);
+  });
+
   it('has no import cycle in core-adapters/ or plugin/', () => {
     const cycles = importCycles([...coreFiles, ...pluginFiles].map(read));
     expect(cycles.map((c) => c.map((f) => path.relative(ROOT, f)).join(' <-> '))).to.deep.equal([]);

@@ -64,6 +64,7 @@ export function miniBatchDenominators(mini: Batch): AggregateLossOptions {
   return { batchNumTokens: tokens, globalBatchSize: rows };
 }
 
+/** The stock actor (verl's DataParallelPPOActor); subclasses change the objective by overriding microBatchLoss. */
 @injectable()
 export class PPOActor implements Actor {
   protected module!: PolicyModule;

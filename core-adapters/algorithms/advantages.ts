@@ -4,6 +4,7 @@
 // plain arrays in float64, and hand back float32 arrays that are zero wherever the mask is 0.
 import { InputError } from '../errors.js';
 
+/** What an advantage estimator reads. */
 export interface AdvantageInput {
   /** B responses of T token positions, row-major. */
   batch: number;
@@ -28,11 +29,13 @@ export interface AdvantageOutput {
   returns: Float32Array;
 }
 
+/** An advantage estimator: token rewards (and values) in, advantages and returns out. */
 export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
 
 const estimators = new Map<string, AdvantageEstimator>();
 const outcomeEstimators = new Set<string>();
 
+/** What the trainer must know of an estimator beyond its function. */
 export interface EstimatorTraits {
   /**
    * The estimator reduces each response's token rewards to one score (grpo). Per-token shaping
@@ -75,12 +78,14 @@ export function addShapingReturns(output: AdvantageOutput, shaping: ArrayLike<nu
   }
 }
 
+/** The registered advantage estimator of this name (InputError listing the names if none). */
 export function getAdvantageEstimator(name: string): AdvantageEstimator {
   const estimator = estimators.get(name);
   if (!estimator) throw new InputError(`unknown advantage estimator '${name}'; available: ${advantageEstimatorNames().join(', ')}`);
   return estimator;
 }
 
+/** The registered advantage estimators, by name. */
 export function advantageEstimatorNames(): string[] {
   return [...estimators.keys()];
 }

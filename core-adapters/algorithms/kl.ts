@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
 
+/** verl's KL estimators by name (kl, k1, abs, mse, k2, low_var_kl, k3). */
 export type KlPenaltyType = 'kl' | 'k1' | 'abs' | 'mse' | 'k2' | 'low_var_kl' | 'k3';
 
 export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'];

@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
 
+/** verl's loss_agg_mode: how token losses become one number. */
 export type LossAggMode = 'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-sum-norm';
 
 export const LOSS_AGG_MODES: readonly LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
@@ -70,6 +71,7 @@ function maskedMeanTensor(values: tf.Tensor, mask: tf.Tensor): tf.Scalar {
   return tf.div(tf.sum(maskedProduct(values, mask)), tf.add(tf.sum(mask), 1e-8)) as tf.Scalar;
 }
 
+/** The tensors a policy loss reads, [B, R] each. */
 export interface PolicyLossInput {
   logProb: tf.Tensor2D;
   oldLogProb: tf.Tensor2D;
@@ -77,6 +79,7 @@ export interface PolicyLossInput {
   responseMask: tf.Tensor2D;
 }
 
+/** The settings a policy loss reads (from actor_rollout_ref.actor). */
 export interface PolicyLossOptions {
   clipRatioLow: number;
   clipRatioHigh: number;
@@ -87,11 +90,13 @@ export interface PolicyLossOptions {
   globalBatchInfo?: AggregateLossOptions;
 }
 
+/** A policy loss value with its metrics. */
 export interface PolicyLossResult {
   loss: tf.Scalar;
   metrics: { 'actor/pg_clipfrac': number; 'actor/ppo_kl': number; 'actor/pg_clipfrac_lower': number };
 }
 
+/** A policy loss (verl's policy_loss registry entry): log-probs and advantages in, a scalar and metrics out. */
 export type PolicyLoss = (input: PolicyLossInput, options: PolicyLossOptions) => PolicyLossResult;
 
 const policyLosses = new Map<string, PolicyLoss>();
@@ -103,12 +108,14 @@ export function registerPolicyLoss(name: string, fn: PolicyLoss): void {
   policyLosses.set(name, fn);
 }
 
+/** The registered policy loss of this name (InputError listing the names if none). */
 export function getPolicyLoss(name: string): PolicyLoss {
   const fn = policyLosses.get(name);
   if (!fn) throw new InputError(`unknown policy loss '${name}'; available: ${policyLossNames().join(', ')}`);
   return fn;
 }
 
+/** The registered policy losses, by name. */
 export function policyLossNames(): string[] {
   return [...policyLosses.keys()];
 }

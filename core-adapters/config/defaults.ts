@@ -5,7 +5,9 @@ import { LOSS_AGG_MODES } from '../algorithms/policy-loss.js';
 import { BACKEND_CHOICES, NATIVE_CHOICES } from '../engine/backend.js';
 import { LR_SCHEDULER_TYPES } from '../model/optim.js';
 
+/** A value in a config tree. */
 export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;
+/** A config section: keys to values. */
 export interface ConfigTree {
   [key: string]: ConfigValue;
 }
@@ -27,12 +29,15 @@ export const KEY_CHOICES = {
   'reward_model.reward_manager': ['naive'],
 } as const satisfies Record<string, readonly string[]>;
 
+/** A config key whose value is one of a fixed list. */
 export type ChoiceKey = keyof typeof KEY_CHOICES;
+/** The union of a choice key's allowed values. */
 export type Choice<K extends ChoiceKey> = (typeof KEY_CHOICES)[K][number];
 
 /** A choice key's default, checked against its list. */
 const choice = <K extends ChoiceKey>(_key: K, value: Choice<K>): Choice<K> => value;
 
+/** Every core config key with its default (verl's names); validation rejects keys not here or in a plugin's defaults. */
 export const CORE_DEFAULTS = {
   plugins: [] as string[],
   engine: {

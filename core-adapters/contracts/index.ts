@@ -68,6 +68,7 @@ export interface Worker {
   dispose(): void;
 }
 
+/** How the worker samples one batch of rollouts. */
 export interface SamplingSettings {
   temperature: number;
   topP: number;
@@ -87,6 +88,7 @@ export interface Critic {
   dispose(): void;
 }
 
+/** Scores of a batch of rollouts: token-level, per response, and which ones are correct. */
 export interface RewardResult {
   /** [B, R] with each response's score at its last valid token. */
   tokenLevelScores: Float32Array;
@@ -98,6 +100,7 @@ export interface RewardResult {
   metrics: Metrics;
 }
 
+/** Scores rollouts by data_source (verl's reward manager). */
 export interface RewardManager {
   /** Loads what scoring needs (a custom scorer module). */
   init?(): Promise<void>;
@@ -144,11 +147,13 @@ export interface MetricsSink {
   close(): void;
 }
 
+/** A complete checkpoint: its global step and directory. */
 export interface CheckpointInfo {
   step: number;
   dir: string;
 }
 
+/** Where checkpoints go: atomic saves, the latest complete one, and the one to resume from. */
 export interface CheckpointStore {
   /** Writes global_step_N atomically through `write(tmpDir)`. */
   save(step: number, write: (dir: string) => void): CheckpointInfo;
@@ -168,12 +173,14 @@ export interface PromptRecord {
   index: number;
 }
 
+/** Where the trainer is in the training prompts (kept in checkpoints). */
 export interface DataPosition {
   epoch: number;
   /** Prompts consumed in this epoch. */
   offset: number;
 }
 
+/** The training and validation prompts, tokenized, served in seeded order. */
 export interface Dataset {
   init(): Promise<void>;
   readonly train: PromptRecord[];
@@ -184,6 +191,7 @@ export interface Dataset {
   stepsPerEpoch(size: number): number;
 }
 
+/** The training loop (verl's RayPPOTrainer): fit, evaluate, validate. */
 export interface Trainer {
   /** Runs training to the end; returns the last validation metrics (if any). */
   fit(): Promise<Metrics>;

@@ -158,6 +158,7 @@ export function reachableTargets(numbers: number[], low: number, high: number): 
 // ---------------------------------------------------------------------------------------------
 // Generating datasets.
 
+/** How writeCountdownDataset draws problems: counts, sizes, number and target ranges, seed. */
 export interface CountdownOptions {
   count: number;
   seed: number;

@@ -23,6 +23,7 @@ export function fileList(value: string | string[] | null | undefined): string[] 
   return Array.isArray(value) ? value : [value];
 }
 
+/** verl-format rows (jsonl or parquet), rendered and tokenized, checked for a scorer, served in seeded order. */
 @injectable()
 export class PromptDataset implements Dataset {
   train: PromptRecord[] = [];

@@ -10,6 +10,7 @@ import { installWasmKernelOverrides } from './kernels.js';
 import { blasDisabledByEnv, loadNativeKernels } from './native.js';
 
 export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
+/** engine.backend: auto, tensorflow, wasm or cpu. */
 export type BackendChoice = (typeof BACKEND_CHOICES)[number];
 /**
  * engine.native, the engine path on wasm: auto uses the native addon with an optimised BLAS when
@@ -17,6 +18,7 @@ export type BackendChoice = (typeof BACKEND_CHOICES)[number];
  * stock wasm kernels (plus the TypeScript overrides).
  */
 export const NATIVE_CHOICES = ['auto', 'loop', 'off'] as const;
+/** engine.native: the engine path on wasm (auto, loop or off). */
 export type NativeChoice = (typeof NATIVE_CHOICES)[number];
 
 /** FLOWRL_NATIVE=off (or 0) wins over any setting; FLOWRL_BLAS=none turns auto into loop. */
@@ -31,6 +33,7 @@ export function defaultNativeChoice(): NativeChoice {
   return resolveNativeChoice('auto');
 }
 
+/** The tfjs backend in use and its accelerations. */
 export interface EngineInfo {
   /** The tfjs backend name now active: tensorflow, wasm or cpu. */
   backend: string;

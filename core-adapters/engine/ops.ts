@@ -76,6 +76,7 @@ export function rmsNorm(x: tf.Tensor2D, weight: tf.Tensor1D, eps: number): tf.Te
   return scaleColumns(tf.mul(x, tf.rsqrt(tf.add(meanSquare, eps))) as tf.Tensor2D, weight);
 }
 
+/** x * sigmoid(x), with its gradient. */
 export function silu(x: tf.Tensor): tf.Tensor {
   return tf.mul(x, tf.sigmoid(x));
 }

@@ -89,6 +89,7 @@ export function positionsFromMask(mask: Int32Array, batch: number): Int32Array {
   return out;
 }
 
+/** A Llama/Qwen2 causal LM on tfjs: forward with hidden states, KV cache, parameters by HF name. */
 export class CausalLM {
   readonly params: Map<string, tf.Variable>;
   private readonly invFreq: Float64Array;

@@ -226,6 +226,7 @@ export function saveOptimizerState(file: string, optimizer: AdamW, scheduler?: L
   writeSafetensors(file, tensors, metadata);
 }
 
+/** Restores AdamW moments and step (and the lr scheduler's step) from saveOptimizerState's file. */
 export function loadOptimizerState(file: string, optimizer: AdamW, params: Map<string, tf.Variable>, scheduler?: LrScheduler): void {
   const header = readHeader(file);
   const step = Number(header.metadata.step);

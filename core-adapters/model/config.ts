@@ -13,6 +13,7 @@ export interface RopeScaling {
   originalMaxPositions: number;
 }
 
+/** A checked Hugging Face config.json (llama or qwen2). */
 export interface ModelConfig {
   modelType: ModelType;
   vocabSize: number;

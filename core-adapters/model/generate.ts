@@ -5,6 +5,7 @@ import type { WorkerPool } from '../engine/workers.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
 
+/** How generate samples: length, temperature, top-p, top-k, greedy, stops, seed. */
 export interface SamplingOptions {
   maxNewTokens: number;
   /** Softmax temperature; ignored when greedy. */

@@ -4,6 +4,7 @@ import * as tf from '@tensorflow/tfjs';
 import { fusedAdamW } from '../engine/kernels.js';
 import { InputError } from '../errors.js';
 
+/** AdamW's settings (PyTorch's names and defaults). */
 export interface AdamWOptions {
   lr: number;
   betas?: [number, number];
@@ -17,6 +18,7 @@ export interface AdamWState {
   moments: Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>;
 }
 
+/** AdamW with decoupled weight decay, step for step as torch.optim.AdamW (fused in place on the native path). */
 export class AdamW {
   lr: number;
   readonly beta1: number;
@@ -105,6 +107,7 @@ export class AdamW {
   }
 }
 
+/** A learning-rate schedule: linear warm-up, then constant or cosine. */
 export interface LrSchedule {
   lr: number;
   /** Linear warm-up from 0 over this many scheduler steps (0: none). */

@@ -36,6 +36,7 @@ function tokenText(value: unknown): string | undefined {
   return undefined;
 }
 
+/** A Hugging Face tokenizer.json with its chat template and special tokens. */
 export class TextTokenizer {
   private readonly tokenizer: Tokenizer;
   readonly chatTemplate?: string;

@@ -2,6 +2,7 @@
 // whether the run needs a critic and a reference policy. Plugins add theirs through plugin.json.
 import { InputError } from '../errors.js';
 
+/** An algorithm by name: the advantage estimator it implies and whether it reads the reference policy. */
 export interface AlgorithmSpec {
   name: string;
   /** The advantage estimator used unless algorithm.adv_estimator names another. */
@@ -50,6 +51,7 @@ export class AlgorithmRegistry {
   }
 }
 
+/** What a run needs from algorithm.name: the estimator, a critic, a reference policy. */
 export interface RunRequirements {
   algorithm: AlgorithmSpec;
   advEstimator: string;

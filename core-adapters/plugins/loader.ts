@@ -7,6 +7,7 @@ import type { Config } from '../config/load.js';
 import { InputError } from '../errors.js';
 import type { PluginManifest } from './manifest.js';
 
+/** What a plugin entry function receives: the resolved config and its own manifest. */
 export interface PluginContext {
   config: Config;
   manifest: PluginManifest;

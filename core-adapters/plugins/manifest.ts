@@ -9,6 +9,7 @@ import { isTree } from '../config/load.js';
 import { InputError } from '../errors.js';
 import type { AlgorithmSpec } from './algorithms.js';
 
+/** A checked plugin.json: name, version, host range, entry, algorithms, overrides, defaults, commands. */
 export interface PluginManifest {
   name: string;
   version: string;

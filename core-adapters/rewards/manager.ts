@@ -9,6 +9,7 @@ import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
 import { defaultScorer, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
 
+/** verl's naive reward manager: each response scored alone by its data_source's scorer or the custom one. */
 @injectable()
 export class NaiveRewardManager implements RewardManager {
   private custom?: Scorer;

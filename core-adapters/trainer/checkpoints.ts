@@ -42,6 +42,7 @@ export function isCheckpoint(dir: string): boolean {
   return fs.existsSync(path.join(dir, TRAINER_STATE_FILE));
 }
 
+/** Checkpoints as global_step_N directories under the run directory, written atomically. */
 @injectable()
 export class LocalCheckpointStore implements CheckpointStore {
   constructor(@inject(TOKENS.Config) private readonly config: Config) {}

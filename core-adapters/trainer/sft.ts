@@ -19,6 +19,7 @@ import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
 
+/** A tokenized prompt and response for supervised fine-tuning. */
 export interface SftExample {
   prompt: number[];
   response: number[];
@@ -76,6 +77,7 @@ export interface SftResult {
   valLoss?: number;
 }
 
+/** flowrl sft: supervised fine-tuning on prompt/response rows; writes an HF directory. */
 export async function runSft(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<SftResult> {
   const files = fileList;
   const trainFiles = files(config.data.train_files);

@@ -61,6 +61,7 @@ export function stepSeed(seed: number, step: number): number {
   return Math.floor(Rng.derive(seed, step).next() * 2 ** 31);
 }
 
+/** The one training loop for every algorithm: rollouts, rewards, advantages, updates, validation, checkpoints. */
 @injectable()
 export class RLTrainer implements Trainer {
   protected klController?: KlController;

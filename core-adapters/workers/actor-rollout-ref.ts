@@ -39,6 +39,7 @@ function actorReplicaSpec(config: Config): ReplicaSpec {
   return { module: new URL(`./actor-replica${extension}`, import.meta.url).href, factory: 'createActorReplica', args: { config: structuredClone(config) } };
 }
 
+/** The policy worker (verl's ActorRolloutRefWorker): sampling, log-probs, the reference, checkpoints; subclasses attach heads in buildPolicyModule. */
 @injectable()
 export class ActorRolloutRefWorker implements Worker {
   module!: PolicyModule;

@@ -34,6 +34,7 @@ import { sequenceBatch } from './sequences.js';
 
 export const VALUE_HEAD_FILE = 'value_head.safetensors';
 
+/** The value critic for gae: the LM trunk with a linear value head, trained by the clipped value loss. */
 @injectable()
 export class ValueCritic implements Critic {
   private lm!: CausalLM;
