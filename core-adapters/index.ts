@@ -46,7 +46,7 @@ export { createHost, type Host } from './host.js';
 export { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
 
 // Base roles, meant for subclassing (verl's recipe style): override a method, rebind the token.
-export { PPOActor, MetricAverager, type MicroBatchShare } from './actor/ppo-actor.js';
+export { PPOActor, type MicroBatchShare } from './actor/ppo-actor.js';
 export { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 export { ValueCritic } from './workers/critic.js';
 export { RLTrainer } from './trainer/trainer.js';
@@ -104,6 +104,7 @@ export { generate, type SamplingOptions } from './model/generate.js';
 
 // Optimisation: AdamW as PyTorch's, verl's lr schedules, and the one clipped optimizer step.
 export { AdamW, clippedStep, LrScheduler, lossAndGradients, scheduledLr, type AdamWOptions, type LrSchedule } from './model/optim.js';
+export { MetricAverager, runUpdateLoop, shuffledBatches, type MicroBatchPlace, type UpdateLoop } from './model/update-loop.js';
 
 // Differentiable tensor ops that stay fast on the wasm backend (for heads and losses).
 export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from './engine/ops.js';

@@ -3,7 +3,7 @@
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
-import { aggregateLoss, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { aggregateLoss, miniBatchDenominators, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
@@ -11,27 +11,10 @@ import type { Config } from '../config/load.js';
 import type { Actor, ActorStepListener, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { accumulateGradients } from '../engine/ops.js';
-import { clippedStep, lossAndGradients } from '../model/optim.js';
+import { lossAndGradients } from '../model/optim.js';
+import { runUpdateLoop, type MetricAverager } from '../model/update-loop.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
-
-/** Averages of metric values collected over micro-batches. */
-export class MetricAverager {
-  private readonly sums = new Map<string, { total: number; count: number }>();
-
-  add(metrics: Metrics): void {
-    for (const [k, v] of Object.entries(metrics)) {
-      const entry = this.sums.get(k) ?? { total: 0, count: 0 };
-      entry.total += v;
-      entry.count += 1;
-      this.sums.set(k, entry);
-    }
-  }
-
-  result(): Metrics {
-    return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, total / count]));
-  }
-}
 
 /**
  * A micro-batch's place in its mini-batch: verl's global denominators (valid tokens and non-empty
@@ -48,20 +31,6 @@ export interface MicroBatchShare {
   onPolicy: boolean;
   /** The micro-batch's first row within its mini-batch (per-row randomness survives any split). */
   firstRow: number;
-}
-
-export function miniBatchDenominators(mini: Batch): AggregateLossOptions {
-  const mask = mini.tensor('response_mask');
-  const R = mask.shape[1];
-  let tokens = 0;
-  let rows = 0;
-  for (let b = 0; b < mini.size; b++) {
-    let rowTokens = 0;
-    for (let t = 0; t < R; t++) rowTokens += mask.data[b * R + t];
-    tokens += rowTokens;
-    rows += rowTokens > 0 ? 1 : 0;
-  }
-  return { batchNumTokens: tokens, globalBatchSize: rows };
 }
 
 /** The stock actor (verl's DataParallelPPOActor); subclasses change the objective by overriding microBatchLoss. */
@@ -196,29 +165,24 @@ export class PPOActor implements Actor {
 
   updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
     const cfg = this.actorConfig;
-    const averages = new MetricAverager();
     const onPolicy = batch.size <= this.miniBatchSize && cfg.ppo_epochs === 1;
-    let skipped = 0;
-    for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
-      for (const mini of batch.split(this.miniBatchSize)) {
-        const grads = new Map<string, tf.Tensor>();
-        const global = miniBatchDenominators(mini);
-        let firstRow = 0;
-        for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
-          this.accumulateMicroBatch(micro, { global, share: micro.size / mini.size, step: this.module.optimizer.step, onPolicy, firstRow }, mini, grads, averages);
-          firstRow += micro.size;
-        }
-        for (const listener of listeners) averages.add(listener.onActorStep(mini));
-        const { norm, applied } = clippedStep(this.module.optimizer, this.module.params, grads, cfg.grad_clip, this.module.lrScheduler.lr);
-        if (applied) {
-          this.module.pool?.publish(this.module.params);
-          averages.add({ 'actor/grad_norm': norm, 'actor/lr': this.module.optimizer.lr });
-        } else {
-          skipped += 1;
-        }
-        tf.dispose([...grads.values()]);
-      }
-    }
-    return { ...averages.result(), 'actor/skipped_updates': skipped };
+    let denominators: { mini: Batch; global: AggregateLossOptions } | undefined;
+    return runUpdateLoop<Batch>({
+      miniBatches: batch.split(this.miniBatchSize),
+      epochs: cfg.ppo_epochs,
+      microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
+      rows: (micro) => micro.size,
+      accumulate: (micro, { mini, firstRow, step }, grads, averages) => {
+        if (denominators?.mini !== mini) denominators = { mini, global: miniBatchDenominators(mini.tensor('response_mask')) };
+        this.accumulateMicroBatch(micro, { global: denominators.global, share: micro.size / mini.size, step, onPolicy, firstRow }, mini, grads, averages);
+      },
+      beforeStep: (mini, averages) => listeners.forEach((listener) => averages.add(listener.onActorStep(mini))),
+      afterStep: (_mini, applied) => applied && this.module.pool?.publish(this.module.params),
+      optimizer: this.module.optimizer,
+      params: this.module.params,
+      maxGradNorm: cfg.grad_clip,
+      lr: () => this.module.lrScheduler.lr,
+      prefix: 'actor',
+    });
   }
 }

@@ -34,6 +34,23 @@ function count(n: number | undefined, fallback: () => tf.Tensor): tf.Tensor {
 }
 
 /**
+ * verl's global denominators of a mini-batch from its response mask [B, R]: valid tokens and
+ * non-empty rows, so micro-batch losses summed over a mini-batch equal the mini-batch's loss.
+ */
+export function miniBatchDenominators(mask: { data: ArrayLike<number>; shape: number[] }): AggregateLossOptions {
+  const [B, R] = mask.shape;
+  let tokens = 0;
+  let rows = 0;
+  for (let b = 0; b < B; b++) {
+    let rowTokens = 0;
+    for (let t = 0; t < R; t++) rowTokens += mask.data[b * R + t];
+    tokens += rowTokens;
+    rows += rowTokens > 0 ? 1 : 0;
+  }
+  return { batchNumTokens: tokens, globalBatchSize: rows };
+}
+
+/**
  * agg_loss with verl's denominators, for loss and mask of shape [B, T]:
  *  - token-mean: sum(loss * mask) / sum(mask);
  *  - seq-mean-token-mean: per row sum(loss * mask) / (row tokens + 1e-8), then the sum over rows

@@ -3,7 +3,8 @@ import * as tf from '@tensorflow/tfjs';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
 import { accumulateGradients } from '../engine/ops.js';
-import { clippedStep, lossAndGradients, type AdamW } from './optim.js';
+import { lossAndGradients, type AdamW } from './optim.js';
+import { runUpdateLoop } from './update-loop.js';
 import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
 import { initWeights, modelFromWeights } from './checkpoint.js';
 import { parseModelConfig } from './config.js';
@@ -55,35 +56,47 @@ export function languageModelReplicaSpec(model: CausalLM): ReplicaSpec {
 }
 
 /**
- * Mean negative log-likelihood of the response tokens, one clipped AdamW step; returns the loss.
- * A non-finite gradient norm skips the update.
+ * Adds the gradients of the mean negative log-likelihood of the response tokens into `grads`;
+ * returns the loss. With a pool each thread takes a shard of rows; the shard losses share the
+ * batch's token count, so the summed gradients are the whole batch's.
  */
-export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: WorkerPool): number {
-  let value: number;
-  let grads: Map<string, tf.Tensor>;
+export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: WorkerPool): number {
   if (!pool) {
     const out = lossAndGradients(() => maskedNll(model, seq), model.params);
-    grads = out.grads;
-    value = out.loss.dataSync()[0];
+    accumulateGradients(grads, out.grads);
+    const value = out.loss.dataSync()[0];
     out.loss.dispose();
-  } else {
-    // Each thread takes a shard of rows; the shard losses share the batch's token count, so the
-    // summed gradients are the whole batch's.
-    const denominator = Math.max(1, validTokens(seq));
-    const [mine, ...theirs] = shardRanges(seq.batch, pool.size).map(([a, b]) => sliceSequences(seq, a, b));
-    grads = new Map();
-    const { local, results } = pool.run(
-      theirs.map((shard) => ({ kind: 'lm-grads', seq: shard, denominator })),
-      () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.params),
-      grads,
-    );
-    accumulateGradients(grads, local.grads);
-    value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
-    local.loss.dispose();
+    return value;
   }
-  clippedStep(optimizer, model.params, grads, maxGradNorm, optimizer.lr);
-  tf.dispose([...grads.values()]);
-  pool?.publish(model.params);
+  const denominator = Math.max(1, validTokens(seq));
+  const [mine, ...theirs] = shardRanges(seq.batch, pool.size).map(([a, b]) => sliceSequences(seq, a, b));
+  const { local, results } = pool.run(
+    theirs.map((shard) => ({ kind: 'lm-grads', seq: shard, denominator })),
+    () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.params),
+    grads,
+  );
+  accumulateGradients(grads, local.grads);
+  const value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
+  local.loss.dispose();
   return value;
 }
 
+/**
+ * Mean negative log-likelihood of the response tokens, one clipped AdamW step at the optimizer's
+ * lr; returns the loss. A non-finite gradient norm skips the update.
+ */
+export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: WorkerPool): number {
+  let loss = NaN;
+  runUpdateLoop<SequenceBatch>({
+    miniBatches: [seq],
+    rows: (s) => s.batch,
+    accumulate: (s, _place, grads) => (loss = languageModelGradients(model, s, grads, pool)),
+    afterStep: () => pool?.publish(model.params),
+    optimizer,
+    params: model.params,
+    maxGradNorm,
+    lr: () => optimizer.lr,
+    prefix: 'lm',
+  });
+  return loss;
+}

@@ -14,7 +14,8 @@ import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
-import { languageModelReplicaSpec, languageModelStep, maskedNll } from '../model/train-step.js';
+import { languageModelGradients, languageModelReplicaSpec, maskedNll } from '../model/train-step.js';
+import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
 import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
@@ -115,22 +116,25 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const pool = threads > 1 && tf.getBackend() === 'wasm' ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native }) : undefined;
   pool?.publish(model.params);
   const rng = new Rng(config.trainer.seed);
-  let order: SftExample[] = [];
   let loss = NaN;
   const started = Date.now();
   log(`sft: ${train.length} examples, ${total} steps of ${sft.batch_size}`);
-  for (let step = 0; step < total; step++) {
-    if (step % stepsPerEpoch === 0) order = rng.shuffle([...train]);
-    const offset = (step % stepsPerEpoch) * sft.batch_size;
-    const part = order.slice(offset, offset + sft.batch_size);
-    optimizer.lr = scheduledLr({ lr: sft.lr, warmupSteps: sft.warmup_steps }, step);
-    const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
-    loss = languageModelStep(model, optimizer, seq, sft.grad_clip, pool);
-    if ((step + 1) % 50 === 0 || step + 1 === total) {
-      const seconds = (Date.now() - started) / 1000;
-      log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} (${seconds.toFixed(0)} s)`);
-    }
-  }
+  runUpdateLoop<SftExample[]>({
+    miniBatches: shuffledBatches(train, sft.batch_size, total, rng),
+    rows: (examples) => examples.length,
+    accumulate: (examples, _place, grads) => {
+      loss = languageModelGradients(model, packSequences(examples.map((e) => e.prompt), examples.map((e) => e.response), pad), grads, pool);
+    },
+    afterStep: (_examples, _applied, step) => {
+      pool?.publish(model.params);
+      if ((step + 1) % 50 === 0 || step + 1 === total) log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+    },
+    optimizer,
+    params: model.params,
+    maxGradNorm: sft.grad_clip,
+    lr: (step) => scheduledLr({ lr: sft.lr, warmupSteps: sft.warmup_steps }, step),
+    prefix: 'sft',
+  });
   await pool?.close();
   const valLoss = val.length ? lossOn(model, val, pad, sft.batch_size) : undefined;
   if (valLoss !== undefined) log(`sft validation loss ${valLoss.toFixed(4)}`);

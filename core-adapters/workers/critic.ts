@@ -4,15 +4,14 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable } from 'inversify';
+import { miniBatchDenominators, type AggregateLossOptions } from '../algorithms/policy-loss.js';
 import { computeValueLoss } from '../algorithms/value-loss.js';
-import { MetricAverager, miniBatchDenominators } from '../actor/ppo-actor.js';
 import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Critic, Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { CausalLM } from '../model/causal-lm.js';
-import { linear } from '../engine/ops.js';
 import {
   loadModel,
   loadOptimizerState,
@@ -26,8 +25,9 @@ import {
 } from '../model/checkpoint.js';
 import { positionsFromMask } from '../model/causal-lm.js';
 import type { SequenceBatch } from '../model/logprobs.js';
-import { accumulateGradients } from '../engine/ops.js';
-import { AdamW, clippedStep, LrScheduler, lossAndGradients, verlLrSchedule } from '../model/optim.js';
+import { accumulateGradients, linear } from '../engine/ops.js';
+import { AdamW, LrScheduler, lossAndGradients, verlLrSchedule } from '../model/optim.js';
+import { runUpdateLoop } from '../model/update-loop.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
@@ -87,41 +87,34 @@ export class ValueCritic implements Critic {
 
   updateCritic(batch: Batch): Metrics {
     const cfg = this.config.critic;
-    const miniBatchSize = Math.max(1, cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n);
-    const averages = new MetricAverager();
     const tensor = (b: Batch, key: string) => b.toTensor(key).toFloat() as tf.Tensor2D;
-    let skipped = 0;
-    for (let epoch = 0; epoch < cfg.ppo_epochs; epoch++) {
-      for (const mini of batch.split(miniBatchSize)) {
-        const grads = new Map<string, tf.Tensor>();
-        const global = miniBatchDenominators(mini);
-        for (const micro of mini.split(cfg.ppo_micro_batch_size)) {
-          const { loss, grads: g } = lossAndGradients(() => {
-            const vpreds = this.values(sequenceBatch(micro));
-            const { loss: vf, clipfrac } = computeValueLoss(
-              vpreds,
-              tensor(micro, 'returns'),
-              tensor(micro, 'values'),
-              tensor(micro, 'response_mask'),
-              cfg.cliprange_value,
-              cfg.loss_agg_mode,
-              global,
-            );
-            averages.add({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
-            return vf;
-          }, this.params);
-          loss.dispose();
-          accumulateGradients(grads, g);
-        }
-        const { norm, applied } = clippedStep(this.optimizer, this.params, grads, cfg.grad_clip, this.lrScheduler.lr);
-        if (applied) averages.add({ 'critic/grad_norm': norm, 'critic/lr': this.optimizer.lr });
-        else skipped += 1;
-        tf.dispose([...grads.values()]);
-      }
-    }
+    let denominators: { mini: Batch; global: AggregateLossOptions } | undefined;
+    const metrics = runUpdateLoop<Batch>({
+      miniBatches: batch.split(Math.max(1, cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n)),
+      epochs: cfg.ppo_epochs,
+      microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
+      rows: (micro) => micro.size,
+      accumulate: (micro, { mini }, grads, averages) => {
+        if (denominators?.mini !== mini) denominators = { mini, global: miniBatchDenominators(mini.tensor('response_mask')) };
+        const global = denominators.global;
+        const { loss, grads: g } = lossAndGradients(() => {
+          const vpreds = this.values(sequenceBatch(micro));
+          const { loss: vf, clipfrac } = computeValueLoss(vpreds, tensor(micro, 'returns'), tensor(micro, 'values'), tensor(micro, 'response_mask'), cfg.cliprange_value, cfg.loss_agg_mode, global);
+          averages.add({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
+          return vf;
+        }, this.params);
+        loss.dispose();
+        accumulateGradients(grads, g);
+      },
+      optimizer: this.optimizer,
+      params: this.params,
+      maxGradNorm: cfg.grad_clip,
+      lr: () => this.lrScheduler.lr,
+      prefix: 'critic',
+    });
     // verl steps the critic's scheduler once per update_critic.
     this.lrScheduler.step();
-    return { ...averages.result(), 'critic/skipped_updates': skipped };
+    return metrics;
   }
 
   saveCheckpoint(dir: string): void {

@@ -6,7 +6,6 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import {
   AdamW,
-  clippedStep,
   fileList,
   InputError,
   loadModel,
@@ -15,7 +14,9 @@ import {
   readSftExamples,
   responseMask,
   Rng,
+  runUpdateLoop,
   scheduledLr,
+  shuffledBatches,
   TextTokenizer,
   TOKENS,
   writeDirectoryAtomically,
@@ -85,19 +86,19 @@ export class FlowPretrainer {
     return rows ? total / rows : 0;
   }
 
-  /** One optimiser step at `lr` on a batch of reference examples; returns the loss. */
-  step(examples: SftExample[], optimizer: AdamW, lr: number, rng: Rng): number {
+  /** Adds the flow loss's gradients on a batch of reference examples into grads; returns the loss (NaN: no tokens). */
+  gradients(examples: SftExample[], rng: Rng, grads: Map<string, tf.Tensor>): number {
     const latents = this.latents(examples);
     if (!latents.rows) return NaN;
     const { x1, context, layer } = stackLatents(latents, this.model.layerIds, this.flow.pretrain.batch_mul);
     const mask = new Float32Array(layer.length).fill(1);
-    const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1, context, layer, mask, rng), this.model.field.params);
-    // A non-finite gradient would poison the field for good: the step is skipped.
-    if (clippedStep(optimizer, this.model.field.params, grads, this.flow.pretrain.grad_clip, lr).applied) this.model.config.trained_steps += 1;
-    const value = loss.dataSync()[0];
-    tf.dispose([loss, x1, context, ...grads.values()]);
+    const out = lossAndGradients(() => flowMatchingLoss(this.model.field, x1, context, layer, mask, rng), this.model.field.params);
+    for (const [name, g] of out.grads) grads.set(name, g);
+    const value = out.loss.dataSync()[0];
+    tf.dispose([out.loss, x1, context]);
     return value;
   }
+
 }
 
 export async function flowPretrain(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<FlowPretrainResult> {
@@ -128,26 +129,37 @@ export async function flowPretrain(config: Config, log: (line: string) => void =
   const evalSeed = config.trainer.seed + 7919;
   const heldOutBefore = trainer.loss(heldOut, evalSeed);
   log(`flow-pretrain: ${shuffled.length} reference responses (${heldOut.length} held out), layers ${model.layers.join(', ')}, ${total} steps of ${p.batch_size} x ${p.batch_mul}; held-out loss ${heldOutBefore.toFixed(4)}`);
-  let order: SftExample[] = [];
   let recent = 0;
   let count = 0;
   let trainLoss = NaN;
+  let loss = NaN;
   const started = Date.now();
-  for (let step = 0; step < total; step++) {
-    if (step % stepsPerEpoch === 0) order = rng.shuffle([...shuffled]);
-    const offset = (step % stepsPerEpoch) * p.batch_size;
-    const loss = trainer.step(order.slice(offset, offset + p.batch_size), optimizer, scheduledLr(schedule, step), Rng.derive(config.trainer.seed, step));
-    if (Number.isFinite(loss)) {
-      recent += loss;
-      count += 1;
-    }
-    if ((step + 1) % 50 === 0 || step + 1 === total) {
-      trainLoss = count ? recent / count : NaN;
-      log(`flow-pretrain step ${step + 1}/${total} loss ${trainLoss.toFixed(4)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
-      recent = 0;
-      count = 0;
-    }
-  }
+  runUpdateLoop<SftExample[]>({
+    miniBatches: shuffledBatches(shuffled, p.batch_size, total, rng),
+    rows: (examples) => examples.length,
+    accumulate: (examples, { index }, grads) => {
+      loss = trainer.gradients(examples, Rng.derive(config.trainer.seed, index), grads);
+    },
+    afterStep: (_examples, applied, step) => {
+      // A non-finite gradient would poison the field for good: the loop skips that step.
+      if (applied) model.config.trained_steps += 1;
+      if (Number.isFinite(loss)) {
+        recent += loss;
+        count += 1;
+      }
+      if ((step + 1) % 50 === 0 || step + 1 === total) {
+        trainLoss = count ? recent / count : NaN;
+        log(`flow-pretrain step ${step + 1}/${total} loss ${trainLoss.toFixed(4)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+        recent = 0;
+        count = 0;
+      }
+    },
+    optimizer,
+    params: model.field.params,
+    maxGradNorm: p.grad_clip,
+    lr: (step) => scheduledLr(schedule, step),
+    prefix: 'flow',
+  });
   const heldOutAfter = trainer.loss(heldOut, evalSeed);
   const outputDir = p.output_dir ?? path.join(config.trainer.default_local_dir!, 'flow-model');
   writeDirectoryAtomically(outputDir, (tmp) => model.save(tmp));
