@@ -1,5 +1,5 @@
 // The FlowRL objective (trajectory balance with a learned log partition), as the final verl recipe
-// computes it (research/flowrl.md 1.2), per sequence b with masked means over response tokens:
+// computes it (verl recipe/flowrl; README "FlowRL"), per sequence b with masked means over response tokens:
 //   delta_b = log Z(x_b) + mean_t log pi(y_t) - beta * mean_t A_t - mean_t log pi_ref(y_t)
 //   w_b     = min(exp(sum_t (log pi - log pi_old)), w_max)      (no gradient; 1 without IS)
 //   loss    = mean_b(w_b * delta_b^2)

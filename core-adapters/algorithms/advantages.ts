@@ -63,7 +63,8 @@ export function isOutcomeEstimator(name: string): boolean {
 /**
  * Adds per-token shaping rewards to outcome advantages (and returns) as their discounted return,
  * A_k += sum_{j >= k, valid} gamma^(j - k) rho_j, un-normalised: RLFR's way of letting dense
- * rewards into GRPO (research/rlfr.md 2.3). Masked positions neither add nor receive.
+ * rewards into GRPO (its OpenRLHF fork's returns; README "RLFR flow rewards"). Masked positions
+ * neither add nor receive.
  */
 export function addShapingReturns(output: AdvantageOutput, shaping: ArrayLike<number>, mask: ArrayLike<number>, batch: number, length: number, gamma: number): void {
   for (let b = 0; b < batch; b++) {

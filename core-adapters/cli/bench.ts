@@ -12,8 +12,9 @@ import { parseModelConfig } from '../model/config.js';
 import { generateOnPool } from '../model/generate.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW } from '../model/optim.js';
-import { languageModelReplicaSpec, languageModelStep } from '../model/train-step.js';
-import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
+import { languageModelReplicaSpec } from '../model/lm-replica.js';
+import { languageModelStep } from '../model/train-step.js';
+import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -53,7 +54,7 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const model = modelFromWeights(config, initWeights(config, 0));
   const workers = options.workers ?? 1;
   if (workers > 1 && info.backend !== 'wasm') throw new InputError(`--workers ${workers} needs the wasm backend; this engine is ${info.backend}`);
-  const pool = workers > 1 ? await WorkerPool.create({ size: workers, spec: languageModelReplicaSpec(model), params: model.params, native: options.native ?? defaultNativeChoice() }) : undefined;
+  const pool = workers > 1 ? await ThreadPool.create({ size: workers, spec: languageModelReplicaSpec(model), params: model.params, native: options.native ?? defaultNativeChoice() }) : undefined;
   pool?.publish(model.params);
   const optimizer = new AdamW({ lr: 3e-4, weightDecay: 0.01 });
   const rng = new Rng(1);
@@ -172,7 +173,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
   // The engine's default (auto: one thread per core), unless --workers says otherwise.
-  const workers = values.workers === undefined || values.workers === 'auto' ? resolveWorkerCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
+  const workers = values.workers === undefined || values.workers === 'auto' ? resolveThreadCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && native !== 'auto' && native !== 'off') throw new InputError(`--native must be auto or off; got '${native}'`);
   const json = values.json as boolean;

@@ -4,7 +4,7 @@ import type * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../batch.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import type { AdamW, LrScheduler } from '../model/optim.js';
-import type { WorkerPool } from '../engine/workers.js';
+import type { ThreadPool } from '../engine/thread-pool.js';
 
 /** Numbers (and the odd label) reported for one step; keys are verl-style `section/name`. */
 export type Metrics = Record<string, number>;
@@ -27,7 +27,7 @@ export interface PolicyModule {
   /** The learning rate of each optimizer step; the worker steps it once per training step. */
   lrScheduler: LrScheduler;
   /** Data-parallel replicas of these parameters (engine.workers > 1); publish after every change. */
-  pool?: WorkerPool;
+  pool?: ThreadPool;
 }
 
 /** The policy-update role (verl's DataParallelPPOActor). */

@@ -1,4 +1,4 @@
-// Kernel overrides for tfjs's wasm backend (research/perf.md, perf-native.md). Stock wasm runs a
+// Kernel overrides for tfjs's wasm backend (README "Engine and performance"). Stock wasm runs a
 // matmul fast (XNNPACK) only when it is 2-D and untransposed; transposed and batched products
 // (every backward matmul, attention) fall to a loop at 1-2 GFLOP/s. These overrides route:
 //   - with the native addon: BatchMatMul, _FusedMatMul (linear activation) and Sum to native GEMM

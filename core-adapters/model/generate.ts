@@ -1,7 +1,7 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
 import { canWriteInPlace } from '../engine/kernels.js';
-import type { WorkerPool } from '../engine/workers.js';
+import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
 
@@ -197,9 +197,9 @@ export const MIN_SAMPLING_ROWS_PER_THREAD = 128;
 /**
  * generate() with the prompts split across a worker pool's replicas (contiguous shards; each row
  * keeps its own random stream, so the samples match a single-thread run up to float rounding).
- * The replicas must hold the model's current weights (WorkerPool.publish).
+ * The replicas must hold the model's current weights (ThreadPool.publish).
  */
-export function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: WorkerPool, minRowsPerThread = MIN_SAMPLING_ROWS_PER_THREAD): Generation {
+export function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: ThreadPool, minRowsPerThread = MIN_SAMPLING_ROWS_PER_THREAD): Generation {
   const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
   if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;

@@ -5,10 +5,7 @@ import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js'
 import { accumulateGradients } from '../engine/ops.js';
 import { lossAndGradients, type AdamW } from './optim.js';
 import { runUpdateLoop } from './update-loop.js';
-import type { Replica, ReplicaSpec, WorkerPool } from '../engine/workers.js';
-import { initWeights, modelFromWeights } from './checkpoint.js';
-import { parseModelConfig } from './config.js';
-import { generate, type SamplingOptions } from './generate.js';
+import type { ThreadPool } from '../engine/thread-pool.js';
 import { shardRanges } from '../arrays.js';
 
 /** Mean negative log-likelihood over the real (unpadded) response tokens. */
@@ -33,34 +30,12 @@ export function sliceSequences(seq: SequenceBatch, start: number, end: number): 
   return { ...seq, batch: end - start, inputIds: seq.inputIds.slice(start * L, end * L), attentionMask: seq.attentionMask.slice(start * L, end * L) };
 }
 
-/** A worker's replica for language-model training and sampling (see engine/workers.ts). */
-export function createLanguageModelReplica(args: { modelConfig: Record<string, unknown> }): Replica {
-  const config = parseModelConfig(args.modelConfig, 'replica model');
-  const model = modelFromWeights(config, initWeights(config, 0));
-  return {
-    params: model.params,
-    run(task) {
-      const t = task as { kind: 'lm-grads'; seq: SequenceBatch; denominator: number } | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
-      if (t.kind === 'generate') return { result: generate(model, t.prompts, t.options) };
-      const { loss, grads } = lossAndGradients(() => maskedNllOver(model, t.seq, t.denominator), model.params);
-      const value = loss.dataSync()[0];
-      loss.dispose();
-      return { grads, result: value };
-    },
-  };
-}
-
-/** The replica spec for `model` (its config travels; weights come from WorkerPool.publish). */
-export function languageModelReplicaSpec(model: CausalLM): ReplicaSpec {
-  return { module: import.meta.url, factory: 'createLanguageModelReplica', args: { modelConfig: model.config.raw } };
-}
-
 /**
  * Adds the gradients of the mean negative log-likelihood of the response tokens into `grads`;
  * returns the loss. With a pool each thread takes a shard of rows; the shard losses share the
  * batch's token count, so the summed gradients are the whole batch's.
  */
-export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: WorkerPool): number {
+export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: ThreadPool): number {
   if (!pool) {
     const out = lossAndGradients(() => maskedNll(model, seq), model.params);
     accumulateGradients(grads, out.grads);
@@ -85,7 +60,7 @@ export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grad
  * Mean negative log-likelihood of the response tokens, one clipped AdamW step at the optimizer's
  * lr; returns the loss. A non-finite gradient norm skips the update.
  */
-export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: WorkerPool): number {
+export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: ThreadPool): number {
   let loss = NaN;
   runUpdateLoop<SequenceBatch>({
     miniBatches: [seq],

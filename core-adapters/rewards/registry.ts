@@ -21,15 +21,20 @@ const MATH_SOURCES = new Set([
   'HuggingFaceH4/MATH-500',
 ]);
 
+/** The built-in scorers and the data_source values each one scores (verl's default_compute_score). */
+const BUILT_IN_SCORERS: { scores: (dataSource: string) => boolean; score: (solution: string, groundTruth: unknown, options: Record<string, unknown>) => ScoreResult }[] = [
+  { scores: (source) => source === 'countdown', score: scoreCountdown },
+  { scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k },
+  { scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath },
+];
+
 /**
  * The built-in scorer for a data_source, or undefined when there is none. `options` are the
  * scorer's settings (reward_model.reward_kwargs.<data_source>), e.g. countdown's correct/incorrect.
  */
 export function defaultScorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
-  if (dataSource === 'countdown') return (solution, groundTruth) => scoreCountdown(solution, groundTruth, options);
-  if (GSM8K_SOURCES.has(dataSource)) return (solution, groundTruth) => scoreGsm8k(solution, groundTruth, options);
-  if (MATH_SOURCES.has(dataSource) || dataSource.startsWith('aime')) return (solution, groundTruth) => scoreMath(solution, groundTruth, options);
-  return undefined;
+  const builtIn = BUILT_IN_SCORERS.find((entry) => entry.scores(dataSource));
+  return builtIn && ((solution, groundTruth) => builtIn.score(solution, groundTruth, options));
 }
 
 /** Splits a scorer's result into its score and its extra metrics; a non-finite or missing score is an error. */

@@ -14,9 +14,10 @@ import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
-import { languageModelGradients, languageModelReplicaSpec, maskedNll } from '../model/train-step.js';
+import { languageModelReplicaSpec } from '../model/lm-replica.js';
+import { languageModelGradients, maskedNll } from '../model/train-step.js';
 import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
-import { resolveWorkerCount, WorkerPool } from '../engine/workers.js';
+import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
 
@@ -112,8 +113,8 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
   const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
   const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
-  const threads = resolveWorkerCount(config.engine.workers);
-  const pool = threads > 1 && tf.getBackend() === 'wasm' ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native }) : undefined;
+  const threads = resolveThreadCount(config.engine.workers);
+  const pool = threads > 1 && tf.getBackend() === 'wasm' ? await ThreadPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native }) : undefined;
   pool?.publish(model.params);
   const rng = new Rng(config.trainer.seed);
   let loss = NaN;

@@ -4,7 +4,7 @@
 import type { PPOActor, MicroBatchShare } from '../actor/ppo-actor.js';
 import { Batch } from '../batch.js';
 import type { ConfigTree } from '../config/defaults.js';
-import type { Replica } from '../engine/workers.js';
+import type { Replica } from '../engine/thread-pool.js';
 import { createHostFromTree } from '../host.js';
 import { generate, type SamplingOptions } from '../model/generate.js';
 import { TOKENS } from '../tokens.js';

@@ -22,7 +22,7 @@ import {
   saveParameters,
 } from '../model/checkpoint.js';
 import { generateOnPool } from '../model/generate.js';
-import { resolveWorkerCount, WorkerPool, type ReplicaSpec } from '../engine/workers.js';
+import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
@@ -61,9 +61,9 @@ export class ActorRolloutRefWorker implements Worker {
   async init(): Promise<void> {
     await this.initReplica();
     if (this.requirements.useReference) this.loadReference();
-    const threads = resolveWorkerCount(this.config.engine.workers);
+    const threads = resolveThreadCount(this.config.engine.workers);
     if (threads > 1 && tf.getBackend() === 'wasm') {
-      this.module.pool = await WorkerPool.create({
+      this.module.pool = await ThreadPool.create({
         size: threads,
         spec: actorReplicaSpec(this.config),
         params: this.module.params,

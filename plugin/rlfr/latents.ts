@@ -1,4 +1,4 @@
-// Which latents RLFR's flow reads and how it scores them (research/rlfr.md 1.2, 1.3, 2.1).
+// Which latents RLFR's flow reads and how it scores them (README "RLFR flow rewards": latents).
 // Latents are residual-stream outputs of decoder layers (before the final norm), stop-gradient.
 import * as tf from '@tensorflow/tfjs';
 import { positionsFromMask, type CausalLM, type Rng, type SequenceBatch } from '../../core-adapters/index.js';

@@ -1,4 +1,4 @@
-// flowrl flow-pretrain: RLFR's offline stage (research/rlfr.md 1.4, 1.5). The policy is frozen;
+// flowrl flow-pretrain: RLFR's offline stage (README "RLFR flow rewards": flow-pretrain). The policy is frozen;
 // the velocity field learns, by rectified flow, the distribution of the policy's latents on
 // reference responses (response tokens only, each drawn batch_mul times with fresh t and noise).
 import path from 'node:path';

@@ -1,4 +1,4 @@
-// RLFR's flow rewards as a host RewardShaper (research/rlfr.md 2, 2.4): per response token, the
+// RLFR's flow rewards as a host RewardShaper (README "RLFR flow rewards"): per response token, the
 // velocity deviation of the policy's latents from a reference flow, normalised per sequence,
 // filtered and turned into a small penalty; the field is fine-tuned online on correct rollouts with
 // its own AdamW, at each actor optimizer step (the reference) or once per training step. Works with any algorithm: the trainer adds the penalties to the

@@ -1,4 +1,4 @@
-// RLFR's turning of per-token velocity deviations into per-token rewards (research/rlfr.md 2.2):
+// RLFR's turning of per-token velocity deviations into per-token rewards (README "RLFR flow rewards": rewards):
 // per-sequence min-max normalisation over the valid response tokens, a threshold, a per-sequence
 // top-k, then reward = -coef * score. Bilateral mode maps scores to [-1, 1] first, so tokens that
 // follow the flow well get positive rewards and the filters keep both tails.

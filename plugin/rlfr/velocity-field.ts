@@ -1,5 +1,5 @@
 // RLFR's velocity field v(x_t, t, context, layer): a per-token MLP with adaLN conditioning (the
-// SimpleMLPAdaLN head of research/rlfr.md 1.1). Tokens are independent rows of [N, d].
+// SimpleMLPAdaLN head of the RLFR repository). Tokens are independent rows of [N, d].
 //   h = W_in x;  y = emb_layer(l) + W_c c + emb_time(t)
 //   per block: (shift, scale, gate) = adaLN(SiLU(y));  h += gate * MLP(RMSNorm(h) * (1 + scale) + shift)
 //   v = W_out(RMSNorm(h) * (1 + scale_f) + shift_f)

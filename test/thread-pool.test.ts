@@ -3,11 +3,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { AdamW, createHost, generate, loadModel, packSequences, resolveConfig, Rng, runSft, TOKENS, type Trainer } from '../core-adapters/index.js';
-import { WorkerPool } from '../core-adapters/engine/workers.js';
+import { ThreadPool } from '../core-adapters/engine/thread-pool.js';
 import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { generateOnPool } from '../core-adapters/model/generate.js';
-import { languageModelReplicaSpec, languageModelStep } from '../core-adapters/model/train-step.js';
+import { languageModelReplicaSpec } from '../core-adapters/model/lm-replica.js';
+import { languageModelStep } from '../core-adapters/model/train-step.js';
 import { enginePaths, expectClose, fixture, onEnginePath, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 const TINY = {
@@ -42,7 +43,7 @@ describe('data-parallel workers (engine.workers)', function () {
         const train = async (threads: number) => {
           const model = modelFromWeights(config, initWeights(config, 9));
           const optimizer = new AdamW({ lr: 1e-2 });
-          const pool = threads > 1 ? await WorkerPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' }) : undefined;
+          const pool = threads > 1 ? await ThreadPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' }) : undefined;
           pool?.publish(model.params);
           const losses = [languageModelStep(model, optimizer, seq, 1, pool)];
           const tensors = tf.memory().numTensors;
@@ -66,7 +67,7 @@ describe('data-parallel workers (engine.workers)', function () {
       onEnginePath(enginePath, async () => {
         const model = loadModel(fixture('countdown', 'base-model'));
         const prompts = Array.from({ length: 6 }, (_, i) => [5 + (i % 4), 6, 4 + (i % 3)]);
-        const pool = await WorkerPool.create({ size: 2, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' });
+        const pool = await ThreadPool.create({ size: 2, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' });
         pool.publish(model.params);
         for (const options of [{ maxNewTokens: 8, greedy: true }, { maxNewTokens: 8, temperature: 1, seed: 7 }]) {
           expect(generateOnPool(model, prompts, options, pool, 1).tokens).to.deep.equal(generate(model, prompts, options).tokens);

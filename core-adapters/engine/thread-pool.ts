@@ -1,7 +1,8 @@
-// Data-parallel workers (engine.workers): worker_threads, each with its own tfjs wasm backend and a
-// replica of the trainable parameters. The main thread stays synchronous: it posts a task to each
-// worker, does its own share, then blocks (Atomics.wait) until every worker has written its
-// gradients into a SharedArrayBuffer. Parameters travel the other way through a shared buffer,
+// The data-parallel thread pool (engine.workers): worker_threads, each with its own tfjs wasm
+// backend and a replica of the trainable parameters (not to be confused with verl's worker roles
+// in workers/). The main thread stays synchronous: it posts a task to each pool thread, does its
+// own share, then blocks (Atomics.wait) until every thread has written its gradients into a
+// SharedArrayBuffer. Parameters travel the other way through a shared buffer,
 // copied into the replicas only when their version changes (after an optimizer step).
 import os from 'node:os';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
@@ -44,7 +45,7 @@ const taskSlot = (w: number) => 1 + 2 * w;
 const doneSlot = (w: number) => 2 + 2 * w;
 
 /** Threads for `engine.workers`: FLOWRL_WORKERS when set, auto = the available cores (at most 8), else that number. */
-export function resolveWorkerCount(setting: string | number): number {
+export function resolveThreadCount(setting: string | number): number {
   const chosen = process.env.FLOWRL_WORKERS ?? setting;
   if (chosen === 'auto') return Math.max(1, Math.min(os.availableParallelism(), 8));
   const n = Number(chosen);
@@ -56,13 +57,14 @@ export function resolveWorkerCount(setting: string | number): number {
  * that registers tsx's loader in the new thread first, then imports the .ts entry.
  */
 function workerEntry(): { entry: URL | string; eval: boolean } {
-  if (!import.meta.url.endsWith('.ts')) return { entry: new URL('./worker-thread.js', import.meta.url), eval: false };
+  if (!import.meta.url.endsWith('.ts')) return { entry: new URL('./pool-thread.js', import.meta.url), eval: false };
   const api = JSON.stringify(import.meta.resolve('tsx/esm/api'));
-  const target = JSON.stringify(new URL('./worker-thread.ts', import.meta.url).href);
+  const target = JSON.stringify(new URL('./pool-thread.ts', import.meta.url).href);
   return { entry: `import(${api}).then((tsx) => { tsx.register(); return import(${target}); });`, eval: true };
 }
 
-export class WorkerPool {
+/** Pool threads with policy replicas: row shards of gradients, log-probs and sampling, synchronously. */
+export class ThreadPool {
   readonly size: number;
   private readonly names: string[];
   private readonly shapes: number[][];
@@ -94,9 +96,9 @@ export class WorkerPool {
   }
 
   /** Starts size - 1 worker threads and waits until each has built its replica. */
-  static async create(options: PoolOptions): Promise<WorkerPool> {
-    if (!(options.size >= 2)) throw new Error('WorkerPool: size must be at least 2 (the main thread and one worker)');
-    const pool = new WorkerPool(options);
+  static async create(options: PoolOptions): Promise<ThreadPool> {
+    if (!(options.size >= 2)) throw new Error('ThreadPool: size must be at least 2 (the main thread and one worker)');
+    const pool = new ThreadPool(options);
     const layout = pool.names.map((name, i) => ({ name, offset: pool.offsets[i], shape: [...options.params.get(name)!.shape] }));
     await Promise.all(
       Array.from({ length: options.size - 1 }, (_, w) => {
@@ -133,7 +135,7 @@ export class WorkerPool {
    * value and each worker's result. Worker gradients are added into `grads` (created where absent).
    */
   run<T>(tasks: unknown[], local: () => T, grads?: Map<string, tf.Tensor>): { local: T; results: unknown[] } {
-    if (tasks.length > this.size - 1) throw new Error(`WorkerPool.run: ${tasks.length} tasks for ${this.size - 1} workers`);
+    if (tasks.length > this.size - 1) throw new Error(`ThreadPool.run: ${tasks.length} tasks for ${this.size - 1} workers`);
     const seq = ++this.sequence;
     tasks.forEach((task, w) => {
       this.ports[w].postMessage({ seq, task });

@@ -1,11 +1,11 @@
-// Entry of a data-parallel worker thread (see workers.ts): its own tfjs engine, a replica built
+// Entry of a data-parallel pool thread (see thread-pool.ts): its own tfjs engine, a replica built
 // from the spec, then a loop that sleeps on the shared control words and runs each posted task.
 import 'reflect-metadata';
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import { initEngine, type NativeChoice } from './backend.js';
 import { loadNativeKernels } from './native.js';
-import type { Replica, ReplicaSpec } from './workers.js';
+import type { Replica, ReplicaSpec } from './thread-pool.js';
 
 interface WorkerInit {
   index: number;
