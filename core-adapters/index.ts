@@ -57,6 +57,7 @@ export { LocalCheckpointStore } from './trainer/checkpoints.js';
 // Registries by name, and the math they hold (verl's core_algos): estimators, policy losses, KL.
 export {
   advantageEstimatorNames,
+  estimatorTraits,
   getAdvantageEstimator,
   maskedWhiten,
   registerAdvantageEstimator,
@@ -78,6 +79,7 @@ export {
   type PolicyLossResult,
 } from './algorithms/policy-loss.js';
 export { klPenalty, type KlPenaltyType } from './algorithms/kl.js';
+export { composeAdvantages, type AdvantageComposition, type ComposedAdvantages } from './algorithms/compose.js';
 
 // Batches and seeded randomness.
 export { Batch, type BatchTensor } from './batch.js';

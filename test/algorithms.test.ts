@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import {
   addShapingReturns,
-  isOutcomeEstimator,
+  estimatorTraits,
   AdaptiveKlController,
   FixedKlController,
   advantageEstimatorNames,
@@ -22,6 +22,7 @@ import {
   type LossAggMode,
   type PolicyLossOptions,
 } from '../core-adapters/algorithms/index.js';
+import { AlgorithmRegistry, runRequirements } from '../core-adapters/plugins/algorithms.js';
 import { expectClose, fixture, readJson } from './helpers.js';
 
 const MODES: LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
@@ -193,9 +194,9 @@ describe('shaping rewards after an outcome estimator (RLFR with GRPO)', () => {
   });
 
   it('grpo sees one score per response; gae and reinforce_plus_plus take token rewards', () => {
-    expect(isOutcomeEstimator('grpo')).to.equal(true);
-    expect(isOutcomeEstimator('gae')).to.equal(false);
-    expect(isOutcomeEstimator('reinforce_plus_plus')).to.equal(false);
+    expect(estimatorTraits('grpo')).to.deep.equal({ outcome: true });
+    expect(estimatorTraits('gae')).to.deep.equal({ needsValues: true });
+    expect(estimatorTraits('reinforce_plus_plus')).to.deep.equal({});
   });
 });
 
@@ -466,6 +467,13 @@ describe('algorithm registries', () => {
     expect(advantageEstimatorNames()).to.include('test_zero');
     expect(getAdvantageEstimator('test_zero')(advantageInput()).advantages.length).to.equal(35);
     throwsWith(() => registerAdvantageEstimator('grpo', zero), "'grpo' is already registered");
+    // A plugin estimator that reads values asks for a critic through its trait.
+    registerAdvantageEstimator('test_valued', zero, { needsValues: true });
+    const registry = new AlgorithmRegistry();
+    const config = (adv_estimator: string) => ({ algorithm: { name: 'grpo', adv_estimator, use_kl_in_reward: false }, actor_rollout_ref: { actor: { use_kl_loss: false } } });
+    expect(runRequirements(config('test_valued'), registry).useCritic).to.equal(true);
+    expect(runRequirements(config('test_zero'), registry).useCritic).to.equal(false);
+    expect(runRequirements(config('gae'), registry).useCritic).to.equal(true);
 
     const vanilla = getPolicyLoss('vanilla');
     registerPolicyLoss('test_vanilla_alias', vanilla);

@@ -33,7 +33,7 @@ export interface AdvantageOutput {
 export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
 
 const estimators = new Map<string, AdvantageEstimator>();
-const outcomeEstimators = new Set<string>();
+const traits = new Map<string, EstimatorTraits>();
 
 /** What the trainer must know of an estimator beyond its function. */
 export interface EstimatorTraits {
@@ -42,22 +42,24 @@ export interface EstimatorTraits {
    * rewards then bypass it and enter the advantage through their return (see addShapingReturns).
    */
   outcome?: boolean;
+  /** The estimator reads critic values (gae): a run that uses it trains a critic. */
+  needsValues?: boolean;
 }
 
 /**
  * Adds an estimator under `name`. Registering another function under a taken name throws (as
  * verl's register_adv_est does); registering the same function again is a no-op.
  */
-export function registerAdvantageEstimator(name: string, estimator: AdvantageEstimator, traits: EstimatorTraits = {}): void {
+export function registerAdvantageEstimator(name: string, estimator: AdvantageEstimator, estimatorTraits: EstimatorTraits = {}): void {
   const existing = estimators.get(name);
   if (existing && existing !== estimator) throw new Error(`advantage estimator '${name}' is already registered`);
   estimators.set(name, estimator);
-  if (traits.outcome) outcomeEstimators.add(name);
+  traits.set(name, estimatorTraits);
 }
 
-/** Whether the named estimator sees only one score per response (see EstimatorTraits.outcome). */
-export function isOutcomeEstimator(name: string): boolean {
-  return outcomeEstimators.has(name);
+/** The traits the named estimator was registered with ({} for an unknown name). */
+export function estimatorTraits(name: string): EstimatorTraits {
+  return traits.get(name) ?? {};
 }
 
 /**
@@ -260,6 +262,6 @@ export function computeReinforcePlusPlusAdvantages(input: AdvantageInput): Advan
   return { advantages: masked(maskedWhiten(raw, mask), mask), returns: masked(raw, mask) };
 }
 
-registerAdvantageEstimator('gae', computeGaeAdvantages);
+registerAdvantageEstimator('gae', computeGaeAdvantages, { needsValues: true });
 registerAdvantageEstimator('grpo', computeGrpoOutcomeAdvantages, { outcome: true });
 registerAdvantageEstimator('reinforce_plus_plus', computeReinforcePlusPlusAdvantages);

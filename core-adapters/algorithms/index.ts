@@ -4,3 +4,4 @@ export * from './advantages.js';
 export * from './policy-loss.js';
 export * from './kl.js';
 export * from './value-loss.js';
+export * from './compose.js';

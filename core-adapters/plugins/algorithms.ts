@@ -1,5 +1,6 @@
 // Algorithms by name: what users swap with algorithm.name. Each implies an advantage estimator and
 // whether the run needs a critic and a reference policy. Plugins add theirs through plugin.json.
+import { estimatorTraits } from '../algorithms/advantages.js';
 import { InputError } from '../errors.js';
 
 /** An algorithm by name: the advantage estimator it implies and whether it reads the reference policy. */
@@ -69,7 +70,7 @@ export function runRequirements(
   return {
     algorithm,
     advEstimator,
-    useCritic: advEstimator === 'gae',
+    useCritic: estimatorTraits(advEstimator).needsValues === true,
     useReference: algorithm.needsReference || config.actor_rollout_ref.actor.use_kl_loss || config.algorithm.use_kl_in_reward,
   };
 }

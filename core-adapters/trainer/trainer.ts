@@ -4,8 +4,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
-import { addShapingReturns, isOutcomeEstimator, type AdvantageEstimator } from '../algorithms/advantages.js';
-import { AdaptiveKlController, applyKlPenalty, FixedKlController, type KlController } from '../algorithms/kl.js';
+import type { AdvantageEstimator } from '../algorithms/advantages.js';
+import { composeAdvantages } from '../algorithms/compose.js';
+import { AdaptiveKlController, FixedKlController, type KlController } from '../algorithms/kl.js';
 import { writeConfig, type Config } from '../config/load.js';
 import type {
   ActorStepListener,
@@ -234,48 +235,29 @@ export class RLTrainer implements Trainer {
 
     const shaping = new Float32Array(B * R);
     for (const shaper of this.shapers) Object.assign(metrics, timed(`shape_${shaper.name}`, () => shaper.shape(batch, shaping)));
-    const advantages = timed('adv', () => {
-      // Estimators that see one score per response get shaping through its return instead.
-      const outcomeOnly = isOutcomeEstimator(this.requirements.advEstimator);
-      const tokenRewards = Float32Array.from(reward.tokenLevelScores);
-      if (!outcomeOnly) for (let i = 0; i < tokenRewards.length; i++) tokenRewards[i] += shaping[i];
-      let rewards: Float32Array = tokenRewards;
-      if (this.config.algorithm.use_kl_in_reward) {
-        const penalised = applyKlPenalty(
-          tokenRewards,
-          old.logProbs,
-          batch.tensor('ref_log_prob').data as Float32Array,
-          mask,
-          B,
-          R,
-          this.config.algorithm.kl_penalty,
-          this.klController!,
-        );
-        rewards = penalised.tokenRewards;
-        metrics['actor/reward_kl_penalty'] = penalised.meanKl;
-        metrics['actor/reward_kl_penalty_coeff'] = penalised.coef;
-      }
-      const a = this.config.algorithm;
-      const out = this.estimator({
+    const a = this.config.algorithm;
+    const advantages = timed('adv', () =>
+      composeAdvantages({
+        estimatorName: this.requirements.advEstimator,
+        estimator: this.estimator,
         batch: B,
         length: R,
-        tokenRewards: rewards,
+        tokenScores: reward.tokenLevelScores,
+        shaping,
         responseMask: mask,
-        values: this.requirements.useCritic ? (batch.tensor('values').data as Float32Array) : undefined,
         groupIds: batch.column<string>('uid'),
+        values: this.requirements.useCritic ? (batch.tensor('values').data as Float32Array) : undefined,
         gamma: a.gamma,
         lam: a.lam,
         normByStd: a.norm_adv_by_std_in_grpo,
-        epsilon: 1e-6,
-      });
-      if (outcomeOnly && this.shapers.length) {
-        addShapingReturns(out, shaping, mask, B, R, a.gamma);
-        for (let i = 0; i < rewards.length; i++) rewards[i] += shaping[i];
-      }
-      // What each token was rewarded with, shaping included (reported and read by actors).
-      batch.set('token_level_rewards', { shape: [B, R], data: rewards });
-      return out;
-    });
+        klInReward: a.use_kl_in_reward
+          ? { oldLogProbs: old.logProbs, refLogProbs: batch.tensor('ref_log_prob').data as Float32Array, type: a.kl_penalty, controller: this.klController! }
+          : undefined,
+      }),
+    );
+    Object.assign(metrics, advantages.metrics);
+    // What each token was rewarded with, shaping included (reported and read by actors).
+    batch.set('token_level_rewards', { shape: [B, R], data: advantages.tokenRewards });
     batch.set('advantages', { shape: [B, R], data: advantages.advantages });
     batch.set('returns', { shape: [B, R], data: advantages.returns });
 
