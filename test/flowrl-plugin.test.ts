@@ -14,7 +14,7 @@ import {
 } from '../core-adapters/index.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
 import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
-import { enginePaths, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
+import { enginePaths, flowrlInProcess, onEnginePath, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 function writeConfig(dir: string): string {
   return writeCountdownConfig(dir, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } });
@@ -28,9 +28,6 @@ async function run(file: string, overrides: string[]): Promise<Host> {
   host.container.get<Worker>(TOKENS.Worker).dispose();
   return host;
 }
-
-const withoutTiming = (m: Record<string, number>) =>
-  Object.fromEntries(Object.entries(m).filter(([k]) => !k.startsWith('timing_s/') && k !== 'perf/throughput'));
 
 describe('the FlowRL plugin in the host', function () {
   this.timeout(300000);
@@ -108,12 +105,12 @@ describe('the FlowRL plugin in the host', function () {
 
   it('exports the policy as a plain HF directory without any proj_z tensor that `flowrl generate` can use', async () => {
     const out = path.join(tempDir(), 'exported');
-    const exported = await runFlowrl(['export', lastCheckpoint, out]);
+    const exported = await flowrlInProcess(['export', lastCheckpoint, out]);
     expect(exported.status, exported.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
     expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('proj_z'))).to.equal(false);
     loadModel(out).dispose();
-    const generated = await runFlowrl(['generate', '--model', out, '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '10', '--json']);
+    const generated = await flowrlInProcess(['generate', '--model', out, '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '10', '--json']);
     expect(generated.status, generated.stderr).to.equal(0);
     expect(JSON.parse(generated.stdout).response_ids.length).to.be.within(1, 10);
   });

@@ -93,6 +93,30 @@ export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<strin
   });
 }
 
+/**
+ * Runs `flowrl ...args` in this process (no start-up cost), capturing what it prints. For messages
+ * and exit codes; the engine banner, printed once per process, needs runFlowrl.
+ */
+export async function flowrlInProcess(args: string[]): Promise<CliResult> {
+  const { main } = await import('../core-adapters/cli/commands.js');
+  const out: string[] = [];
+  const err: string[] = [];
+  const saved = { log: console.log, error: console.error, warn: console.warn, stdout: process.stdout.write, stderr: process.stderr.write };
+  const text = (parts: unknown[]) => parts.map((p) => (typeof p === 'string' ? p : String(p))).join(' ') + '\n';
+  console.log = (...parts: unknown[]) => void out.push(text(parts));
+  console.error = console.warn = (...parts: unknown[]) => void err.push(text(parts));
+  process.stdout.write = ((chunk: string | Uint8Array) => out.push(String(chunk)) > 0) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => err.push(String(chunk)) > 0) as typeof process.stderr.write;
+  try {
+    const status = await main(args);
+    return { status, signal: null, stdout: out.join(''), stderr: err.join('') };
+  } finally {
+    Object.assign(console, { log: saved.log, error: saved.error, warn: saved.warn });
+    process.stdout.write = saved.stdout;
+    process.stderr.write = saved.stderr;
+  }
+}
+
 /** The IEEE bit patterns of a float array (a view, no copy). */
 export function floatBits(data: Float32Array): Uint32Array {
   return new Uint32Array(data.buffer, data.byteOffset, data.length);
@@ -146,6 +170,11 @@ export function writeCountdownConfig(dir: string, extra: Tree = {}): string {
   const file = path.join(dir, 'config.yaml');
   fs.writeFileSync(file, YAML.stringify(deepMerge(base, extra)));
   return file;
+}
+
+/** A step's metrics without those that depend on wall time (for comparing runs). */
+export function withoutTiming(metrics: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(metrics).filter(([key]) => !key.startsWith('timing_s/') && key !== 'perf/throughput'));
 }
 
 /** A run directory's metrics.jsonl, one object per step. */

@@ -3,8 +3,8 @@ import * as tf from '@tensorflow/tfjs';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
-import { reinstallEngineKernels } from '../core-adapters/engine/backend.js';
-import { enginePaths, expectClose, fixture, runFlowrl } from './helpers.js';
+import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
+import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runFlowrl, type EnginePath } from './helpers.js';
 
 /** Kernel sets: none replaced (stock), the TypeScript overrides, and the two native paths. */
 type Mode = 'stock' | 'typescript' | 'native-loop' | 'native-blas';
@@ -74,7 +74,6 @@ const BROADCAST: Case[] = [
 
 describe('wasm kernel overrides (engine/kernels.ts)', function () {
   this.timeout(60000);
-  const native = loadNativeKernels();
   const modes: Mode[] = ['stock', 'typescript', ...enginePaths().filter((p) => p !== 'stock') as Mode[]];
 
   before(function () {
@@ -212,29 +211,42 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     model.dispose();
   });
 
-  it('reports the native addon when it loads, and runs on stock kernels when it cannot be loaded', async () => {
-    const ok = await runFlowrl(['bench', '--steps', '1', '--json']);
-    expect(ok.status, ok.stderr).to.equal(0);
-    const missing = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' });
+  it(`names its engine path at start and answers the same on each (${enginePaths().join(', ')})`, async () => {
+    const model = loadModel(fixture('countdown', 'base-model'));
+    const expected: Record<EnginePath, string> = { stock: 'explicit-transpose matmuls', 'native-loop': 'native compiled loop', 'native-blas': 'native OpenBLAS' };
+    const answers = new Set<string>();
+    for (const enginePath of enginePaths()) {
+      await onEnginePath(enginePath, async () => {
+        const banner = engineBanner((await initEngine('wasm', { quiet: true })));
+        expect(banner[0], enginePath).to.include(expected[enginePath]);
+        // Chosen paths stay quiet about speed; only auto without a BLAS says what it costs.
+        expect(banner, enginePath).to.have.length(1);
+        answers.add(JSON.stringify(generate(model, [[5, 6, 7, 4]], { maxNewTokens: 6, greedy: true }).tokens));
+      });
+    }
+    expect([...answers], 'greedy answers on every path').to.have.length(1);
+    model.dispose();
+  });
+
+  it('flowrl bench times a training step and sampling', async () => {
+    const bench = await flowrlInProcess(['bench', '--steps', '1', '--json', '--workers', '1']);
+    expect(bench.status, bench.stderr).to.equal(0);
+    const result = JSON.parse(bench.stdout) as Record<string, unknown>;
+    for (const key of ['train_step_ms', 'sample_tokens_per_s']) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
+  });
+
+  it('says so when the addon cannot load, and when no optimised BLAS is found (what it costs and how to install one)', async () => {
+    const generateArgs = ['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'];
+    const [missing, noBlas] = await Promise.all([
+      runFlowrl(generateArgs, 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' }),
+      runFlowrl(generateArgs, 60000, { FLOWRL_BLAS: '/nonexistent/libopenblas.so.0', FLOWRL_NATIVE: 'auto' }),
+    ]);
     expect(missing.status, missing.stderr).to.equal(0);
     expect(missing.stderr).to.match(/native kernels unavailable/);
-    // No optimised BLAS: the compiled loop, and one line saying what that costs; FLOWRL_BLAS=none chooses the loop quietly.
-    for (const [blas, hint] of [['/nonexistent/libopenblas.so.0', true], ['none', false]] as const) {
-      const loop = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_BLAS: blas, FLOWRL_NATIVE: 'auto' });
-      expect(loop.status, loop.stderr).to.equal(0);
-      expect(loop.stderr).to.include('native compiled loop');
-      expect(loop.stderr.includes('no optimised BLAS found: training runs about 2x slower'), `FLOWRL_BLAS=${blas}: ${loop.stderr}`).to.equal(hint);
-      expect(loop.stdout).to.equal(missing.stdout);
-    }
-    const off = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'off' });
-    expect(off.status, off.stderr).to.equal(0);
-    expect(off.stderr).to.include('explicit-transpose matmuls');
-    // The same greedy answer with and without the addon.
-    expect(off.stdout).to.equal(missing.stdout);
-    if (native.kernels) {
-      const on = await runFlowrl(['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'], 60000, { FLOWRL_NATIVE: 'auto' });
-      expect(on.stderr).to.include('native');
-      expect(on.stdout).to.equal(off.stdout);
-    }
+    expect(noBlas.status, noBlas.stderr).to.equal(0);
+    expect(noBlas.stderr).to.include('native compiled loop');
+    expect(noBlas.stderr).to.include('no optimised BLAS found: training runs about 2x slower');
+    expect(noBlas.stderr).to.include('apt-get install libopenblas0-pthread');
+    expect(noBlas.stdout).to.equal(missing.stdout);
   });
 });

@@ -20,7 +20,7 @@ import { readHeader } from '../core-adapters/model/safetensors.js';
 import { promptBatch } from '../core-adapters/workers/sequences.js';
 import { FlowModel, flowPretrain, FlowRewardShaper, type FlowPretrainResult } from '../plugin/index.js';
 import { flowDeviation, responseLatents } from '../plugin/rlfr/latents.js';
-import { expectInputErrorAsync, fixture, readRunMetrics, ROOT, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectInputErrorAsync, fixture, flowrlInProcess, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -36,9 +36,6 @@ function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
 }
 
 const readMetrics = (dir: string) => readRunMetrics(path.join(dir, 'run'));
-
-const withoutTiming = (m: Record<string, number>) =>
-  Object.fromEntries(Object.entries(m).filter(([k]) => !k.startsWith('timing_s/') && k !== 'perf/throughput'));
 
 async function train(file: string, overrides: string[]): Promise<void> {
   const host = await createHost(file, { overrides, quiet: true });
@@ -205,7 +202,7 @@ describe('RLFR flow rewards in the host', function () {
       for (const key of ['flow/score_mean', 'flow/kept_tokens', 'flow/reward_mean', 'flow/loss']) expect(last, key).to.have.property(key);
       // The field stays out of exports.
       const out = path.join(split, 'exported');
-      const exported = await runFlowrl(['export', path.join(split, 'run', 'checkpoints', 'global_step_2'), out]);
+      const exported = await flowrlInProcess(['export', path.join(split, 'run', 'checkpoints', 'global_step_2'), out]);
       expect(exported.status, exported.stderr).to.equal(0);
       expect([...readHeader(path.join(out, 'model.safetensors')).tensors.keys()].some((k) => k.includes('flow') || k.includes('final.out'))).to.equal(false);
     });
@@ -231,18 +228,18 @@ describe('RLFR flow rewards in the host', function () {
   it('flowrl flow-pretrain is a plugin command; bad flow settings exit 2 naming the key or file', async () => {
     const dir = tempDir();
     const file = writeConfig(dir, { reward: { flow: { pretrain: { total_steps: 3, output_dir: path.join(dir, 'fm') } } } });
-    const ok = await runFlowrl(['flow-pretrain', file]);
+    const ok = await flowrlInProcess(['flow-pretrain', file]);
     expect(ok.status, ok.stderr).to.equal(0);
     expect(ok.stdout).to.include('set reward.flow.flow_model');
     expect(JSON.parse(fs.readFileSync(path.join(dir, 'fm', 'flow_config.json'), 'utf8')).trained_steps).to.equal(3);
-    const listed = await runFlowrl(['plugins', file]);
+    const listed = await flowrlInProcess(['plugins', file]);
     expect(listed.stdout).to.include('flowrl flow-pretrain CONFIG');
-    const badNorm = await runFlowrl(['flow-pretrain', file, 'reward.flow.norm=zscore']);
+    const badNorm = await flowrlInProcess(['flow-pretrain', file, 'reward.flow.norm=zscore']);
     expect(badNorm.status).to.equal(2);
     expect(badNorm.stderr).to.include('reward.flow.norm');
     // flow_model is an input path: relative to the config file that sets it.
     const missing = writeConfig(dir, { reward: { flow: { enable: true, flow_model: 'no-such-field' } } });
-    const badModel = await runFlowrl(['train', missing]);
+    const badModel = await flowrlInProcess(['train', missing]);
     expect(badModel.status).to.equal(2);
     expect(badModel.stderr).to.include(path.join(dir, 'no-such-field'));
     expect(pretrainConfig.reward).to.have.nested.property('flow.context_mode', 'token_post');

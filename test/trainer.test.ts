@@ -2,14 +2,12 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { enginePaths, onEnginePath, readRunMetrics, runFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
+import { enginePaths, onEnginePath, readRunMetrics, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
   return writeCountdownConfig(dir, { critic: { optim: { lr: 1e-3 }, ppo_micro_batch_size: 64 }, ...extra });
 }
-
-const readMetrics = readRunMetrics;
 
 async function train(configFile: string, overrides: string[]): Promise<{ trainer: Trainer; worker: Worker }> {
   const host = await createHost(configFile, { overrides, quiet: true });
@@ -21,13 +19,6 @@ async function train(configFile: string, overrides: string[]): Promise<{ trainer
   return { trainer, worker };
 }
 
-/** Metrics that depend on wall time, not on what was computed. */
-const isTiming = (key: string) => key.startsWith('timing_s/') || key === 'perf/throughput';
-
-function withoutTiming(m: Record<string, number>): Record<string, number> {
-  return Object.fromEntries(Object.entries(m).filter(([k]) => !isTiming(k)));
-}
-
 describe('the core trainer on a tiny countdown task', function () {
   this.timeout(300000);
 
@@ -36,7 +27,7 @@ describe('the core trainer on a tiny countdown task', function () {
       const dir = tempDir();
       const file = writeConfig(dir);
       await train(file, [`algorithm.name=${algorithm}`, 'trainer.total_training_steps=30', 'trainer.test_freq=30']);
-      const metrics = readMetrics(path.join(dir, 'run'));
+      const metrics = readRunMetrics(path.join(dir, 'run'));
       const before = metrics.find((m) => m.step === 0)!;
       const after = metrics.find((m) => m.step === 30)!;
       expect(before['val/accuracy']).to.be.a('number');
@@ -62,8 +53,8 @@ describe('the core trainer on a tiny countdown task', function () {
         const file = writeConfig(split);
         await train(file, [...common, 'trainer.total_training_steps=1']);
         await train(file, [...common, 'trainer.total_training_steps=2']);
-        const a = readMetrics(path.join(whole, 'run'));
-        const b = readMetrics(path.join(split, 'run'));
+        const a = readRunMetrics(path.join(whole, 'run'));
+        const b = readRunMetrics(path.join(split, 'run'));
         expect(b.map((m) => m.step)).to.deep.equal([1, 2]);
         expect(withoutTiming(b[1])).to.deep.equal(withoutTiming(a[1]));
       };
@@ -90,7 +81,7 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(store.latest()?.step).to.equal(2);
     expect(fs.existsSync(path.join(store.root, 'global_step_4'))).to.equal(false);
     await train(file, [...common, 'trainer.total_training_steps=3']);
-    expect(readMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3]);
+    expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3]);
   });
 
   it('flowrl train exits 2 naming a missing data file', async () => {

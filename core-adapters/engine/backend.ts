@@ -72,6 +72,16 @@ function accelerate(info: EngineInfo, native: NativeChoice): void {
 }
 let announced = false;
 
+/** What the engine prints once at start: the backend and its accelerations, and what is missing. */
+export function engineBanner(info: EngineInfo): string[] {
+  const detail = info.binding ? ` (${info.binding})` : info.simd ? ' (SIMD)' : '';
+  const extra = info.accelerations.length ? `; ${info.accelerations.join('; ')}` : '';
+  const missing = info.nativeUnavailable ? `; native kernels unavailable (${info.nativeUnavailable})` : '';
+  const lines = [`[flowrl] tfjs backend: ${info.backend}${detail}${extra}${missing}`];
+  if (info.blasMissing) lines.push(`[flowrl] ${NO_BLAS_HINT}`);
+  return lines;
+}
+
 /** Installs again the kernels of the active engine path (after something replaced them). */
 export function reinstallEngineKernels(): void {
   if (active?.backend === 'wasm' && activeNative) accelerate(active, activeNative);
@@ -134,13 +144,7 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
   await tf.ready();
   if (info.backend === 'wasm') accelerate(info, native);
   active = info;
-  if (!announced && !options.quiet) {
-    const detail = info.binding ? ` (${info.binding})` : info.simd ? ' (SIMD)' : '';
-    const extra = info.accelerations.length ? `; ${info.accelerations.join('; ')}` : '';
-    const missing = info.nativeUnavailable ? `; native kernels unavailable (${info.nativeUnavailable})` : '';
-    process.stderr.write(`[flowrl] tfjs backend: ${info.backend}${detail}${extra}${missing}\n`);
-    if (info.blasMissing) process.stderr.write(`[flowrl] ${NO_BLAS_HINT}\n`);
-  }
+  if (!announced && !options.quiet) for (const line of engineBanner(info)) process.stderr.write(`${line}\n`);
   announced = true;
   return info;
 }

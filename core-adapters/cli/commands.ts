@@ -1,0 +1,70 @@
+// The flowrl command's subcommands, one per job, and its dispatcher. Bad input exits 2 with one
+// message, no stack. (cli/main.ts runs it; tests call main in-process.)
+import 'reflect-metadata';
+import { InputError } from '../errors.js';
+import { benchCommand } from './bench.js';
+import { compareCommand } from './compare.js';
+import { demoCommand } from './demo.js';
+import { evalCommand, exportCommand, pluginCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
+import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
+import { reportCommand } from './report-command.js';
+
+interface Command {
+  usage: string;
+  run: (argv: string[]) => Promise<void>;
+}
+
+const COMMANDS: Record<string, Command> = {
+  train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: trainCommand },
+  eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass)', run: evalCommand },
+  compare: { usage: 'compare CONFIG... [--seeds N] [--out DIR] [key=value ...]   (same seeds and budget, one report)', run: compareCommand },
+  sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
+  export: { usage: 'export CHECKPOINT_DIR OUT_DIR   (the policy as a plain HF directory, without plugin heads)', run: exportCommand },
+  plugins: { usage: 'plugins CONFIG   (registered plugins, their algorithms and overridden bindings)', run: pluginsCommand },
+  generate: {
+    usage: 'generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--greedy] [--chat] [--seed S] [--json]',
+    run: generateCommand,
+  },
+  score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--json]', run: scoreCommand },
+  'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
+  demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: demoCommand },
+  bench: { usage: 'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|off] [--backend auto|tensorflow|wasm|cpu]', run: benchCommand },
+  report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
+};
+
+function usage(): string {
+  return [
+    'usage: flowrl <command> [options]',
+    '',
+    ...Object.values(COMMANDS).map((c) => `  flowrl ${c.usage}`),
+    '',
+    'Plugins add commands run as `flowrl NAME CONFIG [key=value ...]`; `flowrl plugins CONFIG` lists them.',
+  ].join('\n');
+}
+
+/** Runs `flowrl ...argv`; returns the exit code (0, 1 for an internal error, 2 for bad input). */
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    console.log(usage());
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  try {
+    const run = command ? () => command.run(rest) : pluginCommand(name, rest);
+    if (!run) {
+      console.error(`flowrl: unknown command '${name}'; available: ${Object.keys(COMMANDS).join(', ')} (plugins add theirs: flowrl NAME CONFIG)`);
+      return 2;
+    }
+    await run();
+    return 0;
+  } catch (e) {
+    if (e instanceof InputError) {
+      console.error(`flowrl ${name}: ${e.message}`);
+      return e.exitCode;
+    }
+    // Printed here: rethrown, the wasm runtime's exception hook would dump its own source.
+    console.error(`flowrl ${name}: internal error:`, e);
+    return 1;
+  }
+}
