@@ -3,8 +3,8 @@
 // module after it, so plugins override core bindings with rebind.
 import path from 'node:path';
 import { Container, ContainerModule } from 'inversify';
-import { getAdvantageEstimator, advantageEstimatorNames } from './algorithms/advantages.js';
-import { getPolicyLoss, policyLossNames } from './algorithms/policy-loss.js';
+import { AdvantageEstimatorRegistry } from './algorithms/advantages.js';
+import { PolicyLossRegistry } from './algorithms/policy-loss.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
 import type { ConfigTree } from './config/defaults.js';
@@ -13,7 +13,7 @@ import { initEngine, type EngineInfo } from './engine/backend.js';
 import { InputError } from './errors.js';
 import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
-import { importPluginModule } from './plugins/loader.js';
+import { importPluginModule, type PluginRegistries } from './plugins/loader.js';
 import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
 import { NaiveRewardManager } from './rewards/manager.js';
 import { HOST_VERSION } from './package-root.js';
@@ -32,6 +32,8 @@ export interface Host {
   config: Config;
   plugins: PluginManifest[];
   registry: AlgorithmRegistry;
+  /** The advantage estimators and policy losses this host knows (core, then plugins'). */
+  registries: PluginRegistries;
   requirements: RunRequirements;
   engine?: EngineInfo;
 }
@@ -44,16 +46,8 @@ export interface HostOptions {
   quiet?: boolean;
 }
 
-function lookup<T>(get: (name: string) => T, names: () => string[], name: string, key: string): T {
-  try {
-    return get(name);
-  } catch {
-    throw new InputError(`${key}: unknown '${name}'; available: ${names().join(', ')}`);
-  }
-}
-
 /** The core bindings: every role the trainer needs, as singletons. */
-export function coreModule(config: Config, requirements: RunRequirements, registry: AlgorithmRegistry, engine?: EngineInfo): ContainerModule {
+export function coreModule(config: Config, requirements: RunRequirements, registry: AlgorithmRegistry, registries: PluginRegistries, engine?: EngineInfo): ContainerModule {
   return new ContainerModule(({ bind }) => {
     bind(TOKENS.Config).toConstantValue(config);
     bind(TOKENS.Engine).toConstantValue(engine ?? { backend: 'none' });
@@ -66,12 +60,8 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
         return TextTokenizer.load(dir);
       })
       .inSingletonScope();
-    bind(TOKENS.AdvantageEstimator).toConstantValue(
-      lookup(getAdvantageEstimator, advantageEstimatorNames, requirements.advEstimator, 'algorithm.adv_estimator'),
-    );
-    bind(TOKENS.PolicyLoss).toConstantValue(
-      lookup(getPolicyLoss, policyLossNames, config.actor_rollout_ref.actor.policy_loss, 'actor_rollout_ref.actor.policy_loss'),
-    );
+    bind(TOKENS.AdvantageEstimator).toConstantValue(registries.advantageEstimators.get(requirements.advEstimator));
+    bind(TOKENS.PolicyLoss).toConstantValue(registries.policyLosses.get(config.actor_rollout_ref.actor.policy_loss));
     bind(TOKENS.Actor).to(PPOActor).inSingletonScope();
     bind(TOKENS.Worker).to(ActorRolloutRefWorker).inSingletonScope();
     bind(TOKENS.Critic).to(ValueCritic).inSingletonScope();
@@ -123,12 +113,16 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   config.plugins = plugins.map((p) => p.file);
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
-  const requirements = runRequirements(config, registry);
+  // Plugin entries run first: they may register the estimators and losses the config names.
+  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry() };
+  const pluginModules: ContainerModule[] = [];
+  for (const manifest of plugins) pluginModules.push(await importPluginModule(manifest, { config, manifest, registries }));
+  const requirements = runRequirements(config, registry, registries.advantageEstimators);
   const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });
   const container = new Container({ defaultScope: 'Singleton' });
-  await container.loadAsync(coreModule(config, requirements, registry, engine));
-  for (const manifest of plugins) await container.loadAsync(await importPluginModule(manifest, { config, manifest }));
-  return { container, config, plugins, registry, requirements, engine };
+  await container.loadAsync(coreModule(config, requirements, registry, registries, engine));
+  for (const module of pluginModules) await container.loadAsync(module);
+  return { container, config, plugins, registry, registries, requirements, engine };
 }
 
 function resolvePluginOverride(arg: string): string[] {

@@ -33,7 +33,7 @@ export type {
 } from './contracts/index.js';
 
 // Plugins: what a plugin's entry receives, its manifest, and what the run needs from algorithm.name.
-export type { PluginContext, PluginEntry } from './plugins/loader.js';
+export type { PluginContext, PluginEntry, PluginRegistries } from './plugins/loader.js';
 export type { PluginManifest } from './plugins/manifest.js';
 export type { AlgorithmSpec, RunRequirements } from './plugins/algorithms.js';
 
@@ -54,13 +54,11 @@ export { NaiveRewardManager } from './rewards/manager.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
 
-// Registries by name, and the math they hold (verl's core_algos): estimators, policy losses, KL.
+// Registries by name (one per host; plugins add to them through PluginContext.registries), and the
+// math they hold (verl's core_algos): estimators, policy losses, KL.
 export {
-  advantageEstimatorNames,
-  estimatorTraits,
-  getAdvantageEstimator,
+  AdvantageEstimatorRegistry,
   maskedWhiten,
-  registerAdvantageEstimator,
   type AdvantageEstimator,
   type AdvantageInput,
   type AdvantageOutput,
@@ -68,9 +66,7 @@ export {
 } from './algorithms/advantages.js';
 export {
   aggregateLoss,
-  getPolicyLoss,
-  policyLossNames,
-  registerPolicyLoss,
+  PolicyLossRegistry,
   type AggregateLossOptions,
   type LossAggMode,
   type PolicyLoss,

@@ -2,27 +2,27 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import {
   addShapingReturns,
-  estimatorTraits,
   AdaptiveKlController,
   FixedKlController,
-  advantageEstimatorNames,
   aggregateLoss,
   applyKlPenalty,
   computeGrpoAdvantages,
   computeValueLoss,
-  getAdvantageEstimator,
-  getPolicyLoss,
   klPenalty,
   maskedWhiten,
-  policyLossNames,
-  registerAdvantageEstimator,
-  registerPolicyLoss,
   type AdvantageInput,
   type KlPenaltyType,
   type LossAggMode,
   type PolicyLossOptions,
+  AdvantageEstimatorRegistry,
+  PolicyLossRegistry,
 } from '../core-adapters/algorithms/index.js';
 import { AlgorithmRegistry, runRequirements } from '../core-adapters/plugins/algorithms.js';
+
+const estimators = new AdvantageEstimatorRegistry();
+const losses = new PolicyLossRegistry();
+const getAdvantageEstimator = (name: string) => estimators.get(name);
+const getPolicyLoss = (name: string) => losses.get(name);
 import { expectClose, fixture, readJson } from './helpers.js';
 
 const MODES: LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
@@ -194,9 +194,9 @@ describe('shaping rewards after an outcome estimator (RLFR with GRPO)', () => {
   });
 
   it('grpo sees one score per response; gae and reinforce_plus_plus take token rewards', () => {
-    expect(estimatorTraits('grpo')).to.deep.equal({ outcome: true });
-    expect(estimatorTraits('gae')).to.deep.equal({ needsValues: true });
-    expect(estimatorTraits('reinforce_plus_plus')).to.deep.equal({});
+    expect(estimators.traits('grpo')).to.deep.equal({ outcome: true });
+    expect(estimators.traits('gae')).to.deep.equal({ needsValues: true });
+    expect(estimators.traits('reinforce_plus_plus')).to.deep.equal({});
   });
 });
 
@@ -453,32 +453,35 @@ describe('value loss', () => {
 });
 
 describe('algorithm registries', () => {
-  it('unknown names throw, listing what is available', () => {
-    throwsWith(() => getAdvantageEstimator('ppo2'), "'ppo2'", 'gae', 'grpo', 'reinforce_plus_plus');
-    throwsWith(() => getPolicyLoss('gspo'), "'gspo'", 'vanilla');
-    expect(advantageEstimatorNames()).to.include.members(['gae', 'grpo', 'reinforce_plus_plus']);
-    expect(policyLossNames()).to.include('vanilla');
+  it('unknown names throw, naming the key and listing what is available', () => {
+    throwsWith(() => getAdvantageEstimator('ppo2'), 'algorithm.adv_estimator', "'ppo2'", 'gae', 'grpo', 'reinforce_plus_plus');
+    throwsWith(() => getPolicyLoss('gspo'), 'actor_rollout_ref.actor.policy_loss', "'gspo'", 'vanilla');
+    expect(estimators.names()).to.deep.equal(['gae', 'grpo', 'reinforce_plus_plus']);
+    expect(losses.names()).to.deep.equal(['vanilla']);
   });
 
-  it('a registered estimator or loss becomes available; a different function under a taken name throws', () => {
+  it('a registered estimator or loss becomes available in its registry only; a different function under a taken name throws', () => {
+    const mine = new AdvantageEstimatorRegistry();
     const zero = (input: AdvantageInput) => ({ advantages: new Float32Array(input.batch * input.length), returns: new Float32Array(input.batch * input.length) });
-    registerAdvantageEstimator('test_zero', zero);
-    registerAdvantageEstimator('test_zero', zero); // the same function again: a no-op
-    expect(advantageEstimatorNames()).to.include('test_zero');
-    expect(getAdvantageEstimator('test_zero')(advantageInput()).advantages.length).to.equal(35);
-    throwsWith(() => registerAdvantageEstimator('grpo', zero), "'grpo' is already registered");
+    mine.register('test_zero', zero);
+    mine.register('test_zero', zero); // the same function again: a no-op
+    expect(mine.names()).to.include('test_zero');
+    expect(mine.get('test_zero')(advantageInput()).advantages.length).to.equal(35);
+    expect(new AdvantageEstimatorRegistry().names(), 'a fresh registry').to.not.include('test_zero');
+    throwsWith(() => mine.register('grpo', zero), "'grpo' is already registered");
     // A plugin estimator that reads values asks for a critic through its trait.
-    registerAdvantageEstimator('test_valued', zero, { needsValues: true });
+    mine.register('test_valued', zero, { needsValues: true });
     const registry = new AlgorithmRegistry();
     const config = (adv_estimator: string) => ({ algorithm: { name: 'grpo', adv_estimator, use_kl_in_reward: false }, actor_rollout_ref: { actor: { use_kl_loss: false } } });
-    expect(runRequirements(config('test_valued'), registry).useCritic).to.equal(true);
-    expect(runRequirements(config('test_zero'), registry).useCritic).to.equal(false);
-    expect(runRequirements(config('gae'), registry).useCritic).to.equal(true);
+    expect(runRequirements(config('test_valued'), registry, mine).useCritic).to.equal(true);
+    expect(runRequirements(config('test_zero'), registry, mine).useCritic).to.equal(false);
+    expect(runRequirements(config('gae'), registry, mine).useCritic).to.equal(true);
 
-    const vanilla = getPolicyLoss('vanilla');
-    registerPolicyLoss('test_vanilla_alias', vanilla);
-    expect(getPolicyLoss('test_vanilla_alias')).to.equal(vanilla);
-    throwsWith(() => registerPolicyLoss('vanilla', (i, o) => vanilla(i, o)), "'vanilla' is already registered");
+    const myLosses = new PolicyLossRegistry();
+    const vanilla = myLosses.get('vanilla');
+    myLosses.register('test_vanilla_alias', vanilla);
+    expect(myLosses.get('test_vanilla_alias')).to.equal(vanilla);
+    throwsWith(() => myLosses.register('vanilla', (i, o) => vanilla(i, o)), "'vanilla' is already registered");
   });
 });
 

@@ -27,6 +27,7 @@ type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
  * while the loader's import() gives the ES module, a second copy of the class.
  */
 let ToyRewardManager: ToyModule['ToyRewardManager'];
+let toyValuesEstimator: ToyModule['toyValuesEstimator'];
 const NO_MODULE_DIR = fixture('plugins', 'no-module');
 const ASYNC_DIR = fixture('plugins', 'async-load');
 
@@ -75,7 +76,6 @@ function writeManifest(edit: (m: Record<string, unknown>) => void, raw?: string)
   return file;
 }
 
-/** createHost (no engine) must reject with an InputError whose message holds every fragment. */
 /** createHost (without an engine) must fail with an InputError whose message holds every fragment. */
 function expectHostError(configFile: string, options: HostOptions, ...fragments: string[]): Promise<InputError> {
   return expectInputErrorAsync(createHost(configFile, { skipEngine: true, ...options }), ...fragments);
@@ -84,7 +84,7 @@ function expectHostError(configFile: string, options: HostOptions, ...fragments:
 describe('plugins', () => {
   before(async () => {
     buildTokenizer({ characters: 'abc 0123456789' }).save(tokenizerDir);
-    ({ ToyRewardManager } = (await import(pathToFileURL(path.join(TOY_DIR, 'index.ts')).href)) as ToyModule);
+    ({ ToyRewardManager, toyValuesEstimator } = (await import(pathToFileURL(path.join(TOY_DIR, 'index.ts')).href)) as ToyModule);
   });
 
   describe('a plugin that contributes an algorithm and overrides a binding', () => {
@@ -117,9 +117,18 @@ describe('plugins', () => {
 
     it('registers its algorithm after the core ones', async () => {
       const host = await createHost(configWith([TOY_DIR]), { skipEngine: true });
-      expect(host.registry.names()).to.deep.equal(['ppo', 'grpo', 'reinforce_plus_plus', 'toy']);
+      expect(host.registry.names()).to.deep.equal(['ppo', 'grpo', 'reinforce_plus_plus', 'toy', 'toy_valued']);
       expect(host.container.get(TOKENS.AlgorithmRegistry)).to.equal(host.registry);
       expect(host.registry.get('toy')).to.include({ advEstimator: 'grpo', needsReference: false, source: 'toy' });
+    });
+
+    it('registers its own estimator through its context; selecting it binds it, and its trait brings a critic', async () => {
+      const host = await createHost(configWith([TOY_DIR], 'algorithm:\n  name: toy_valued\n'), { skipEngine: true });
+      expect(host.registries.advantageEstimators.names()).to.include('toy_values');
+      expect(host.container.get(TOKENS.AdvantageEstimator)).to.equal(toyValuesEstimator);
+      expect(host.requirements).to.include({ advEstimator: 'toy_values', useCritic: true });
+      // Registries belong to a host: one without the plugin does not know the estimator.
+      await expectHostError(configWith([], 'algorithm:\n  adv_estimator: toy_values\n'), {}, 'algorithm.adv_estimator', "'toy_values'", 'gae, grpo, reinforce_plus_plus');
     });
 
     it('adds its config section with its defaults, settable from the file and the command line', async () => {
@@ -317,7 +326,7 @@ describe('plugins', () => {
       const r = await runs.good;
       expect(r.status, describeRun(r)).to.equal(0);
       const lines = r.stdout.split('\n');
-      expect(lines[0]).to.equal('algorithms: ppo, grpo, reinforce_plus_plus, toy (selected: toy)');
+      expect(lines[0]).to.equal('algorithms: ppo, grpo, reinforce_plus_plus, toy, toy_valued (selected: toy)');
       expect(r.stdout).to.include(`toy 0.2.0 (host >=0.0.0) from ${path.join(TOY_DIR, 'plugin.json')}`);
       expect(lines.find((l) => l.trim().startsWith('algorithms: toy')), describeRun(r)).to.include('toy [advantages grpo]');
       expect(lines.find((l) => l.trim().startsWith('overrides:')), describeRun(r)).to.match(/overrides:\s+RewardManager$/);

@@ -32,9 +32,6 @@ export interface AdvantageOutput {
 /** An advantage estimator: token rewards (and values) in, advantages and returns out. */
 export type AdvantageEstimator = (input: AdvantageInput) => AdvantageOutput;
 
-const estimators = new Map<string, AdvantageEstimator>();
-const traits = new Map<string, EstimatorTraits>();
-
 /** What the trainer must know of an estimator beyond its function. */
 export interface EstimatorTraits {
   /**
@@ -47,19 +44,42 @@ export interface EstimatorTraits {
 }
 
 /**
- * Adds an estimator under `name`. Registering another function under a taken name throws (as
- * verl's register_adv_est does); registering the same function again is a no-op.
+ * Advantage estimators by name (verl's register_adv_est), one registry per host: the core ones,
+ * then what plugins register through their PluginContext. Nothing is global, so registrations
+ * never leak from one host (or test) to the next.
  */
-export function registerAdvantageEstimator(name: string, estimator: AdvantageEstimator, estimatorTraits: EstimatorTraits = {}): void {
-  const existing = estimators.get(name);
-  if (existing && existing !== estimator) throw new Error(`advantage estimator '${name}' is already registered`);
-  estimators.set(name, estimator);
-  traits.set(name, estimatorTraits);
-}
+export class AdvantageEstimatorRegistry {
+  private readonly entries = new Map<string, { estimator: AdvantageEstimator; traits: EstimatorTraits }>();
 
-/** The traits the named estimator was registered with ({} for an unknown name). */
-export function estimatorTraits(name: string): EstimatorTraits {
-  return traits.get(name) ?? {};
+  /** A registry holding gae, grpo and reinforce_plus_plus. */
+  constructor() {
+    this.register('gae', computeGaeAdvantages, { needsValues: true });
+    this.register('grpo', computeGrpoOutcomeAdvantages, { outcome: true });
+    this.register('reinforce_plus_plus', computeReinforcePlusPlusAdvantages);
+  }
+
+  /** Adds an estimator; another function under a taken name throws, the same one again is a no-op. */
+  register(name: string, estimator: AdvantageEstimator, traits: EstimatorTraits = {}): void {
+    const existing = this.entries.get(name);
+    if (existing && existing.estimator !== estimator) throw new Error(`advantage estimator '${name}' is already registered`);
+    this.entries.set(name, { estimator, traits });
+  }
+
+  /** The estimator of this name (InputError naming `key` and listing the names if none). */
+  get(name: string, key = 'algorithm.adv_estimator'): AdvantageEstimator {
+    const entry = this.entries.get(name);
+    if (!entry) throw new InputError(`${key}: unknown advantage estimator '${name}'; available: ${this.names().join(', ')}`);
+    return entry.estimator;
+  }
+
+  /** The traits the estimator was registered with ({} for an unknown name). */
+  traits(name: string): EstimatorTraits {
+    return this.entries.get(name)?.traits ?? {};
+  }
+
+  names(): string[] {
+    return [...this.entries.keys()];
+  }
 }
 
 /**
@@ -79,18 +99,6 @@ export function addShapingReturns(output: AdvantageOutput, shaping: ArrayLike<nu
       output.returns[i] += running;
     }
   }
-}
-
-/** The registered advantage estimator of this name (InputError listing the names if none). */
-export function getAdvantageEstimator(name: string): AdvantageEstimator {
-  const estimator = estimators.get(name);
-  if (!estimator) throw new InputError(`unknown advantage estimator '${name}'; available: ${advantageEstimatorNames().join(', ')}`);
-  return estimator;
-}
-
-/** The registered advantage estimators, by name. */
-export function advantageEstimatorNames(): string[] {
-  return [...estimators.keys()];
 }
 
 function checkInput(input: AdvantageInput, who: string): void {
@@ -261,7 +269,3 @@ export function computeReinforcePlusPlusAdvantages(input: AdvantageInput): Advan
   }
   return { advantages: masked(maskedWhiten(raw, mask), mask), returns: masked(raw, mask) };
 }
-
-registerAdvantageEstimator('gae', computeGaeAdvantages, { needsValues: true });
-registerAdvantageEstimator('grpo', computeGrpoOutcomeAdvantages, { outcome: true });
-registerAdvantageEstimator('reinforce_plus_plus', computeReinforcePlusPlusAdvantages);

@@ -7,13 +7,13 @@
 //   4. for an outcome estimator, the shaping rewards enter as their discounted return
 //      A_k += sum_{j >= k} gamma^(j - k) rho_j (RLFR's way into GRPO).
 import type { Metrics } from '../contracts/index.js';
-import { addShapingReturns, estimatorTraits, type AdvantageEstimator } from './advantages.js';
+import { addShapingReturns, type AdvantageEstimator, type EstimatorTraits } from './advantages.js';
 import { applyKlPenalty, type KlController, type KlPenaltyType } from './kl.js';
 
 /** What composeAdvantages reads: one step's scores, shaping, mask, groups, values and settings. */
 export interface AdvantageComposition {
-  estimatorName: string;
   estimator: AdvantageEstimator;
+  estimatorTraits: EstimatorTraits;
   batch: number;
   length: number;
   /** [B, R] outcome scores at each response's last valid token. */
@@ -42,7 +42,7 @@ export interface ComposedAdvantages {
 
 /** One step's advantages from its scores: the four steps above, in order. */
 export function composeAdvantages(c: AdvantageComposition): ComposedAdvantages {
-  const outcomeOnly = estimatorTraits(c.estimatorName).outcome === true;
+  const outcomeOnly = c.estimatorTraits.outcome === true;
   let rewards: Float32Array = Float32Array.from(c.tokenScores);
   if (!outcomeOnly) for (let i = 0; i < rewards.length; i++) rewards[i] += c.shaping[i];
   const metrics: Metrics = {};

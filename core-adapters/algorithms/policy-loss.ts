@@ -116,25 +116,32 @@ export interface PolicyLossResult {
 /** A policy loss (verl's policy_loss registry entry): log-probs and advantages in, a scalar and metrics out. */
 export type PolicyLoss = (input: PolicyLossInput, options: PolicyLossOptions) => PolicyLossResult;
 
-const policyLosses = new Map<string, PolicyLoss>();
+/** Policy losses by name (verl's register_policy_loss), one registry per host, like the estimators. */
+export class PolicyLossRegistry {
+  private readonly losses = new Map<string, PolicyLoss>();
 
-/** Adds a policy loss under `name`; another function under a taken name throws, the same one again is a no-op. */
-export function registerPolicyLoss(name: string, fn: PolicyLoss): void {
-  const existing = policyLosses.get(name);
-  if (existing && existing !== fn) throw new Error(`policy loss '${name}' is already registered`);
-  policyLosses.set(name, fn);
-}
+  /** A registry holding vanilla. */
+  constructor() {
+    this.register('vanilla', vanillaPolicyLoss);
+  }
 
-/** The registered policy loss of this name (InputError listing the names if none). */
-export function getPolicyLoss(name: string): PolicyLoss {
-  const fn = policyLosses.get(name);
-  if (!fn) throw new InputError(`unknown policy loss '${name}'; available: ${policyLossNames().join(', ')}`);
-  return fn;
-}
+  /** Adds a policy loss; another function under a taken name throws, the same one again is a no-op. */
+  register(name: string, fn: PolicyLoss): void {
+    const existing = this.losses.get(name);
+    if (existing && existing !== fn) throw new Error(`policy loss '${name}' is already registered`);
+    this.losses.set(name, fn);
+  }
 
-/** The registered policy losses, by name. */
-export function policyLossNames(): string[] {
-  return [...policyLosses.keys()];
+  /** The loss of this name (InputError naming `key` and listing the names if none). */
+  get(name: string, key = 'actor_rollout_ref.actor.policy_loss'): PolicyLoss {
+    const fn = this.losses.get(name);
+    if (!fn) throw new InputError(`${key}: unknown policy loss '${name}'; available: ${this.names().join(', ')}`);
+    return fn;
+  }
+
+  names(): string[] {
+    return [...this.losses.keys()];
+  }
 }
 
 /**
@@ -174,4 +181,3 @@ export const vanillaPolicyLoss: PolicyLoss = (input, options) => {
   return { loss, metrics: metrics! };
 };
 
-registerPolicyLoss('vanilla', vanillaPolicyLoss);

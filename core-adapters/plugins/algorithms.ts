@@ -1,6 +1,6 @@
 // Algorithms by name: what users swap with algorithm.name. Each implies an advantage estimator and
 // whether the run needs a critic and a reference policy. Plugins add theirs through plugin.json.
-import { estimatorTraits } from '../algorithms/advantages.js';
+import type { AdvantageEstimatorRegistry, EstimatorTraits } from '../algorithms/advantages.js';
 import { InputError } from '../errors.js';
 
 /** An algorithm by name: the advantage estimator it implies and whether it reads the reference policy. */
@@ -56,6 +56,8 @@ export class AlgorithmRegistry {
 export interface RunRequirements {
   algorithm: AlgorithmSpec;
   advEstimator: string;
+  /** The estimator's registered traits (an outcome estimator takes shaping through its return). */
+  estimatorTraits: EstimatorTraits;
   useCritic: boolean;
   useReference: boolean;
 }
@@ -64,13 +66,15 @@ export interface RunRequirements {
 export function runRequirements(
   config: { algorithm: { name: string; adv_estimator: string | null; use_kl_in_reward: boolean }; actor_rollout_ref: { actor: { use_kl_loss: boolean } } },
   registry: AlgorithmRegistry,
+  estimators: AdvantageEstimatorRegistry,
 ): RunRequirements {
   const algorithm = registry.get(config.algorithm.name);
   const advEstimator = config.algorithm.adv_estimator ?? algorithm.advEstimator;
   return {
     algorithm,
     advEstimator,
-    useCritic: estimatorTraits(advEstimator).needsValues === true,
+    estimatorTraits: estimators.traits(advEstimator),
+    useCritic: estimators.traits(advEstimator).needsValues === true,
     useReference: algorithm.needsReference || config.actor_rollout_ref.actor.use_kl_loss || config.algorithm.use_kl_in_reward,
   };
 }

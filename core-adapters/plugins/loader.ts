@@ -3,14 +3,23 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { ContainerModule } from 'inversify';
+import type { AdvantageEstimatorRegistry } from '../algorithms/advantages.js';
+import type { PolicyLossRegistry } from '../algorithms/policy-loss.js';
 import type { Config } from '../config/load.js';
 import { InputError } from '../errors.js';
 import type { PluginManifest } from './manifest.js';
 
-/** What a plugin entry function receives: the resolved config and its own manifest. */
+/** The host's registries by name, where a plugin entry function adds its estimators and losses. */
+export interface PluginRegistries {
+  advantageEstimators: AdvantageEstimatorRegistry;
+  policyLosses: PolicyLossRegistry;
+}
+
+/** What a plugin entry function receives: the resolved config, its own manifest, the registries. */
 export interface PluginContext {
   config: Config;
   manifest: PluginManifest;
+  registries: PluginRegistries;
 }
 
 /** What an entry's default export may be: a module, or a factory given the resolved config. */

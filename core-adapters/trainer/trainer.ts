@@ -238,8 +238,8 @@ export class RLTrainer implements Trainer {
     const a = this.config.algorithm;
     const advantages = timed('adv', () =>
       composeAdvantages({
-        estimatorName: this.requirements.advEstimator,
         estimator: this.estimator,
+        estimatorTraits: this.requirements.estimatorTraits,
         batch: B,
         length: R,
         tokenScores: reward.tokenLevelScores,
