@@ -1,43 +1,23 @@
-// The flowrl command as a user runs it: a child process, its exit code, stdout and stderr.
-// Runs are started together (at most one per CPU) so the file stays fast; each test awaits its own.
+// The flowrl model commands (init-model, generate, score) and their messages: exit codes, stdout
+// and stderr. They run in this process, one after another (their output is captured globally);
+// other files keep one child-process test per exit code.
 import { expect } from 'chai';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { buildTokenizer, generate, loadModel, TextTokenizer } from '../core-adapters/index.js';
 import { initWeights } from '../core-adapters/model/checkpoint.js';
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { readHeader, readTensors } from '../core-adapters/model/safetensors.js';
-import { expectClose, runFlowrl, tempDir, type CliResult } from './helpers.js';
+import { expectClose, flowrlInProcess, tempDir, type CliResult } from './helpers.js';
 
+let queue: Promise<unknown> = Promise.resolve();
 
-const SLOTS = Math.max(2, os.availableParallelism());
-let running = 0;
-const waiting: (() => void)[] = [];
-
-async function slot(): Promise<void> {
-  if (running < SLOTS) {
-    running++;
-    return;
-  }
-  await new Promise<void>((resolve) => waiting.push(resolve));
-}
-
-function release(): void {
-  const next = waiting.shift();
-  if (next) next();
-  else running--;
-}
-
-/** Runs `flowrl ...args` from the repository root (like spawnSync, but several can run at once). */
-async function flowrl(args: string[]): Promise<CliResult> {
-  await slot();
-  try {
-    return await runFlowrl(args);
-  } finally {
-    release();
-  }
+/** Runs `flowrl ...args` in-process after every run started before it. */
+function flowrl(args: string[]): Promise<CliResult> {
+  const run = queue.then(() => flowrlInProcess(args));
+  queue = run.catch(() => undefined);
+  return run;
 }
 
 function describeRun(r: CliResult): string {

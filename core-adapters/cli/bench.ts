@@ -4,7 +4,7 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { defaultNativeChoice, initEngine, type BackendChoice, type NativeChoice } from '../engine/backend.js';
+import { defaultNativeChoice, initEngine, NATIVE_CHOICES, type BackendChoice, type NativeChoice } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
@@ -175,7 +175,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   // The engine's default (auto: one thread per core), unless --workers says otherwise.
   const workers = values.workers === undefined || values.workers === 'auto' ? resolveThreadCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
   const native = values.native as NativeChoice | undefined;
-  if (native !== undefined && native !== 'auto' && native !== 'off') throw new InputError(`--native must be auto or off; got '${native}'`);
+  if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
   const json = values.json as boolean;
   if (values['compare-torch']) {
     const c = await compareWithTorch({ backend: values.backend as BackendChoice, native, steps, rounds, workers, quiet: json });
