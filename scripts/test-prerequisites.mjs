@@ -7,7 +7,9 @@ import fs from 'node:fs';
 
 const chromium = process.env.FLOWRL_CHROMIUM ?? '/usr/bin/chromium';
 const hasChromium = () => fs.existsSync(chromium);
-const hasOpenBlas = () => process.platform !== 'linux' || /libopenblas\.so\.0\b/.test(spawnSync('ldconfig', ['-p'], { encoding: 'utf8' }).stdout ?? '');
+// ldconfig lives in /sbin, which a normal user's PATH on Debian leaves out.
+const ldconfig = ['ldconfig', '/sbin/ldconfig', '/usr/sbin/ldconfig'].find((cmd) => spawnSync(cmd, ['-p'], { stdio: 'ignore' }).status === 0);
+const hasOpenBlas = () => process.platform !== 'linux' || !ldconfig || /libopenblas\.so\.0\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');
 
 const missing = [];
 if (!hasChromium()) missing.push('chromium');
@@ -27,8 +29,12 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
   if (result.status === 0) result = run(['install', '-y', '-qq', ...missing]);
   if (result.status !== 0) {
     process.stderr.write(`${result.stdout ?? ''}${result.stderr ?? ''}`);
-    console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
-    process.exit(1);
+    // Only the browser is required; without OpenBLAS one engine path goes untested.
+    if (!hasChromium()) {
+      console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
+      process.exit(1);
+    }
+    console.log('flowrl test: OpenBLAS could not be installed, so the native BLAS engine path is not covered');
   }
   process.exit(0);
 }

@@ -65,7 +65,8 @@ describe('RLFR flow rewards in the host', function () {
     expect(fs.readdirSync(pretrained.outputDir).sort()).to.deep.equal(['flow_config.json', 'flow_model.safetensors']);
     const lm = loadModel(path.join(COUNTDOWN, 'base-model'));
     const model = FlowModel.load(pretrained.outputDir, lm);
-    expect(model.config).to.deep.include({ trained_steps: 150, context_mode: 'token_post', latent_size: lm.config.hiddenSize, depth: 2 });
+    // 150 steps with a 10 % warm-up: the first runs at lr 0 and does not count as training.
+    expect(model.config).to.deep.include({ trained_steps: 149, context_mode: 'token_post', latent_size: lm.config.hiddenSize, depth: 2 });
     // Two layers: 0.25 * 2 rounds (half to even) to 0, 0.5 * 2 = 1, 0.75 * 2 = 1.5 to 2, clamped to 1.
     expect(model.layers).to.deep.equal([0, 1]);
     model.dispose();
@@ -153,8 +154,16 @@ describe('RLFR flow rewards in the host', function () {
     expect(step['flow/update_sequences']).to.equal(8);
     expect(step['flow/loss']).to.be.closeTo(0.5 * update['flow/loss'], 1e-6 * update['flow/loss']);
     expect(reference.shaper.flowModel.trained).to.equal(true);
+
+    // A warm-up's first step runs at lr 0: it changes nothing, so the field does not start rewarding.
+    const warming = await freshShaper(['reward.flow.online.warmup_ratio=0.5']);
+    expect(warming.shaper.onActorStep(batch)).to.include({ 'flow/lr': 0, 'flow/update_sequences': 8 });
+    expect(warming.shaper.flowModel.trained).to.equal(false);
+    expect(warming.shaper.shape(batch, new Float32Array(B * R))['flow/kept_tokens']).to.equal(0);
+    expect(warming.shaper.onActorStep(batch)['flow/lr']).to.be.greaterThan(0);
+    expect(warming.shaper.flowModel.trained).to.equal(true);
     batch.dispose();
-    for (const { shaper: s, worker: w } of [{ shaper, worker }, reference]) {
+    for (const { shaper: s, worker: w } of [{ shaper, worker }, reference, warming]) {
       s.dispose();
       w.dispose();
     }

@@ -186,6 +186,8 @@ export class LrScheduler {
  * it). Returns the norm before clipping. The caller disposes the gradients.
  */
 export function clippedStep(optimizer: AdamW, params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, maxNorm: number, lr: number): { norm: number; applied: boolean } {
+  // Nothing to learn from (no tokens reached a parameter): a skipped step, not an error.
+  if (grads.size === 0) return { norm: 0, applied: false };
   const norm = maxNorm > 0 ? clipGradNorm(grads, maxNorm) : globalNorm([...grads.values()]);
   if (!Number.isFinite(norm)) return { norm, applied: false };
   optimizer.lr = lr;

@@ -141,8 +141,9 @@ export async function flowPretrain(config: Config, log: (line: string) => void =
       loss = trainer.gradients(examples, Rng.derive(config.trainer.seed, index), grads);
     },
     afterStep: (_examples, applied, step) => {
-      // A non-finite gradient would poison the field for good: the loop skips that step.
-      if (applied) model.config.trained_steps += 1;
+      // A non-finite gradient would poison the field for good: the loop skips that step. A step at
+      // lr 0 (the first of a warm-up) changes nothing, so it does not count as training.
+      if (applied && optimizer.lr > 0) model.config.trained_steps += 1;
       if (Number.isFinite(loss)) {
         recent += loss;
         count += 1;

@@ -14,9 +14,9 @@ import {
   loadOptimizerState,
   OPTIMIZER_FILE,
   lossAndGradients,
+  LrScheduler,
   Rng,
   saveOptimizerState,
-  scheduledLr,
   sequenceBatch,
   TOKENS,
   type Batch,
@@ -24,6 +24,7 @@ import {
   type Dataset,
   type Metrics,
   type RewardShaper,
+  type RunRequirements,
   type Worker,
 } from '../../core-adapters/index.js';
 import { flowRewardConfig, type FlowRewardConfig } from './config.js';
@@ -74,6 +75,7 @@ export class FlowRewardShaper implements RewardShaper {
   protected flow!: FlowRewardConfig;
   protected model!: FlowModel;
   protected optimizer!: AdamW;
+  protected lrScheduler!: LrScheduler;
   /** Calls of shape(), which seed the reward noise (kept in checkpoints so a resume draws the same). */
   protected shapeCalls = 0;
   /** Latents of the last batch's correct rollouts, for a training_step update after the actor's. */
@@ -83,6 +85,7 @@ export class FlowRewardShaper implements RewardShaper {
     @inject(TOKENS.Config) protected readonly config: Config,
     @inject(TOKENS.Worker) protected readonly worker: Worker,
     @inject(TOKENS.Dataset) protected readonly dataset: Dataset,
+    @inject(TOKENS.RunRequirements) protected readonly requirements: RunRequirements,
   ) {}
 
   get flowModel(): FlowModel {
@@ -96,6 +99,7 @@ export class FlowRewardShaper implements RewardShaper {
     this.model = source ? FlowModel.load(source, lm) : FlowModel.create(lm, this.flow, this.config.trainer.seed + UPDATE_SALT);
     const { online } = this.flow;
     this.optimizer = new AdamW({ lr: online.lr, betas: online.betas as [number, number], weightDecay: online.weight_decay });
+    this.lrScheduler = this.onlineSchedule();
     const c = this.model.config;
     const params = [...this.model.field.params.values()].reduce((n, v) => n + v.size, 0);
     if (source && this.config.trainer.progress && (c.context_mode !== this.flow.context_mode || c.hook_layers_percentile.join() !== this.flow.hook_layers_percentile.join())) {
@@ -113,14 +117,19 @@ export class FlowRewardShaper implements RewardShaper {
     return this.flow.online.cadence === 'actor_step';
   }
 
-  /** The online schedule: warm-up and cosine decay over the field's steps in the run. */
-  private onlineLr(): number {
+  /**
+   * The online schedule: warm-up and cosine decay over the field's turns in the run, one per actor
+   * step (actor_step) or per actor update (training_step), taken or not (as the reference's
+   * scheduler steps with every actor step); none during critic warm-up.
+   */
+  private onlineSchedule(): LrScheduler {
     const { online } = this.flow;
     const c = this.config;
     const trainingSteps = c.trainer.total_training_steps ?? c.trainer.total_epochs * this.dataset.stepsPerEpoch(c.data.train_batch_size);
+    const updating = Math.max(1, trainingSteps - (this.requirements.useCritic ? c.critic.warmup : 0));
     const actorSteps = Math.ceil(c.data.train_batch_size / c.actor_rollout_ref.actor.ppo_mini_batch_size) * c.actor_rollout_ref.actor.ppo_epochs;
-    const total = trainingSteps * (this.perActorStep ? actorSteps : 1);
-    return scheduledLr({ lr: online.lr, warmupSteps: Math.floor(online.warmup_ratio * total), totalSteps: total, minLrRatio: online.min_lr_ratio }, this.optimizer.step);
+    const total = updating * (this.perActorStep ? actorSteps : 1);
+    return new LrScheduler({ lr: online.lr, warmupSteps: Math.floor(online.warmup_ratio * total), totalSteps: total, minLrRatio: online.min_lr_ratio });
   }
 
   shape(batch: Batch, shaping: Float32Array): Metrics {
@@ -168,8 +177,9 @@ export class FlowRewardShaper implements RewardShaper {
     const data = this.pending;
     this.pending = undefined;
     if (this.perActorStep || !this.flow.online.enable) return {};
-    if (!data || data.rows === 0) return { 'flow/loss': 0, 'flow/update_sequences': 0 };
-    return this.fieldStep(data, new Set(data.sequence).size);
+    const metrics = !data || data.rows === 0 ? { 'flow/loss': 0, 'flow/update_sequences': 0 } : this.fieldStep(data, new Set(data.sequence).size);
+    this.lrScheduler.step();
+    return metrics;
   }
 
   /**
@@ -179,12 +189,16 @@ export class FlowRewardShaper implements RewardShaper {
   onActorStep(mini: Batch): Metrics {
     if (!this.perActorStep || !this.flow.online.enable) return {};
     const correct = responseScores(mini).map((s) => s >= this.flow.online.reward_threshold);
-    if (!correct.some(Boolean)) return { 'flow/loss': 0, 'flow/update_sequences': 0 };
-    const mask = mini.tensor('response_mask');
-    const R = mask.shape[1];
-    const select = Float32Array.from(mask.data, (m, i) => (m && correct[Math.floor(i / R)] ? 1 : 0));
-    const latents = responseLatents(this.worker.module.lm, sequenceBatch(mini), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
-    return this.fieldStep(latents, mini.size);
+    let metrics: Metrics = { 'flow/loss': 0, 'flow/update_sequences': 0 };
+    if (correct.some(Boolean)) {
+      const mask = mini.tensor('response_mask');
+      const R = mask.shape[1];
+      const select = Float32Array.from(mask.data, (m, i) => (m && correct[Math.floor(i / R)] ? 1 : 0));
+      const latents = responseLatents(this.worker.module.lm, sequenceBatch(mini), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
+      metrics = this.fieldStep(latents, mini.size);
+    }
+    this.lrScheduler.step();
+    return metrics;
   }
 
   /**
@@ -207,8 +221,9 @@ export class FlowRewardShaper implements RewardShaper {
     const [x1, ctx] = tf.tidy(() => [tf.concat(data.targets.map((t) => tf.tensor2d(t, [data.rows, d]))), tf.concat(data.contexts.map((c) => tf.tensor2d(c, [data.rows, d])))]);
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times, layers.length), this.model.field.params);
     // A non-finite gradient would poison the field for good: the step is skipped, as the actor's is.
-    const { norm: gradNorm, applied: finite } = clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.onlineLr());
-    if (finite) this.model.config.trained_steps += 1;
+    const { norm: gradNorm, applied: finite } = clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.lrScheduler.lr);
+    // A step at lr 0 (the first of a warm-up) leaves a fresh field untrained: it must not start rewarding.
+    if (finite && this.optimizer.lr > 0) this.model.config.trained_steps += 1;
     const value = loss.dataSync()[0];
     tf.dispose([loss, x1, ctx, ...grads.values()]);
     return { 'flow/loss': value, 'flow/lr': this.optimizer.lr, 'flow/grad_norm': gradNorm, 'flow/update_sequences': perSequence.size, 'flow/skipped_updates': finite ? 0 : 1 };
@@ -217,7 +232,7 @@ export class FlowRewardShaper implements RewardShaper {
   saveCheckpoint(dir: string): void {
     const flowDir = path.join(dir, FLOW_CHECKPOINT_DIR);
     this.model.save(flowDir);
-    saveOptimizerState(path.join(flowDir, OPTIMIZER_FILE), this.optimizer);
+    saveOptimizerState(path.join(flowDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
     fs.writeFileSync(path.join(flowDir, STATE_FILE), JSON.stringify({ shape_calls: this.shapeCalls }, null, 2) + '\n');
   }
 
@@ -226,7 +241,7 @@ export class FlowRewardShaper implements RewardShaper {
     if (!fs.existsSync(flowDir)) throw new InputError(`${dir}: no ${FLOW_CHECKPOINT_DIR}/ directory; the run was checkpointed without reward.flow.enable`);
     this.model.restore(flowDir);
     const optimizerFile = path.join(flowDir, OPTIMIZER_FILE);
-    if (fs.existsSync(optimizerFile)) loadOptimizerState(optimizerFile, this.optimizer, this.model.field.params);
+    if (fs.existsSync(optimizerFile)) loadOptimizerState(optimizerFile, this.optimizer, this.model.field.params, this.lrScheduler);
     const stateFile = path.join(flowDir, STATE_FILE);
     let calls: unknown;
     try {
