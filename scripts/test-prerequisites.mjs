@@ -5,8 +5,10 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 
-const chromium = process.env.FLOWRL_CHROMIUM ?? '/usr/bin/chromium';
-const hasChromium = () => fs.existsSync(chromium);
+// Debian's chromium, or Ubuntu's chromium-browser (test/report.test.ts looks in the same places).
+const chromiumPaths = process.env.FLOWRL_CHROMIUM ? [process.env.FLOWRL_CHROMIUM] : ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
+const chromium = chromiumPaths[0];
+const hasChromium = () => chromiumPaths.some((p) => fs.existsSync(p));
 // ldconfig lives in /sbin, which a normal user's PATH on Debian leaves out.
 const ldconfig = ['ldconfig', '/sbin/ldconfig', '/usr/sbin/ldconfig'].find((cmd) => spawnSync(cmd, ['-p'], { stdio: 'ignore' }).status === 0);
 const hasOpenBlas = () => process.platform !== 'linux' || !ldconfig || /libopenblas\.so\.0\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');

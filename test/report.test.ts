@@ -235,7 +235,8 @@ describe('flowrl report', () => {
   });
 
   describe('in headless Chromium', () => {
-    const CHROMIUM = process.env.FLOWRL_CHROMIUM ?? '/usr/bin/chromium';
+    // Debian's chromium, or Ubuntu's chromium-browser (scripts/test-prerequisites.mjs looks in the same places).
+    const CHROMIUM = process.env.FLOWRL_CHROMIUM ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => fs.existsSync(p)) ?? '/usr/bin/chromium';
 
     it('shows every plot as an SVG with line marks and logs no console error', async function () {
       this.timeout(60_000);
