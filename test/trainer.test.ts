@@ -1,8 +1,10 @@
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { enginePaths, onEnginePath, readRunMetrics, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
@@ -61,6 +63,23 @@ describe('the core trainer on a tiny countdown task', function () {
       await (enginePath ? onEnginePath(enginePath, check) : check());
     });
   }
+
+  it('one run per directory: a second run stops at once naming the holder; a dead run\'s lock is taken over and released at the end', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir);
+    const runDir = path.join(dir, 'run');
+    const lock = path.join(runDir, '.lock');
+    const short = ['trainer.total_training_steps=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+    fs.mkdirSync(runDir, { recursive: true });
+    fs.writeFileSync(lock, JSON.stringify({ pid: process.pid, host: os.hostname(), started: '2026-01-01T00:00:00Z' }));
+    await expectInputErrorAsync(train(file, short), runDir, `in use by another training run (pid ${process.pid}`);
+    expect(fs.readdirSync(runDir), 'nothing written beside the lock').to.deep.equal(['.lock']);
+    const exited = spawnSync(process.execPath, ['-e', '']).pid!;
+    fs.writeFileSync(lock, JSON.stringify({ pid: exited, host: os.hostname(), started: '2026-01-01T00:00:00Z' }));
+    await train(file, short);
+    expect(fs.existsSync(lock), 'released').to.equal(false);
+    expect(readRunMetrics(runDir).map((m) => m.step)).to.deep.equal([1]);
+  });
 
   it('a checkpoint write cut off part-way leaves the previous checkpoint usable and the run resumable', async () => {
     const dir = tempDir();

@@ -28,6 +28,7 @@ import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { promptBatch } from '../workers/sequences.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
+import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
 
 function mean(values: ArrayLike<number>): number {
@@ -153,7 +154,17 @@ export class RLTrainer implements Trainer {
     for (const sink of this.sinks) sink.log(step, metrics);
   }
 
+  /** Trains to the end, holding the run directory's lock (one run per directory). */
   async fit(): Promise<Metrics> {
+    const release = acquireRunLock(this.runDir);
+    try {
+      return await this.train();
+    } finally {
+      release();
+    }
+  }
+
+  protected async train(): Promise<Metrics> {
     await this.setup();
     const total = this.totalSteps;
     const resumed = this.step > 0;
