@@ -14,3 +14,17 @@ export class InputError extends Error {
 export function check(condition: unknown, where: string, problem: string): asserts condition {
   if (!condition) throw new InputError(`${where}: ${problem}`);
 }
+
+/**
+ * A run stopped on request (SIGINT, SIGTERM) after finishing its step and saving a checkpoint. The
+ * CLI prints the message and exits with the signal's conventional code (128 + its number).
+ */
+export class RunStopped extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+    this.name = 'RunStopped';
+  }
+}

@@ -1,10 +1,10 @@
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { CLI_MAIN, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
@@ -110,5 +110,29 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(run.status).to.equal(2);
     expect(run.stderr).to.include(path.join(dir, 'nowhere/train.jsonl'));
     expect(run.stderr).to.not.match(/\n\s+at /);
+  });
+
+  it('SIGTERM finishes the step, writes a checkpoint and exits 143; the run then resumes', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir, { data: { val_files: null }, trainer: { total_training_steps: 200, save_freq: -1, val_before_train: false } });
+    const runDir = path.join(dir, 'run');
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, 'train', file], { cwd: ROOT });
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    const metricsFile = path.join(runDir, 'metrics.jsonl');
+    while (!(fs.existsSync(metricsFile) && fs.readFileSync(metricsFile, 'utf8').includes('"step":1,'))) {
+      expect(child.exitCode, `the run ended before its first step:\n${stderr}`).to.equal(null);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    child.kill('SIGTERM');
+    expect(await exited, stderr).to.equal(143);
+    const stopped = Number(/stopped by SIGTERM after step (\d+)/.exec(stderr)?.[1]);
+    expect(stopped, stderr).to.be.within(1, 199);
+    expect(readRunMetrics(runDir).map((m) => m.step)).to.deep.equal(Array.from({ length: stopped }, (_, i) => i + 1));
+    expect(fs.existsSync(path.join(runDir, 'checkpoints', `global_step_${stopped}`, 'trainer_state.json'))).to.equal(true);
+    expect(fs.existsSync(path.join(runDir, '.lock')), 'lock released').to.equal(false);
+    await train(file, [`trainer.total_training_steps=${stopped + 1}`]);
+    expect(readRunMetrics(runDir).map((m) => m.step).at(-1)).to.equal(stopped + 1);
   });
 });

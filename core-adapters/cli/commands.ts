@@ -1,7 +1,7 @@
 // The flowrl command's subcommands, one per job, and its dispatcher. Bad input exits 2 with one
 // message, no stack. (cli/main.ts runs it; tests call main in-process.)
 import 'reflect-metadata';
-import { InputError } from '../errors.js';
+import { InputError, RunStopped } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
@@ -59,7 +59,7 @@ export async function main(argv: string[]): Promise<number> {
     await run();
     return 0;
   } catch (e) {
-    if (e instanceof InputError) {
+    if (e instanceof InputError || e instanceof RunStopped) {
       console.error(`flowrl ${name}: ${e.message}`);
       return e.exitCode;
     }

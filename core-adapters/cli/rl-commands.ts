@@ -1,9 +1,10 @@
 // flowrl train | eval | sft | plugins: the host's jobs from a YAML config plus key=value overrides.
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Metrics, PluginCommand, Trainer } from '../contracts/index.js';
 import { readConfigFile, resolveConfig } from '../config/load.js';
-import { InputError } from '../errors.js';
+import { InputError, RunStopped } from '../errors.js';
 import { createHost, readPluginManifests, type Host } from '../host.js';
 import { pluginConfigLayer } from '../plugins/manifest.js';
 import { initEngine } from '../engine/backend.js';
@@ -54,6 +55,25 @@ function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] 
   return lines;
 }
 
+/**
+ * SIGINT and SIGTERM: the first asks the trainer to finish its step and save a checkpoint; a second
+ * stops at once. Exit codes follow the convention 128 + the signal's number.
+ */
+function stopOnSignals(trainer: Trainer): { received?: string; exitCode: number; remove(): void } {
+  const state: { received?: string; exitCode: number; remove(): void } = { exitCode: 0, remove: () => undefined };
+  const handler = (signal: NodeJS.Signals) => {
+    const code = 128 + os.constants.signals[signal];
+    if (state.received || !trainer.requestStop) process.exit(code);
+    state.received = signal;
+    state.exitCode = code;
+    console.error(`[flowrl] ${signal}: finishing this step and saving a checkpoint (${signal} again stops at once)`);
+    trainer.requestStop();
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, handler);
+  state.remove = () => ['SIGINT', 'SIGTERM'].forEach((signal) => process.off(signal, handler));
+  return state;
+}
+
 export async function trainCommand(argv: string[]): Promise<void> {
   const { target, overrides } = configAndOverrides('train', argv);
   const host = await createHost(target, { overrides });
@@ -63,9 +83,17 @@ export async function trainCommand(argv: string[]): Promise<void> {
       (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : ''),
   );
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
-  await trainer.fit();
-  trainer.dispose();
+  const signals = stopOnSignals(trainer);
+  try {
+    await trainer.fit();
+  } finally {
+    signals.remove();
+    trainer.dispose();
+  }
   const runDir = config.trainer.default_local_dir!;
+  if (trainer.stoppedAt !== undefined) {
+    throw new RunStopped(`stopped by ${signals.received} after step ${trainer.stoppedAt}, with a checkpoint in ${path.join(runDir, 'checkpoints')}; run the same command to resume`, signals.exitCode);
+  }
   const report = await writeReport([runDir], path.join(runDir, REPORT_FILE), { title: `${config.trainer.experiment_name} (${config.algorithm.name})` });
   console.log(summaryTable(validationSummary(runDir)).join('\n'));
   console.log(`run directory: ${runDir}\nreport: ${report}`);

@@ -199,6 +199,10 @@ export interface Trainer {
   evaluate(): Promise<Metrics>;
   /** One validation pass, once the trainer is set up (by fit or evaluate). */
   validate(): Metrics;
+  /** Asks fit to stop after the current step, with a checkpoint; fit then returns early. */
+  requestStop?(): void;
+  /** The step fit stopped at after requestStop (undefined when it ran to the end). */
+  readonly stoppedAt?: number;
   /** Releases the models the run's roles hold. */
   dispose(): void;
 }

@@ -69,6 +69,9 @@ export class RLTrainer implements Trainer {
   protected klController?: KlController;
   protected position: DataPosition = { epoch: 0, offset: 0 };
   protected step = 0;
+  private stopRequested = false;
+  /** The step fit stopped at after requestStop (undefined when it ran to the end). */
+  stoppedAt?: number;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -154,6 +157,11 @@ export class RLTrainer implements Trainer {
     for (const sink of this.sinks) sink.log(step, metrics);
   }
 
+  /** Asks fit to stop after the current step, with a checkpoint. */
+  requestStop(): void {
+    this.stopRequested = true;
+  }
+
   /** Trains to the end, holding the run directory's lock (one run per directory). */
   async fit(): Promise<Metrics> {
     const release = acquireRunLock(this.runDir);
@@ -194,6 +202,13 @@ export class RLTrainer implements Trainer {
       metrics['training/global_step'] = this.step;
       metrics['training/epoch'] = this.position.epoch;
       this.log(this.step, metrics);
+      // Steps run synchronously: yield so a signal's handler can ask for a stop.
+      await new Promise((resolve) => setImmediate(resolve));
+      if (this.stopRequested && !last) {
+        if (!(saveFreq > 0 && this.step % saveFreq === 0)) this.saveCheckpoint();
+        this.stoppedAt = this.step;
+        break;
+      }
     }
     for (const sink of this.sinks) sink.close();
     return lastValidation;
