@@ -81,6 +81,33 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(readRunMetrics(runDir).map((m) => m.step)).to.deep.equal([1]);
   });
 
+  it('a damaged latest checkpoint (cut short, changed, missing a file) is found at resume: the run falls back, or stops with exit 2', async () => {
+    const dir = tempDir();
+    const file = writeConfig(dir);
+    const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+    await train(file, [...common, 'trainer.total_training_steps=2']);
+    const host = await createHost(file, { overrides: common, quiet: true });
+    const store = host.container.get<LocalCheckpointStore>(TOKENS.CheckpointStore);
+    const checkpoint = (step: number, ...parts: string[]) => path.join(store.root, `global_step_${step}`, ...parts);
+    expect(JSON.parse(fs.readFileSync(checkpoint(2, 'manifest.json'), 'utf8')).files).to.have.property(path.join('actor', 'model.safetensors'));
+    const weights = checkpoint(2, 'actor', 'model.safetensors');
+    fs.truncateSync(weights, fs.statSync(weights).size - 7);
+    expect(store.resumeTarget()?.step, 'falls back past the cut-short file').to.equal(1);
+    await train(file, [...common, 'trainer.total_training_steps=3']);
+    expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3]);
+    // Every checkpoint damaged: one byte changed, one file missing, one cut short.
+    const flip = (f: string) => {
+      const bytes = fs.readFileSync(f);
+      bytes[bytes.length - 1] ^= 1;
+      fs.writeFileSync(f, bytes);
+    };
+    flip(checkpoint(1, 'actor', 'optimizer.safetensors'));
+    fs.rmSync(checkpoint(2, 'actor', 'config.json'));
+    fs.truncateSync(checkpoint(3, 'actor', 'model.safetensors'), 10);
+    const error = await expectInputErrorAsync(train(file, [...common, 'trainer.total_training_steps=4']), 'every checkpoint is damaged', 'SHA-256', 'missing', 'bytes, the manifest says');
+    expect(error.exitCode).to.equal(2);
+  });
+
   it('a checkpoint write cut off part-way leaves the previous checkpoint usable and the run resumable', async () => {
     const dir = tempDir();
     const file = writeConfig(dir);
