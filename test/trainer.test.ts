@@ -108,6 +108,22 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(error.exitCode).to.equal(2);
   });
 
+  it('a run killed after its checkpoint but before its metrics line gets the line back at resume: every step exactly once', async () => {
+    const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1'];
+    const whole = tempDir();
+    await train(writeConfig(whole), [...common, 'trainer.total_training_steps=3']);
+    const dir = tempDir();
+    const file = writeConfig(dir);
+    await train(file, [...common, 'trainer.total_training_steps=2']);
+    const metricsFile = path.join(dir, 'run', 'metrics.jsonl');
+    const lines = fs.readFileSync(metricsFile, 'utf8').split('\n').filter(Boolean);
+    fs.writeFileSync(metricsFile, lines[0] + '\n' + lines[1].slice(0, 20)); // step 2's append cut short
+    await train(file, [...common, 'trainer.total_training_steps=3']);
+    const [a, b] = [readRunMetrics(path.join(whole, 'run')), readRunMetrics(path.join(dir, 'run'))];
+    expect(b.map((m) => m.step)).to.deep.equal([1, 2, 3]);
+    for (const i of [1, 2]) expect(withoutTiming(b[i])).to.deep.equal(withoutTiming(a[i]));
+  });
+
   it('a checkpoint write cut off part-way leaves the previous checkpoint usable and the run resumable', async () => {
     const dir = tempDir();
     const file = writeConfig(dir);

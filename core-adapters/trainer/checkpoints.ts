@@ -20,6 +20,11 @@ export interface TrainerState {
   global_step: number;
   data_position: { epoch: number; offset: number };
   kl_coef: number;
+  /**
+   * The step's metrics line (without the save's own timing), so a run killed after the checkpoint
+   * but before its metrics append gets that line back at resume.
+   */
+  metrics?: Record<string, number>;
 }
 
 /** Reads and checks DIR/trainer_state.json; a corrupt file is an InputError naming it. */

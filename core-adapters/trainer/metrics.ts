@@ -11,7 +11,8 @@ export const METRICS_FILE = 'metrics.jsonl';
 
 /** Sinks that want to know where the run starts (fresh or resumed) and how long it is. */
 export interface RunAwareSink extends MetricsSink {
-  begin(info: { startStep: number; totalSteps: number; resumed: boolean }): void;
+  /** stepMetrics: the resumed checkpoint's own metrics line (see TrainerState.metrics). */
+  begin(info: { startStep: number; totalSteps: number; resumed: boolean; stepMetrics?: Metrics }): void;
 }
 
 export function isRunAware(sink: MetricsSink): sink is RunAwareSink {
@@ -26,8 +27,11 @@ export class JsonlMetricsSink implements RunAwareSink {
     return path.join(this.config.trainer.default_local_dir!, METRICS_FILE);
   }
 
-  /** A fresh run starts an empty file; a resumed one keeps the lines up to the resumed step. */
-  begin(info: { startStep: number; resumed: boolean }): void {
+  /**
+   * A fresh run starts an empty file; a resumed one keeps the lines up to the resumed step, and
+   * gets that step's line back from the checkpoint when a kill came between the two writes.
+   */
+  begin(info: { startStep: number; resumed: boolean; stepMetrics?: Metrics }): void {
     fs.mkdirSync(path.dirname(this.file), { recursive: true });
     const kept = info.resumed && fs.existsSync(this.file)
       ? fs
@@ -42,7 +46,13 @@ export class JsonlMetricsSink implements RunAwareSink {
             }
           })
       : [];
-    fs.writeFileSync(this.file, kept.map((l) => l + '\n').join(''));
+    if (info.resumed && info.stepMetrics && !kept.some((line) => (JSON.parse(line) as { step: number }).step === info.startStep)) {
+      kept.push(JSON.stringify({ step: info.startStep, ...info.stepMetrics }));
+    }
+    // Replaced whole, so a kill here leaves the old file or the new one.
+    const tmp = `${this.file}.tmp-${process.pid}`;
+    fs.writeFileSync(tmp, kept.map((l) => l + '\n').join(''));
+    fs.renameSync(tmp, this.file);
   }
 
   log(step: number, metrics: Metrics): void {

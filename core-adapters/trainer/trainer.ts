@@ -70,6 +70,8 @@ export class RLTrainer implements Trainer {
   protected position: DataPosition = { epoch: 0, offset: 0 };
   protected step = 0;
   private stopRequested = false;
+  /** The resumed checkpoint's own metrics line, for a metrics file that lost it. */
+  private resumedMetrics?: Metrics;
   /** The step fit stopped at after requestStop (undefined when it ran to the end). */
   stoppedAt?: number;
 
@@ -139,16 +141,17 @@ export class RLTrainer implements Trainer {
     const state = readTrainerState(dir);
     this.step = state.global_step;
     this.position = state.data_position;
+    this.resumedMetrics = state.metrics;
     return state;
   }
 
-  protected saveCheckpoint(): void {
+  protected saveCheckpoint(stepMetrics?: Metrics): void {
     this.checkpoints.save(this.step, (dir) => {
       this.worker.saveCheckpoint(dir);
       if (this.requirements.useCritic) this.critic.saveCheckpoint(dir);
       for (const shaper of this.shapers) shaper.saveCheckpoint?.(dir);
       writeConfig(path.join(dir, 'config.yaml'), this.config);
-      const state: TrainerState = { global_step: this.step, data_position: this.position, kl_coef: this.klController?.value ?? 0 };
+      const state: TrainerState = { global_step: this.step, data_position: this.position, kl_coef: this.klController?.value ?? 0, metrics: stepMetrics };
       fs.writeFileSync(path.join(dir, TRAINER_STATE_FILE), JSON.stringify(state, null, 2) + '\n');
     });
   }
@@ -176,7 +179,7 @@ export class RLTrainer implements Trainer {
     await this.setup();
     const total = this.totalSteps;
     const resumed = this.step > 0;
-    for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed });
+    for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
     let lastValidation: Metrics = {};
     if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
       lastValidation = this.validate();
@@ -193,19 +196,19 @@ export class RLTrainer implements Trainer {
         lastValidation = this.validate();
         Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });
       }
+      metrics['training/global_step'] = this.step;
+      metrics['training/epoch'] = this.position.epoch;
       if ((saveFreq > 0 && this.step % saveFreq === 0) || last) {
         const t = performance.now();
-        this.saveCheckpoint();
+        this.saveCheckpoint({ ...metrics, 'timing_s/step': (performance.now() - started) / 1000 });
         metrics['timing_s/save_checkpoint'] = (performance.now() - t) / 1000;
       }
       metrics['timing_s/step'] = (performance.now() - started) / 1000;
-      metrics['training/global_step'] = this.step;
-      metrics['training/epoch'] = this.position.epoch;
       this.log(this.step, metrics);
       // Steps run synchronously: yield so a signal's handler can ask for a stop.
       await new Promise((resolve) => setImmediate(resolve));
       if (this.stopRequested && !last) {
-        if (!(saveFreq > 0 && this.step % saveFreq === 0)) this.saveCheckpoint();
+        if (!(saveFreq > 0 && this.step % saveFreq === 0)) this.saveCheckpoint(metrics);
         this.stoppedAt = this.step;
         break;
       }
