@@ -75,6 +75,8 @@ export function readHeader(file: string): SafetensorsHeader {
     let metadata: Record<string, string> = {};
     for (const [name, value] of Object.entries(json as Record<string, unknown>)) {
       if (name === '__metadata__') {
+        const ok = value === null || (typeof value === 'object' && !Array.isArray(value) && Object.values(value).every((v) => typeof v === 'string'));
+        if (!ok) fail(file, 'corrupt safetensors header (__metadata__ must map names to strings)');
         metadata = (value ?? {}) as Record<string, string>;
         continue;
       }
@@ -92,6 +94,11 @@ export function readHeader(file: string): SafetensorsHeader {
         fail(file, `${where} has data_offsets [${start}, ${end}] that do not fit its shape [${entry.shape}] (${entry.dtype}) or the file`);
       }
       tensors.set(name, { dtype: entry.dtype, shape: entry.shape, data_offsets: [start, end] });
+    }
+    // The format lays tensors out one after another: two sharing bytes is a corrupt (or hostile) file.
+    const ranges = [...tensors].map(([name, t]) => ({ name, start: t.data_offsets[0], end: t.data_offsets[1] })).sort((a, b) => a.start - b.start);
+    for (let i = 1; i < ranges.length; i++) {
+      if (ranges[i].start < ranges[i - 1].end) fail(file, `tensors '${ranges[i - 1].name}' and '${ranges[i].name}' overlap in the data section`);
     }
     return { tensors, metadata, dataStart };
   } finally {
