@@ -45,9 +45,17 @@ export function isTree(value: unknown): value is ConfigTree {
 }
 
 /** Deep merge: objects merge key by key, everything else (lists included) is replaced. */
+/** Keys that would reach Object.prototype through a plain object: never config keys. */
+const FORBIDDEN_KEYS = new Set(['__proto__', 'prototype', 'constructor']);
+
+function checkKey(key: string, where: string): void {
+  if (FORBIDDEN_KEYS.has(key)) throw new InputError(`${where}: '${key}' cannot be a config key`);
+}
+
 export function mergeConfig(base: ConfigTree, over: ConfigTree): ConfigTree {
   const out: ConfigTree = { ...base };
   for (const [key, value] of Object.entries(over)) {
+    checkKey(key, 'config');
     out[key] = isTree(value) && isTree(base[key]) ? mergeConfig(base[key] as ConfigTree, value) : structuredClone(value);
   }
   return out;
@@ -63,7 +71,8 @@ export function readConfigFile(file: string): ConfigTree {
   }
   let value: unknown;
   try {
-    value = YAML.parse(text);
+    // Unknown tags (!!js/function, ...) stay plain strings; validation names any that land on a key.
+    value = YAML.parse(text, { logLevel: 'error' });
   } catch (e) {
     throw new InputError(`${file}: not valid YAML (${(e as Error).message.split('\n')[0]})`);
   }
@@ -78,10 +87,11 @@ export function parseOverride(arg: string): { key: string; value: ConfigValue } 
   if (eq <= 0) throw new InputError(`override '${arg}' must look like section.key=value`);
   const key = arg.slice(0, eq).trim();
   if (!/^[A-Za-z0-9_.-]+$/.test(key)) throw new InputError(`override '${arg}': '${key}' is not a dotted key`);
+  for (const part of key.split('.')) checkKey(part, `override '${arg}'`);
   const raw = arg.slice(eq + 1);
   let value: ConfigValue;
   try {
-    value = raw === '' ? '' : (YAML.parse(raw) as ConfigValue);
+    value = raw === '' ? '' : (YAML.parse(raw, { logLevel: 'error' }) as ConfigValue);
   } catch {
     value = raw;
   }
@@ -90,6 +100,7 @@ export function parseOverride(arg: string): { key: string; value: ConfigValue } 
 
 export function setPath(tree: ConfigTree, key: string, value: ConfigValue): void {
   const parts = key.split('.');
+  for (const part of parts) checkKey(part, `key '${key}'`);
   let node = tree;
   for (const part of parts.slice(0, -1)) {
     if (!isTree(node[part])) node[part] = {};
