@@ -198,7 +198,8 @@ export class RLTrainer implements Trainer {
       }
       metrics['training/global_step'] = this.step;
       metrics['training/epoch'] = this.position.epoch;
-      if ((saveFreq > 0 && this.step % saveFreq === 0) || last) {
+      const scheduledSave = (saveFreq > 0 && this.step % saveFreq === 0) || last;
+      if (scheduledSave) {
         const t = performance.now();
         this.saveCheckpoint({ ...metrics, 'timing_s/step': (performance.now() - started) / 1000 });
         metrics['timing_s/save_checkpoint'] = (performance.now() - t) / 1000;
@@ -208,7 +209,7 @@ export class RLTrainer implements Trainer {
       // Steps run synchronously: yield so a signal's handler can ask for a stop.
       await new Promise((resolve) => setImmediate(resolve));
       if (this.stopRequested && !last) {
-        if (!(saveFreq > 0 && this.step % saveFreq === 0)) this.saveCheckpoint(metrics);
+        if (!scheduledSave) this.saveCheckpoint(metrics);
         this.stoppedAt = this.step;
         break;
       }

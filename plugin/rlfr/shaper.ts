@@ -1,8 +1,9 @@
 // RLFR's flow rewards as a host RewardShaper (README "RLFR flow rewards"): per response token, the
 // velocity deviation of the policy's latents from a reference flow, normalised per sequence,
 // filtered and turned into a small penalty; the field is fine-tuned online on correct rollouts with
-// its own AdamW, at each actor optimizer step (the reference) or once per training step. Works with any algorithm: the trainer adds the penalties to the
-// token rewards (gae, reinforce_plus_plus) or to the advantages as their return (grpo, flowrl).
+// its own AdamW, at each actor optimizer step (the reference) or once per training step. Works with
+// any algorithm: the trainer adds the penalties to the token rewards (gae, reinforce_plus_plus) or
+// to the advantages as their return (grpo, flowrl).
 import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
