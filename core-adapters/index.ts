@@ -92,9 +92,9 @@ export {
   saveModel,
   saveOptimizerState,
   saveParameters,
-  uniqueVariableName,
   writeDirectoryAtomically,
 } from './model/checkpoint.js';
+export { uniqueVariableName } from './model/variables.js';
 export { TextTokenizer } from './model/tokenizer.js';
 export { packSequences, responseMask, scoreResponses, type SequenceBatch } from './model/logprobs.js';
 export { sequenceBatch } from './workers/sequences.js';

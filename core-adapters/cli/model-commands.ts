@@ -2,15 +2,25 @@
 import { initEngine, type BackendChoice } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
+import { loadAdapters } from '../model/lora.js';
 import { readModelConfig } from '../model/config.js';
 import { generate } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { BACKEND_FLAG, numberFlag, parseFlags, requiredString } from './args.js';
 
-function loadModelAndTokenizer(dir: string) {
+/** The model of DIR, with the PEFT adapter of `adapterDir` attached when given. */
+function loadModelAndTokenizer(dir: string, adapterDir?: string) {
   const tokenizer = TextTokenizer.load(dir);
   const model = loadModel(dir);
+  if (adapterDir) {
+    try {
+      model.attachAdapters(loadAdapters(model.config, adapterDir));
+    } catch (e) {
+      model.dispose();
+      throw e;
+    }
+  }
   return { model, tokenizer };
 }
 
@@ -33,6 +43,7 @@ export async function generateCommand(argv: string[]): Promise<void> {
     chat: { type: 'boolean', default: false },
     seed: { type: 'string' },
     json: { type: 'boolean', default: false },
+    adapter: { type: 'string' },
     ...BACKEND_FLAG,
   });
   const dir = requiredString('generate', values, 'model');
@@ -46,7 +57,7 @@ export async function generateCommand(argv: string[]): Promise<void> {
     greedy: values.greedy as boolean,
   };
   await initEngine(values.backend as BackendChoice, { quiet: values.json as boolean });
-  const { model, tokenizer } = loadModelAndTokenizer(dir);
+  const { model, tokenizer } = loadModelAndTokenizer(dir, values.adapter as string | undefined);
   if (values.chat && !tokenizer.hasChatTemplate) throw new InputError(`${dir}: --chat was given but the tokenizer has no chat template`);
   const text = values.chat ? tokenizer.applyChatTemplate([{ role: 'user', content: prompt }]) : prompt;
   const promptIds = tokenizer.encode(text);
@@ -66,13 +77,14 @@ export async function scoreCommand(argv: string[]): Promise<void> {
     prompt: { type: 'string' },
     response: { type: 'string' },
     json: { type: 'boolean', default: false },
+    adapter: { type: 'string' },
     ...BACKEND_FLAG,
   });
   const dir = requiredString('score', values, 'model');
   const prompt = requiredString('score', values, 'prompt');
   const response = requiredString('score', values, 'response');
   await initEngine(values.backend as BackendChoice, { quiet: values.json as boolean });
-  const { model, tokenizer } = loadModelAndTokenizer(dir);
+  const { model, tokenizer } = loadModelAndTokenizer(dir, values.adapter as string | undefined);
   const promptIds = tokenizer.encode(prompt);
   const responseIds = tokenizer.encode(response);
   if (promptIds.length === 0) throw new InputError('flowrl score: --prompt encodes to no tokens');

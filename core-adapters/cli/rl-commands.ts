@@ -13,7 +13,9 @@ import { isCheckpoint } from '../trainer/checkpoints.js';
 import { METRICS_FILE } from '../trainer/metrics.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
-import { loadModel, saveModel } from '../model/checkpoint.js';
+import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
+import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
+import { parseFlags } from './args.js';
 
 /** Splits `CONFIG key=value ...` (flags are not used by these commands). */
 function configAndOverrides(command: string, argv: string[]): { target: string; overrides: string[] } {
@@ -162,21 +164,44 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
 }
 
 /**
- * flowrl export CHECKPOINT_DIR OUT_DIR: the checkpoint's policy as a plain HF directory. Only the
- * tensors the architecture defines are written, so plugin heads (proj_z.*, whether in their own
- * files or merged into the weights) and optimizer state stay behind.
+ * flowrl export CHECKPOINT_DIR OUT_DIR [--adapter]: the checkpoint's policy as a plain HF directory.
+ * Only the tensors the architecture defines are written, so plugin heads (proj_z.*) and optimizer
+ * state stay behind. A LoRA checkpoint is merged into its base (adapter_config.json names it), or
+ * with --adapter written as a PEFT directory that peft and vLLM load.
  */
 export async function exportCommand(argv: string[]): Promise<void> {
-  const [checkpoint, out] = argv;
-  if (!checkpoint || !out || argv.length !== 2) throw new InputError('usage: flowrl export CHECKPOINT_DIR OUT_DIR');
-  const actorDir = fs.existsSync(path.join(checkpoint, 'actor', 'config.json')) ? path.join(checkpoint, 'actor') : checkpoint;
-  if (!fs.existsSync(path.join(actorDir, 'config.json'))) {
-    throw new InputError(`${checkpoint}: neither a checkpoint (actor/config.json) nor a Hugging Face model directory (config.json)`);
-  }
+  const { values, positionals } = parseFlags('export', argv, { adapter: { type: 'boolean', default: false } });
+  const [checkpoint, out] = positionals;
+  if (!checkpoint || !out || positionals.length !== 2) throw new InputError('usage: flowrl export CHECKPOINT_DIR OUT_DIR [--adapter]');
+  const source = [path.join(checkpoint, 'actor'), checkpoint].find((d) => fs.existsSync(path.join(d, 'config.json')) || isAdapterDir(d));
+  if (!source) throw new InputError(`${checkpoint}: neither a checkpoint (actor/) nor a Hugging Face model or PEFT adapter directory`);
   await initEngine('auto', { quiet: true });
-  const model = loadModel(actorDir);
-  saveModel(model, out, { tokenizerDir: actorDir });
-  const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
-  model.dispose();
-  console.log(`exported ${actorDir} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`);
+  if (!isAdapterDir(source)) {
+    if (values.adapter) throw new InputError(`${source}: --adapter needs a LoRA checkpoint; this one holds full weights (actor_rollout_ref.model.lora_rank was 0)`);
+    const model = loadModel(source);
+    saveModel(model, out, { tokenizerDir: source });
+    const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
+    model.dispose();
+    console.log(`exported ${source} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`);
+    return;
+  }
+  const base = adapterBase(source);
+  const model = loadModel(base);
+  try {
+    const adapters = loadAdapters(model.config, source);
+    model.attachAdapters(adapters);
+    if (values.adapter) {
+      writeDirectoryAtomically(out, (tmp) => {
+        writeAdapterFiles(tmp, adapters, base);
+        for (const name of TOKENIZER_FILES) if (fs.existsSync(path.join(source, name))) fs.copyFileSync(path.join(source, name), path.join(tmp, name));
+      });
+      const params = [...adapters.params.values()].reduce((n, v) => n + v.size, 0);
+      console.log(`exported the adapter of ${source} to ${out} (PEFT LoRA r ${adapters.settings.rank}, ${params.toLocaleString('en-US')} parameters, base ${base})`);
+    } else {
+      saveModel(model, out, { tokenizerDir: fs.existsSync(path.join(source, 'tokenizer.json')) ? source : base });
+      console.log(`exported ${source} merged into ${base} to ${out} (W + ${adapters.scale} B A)`);
+    }
+  } finally {
+    model.dispose();
+  }
 }

@@ -66,6 +66,14 @@ export const CORE_DEFAULTS = {
       path: null as string | null,
       /** Tokenizer directory; null reads it from model.path. */
       tokenizer_path: null as string | null,
+      /** LoRA rank (verl's key): 0 trains every weight; > 0 freezes the base and trains adapters, and the reference is the base with adapters off. */
+      lora_rank: 0,
+      /** LoRA scale numerator: the adapters add (lora_alpha / lora_rank) * B A. */
+      lora_alpha: 16,
+      /** Modules with adapters: 'all-linear' or a list among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. */
+      target_modules: 'all-linear' as string | string[],
+      /** A PEFT adapter directory to start from (needs lora_rank equal to its r). */
+      lora_adapter_path: null as string | null,
     },
     actor: {
       optim: {
@@ -223,7 +231,7 @@ export type CoreConfig = typeof CORE_DEFAULTS;
 
 
 /** Keys that accept either a single value or a list (verl allows both for data files). */
-export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins']);
+export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins', 'actor_rollout_ref.model.target_modules']);
 
 /** Keys whose subtree is free-form (not validated key by key). */
 export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);

@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { writeTimeSlice } from '../engine/kernels.js';
 import { embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
+import type { LoraAdapters, LoraModule } from './lora.js';
 
 /**
  * Past keys and values per layer, [B, nKV, S, headDim] each. With `capacity` the buffers are
@@ -92,6 +93,8 @@ export function positionsFromMask(mask: Int32Array, batch: number): Int32Array {
 /** A Llama/Qwen2 causal LM on tfjs: forward with hidden states, KV cache, parameters by HF name. */
 export class CausalLM {
   readonly params: Map<string, tf.Variable>;
+  /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
+  adapters?: LoraAdapters;
   private readonly invFreq: Float64Array;
   /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
@@ -133,8 +136,30 @@ export class CausalLM {
     return tf.matMul(hidden, this.headWeight());
   }
 
+  /** What training updates: the adapters when there are any (the base is frozen), else every parameter. */
+  trainableParams(): Map<string, tf.Variable> {
+    return this.adapters ? this.adapters.params : this.params;
+  }
+
   trainableVariables(): tf.Variable[] {
-    return [...this.params.values()];
+    return [...this.trainableParams().values()];
+  }
+
+  /** Attaches LoRA adapters (replacing and disposing earlier ones). */
+  attachAdapters(adapters: LoraAdapters): void {
+    this.adapters?.dispose();
+    this.adapters = adapters;
+  }
+
+  /** Runs fn on the base model alone (adapters off): the reference policy of a LoRA run. */
+  withoutAdapters<T>(fn: () => T): T {
+    return this.adapters ? this.adapters.withoutAdapters(fn) : fn();
+  }
+
+  /** y plus the adapter's scale * (x A) B on `module` of `layer`, when it has one. */
+  private adapted(layer: number, module: LoraModule, x: tf.Tensor2D, y: tf.Tensor2D): tf.Tensor2D {
+    const delta = this.adapters?.delta(layer, module, x);
+    return delta ? tf.add(y, delta) : y;
   }
 
   forward(input: ForwardInput): ForwardOutput {
@@ -158,10 +183,10 @@ export class CausalLM {
     for (let i = 0; i < c.numLayers; i++) {
       const pre = `model.layers.${i}`;
       const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      const attn = this.attention(pre, h, batch, length, rotary, maskBias, input.cache, i, keys, values, slots);
+      const attn = this.attention(i, h, batch, length, rotary, maskBias, input.cache, keys, values, slots);
       x = tf.add(x, attn);
       const h2 = rmsNorm(x, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      x = tf.add(x, this.mlp(pre, h2));
+      x = tf.add(x, this.mlp(i, h2));
       if (input.outputLayers?.includes(i)) layerOutputs[input.outputLayers.indexOf(i)] = x;
     }
     const hidden = rmsNorm(x, this.p('model.norm.weight') as tf.Tensor1D, c.rmsNormEps);
@@ -170,12 +195,10 @@ export class CausalLM {
     return { hidden, layerOutputs, cache };
   }
 
-  private mlp(pre: string, h: tf.Tensor2D): tf.Tensor2D {
-    const w = (n: string) => this.p(`${pre}.mlp.${n}.weight`) as tf.Tensor2D;
-    const b = (n: string) => this.bias(`${pre}.mlp.${n}.bias`);
-    const gate = linear(h, w('gate_proj'), b('gate_proj'));
-    const up = linear(h, w('up_proj'), b('up_proj'));
-    return linear(siluMul(gate, up), w('down_proj'), b('down_proj'));
+  private mlp(layer: number, h: tf.Tensor2D): tf.Tensor2D {
+    const project = (n: 'gate_proj' | 'up_proj' | 'down_proj', x: tf.Tensor2D) =>
+      this.adapted(layer, n, x, linear(x, this.p(`model.layers.${layer}.mlp.${n}.weight`) as tf.Tensor2D, this.bias(`model.layers.${layer}.mlp.${n}.bias`)));
+    return project('down_proj', siluMul(project('gate_proj', h), project('up_proj', h)));
   }
 
   /**
@@ -184,14 +207,13 @@ export class CausalLM {
    * the 1/sqrt(d) query scale.
    */
   private attention(
-    pre: string,
+    layer: number,
     h: tf.Tensor2D,
     batch: number,
     length: number,
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    layer: number,
     keysOut: tf.Tensor4D[],
     valuesOut: tf.Tensor4D[],
     slots: { past: number; capacity?: number; inPlace: boolean },
@@ -199,30 +221,30 @@ export class CausalLM {
     const c = this.config;
     const d = c.headDim;
     const groups = c.numHeads / c.numKVHeads;
-    const w = (n: string) => this.p(`${pre}.self_attn.${n}.weight`);
-    const b = (n: string) => this.bias(`${pre}.self_attn.${n}.bias`);
+    const w = (n: string) => this.p(`model.layers.${layer}.self_attn.${n}.weight`);
+    const b = (n: string) => this.bias(`model.layers.${layer}.self_attn.${n}.bias`);
     let q: tf.Tensor4D;
     let kNew: tf.Tensor4D;
     let vNew: tf.Tensor4D;
     if ('fused' in rotary) {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
-      const qkv = this.rope(linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj')), rotary.fused);
+      const qkv = this.rope(this.adaptedQkv(layer, h, linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj'))), rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     } else {
       // Several tokens per row: project q, k and v from column slices of the fused weight (small),
       // which avoids splitting the activations (a slow strided copy on wasm) and its gradient.
       const fused = w('qkv_proj') as tf.Tensor2D;
       const bias = b('qkv_proj');
-      const project = (from: number, heads: number, tables?: RotaryTables): tf.Tensor4D => {
+      const project = (module: 'q_proj' | 'k_proj' | 'v_proj', from: number, heads: number, tables?: RotaryTables): tf.Tensor4D => {
         const cols = heads * d;
-        let x = linear(h, fused.slice([0, from * d], [-1, cols]), bias?.slice([from * d], [cols]));
+        let x = this.adapted(layer, module, h, linear(h, fused.slice([0, from * d], [-1, cols]), bias?.slice([from * d], [cols])));
         if (tables) x = this.rope(x, tables);
         return tf.transpose(x.reshape([batch, length, heads, d]), [0, 2, 1, 3]);
       };
-      q = project(0, c.numHeads, rotary.query);
-      kNew = project(c.numHeads, c.numKVHeads, rotary.key);
-      vNew = project(c.numHeads + c.numKVHeads, c.numKVHeads);
+      q = project('q_proj', 0, c.numHeads, rotary.query);
+      kNew = project('k_proj', c.numHeads, c.numKVHeads, rotary.key);
+      vNew = project('v_proj', c.numHeads + c.numKVHeads, c.numKVHeads);
     }
     let k = kNew;
     let v = vNew;
@@ -245,7 +267,17 @@ export class CausalLM {
     const scores = tf.add(tf.matMul(grouped, k, false, true), maskBias);
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
-    return linear(merged.reshape([batch * length, c.numHeads * d]), w('o_proj') as tf.Tensor2D, b('o_proj'));
+    const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
+    return this.adapted(layer, 'o_proj', heads, linear(heads, w('o_proj') as tf.Tensor2D, b('o_proj')));
+  }
+
+  /** The fused q|k|v projection plus each adapter's delta in its column block (zeros where none). */
+  private adaptedQkv(layer: number, h: tf.Tensor2D, qkv: tf.Tensor2D): tf.Tensor2D {
+    if (!this.adapters?.enabled) return qkv;
+    const c = this.config;
+    const blocks: [LoraModule, number][] = [['q_proj', c.numHeads * c.headDim], ['k_proj', c.numKVHeads * c.headDim], ['v_proj', c.numKVHeads * c.headDim]];
+    const deltas = blocks.map(([module, cols]) => this.adapters!.delta(layer, module, h) ?? tf.zeros([h.shape[0], cols]));
+    return tf.add(qkv, tf.concat(deltas, 1));
   }
 
   /** Rotary embedding on every head of x[N, C*d]: x*cos + rotate_half(x)*sin. */
@@ -329,6 +361,8 @@ export class CausalLM {
   }
 
   dispose(): void {
+    this.adapters?.dispose();
+    this.adapters = undefined;
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
     this.rotateHalf.dispose();

@@ -10,6 +10,7 @@ import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } 
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import type { TextTokenizer } from './tokenizer.js';
 import type { AdamW, LrScheduler } from './optim.js';
+import { uniqueVariableName } from './variables.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -77,16 +78,6 @@ export function readWeights(dir: string, config: ModelConfig): Map<string, F32Te
   return weights;
 }
 
-let variableCount = 0;
-
-/**
- * A process-unique tfjs variable name (tfjs names are global): an actor, a reference policy and a
- * critic can then hold parameters with the same stable names side by side.
- */
-export function uniqueVariableName(name: string): string {
-  return `${name}#${++variableCount}`;
-}
-
 /** Builds a model from HF-layout weights. */
 export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>): CausalLM {
   const params = new Map<string, tf.Variable>();
@@ -109,11 +100,16 @@ export function loadModel(dir: string): CausalLM {
   return modelFromWeights(config, readWeights(dir, config));
 }
 
-/** HF-layout copies of the model's weights. */
+/** HF-layout copies of the model's weights, with LoRA adapters merged in (W + scale * B A). */
 export function exportWeights(model: CausalLM): Map<string, HostTensor> {
   const held = new Map<string, HostTensor>();
   for (const [name, variable] of model.params) held.set(name, { shape: [...variable.shape], data: Float32Array.from(variable.dataSync()) });
-  return toHfLayout(model.config, held);
+  const weights = toHfLayout(model.config, held);
+  for (const [name, delta] of model.adapters?.mergedDeltas() ?? []) {
+    const w = weights.get(name)!.data;
+    for (let i = 0; i < w.length; i++) w[i] += delta.data[i];
+  }
+  return weights;
 }
 
 /**

@@ -20,7 +20,9 @@ import {
   saveModel,
   saveOptimizerState,
   saveParameters,
+  writeDirectoryAtomically,
 } from '../model/checkpoint.js';
+import { ADAPTER_CONFIG_FILE, createAdapters, loadAdapterCheckpoint, loadAdapters, parseTargetModules, writeAdapterFiles } from '../model/lora.js';
 import { generateOnPool } from '../model/generate.js';
 import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
 import { scoreResponses } from '../model/logprobs.js';
@@ -74,16 +76,52 @@ export class ActorRolloutRefWorker implements Worker {
     }
   }
 
-  /** The frozen reference policy (the initial weights of model.path). */
+  /**
+   * The frozen reference policy: the initial weights of model.path, or with LoRA the policy's own
+   * base with its adapters off (no second copy).
+   */
   loadReference(): void {
+    if (this.module?.lm.adapters) return;
     this.reference ??= loadModel(this.modelPath);
   }
 
   /** The policy module alone, attached to the actor (what a data-parallel replica needs). */
   async initReplica(): Promise<void> {
     const lm = loadModel(this.modelPath);
+    try {
+      this.attachAdapters(lm);
+    } catch (e) {
+      lm.dispose();
+      throw e;
+    }
     this.module = this.buildPolicyModule(lm);
     this.actor.attach(this.module);
+  }
+
+  /**
+   * LoRA (model.lora_rank > 0): fresh adapters with PEFT's initialisation, or those of
+   * model.lora_adapter_path, whose rank must match.
+   */
+  protected attachAdapters(lm: CausalLM): void {
+    const m = this.config.actor_rollout_ref.model;
+    const key = (k: string) => `actor_rollout_ref.model.${k}`;
+    if (!Number.isInteger(m.lora_rank) || m.lora_rank < 0) throw new InputError(`${key('lora_rank')} must be a whole number >= 0 (0: full fine-tuning); got ${m.lora_rank}`);
+    if (m.lora_rank === 0) {
+      if (m.lora_adapter_path) throw new InputError(`${key('lora_adapter_path')} is set but ${key('lora_rank')} is 0; set lora_rank to the adapter's r to train it`);
+      return;
+    }
+    if (m.lora_adapter_path) {
+      const adapters = loadAdapters(lm.config, m.lora_adapter_path);
+      if (adapters.settings.rank !== m.lora_rank) {
+        adapters.dispose();
+        throw new InputError(`${path.join(m.lora_adapter_path, ADAPTER_CONFIG_FILE)}: r is ${adapters.settings.rank} but ${key('lora_rank')} is ${m.lora_rank}`);
+      }
+      lm.attachAdapters(adapters);
+      return;
+    }
+    if (!(m.lora_alpha > 0)) throw new InputError(`${key('lora_alpha')} must be a positive number; got ${m.lora_alpha}`);
+    const targetModules = parseTargetModules(m.target_modules, key('target_modules'));
+    lm.attachAdapters(createAdapters(lm.config, { rank: m.lora_rank, alpha: m.lora_alpha, targetModules }, this.config.trainer.seed));
   }
 
   /** The module the actor trains: the LM, no heads, one AdamW over every parameter. Subclasses attach heads. */
@@ -92,7 +130,7 @@ export class ActorRolloutRefWorker implements Worker {
     return {
       lm,
       heads: new Map(),
-      params: new Map(lm.params),
+      params: new Map(lm.trainableParams()),
       optimizer: new AdamW({ lr: optim.lr, betas: optim.betas as [number, number], eps: optim.eps, weightDecay: optim.weight_decay }),
       lrScheduler: new LrScheduler(verlLrSchedule(optim, 'actor_rollout_ref.actor.optim')),
     };
@@ -152,12 +190,14 @@ export class ActorRolloutRefWorker implements Worker {
 
   /** Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. */
   computeRefLogProbHere(batch: Batch): Float32Array {
-    if (!this.reference) throw new Error('computeRefLogProb: this run has no reference policy');
+    const lm = this.module.lm;
+    const reference = lm.adapters ? lm : this.reference;
+    if (!reference) throw new Error('computeRefLogProb: this run has no reference policy');
     const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
     const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
     const parts: Float32Array[] = [];
     for (const part of batch.split(micro)) {
-      const lp = tf.tidy(() => scoreResponses(this.reference!, sequenceBatch(part), { temperature }).logProbs);
+      const lp = tf.tidy(() => reference.withoutAdapters(() => scoreResponses(reference, sequenceBatch(part), { temperature }).logProbs));
       parts.push(lp.dataSync() as Float32Array);
       lp.dispose();
     }
@@ -173,7 +213,13 @@ export class ActorRolloutRefWorker implements Worker {
 
   saveCheckpoint(dir: string): void {
     const actorDir = path.join(dir, 'actor');
-    this.exportModel(actorDir);
+    const adapters = this.module.lm.adapters;
+    // With LoRA the checkpoint holds the adapter (PEFT's files) and names its base; never the base.
+    if (adapters) writeDirectoryAtomically(actorDir, (tmp) => {
+      writeAdapterFiles(tmp, adapters, path.resolve(this.modelPath));
+      this.tokenizer.save(tmp);
+    });
+    else this.exportModel(actorDir);
     for (const [name, head] of this.module.heads) saveParameters(path.join(actorDir, `${name}.safetensors`), head.params);
     saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.lrScheduler);
   }
@@ -181,7 +227,8 @@ export class ActorRolloutRefWorker implements Worker {
   loadCheckpoint(dir: string): void {
     const actorDir = path.join(dir, 'actor');
     if (!fs.existsSync(actorDir)) throw new InputError(`${dir}: no actor/ directory; not a checkpoint`);
-    loadWeightsInto(this.module.lm, actorDir);
+    if (this.module.lm.adapters) loadAdapterCheckpoint(this.module.lm.adapters, actorDir);
+    else loadWeightsInto(this.module.lm, actorDir);
     for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
     loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params, this.module.lrScheduler);
     this.module.pool?.publish(this.module.params);

@@ -21,8 +21,8 @@ import {
   saveModel,
   saveOptimizerState,
   saveParameters,
-  uniqueVariableName,
 } from '../model/checkpoint.js';
+import { uniqueVariableName } from '../model/variables.js';
 import { positionsFromMask } from '../model/causal-lm.js';
 import type { SequenceBatch } from '../model/logprobs.js';
 import { accumulateGradients, linear } from '../engine/ops.js';

@@ -1,0 +1,154 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { loadModel } from '../core-adapters/index.js';
+import { readTensors } from '../core-adapters/model/safetensors.js';
+import { responseLogProbs } from '../core-adapters/model/logprobs.js';
+import { createAdapters, LORA_MODULES, loadAdapters, writeAdapterFiles } from '../core-adapters/model/lora.js';
+import { expectClose, expectInputError, expectSameBits, fixture, flowrlInProcess, readJson, tempDir } from './helpers.js';
+
+interface Case {
+  prompt_ids: number[];
+  response_ids: number[];
+  logprobs_t1: number[];
+}
+
+// test/fixtures/make_lora_reference.py: PEFT adapters (r 8, alpha 16, all seven projections,
+// random A and B) and float64 log-probs of the merged W + (alpha/r) B A.
+const reference = readJson<Record<string, Case[]>>(fixture('lora_reference.json'));
+
+describe('LoRA', () => {
+  for (const name of ['tiny-qwen2', 'tiny-llama-bf16']) {
+    it(`a PEFT adapter on ${name} gives the float64 merged model's log-probs`, () => {
+      const model = loadModel(fixture(name));
+      model.attachAdapters(loadAdapters(model.config, fixture(`lora-${name}`)));
+      const cases = reference[name];
+      const got = responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
+      cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} case ${i}`));
+      model.dispose();
+    });
+  }
+
+  it('fresh adapters (B = 0) give exactly the base log-probs, and turning them off gives the base after training moves them', () => {
+    const model = loadModel(fixture('tiny-qwen2'));
+    const cases = reference['tiny-qwen2'];
+    const prompts = cases.map((c) => c.prompt_ids);
+    const responses = cases.map((c) => c.response_ids);
+    const base = responseLogProbs(model, prompts, responses);
+    model.attachAdapters(createAdapters(model.config, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 3));
+    expect(responseLogProbs(model, prompts, responses)).to.deep.equal(base);
+    for (const [n, v] of model.adapters!.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.1, 'float32', 1));
+    expect(responseLogProbs(model, prompts, responses)).not.to.deep.equal(base);
+    expect(model.withoutAdapters(() => responseLogProbs(model, prompts, responses))).to.deep.equal(base);
+    model.dispose();
+  });
+
+  it('only the adapters are trainable, and A starts Kaiming-uniform (|A| <= 1/sqrt(in)) on the targeted modules only', () => {
+    const model = loadModel(fixture('tiny-qwen2'));
+    model.attachAdapters(createAdapters(model.config, { rank: 2, alpha: 4, targetModules: ['q_proj', 'down_proj'] }, 0));
+    const names = [...model.trainableParams().keys()];
+    expect(names).to.have.length(2 * 2 * model.config.numLayers);
+    expect(names.every((n) => /\.(q_proj|down_proj)\.lora_[AB]$/.test(n))).to.equal(true);
+    const a = model.trainableParams().get('model.layers.0.mlp.down_proj.lora_A')!;
+    expect(a.shape).to.deep.equal([model.config.intermediateSize, 2]);
+    const values = a.dataSync();
+    expect(Math.max(...values.map(Math.abs))).to.be.at.most(1 / Math.sqrt(model.config.intermediateSize));
+    expect(new Set(values).size).to.equal(values.length);
+    model.dispose();
+  });
+
+  it('writes PEFT files that load back bit-exactly, with PEFT names and [r, in] / [out, r] shapes', () => {
+    const model = loadModel(fixture('tiny-llama-bf16'));
+    const adapters = loadAdapters(model.config, fixture('lora-tiny-llama-bf16'));
+    model.attachAdapters(adapters);
+    const dir = tempDir();
+    writeAdapterFiles(dir, adapters, fixture('tiny-llama-bf16'));
+    const written = readTensors(path.join(dir, 'adapter_model.safetensors'));
+    const q = written.get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')!;
+    expect(q.shape).to.deep.equal([8, model.config.hiddenSize]);
+    expect(written.get('base_model.model.model.layers.1.mlp.down_proj.lora_B.weight')!.shape).to.deep.equal([model.config.hiddenSize, 8]);
+    const config = readJson<Record<string, unknown>>(path.join(dir, 'adapter_config.json'));
+    expect(config).to.include({ peft_type: 'LORA', r: 8, lora_alpha: 16 });
+    const again = loadAdapters(model.config, dir);
+    for (const [n, v] of adapters.params) expectSameBits(again.params.get(n)!.dataSync() as Float32Array, v.dataSync() as Float32Array, n);
+    again.dispose();
+    model.dispose();
+  });
+
+  it('flowrl export merges a LoRA checkpoint into W + scale B A, and --adapter writes the PEFT directory', async () => {
+    const out = tempDir();
+    const merged = await flowrlInProcess(['export', fixture('lora-tiny-qwen2'), path.join(out, 'merged')]);
+    expect(merged.status, merged.stderr).to.equal(0);
+    const base = readTensors(fixture('tiny-qwen2', 'model.safetensors'));
+    const lora = readTensors(fixture('lora-tiny-qwen2', 'adapter_model.safetensors'));
+    const got = readTensors(path.join(out, 'merged', 'model.safetensors'));
+    // An independent float64 merge of one weight: W + (16/8) * B A.
+    const name = 'model.layers.1.self_attn.k_proj';
+    const W = base.get(`${name}.weight`)!;
+    const A = lora.get(`base_model.model.${name}.lora_A.weight`)!;
+    const B = lora.get(`base_model.model.${name}.lora_B.weight`)!;
+    const [rows, cols] = W.shape;
+    const want = new Float64Array(rows * cols);
+    for (let o = 0; o < rows; o++) {
+      for (let i = 0; i < cols; i++) {
+        let s = 0;
+        for (let k = 0; k < 8; k++) s += B.data[o * 8 + k] * A.data[k * cols + i];
+        want[o * cols + i] = W.data[o * cols + i] + 2 * s;
+      }
+    }
+    expectClose(got.get(`${name}.weight`)!.data, want, 1e-6, 'merged k_proj');
+    expectSameBits(got.get('model.norm.weight')!.data, base.get('model.norm.weight')!.data, 'norm unchanged');
+    const cases = reference['tiny-qwen2'];
+    const model = loadModel(path.join(out, 'merged'));
+    const lp = responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
+    cases.forEach((c, i) => expectClose(lp[i], c.logprobs_t1, 1e-4, `merged case ${i}`));
+    model.dispose();
+
+    const adapter = await flowrlInProcess(['export', fixture('lora-tiny-qwen2'), path.join(out, 'adapter'), '--adapter']);
+    expect(adapter.status, adapter.stderr).to.equal(0);
+    const copied = readTensors(path.join(out, 'adapter', 'adapter_model.safetensors'));
+    for (const [n, t] of lora) expectSameBits(copied.get(n)!.data, t.data, n);
+  });
+
+  it('flowrl score --adapter scores with the adapter', async () => {
+    const dir = tempDir();
+    // A base with a tokenizer (the countdown fixture's) and an adapter written for it.
+    const modelDir = fixture('countdown', 'base-model');
+    const model = loadModel(modelDir);
+    const adapters = createAdapters(model.config, { rank: 2, alpha: 4, targetModules: ['v_proj'] }, 0);
+    for (const [n, v] of adapters.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.5, 'float32', 2));
+    model.attachAdapters(adapters);
+    writeAdapterFiles(dir, adapters, modelDir);
+    const plain = await flowrlInProcess(['score', '--model', modelDir, '--prompt', '1 2', '--response', '3', '--json']);
+    const adapted = await flowrlInProcess(['score', '--model', modelDir, '--prompt', '1 2', '--response', '3', '--json', '--adapter', dir]);
+    expect(adapted.status, adapted.stderr).to.equal(0);
+    const a = JSON.parse(adapted.stdout);
+    const p = JSON.parse(plain.stdout);
+    expect(a.logprobs[0]).not.to.equal(p.logprobs[0]);
+    expectClose(a.logprobs, responseLogProbs(model, [a.prompt_ids], [a.response_ids])[0], 1e-6, 'score --adapter');
+    model.dispose();
+  });
+
+  describe('bad adapters: one message naming the file and tensor', () => {
+    it('an adapter of another model (shapes)', () => {
+      const model = loadModel(fixture('tiny-qwen2'));
+      expectInputError(() => loadAdapters(model.config, fixture('lora-tiny-llama-bf16')), path.join('lora-tiny-llama-bf16', 'adapter_model.safetensors'), "tensor 'base_model.model.model.layers.");
+      model.dispose();
+    });
+
+    it('target modules that do not match the tensors, and an unknown target module', () => {
+      const model = loadModel(fixture('tiny-qwen2'));
+      const dir = tempDir();
+      fs.copyFileSync(fixture('lora-tiny-qwen2', 'adapter_model.safetensors'), path.join(dir, 'adapter_model.safetensors'));
+      const config = readJson<Record<string, unknown>>(fixture('lora-tiny-qwen2', 'adapter_config.json'));
+      fs.writeFileSync(path.join(dir, 'adapter_config.json'), JSON.stringify({ ...config, target_modules: ['q_proj', 'v_proj'] }));
+      expectInputError(() => loadAdapters(model.config, dir), 'adapter_model.safetensors', "tensor 'base_model.model.model.layers.0.mlp.down_proj.lora_A.weight' does not belong to a q_proj/v_proj adapter");
+      fs.writeFileSync(path.join(dir, 'adapter_config.json'), JSON.stringify({ ...config, target_modules: ['q_proj', 'qkv'] }));
+      expectInputError(() => loadAdapters(model.config, dir), 'adapter_config.json', "target module 'qkv' is unknown");
+      fs.writeFileSync(path.join(dir, 'adapter_config.json'), JSON.stringify({ ...config, use_dora: true }));
+      expectInputError(() => loadAdapters(model.config, dir), 'adapter_config.json', "'use_dora'");
+      model.dispose();
+    });
+  });
+});
