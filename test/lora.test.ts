@@ -2,11 +2,11 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadModel } from '../core-adapters/index.js';
+import { createHost, loadModel, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { createAdapters, LORA_MODULES, loadAdapters, writeAdapterFiles } from '../core-adapters/model/lora.js';
-import { expectClose, expectInputError, expectSameBits, fixture, flowrlInProcess, readJson, tempDir } from './helpers.js';
+import { expectClose, expectInputError, expectSameBits, fixture, flowrlInProcess, readJson, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 interface Case {
   prompt_ids: number[];
@@ -150,5 +150,65 @@ describe('LoRA', () => {
       expectInputError(() => loadAdapters(model.config, dir), 'adapter_config.json', "'use_dora'");
       model.dispose();
     });
+  });
+});
+
+describe('LoRA runs on the countdown task', function () {
+  this.timeout(300000);
+  const lora = (extra: Record<string, unknown> = {}) => ({ actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32 }, actor: { optim: { lr: 3e-3 } } }, ...extra });
+  const flowrl = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } };
+
+  async function train(file: string, overrides: string[]): Promise<void> {
+    const host = await createHost(file, { overrides, quiet: true });
+    await host.container.get<Trainer>(TOKENS.Trainer).fit();
+    host.container.get<Worker>(TOKENS.Worker).dispose();
+  }
+
+  for (const algorithm of ['grpo', 'flowrl']) {
+    it(`${algorithm} with lora_rank 8 raises validation accuracy`, async () => {
+      const dir = tempDir();
+      await train(writeCountdownConfig(dir, lora(algorithm === 'flowrl' ? flowrl : {})), [`algorithm.name=${algorithm}`, 'trainer.total_training_steps=30', 'trainer.test_freq=30']);
+      const metrics = readRunMetrics(path.join(dir, 'run'));
+      const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
+      expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+      // The reference (adapters off) stays at the base while the adapted policy moves away.
+      if (algorithm === 'flowrl') expect(Math.abs(metrics.find((m) => m.step === 30)!['actor/ref_kl'])).to.be.greaterThan(0.01);
+    });
+  }
+
+  it('keeps one copy of the base (the reference is the base with adapters off), checkpoints only the adapter, and resumes exactly', async () => {
+    const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1', 'actor_rollout_ref.actor.optim.lr_warmup_steps=2'];
+    const split = tempDir();
+    const file = writeCountdownConfig(split, lora(flowrl));
+    const host = await createHost(file, { overrides: [...common, 'trainer.total_training_steps=1'], quiet: true });
+    await host.container.get<Trainer>(TOKENS.Trainer).fit();
+    const embeddings = Object.keys(tf.engine().registeredVariables).filter((n) => n.startsWith('model.embed_tokens.weight#'));
+    expect(embeddings, 'base embedding tables alive').to.have.length(1);
+    host.container.get<Worker>(TOKENS.Worker).dispose();
+    const actorDir = path.join(split, 'run', 'checkpoints', 'global_step_1', 'actor');
+    expect(fs.readdirSync(actorDir)).to.include.members(['adapter_config.json', 'adapter_model.safetensors', 'proj_z.safetensors', 'optimizer.safetensors']);
+    expect(fs.readdirSync(actorDir)).not.to.include('model.safetensors');
+    await train(file, [...common, 'trainer.total_training_steps=2']);
+    const whole = tempDir();
+    await train(writeCountdownConfig(whole, lora(flowrl)), [...common, 'trainer.total_training_steps=2']);
+    const a = readRunMetrics(path.join(whole, 'run'));
+    const b = readRunMetrics(path.join(split, 'run'));
+    expect(b.map((m) => m.step)).to.deep.equal([1, 2]);
+    expect(withoutTiming(b[1])).to.deep.equal(withoutTiming(a[1]));
+  });
+
+  it('bad LoRA settings end in exit 2 naming the key or file', async () => {
+    const file = writeCountdownConfig(tempDir());
+    const cases: [string[], string[]][] = [
+      [['actor_rollout_ref.model.lora_adapter_path=' + fixture('lora-tiny-qwen2')], ["actor_rollout_ref.model.lora_adapter_path is set but actor_rollout_ref.model.lora_rank is 0"]],
+      [['actor_rollout_ref.model.lora_rank=4', 'actor_rollout_ref.model.target_modules=[q_proj,qkv_proj]'], ['actor_rollout_ref.model.target_modules', "target module 'qkv_proj' is unknown"]],
+      [['actor_rollout_ref.model.lora_rank=8', 'actor_rollout_ref.model.lora_adapter_path=' + fixture('lora-tiny-qwen2')], ['lora-tiny-qwen2', 'adapter_model.safetensors', "tensor 'base_model.model."]],
+      [['actor_rollout_ref.model.lora_rank=2.5'], ['actor_rollout_ref.model.lora_rank must be a whole number >= 0']],
+    ];
+    for (const [overrides, fragments] of cases) {
+      const result = await flowrlInProcess(['train', file, 'trainer.total_training_steps=1', ...overrides]);
+      expect(result.status, result.stderr).to.equal(2);
+      for (const f of fragments) expect(result.stderr).to.include(f);
+    }
   });
 });
