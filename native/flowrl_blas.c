@@ -259,6 +259,109 @@ static napi_value adamw(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// ---- Frozen weights outside the wasm heap (a LoRA base): products with W [N, K] stored row-major
+// in memory the addon reads directly, float32 or bfloat16 (converted a panel of rows at a time
+// into a scratch buffer that stays in cache).
+//   forward:  Y[M, N] = X[M, K] W^T      backward: Y[M, K] = X[M, N] W
+enum { BF16_PANEL_FLOATS = 1 << 18 };
+
+static void bf16_rows_to_f32(const uint16_t *src, size_t count, float *dst) {
+  uint32_t *out = (uint32_t *)dst;
+  for (size_t i = 0; i < count; i++) out[i] = (uint32_t)src[i] << 16;
+}
+
+// C[m, n] = sum_k A[m, k] B[n, k] (lda, ldb, ldc), the compiled fallback of the forward.
+static void loop_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+  for (int m = 0; m < M; m++) {
+    const float *restrict a = A + (size_t)m * lda;
+    for (int n = 0; n < N; n++) {
+      const float *restrict b = B + (size_t)n * ldb;
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) part[j] += a[k + j] * b[k + j];
+      float total = part[0] + part[1] + part[2] + part[3] + part[4] + part[5] + part[6] + part[7];
+      for (; k < K; k++) total += a[k] * b[k];
+      C[(size_t)m * ldc + n] = total;
+    }
+  }
+}
+
+// C[m, k] (+)= sum_n A[m, n] B[n, k] (lda, ldb = ldc = K), the compiled fallback of the backward.
+static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const float *B, int accumulate, float *C) {
+  for (int m = 0; m < M; m++) {
+    float *restrict c = C + (size_t)m * K;
+    if (!accumulate) memset(c, 0, sizeof(float) * (size_t)K);
+    for (int n = 0; n < N; n++) {
+      const float a = A[(size_t)m * lda + n];
+      const float *restrict b = B + (size_t)n * K;
+      for (int k = 0; k < K; k++) c[k] += a * b[k];
+    }
+  }
+}
+
+// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas): X and Y are float32 arrays
+// (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
+static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
+  size_t argc = 11;
+  napi_value argv[11];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 11) return throw_error(env, "frozenMatmul: expected 11 arguments");
+  int64_t backward, M, N, K, xOff, wOff, yOff, useBlas;
+  float *X, *Y;
+  size_t xLen, yLen, wLen;
+  napi_typedarray_type wType;
+  void *wRaw;
+  napi_value wBuffer;
+  size_t wByteOffset;
+  if (!get_int(env, argv[0], &backward) || !get_int(env, argv[1], &M) || !get_int(env, argv[2], &N) || !get_int(env, argv[3], &K) ||
+      !get_floats(env, argv[4], &X, &xLen) || !get_int(env, argv[5], &xOff) ||
+      napi_get_typedarray_info(env, argv[6], &wType, &wLen, &wRaw, &wBuffer, &wByteOffset) != napi_ok || !get_int(env, argv[7], &wOff) ||
+      !get_floats(env, argv[8], &Y, &yLen) || !get_int(env, argv[9], &yOff) || !get_int(env, argv[10], &useBlas))
+    return throw_error(env, "frozenMatmul: bad argument types");
+  if (wType != napi_float32_array && wType != napi_uint16_array) return throw_error(env, "frozenMatmul: W must be a Float32Array or a Uint16Array (bfloat16)");
+  if (M < 0 || N < 0 || K < 0 || xOff < 0 || wOff < 0 || yOff < 0) return throw_error(env, "frozenMatmul: negative size");
+  const int64_t xCount = M * (backward ? N : K), yCount = M * (backward ? K : N);
+  if ((size_t)(xOff + xCount) > xLen || (size_t)(yOff + yCount) > yLen || (size_t)(wOff + N * K) > wLen)
+    return throw_error(env, "frozenMatmul: out of bounds");
+  if (M == 0 || N == 0 || K == 0) {
+    memset(Y + yOff, 0, sizeof(float) * (size_t)yCount);
+    return NULL;
+  }
+  const int blas = useBlas && blas_sgemm != NULL;
+  const float *x = X + xOff;
+  float *y = Y + yOff;
+  const int bf16 = wType == napi_uint16_array;
+  int64_t panel = N;
+  float *scratch = NULL;
+  if (bf16) {
+    panel = BF16_PANEL_FLOATS / K;
+    if (panel < 1) panel = 1;
+    if (panel > N) panel = N;
+    scratch = malloc(sizeof(float) * (size_t)(panel * K));
+    if (!scratch) return throw_error(env, "frozenMatmul: out of memory");
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += panel) {
+    const int64_t rows = n0 + panel <= N ? panel : N - n0;
+    const float *w;
+    if (bf16) {
+      bf16_rows_to_f32((const uint16_t *)wRaw + wOff + n0 * K, (size_t)(rows * K), scratch);
+      w = scratch;
+    } else {
+      w = (const float *)wRaw + wOff + n0 * K;
+    }
+    if (!backward) {
+      if (blas) blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, (int)M, (int)rows, (int)K, 1.0f, x, (int)K, w, (int)K, 0.0f, y + n0, (int)N);
+      else loop_gemm_nt((int)M, (int)rows, (int)K, x, (int)K, w, (int)K, y + n0, (int)N);
+    } else {
+      if (blas) blas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)M, (int)K, (int)rows, 1.0f, x + n0, (int)N, w, (int)K, n0 ? 1.0f : 0.0f, y, (int)K);
+      else loop_gemm_nn((int)M, (int)K, (int)rows, x + n0, (int)N, w, n0 != 0, y);
+    }
+  }
+  free(scratch);
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
@@ -267,6 +370,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"sgemmLoop", NULL, sgemm_loop, NULL, NULL, NULL, napi_default, NULL},
       {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
       {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
+      {"frozenMatmul", NULL, frozen_matmul, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -2,11 +2,13 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { createHost, loadModel, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
+import { ActorRolloutRefWorker, createHost, loadModel, packSequences, responseMask, scoreResponses, TOKENS, type CausalLM, type Trainer, type Worker } from '../core-adapters/index.js';
+import { lossAndGradients } from '../core-adapters/model/optim.js';
+import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { createAdapters, LORA_MODULES, loadAdapters, writeAdapterFiles } from '../core-adapters/model/lora.js';
-import { expectClose, expectInputError, expectSameBits, fixture, flowrlInProcess, readJson, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { enginePaths, expectClose, expectInputError, expectSameBits, fixture, onEnginePath, flowrlInProcess, readJson, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 interface Case {
   prompt_ids: number[];
@@ -18,6 +20,17 @@ interface Case {
 // random A and B) and float64 log-probs of the merged W + (alpha/r) B A.
 const reference = readJson<Record<string, Case[]>>(fixture('lora_reference.json'));
 
+/** Gradients of the summed response log-probs with respect to each adapter factor. */
+function adapterGradients(model: CausalLM, prompts: number[][], responses: number[][]): Map<string, Float32Array> {
+  const seq = packSequences(prompts, responses);
+  const mask = tf.tensor2d(responseMask(seq), [seq.batch, seq.responseLength]);
+  const { grads } = lossAndGradients(() => tf.sum(tf.mul(scoreResponses(model, seq).logProbs, mask)) as tf.Scalar, model.trainableParams());
+  mask.dispose();
+  const out = new Map([...grads].map(([n, g]) => [n, g.dataSync() as Float32Array]));
+  tf.dispose([...grads.values()]);
+  return out;
+}
+
 describe('LoRA', () => {
   for (const name of ['tiny-qwen2', 'tiny-llama-bf16']) {
     it(`a PEFT adapter on ${name} gives the float64 merged model's log-probs`, () => {
@@ -28,6 +41,33 @@ describe('LoRA', () => {
       cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} case ${i}`));
       model.dispose();
     });
+  }
+
+  for (const enginePath of enginePaths()) {
+    it(`a frozen base outside the heap gives the same log-probs (float32, and bfloat16 of a bfloat16 checkpoint) and adapter gradients (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        if (enginePath === 'stock') return expect(frozenBaseAvailable()).to.equal(false);
+        expect(frozenBaseAvailable()).to.equal(true);
+        for (const [name, dtypes] of [['tiny-qwen2', ['float32']], ['tiny-llama-bf16', ['float32', 'bfloat16']]] as const) {
+          const cases = reference[name];
+          const prompts = cases.map((c) => c.prompt_ids);
+          const responses = cases.map((c) => c.response_ids);
+          const heap = loadModel(fixture(name));
+          heap.attachAdapters(loadAdapters(heap.config, fixture(`lora-${name}`)));
+          const heapGrads = adapterGradients(heap, prompts, responses);
+          for (const frozenBase of dtypes) {
+            const model = loadModel(fixture(name), { frozenBase });
+            model.attachAdapters(loadAdapters(model.config, fixture(`lora-${name}`)));
+            expect(model.params.has('model.embed_tokens.weight')).to.equal(false);
+            const got = responseLogProbs(model, prompts, responses);
+            cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i}`));
+            const grads = adapterGradients(model, prompts, responses);
+            for (const [n, g] of heapGrads) expectClose(grads.get(n)!, g, 1e-4 * Math.max(1, ...g.map(Math.abs)), `${name} ${frozenBase} d${n}`);
+            model.dispose();
+          }
+          heap.dispose();
+        }
+      }));
   }
 
   it('fresh adapters (B = 0) give exactly the base log-probs, and turning them off gives the base after training moves them', () => {
@@ -182,8 +222,20 @@ describe('LoRA runs on the countdown task', function () {
     const file = writeCountdownConfig(split, lora(flowrl));
     const host = await createHost(file, { overrides: [...common, 'trainer.total_training_steps=1'], quiet: true });
     await host.container.get<Trainer>(TOKENS.Trainer).fit();
-    const embeddings = Object.keys(tf.engine().registeredVariables).filter((n) => n.startsWith('model.embed_tokens.weight#'));
-    expect(embeddings, 'base embedding tables alive').to.have.length(1);
+    // One base: outside the heap when the native addon can multiply it there (no base variable
+    // at all), else one set of heap variables; never a second model for the reference.
+    const variables = Object.keys(tf.engine().registeredVariables);
+    const count = (pattern: RegExp) => variables.filter((n) => pattern.test(n)).length;
+    const lm = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker).module.lm;
+    const layers = lm.config.numLayers;
+    if (frozenBaseAvailable()) {
+      expect(count(/_proj\.weight#|embed_tokens\.weight#/), 'base projections on the heap').to.equal(0);
+      expect([...lm.frozen.keys()]).to.have.length(1 + 5 * layers);
+    } else {
+      expect(count(/^model\.embed_tokens\.weight#/), 'embedding tables').to.equal(1);
+      expect(count(/^model\.layers\.0\.mlp\.down_proj\.weight#/), 'down projections of layer 0').to.equal(1);
+    }
+    expect(count(/^model\.norm\.weight#/), 'final norms').to.equal(1);
     host.container.get<Worker>(TOKENS.Worker).dispose();
     const actorDir = path.join(split, 'run', 'checkpoints', 'global_step_1', 'actor');
     expect(fs.readdirSync(actorDir)).to.include.members(['adapter_config.json', 'adapter_model.safetensors', 'proj_z.safetensors', 'optimizer.safetensors']);

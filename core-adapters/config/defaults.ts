@@ -3,6 +3,7 @@
 import { KL_CONTROLLER_TYPES, KL_PENALTY_TYPES } from '../algorithms/kl.js';
 import { LOSS_AGG_MODES } from '../algorithms/policy-loss.js';
 import { BACKEND_CHOICES, NATIVE_CHOICES } from '../engine/backend.js';
+import { FROZEN_DTYPES } from '../engine/frozen.js';
 import { LR_SCHEDULER_TYPES } from '../model/optim.js';
 
 /** A value in a config tree. */
@@ -19,6 +20,7 @@ export interface ConfigTree {
 export const KEY_CHOICES = {
   'engine.backend': BACKEND_CHOICES,
   'engine.native': NATIVE_CHOICES,
+  'actor_rollout_ref.model.base_dtype': FROZEN_DTYPES,
   'actor_rollout_ref.actor.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
   'critic.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
   'actor_rollout_ref.actor.loss_agg_mode': LOSS_AGG_MODES,
@@ -74,6 +76,8 @@ export const CORE_DEFAULTS = {
       target_modules: 'all-linear' as string | string[],
       /** A PEFT adapter directory to start from (needs lora_rank equal to its r). */
       lora_adapter_path: null as string | null,
+      /** With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory). */
+      base_dtype: choice('actor_rollout_ref.model.base_dtype', 'float32'),
     },
     actor: {
       optim: {

@@ -219,6 +219,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     ['_FusedMatMul', makeFusedMatMul(native)],
   ];
   if (native) replacements.push(['Sum', makeSum(native)]);
+  if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
   for (const [name, kernelFunc] of replacements) {
     const config = tf.getKernel(name, BACKEND);
     if (!config) continue;
@@ -227,6 +228,42 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     tf.registerKernel({ ...config, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
   }
   return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
+}
+
+/** A frozen weight W [rows, cols] outside the heap (engine/frozen.ts), as the kernel reads it. */
+export interface FrozenWeights {
+  readonly rows: number;
+  readonly cols: number;
+  /** Row-major, float32 or bfloat16 bits. */
+  readonly data: Float32Array | Uint16Array;
+}
+
+export const FROZEN_MATMUL = 'FlowrlFrozenMatMul';
+
+/** Whether products with frozen weights outside the heap can run here (wasm and an addon that has them). */
+export function frozenProductsAvailable(): boolean {
+  return tf.getBackend() === 'wasm' && activeNative?.frozenMatmul !== undefined && tf.getKernel(FROZEN_MATMUL, BACKEND) !== undefined;
+}
+
+/**
+ * forward: x[M, cols] W[start, start + count)^T -> [M, count]; backward: x[M, count] W[rows] -> [M, cols].
+ * The weight stays where it is; only x and the result live on the heap.
+ */
+function frozenMatMul({ inputs: { x }, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const { weights, backward, start, count } = attrs as unknown as { weights: FrozenWeights; backward: boolean; start: number; count: number };
+  const M = x.shape[0];
+  const out = b.makeOutput([M, backward ? weights.cols : count], 'float32');
+  const heap = b.wasm.HEAPF32;
+  activeNative!.frozenMatmul!(+backward, M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, heap, offset(b, out));
+  return out;
+}
+
+/** Runs the frozen-weight product kernel (see frozenMatMul); no gradient of its own. */
+export function runFrozenMatMul(x: tf.Tensor2D, weights: FrozenWeights, backward: boolean, start: number, count: number): tf.Tensor2D {
+  if (x.dtype !== 'float32') throw new Error('frozen product: x must be float32');
+  const attrs = { weights, backward, start, count } as unknown as tf.NamedAttrMap;
+  return tf.engine().runKernel(FROZEN_MATMUL, { x } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
 }
 
 /** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */

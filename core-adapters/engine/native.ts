@@ -17,7 +17,15 @@ export interface NativeKernels {
   setThreads(threads: number): number;
   /** One AdamW update in place on heap offsets (see native/flowrl_blas.c). */
   adamw(heap: Float32Array, param: number, grad: number, m: number, v: number, n: number, decayFactor: number, beta1: number, beta2: number, eps: number, stepSize: number, bc2Sqrt: number): void;
+  /**
+   * Products with a frozen W [N, K] outside the heap (Float32Array, or Uint16Array of bfloat16):
+   * forward Y[M, N] = X W^T, backward Y[M, K] = X[M, N] W. Absent in addons built before it.
+   */
+  frozenMatmul?: FrozenMatmulFn;
 }
+
+/** See NativeKernels.frozenMatmul. */
+export type FrozenMatmulFn = (backward: number, M: number, N: number, K: number, X: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, Y: Float32Array, yOffset: number) => void;
 
 type SgemmFn = (transA: number, transB: number, M: number, N: number, K: number, A: Float32Array, aOffset: number, aStride: number, B: Float32Array, bOffset: number, bStride: number, C: Float32Array, cOffset: number, batch: number) => void;
 
@@ -28,6 +36,8 @@ interface Addon {
   sgemmLoop: SgemmFn;
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
+  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop). */
+  frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number]) => void;
 }
 
 /**
@@ -82,9 +92,11 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const wanted = blasDisabledByEnv() ? [] : process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS] : BLAS_CANDIDATES;
     const blas = addon.load(wanted);
     const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared };
+    const frozen = addon.frozenMatmul;
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1)) };
     kernels.setThreads(blasThreads());
-    cached = { kernels, loopOnly: { blas: '', sgemm: addon.sgemmLoop, ...shared } };
+    const loopOnly: NativeKernels = { blas: '', sgemm: addon.sgemmLoop, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 0)) };
+    cached = { kernels, loopOnly };
   } catch (e) {
     cached = { error: (e as Error).message.split('\n')[0] };
   }

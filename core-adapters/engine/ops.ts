@@ -2,6 +2,7 @@
 // wasm facts behind these shapes (measured; README "Engine and performance"): only 2-D untransposed matmuls reach XNNPACK,
 // reductions over leading axes are slow, and gather has no gradient kernel.
 import * as tf from '@tensorflow/tfjs';
+import { FrozenMatrix } from './frozen.js';
 import { FUSED_RMS_NORM, fusedForward, runFused } from './fused.js';
 
 type Backward = (dy: tf.Tensor, saved: tf.Tensor[]) => tf.Tensor[];
@@ -137,37 +138,40 @@ function chunkRows(rows: number, vocab: number): number {
 /**
  * The language-model head fused with log-softmax and target selection: logits = hidden @ head / T,
  * computed a chunk of rows at a time and recomputed in the backward pass, so a 150k vocabulary
- * never holds [N, V] logits for the whole batch.
+ * never holds [N, V] logits for the whole batch. The head is [H, V] on the heap, or a frozen
+ * [V, H] matrix outside it (then only hidden gets a gradient).
  */
 export function headLogProbs(
   hidden: tf.Tensor2D,
-  head: tf.Tensor2D,
+  head: tf.Tensor2D | FrozenMatrix,
   targets: Int32Array,
   temperature = 1,
   withEntropy = false,
 ): TokenLogProbs {
   const [rows] = hidden.shape;
-  const vocab = head.shape[1];
+  const frozen = head instanceof FrozenMatrix ? head : undefined;
+  const vocab = frozen ? frozen.rows : (head as tf.Tensor2D).shape[1];
   if (targets.length !== rows) throw new Error(`headLogProbs: ${targets.length} targets for ${rows} rows`);
   const step = chunkRows(rows, vocab);
   const invT = 1 / temperature;
 
   // z = logits / T for rows [start, end); returns z, log-softmax and probabilities.
-  const chunk = (h: tf.Tensor2D, w: tf.Tensor2D, start: number, end: number) => {
-    const z = tf.mul(tf.matMul(h.slice([start, 0], [end - start, -1]), w), invT) as tf.Tensor2D;
+  const chunk = (h: tf.Tensor2D, w: tf.Tensor2D | undefined, start: number, end: number) => {
+    const rowsOfH = h.slice([start, 0], [end - start, -1]);
+    const z = tf.mul(frozen ? frozen.product(rowsOfH) : tf.matMul(rowsOfH, w!), invT) as tf.Tensor2D;
     const logp = tf.logSoftmax(z) as tf.Tensor2D;
     const oneHot = tf.oneHot(tf.tensor1d(targets.subarray(start, end), 'int32'), vocab) as tf.Tensor2D;
     return { logp, oneHot };
   };
 
-  const both = withGradient([hidden, head], ([h, w], save) => {
-    save([h, w]);
+  const both = withGradient(frozen ? [hidden] : [hidden, head as tf.Tensor2D], ([h, w], save) => {
+    save(frozen ? [h] : [h, w]);
     const picked: tf.Tensor[] = [];
     const entropies: tf.Tensor[] = [];
     for (let start = 0; start < rows; start += step) {
       const end = Math.min(rows, start + step);
       const [lp, ent] = tf.tidy(() => {
-        const { logp, oneHot } = chunk(h as tf.Tensor2D, w as tf.Tensor2D, start, end);
+        const { logp, oneHot } = chunk(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
         const selected = tf.sum(tf.mul(logp, oneHot), 1);
         const entropy = withEntropy ? tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1)) : tf.zeros([end - start]);
         return [selected, entropy];
@@ -182,8 +186,8 @@ export function headLogProbs(
       value,
       gradFunc: (dy, saved) => {
         const [dLogProbs, dEntropy] = tf.unstack(dy);
-        const [sh, sw] = saved as tf.Tensor2D[];
-        let dW: tf.Tensor2D = tf.zeros(sw.shape);
+        const [sh, sw] = saved as (tf.Tensor2D | undefined)[] as [tf.Tensor2D, tf.Tensor2D | undefined];
+        let dW: tf.Tensor2D | undefined = sw && tf.zeros(sw.shape);
         const dHidden: tf.Tensor[] = [];
         for (let start = 0; start < rows; start += step) {
           const end = Math.min(rows, start + step);
@@ -200,15 +204,18 @@ export function headLogProbs(
               dz = tf.sub(dz, tf.mul(gEnt, tf.mul(p, tf.add(logp, ent))));
             }
             const dLogits = tf.mul(dz, invT) as tf.Tensor2D;
+            if (!sw) return [frozen!.productTransposed(dLogits)];
             const hChunk = sh.slice([start, 0], [end - start, -1]);
-            return [tf.matMul(dLogits, sw, false, true), tf.add(dW, tf.matMul(hChunk, dLogits, true, false))];
+            return [tf.matMul(dLogits, sw, false, true), tf.add(dW!, tf.matMul(hChunk, dLogits, true, false))];
           });
-          dW.dispose();
-          dW = nextDW as tf.Tensor2D;
+          if (nextDW) {
+            dW!.dispose();
+            dW = nextDW as tf.Tensor2D;
+          }
           dHidden.push(dh);
         }
         const dH = dHidden.length === 1 ? dHidden[0] : tf.concat(dHidden);
-        return [dH, dW];
+        return dW ? [dH, dW] : [dH];
       },
     };
   });

@@ -2,8 +2,9 @@
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
+import type { FrozenMatrix } from '../engine/frozen.js';
 import { writeTimeSlice } from '../engine/kernels.js';
-import { embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
+import { addColumns, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import type { LoraAdapters, LoraModule } from './lora.js';
 
@@ -93,6 +94,11 @@ export function positionsFromMask(mask: Int32Array, batch: number): Int32Array {
 /** A Llama/Qwen2 causal LM on tfjs: forward with hidden states, KV cache, parameters by HF name. */
 export class CausalLM {
   readonly params: Map<string, tf.Variable>;
+  /**
+   * A frozen base kept outside the heap (engine/frozen.ts): the embedding, the head and every
+   * projection, in HF's [out, in] layout (q|k|v stacked as qkv_proj). Those names are then not in params.
+   */
+  readonly frozen: Map<string, FrozenMatrix>;
   /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
   adapters?: LoraAdapters;
   private readonly invFreq: Float64Array;
@@ -101,8 +107,9 @@ export class CausalLM {
   private readonly rotateHalfT: tf.Tensor2D;
 
   /** `params` are in this model's layout (layout.ts); the model takes ownership. */
-  constructor(readonly config: ModelConfig, params: Map<string, tf.Variable>) {
+  constructor(readonly config: ModelConfig, params: Map<string, tf.Variable>, frozen = new Map<string, FrozenMatrix>()) {
     this.params = params;
+    this.frozen = frozen;
     this.invFreq = ropeInverseFrequencies(config);
     const d = config.headDim;
     const half = d / 2;
@@ -125,15 +132,36 @@ export class CausalLM {
     return this.params.get(name) as tf.Tensor1D | undefined;
   }
 
-  /** The output head as [H, V]; with tied embeddings, the embedding table transposed. */
-  headWeight(): tf.Tensor2D {
-    if (this.config.tieWordEmbeddings) return tf.transpose(this.p('model.embed_tokens.weight')) as tf.Tensor2D;
-    return this.p('lm_head.weight') as tf.Tensor2D;
+  /**
+   * The output head as [H, V] (with tied embeddings, the embedding table transposed), or a frozen
+   * base's [V, H] matrix outside the heap.
+   */
+  headWeight(): tf.Tensor2D | FrozenMatrix {
+    const name = this.config.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
+    const frozen = this.frozen.get(name);
+    if (frozen) return frozen;
+    if (this.config.tieWordEmbeddings) return tf.transpose(this.p(name)) as tf.Tensor2D;
+    return this.p(name) as tf.Tensor2D;
   }
 
   /** Logits [N, V] for hidden states [N, H]. */
   logits(hidden: tf.Tensor2D): tf.Tensor2D {
-    return tf.matMul(hidden, this.headWeight());
+    const head = this.headWeight();
+    return head instanceof tf.Tensor ? tf.matMul(hidden, head) : head.product(hidden);
+  }
+
+  /**
+   * x @ W (+ bias) for the linear weight `name`, or its columns [from, from + count) (rows of a
+   * frozen [out, in] weight).
+   */
+  private project(name: string, x: tf.Tensor2D, bias?: tf.Tensor1D, columns?: [number, number]): tf.Tensor2D {
+    const frozen = this.frozen.get(name);
+    if (!frozen) {
+      const w = this.p(name) as tf.Tensor2D;
+      return linear(x, columns ? w.slice([0, columns[0]], [-1, columns[1]]) : w, bias);
+    }
+    const y = columns ? frozen.product(x, columns[0], columns[1]) : frozen.product(x);
+    return bias ? addColumns(y, bias) : y;
   }
 
   /** What training updates: the adapters when there are any (the base is frozen), else every parameter. */
@@ -176,7 +204,8 @@ export class CausalLM {
     const slots = { past, capacity, inPlace: capacity !== undefined };
     const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
 
-    let x = embed(this.p('model.embed_tokens.weight') as tf.Tensor2D, input.ids);
+    const table = this.frozen.get('model.embed_tokens.weight');
+    let x = table ? table.gatherRows(input.ids) : embed(this.p('model.embed_tokens.weight') as tf.Tensor2D, input.ids);
     const layerOutputs: tf.Tensor2D[] = [];
     const keys: tf.Tensor4D[] = [];
     const values: tf.Tensor4D[] = [];
@@ -197,7 +226,7 @@ export class CausalLM {
 
   private mlp(layer: number, h: tf.Tensor2D): tf.Tensor2D {
     const project = (n: 'gate_proj' | 'up_proj' | 'down_proj', x: tf.Tensor2D) =>
-      this.adapted(layer, n, x, linear(x, this.p(`model.layers.${layer}.mlp.${n}.weight`) as tf.Tensor2D, this.bias(`model.layers.${layer}.mlp.${n}.bias`)));
+      this.adapted(layer, n, x, this.project(`model.layers.${layer}.mlp.${n}.weight`, x, this.bias(`model.layers.${layer}.mlp.${n}.bias`)));
     return project('down_proj', siluMul(project('gate_proj', h), project('up_proj', h)));
   }
 
@@ -221,7 +250,7 @@ export class CausalLM {
     const c = this.config;
     const d = c.headDim;
     const groups = c.numHeads / c.numKVHeads;
-    const w = (n: string) => this.p(`model.layers.${layer}.self_attn.${n}.weight`);
+    const w = (n: string) => `model.layers.${layer}.self_attn.${n}.weight`;
     const b = (n: string) => this.bias(`model.layers.${layer}.self_attn.${n}.bias`);
     let q: tf.Tensor4D;
     let kNew: tf.Tensor4D;
@@ -229,16 +258,15 @@ export class CausalLM {
     if ('fused' in rotary) {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
-      const qkv = this.rope(this.adaptedQkv(layer, h, linear(h, w('qkv_proj') as tf.Tensor2D, b('qkv_proj'))), rotary.fused);
+      const qkv = this.rope(this.adaptedQkv(layer, h, this.project(w('qkv_proj'), h, b('qkv_proj'))), rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     } else {
       // Several tokens per row: project q, k and v from column slices of the fused weight (small),
       // which avoids splitting the activations (a slow strided copy on wasm) and its gradient.
-      const fused = w('qkv_proj') as tf.Tensor2D;
       const bias = b('qkv_proj');
       const project = (module: 'q_proj' | 'k_proj' | 'v_proj', from: number, heads: number, tables?: RotaryTables): tf.Tensor4D => {
         const cols = heads * d;
-        let x = this.adapted(layer, module, h, linear(h, fused.slice([0, from * d], [-1, cols]), bias?.slice([from * d], [cols])));
+        let x = this.adapted(layer, module, h, this.project(w('qkv_proj'), h, bias?.slice([from * d], [cols]), [from * d, cols]));
         if (tables) x = this.rope(x, tables);
         return tf.transpose(x.reshape([batch, length, heads, d]), [0, 2, 1, 3]);
       };
@@ -268,7 +296,7 @@ export class CausalLM {
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
-    return this.adapted(layer, 'o_proj', heads, linear(heads, w('o_proj') as tf.Tensor2D, b('o_proj')));
+    return this.adapted(layer, 'o_proj', heads, this.project(w('o_proj'), heads, b('o_proj')));
   }
 
   /** The fused q|k|v projection plus each adapter's delta in its column block (zeros where none). */
@@ -365,6 +393,7 @@ export class CausalLM {
     this.adapters = undefined;
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
+    this.frozen.clear();
     this.rotateHalf.dispose();
     this.rotateHalfT.dispose();
   }

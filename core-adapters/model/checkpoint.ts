@@ -5,7 +5,8 @@ import path from 'node:path';
 import { InputError } from '../errors.js';
 import { Rng } from '../random.js';
 import { CausalLM } from './causal-lm.js';
-import { toHfLayout, toModelLayout, type HostTensor } from './layout.js';
+import { FrozenMatrix, type FrozenDtype } from '../engine/frozen.js';
+import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import type { TextTokenizer } from './tokenizer.js';
@@ -78,11 +79,25 @@ export function readWeights(dir: string, config: ModelConfig): Map<string, F32Te
   return weights;
 }
 
-/** Builds a model from HF-layout weights. */
-export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>): CausalLM {
+/** How a model is held in memory. */
+export interface ModelMemory {
+  /**
+   * Keep the embedding, the head and every projection frozen outside the wasm heap in this dtype
+   * (a LoRA base; needs frozenBaseAvailable()). Unset: every weight is a heap variable.
+   */
+  frozenBase?: FrozenDtype;
+}
+
+/**
+ * Builds a model from HF-layout weights. With memory.frozenBase the frozen matrices are taken out
+ * of `weights` as they are built (so their float32 copies can be freed).
+ */
+export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>, memory: ModelMemory = {}): CausalLM {
   const params = new Map<string, tf.Variable>();
+  const dtype = memory.frozenBase;
+  const frozen = dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>();
   try {
-    for (const [name, { shape, data }] of toModelLayout(config, weights)) {
+    for (const [name, { shape, data }] of toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined)) {
       const initial = tf.tensor(data, shape, 'float32');
       params.set(name, tf.variable(initial, true, uniqueVariableName(name)));
       initial.dispose();
@@ -91,13 +106,13 @@ export function modelFromWeights(config: ModelConfig, weights: Map<string, HostT
     tf.dispose([...params.values()]);
     throw e;
   }
-  return new CausalLM(config, params);
+  return new CausalLM(config, params, frozen);
 }
 
 /** Loads DIR/config.json and its weights (single file or sharded; F32, BF16, F16 upcast to f32). */
-export function loadModel(dir: string): CausalLM {
+export function loadModel(dir: string, memory: ModelMemory = {}): CausalLM {
   const config = readModelConfig(path.join(dir, 'config.json'));
-  return modelFromWeights(config, readWeights(dir, config));
+  return modelFromWeights(config, readWeights(dir, config), memory);
 }
 
 /** HF-layout copies of the model's weights, with LoRA adapters merged in (W + scale * B A). */
@@ -105,6 +120,8 @@ export function exportWeights(model: CausalLM): Map<string, HostTensor> {
   const held = new Map<string, HostTensor>();
   for (const [name, variable] of model.params) held.set(name, { shape: [...variable.shape], data: Float32Array.from(variable.dataSync()) });
   const weights = toHfLayout(model.config, held);
+  const frozen = frozenBaseToHf(model.config, model.frozen.keys(), (name, start, count) => model.frozen.get(name)!.rowsFloat32(start, count));
+  for (const [name, t] of frozen) weights.set(name, t);
   for (const [name, delta] of model.adapters?.mergedDeltas() ?? []) {
     const w = weights.get(name)!.data;
     for (let i = 0; i < w.length; i++) w[i] += delta.data[i];

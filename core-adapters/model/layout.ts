@@ -23,8 +23,62 @@ function fusedName(hfName: string): string | undefined {
   return m ? `${m[1]}.qkv_proj.${m[2]}` : undefined;
 }
 
-/** Converts Hugging Face tensors (names and shapes of expectedTensors) to the model's layout. */
-export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>): Map<string, HostTensor> {
+/** Whether a frozen base keeps an HF tensor outside the heap: the embedding, the head, every projection. */
+export function isFrozenBaseTensor(hfName: string): boolean {
+  return hfName === 'model.embed_tokens.weight' || hfName === 'lm_head.weight' || hfName.endsWith('_proj.weight');
+}
+
+/**
+ * A frozen base's matrices from HF tensors, in HF's [out, in] layout (no transpose); q, k and v
+ * stacked as qkv_proj. Each source tensor is deleted from `hf` once used, so its memory can go.
+ */
+export function frozenBaseMatrices<T>(config: ModelConfig, hf: Map<string, HostTensor>, make: (data: Float32Array, rows: number, cols: number) => T): Map<string, T> {
+  const out = new Map<string, T>();
+  const take = (name: string) => {
+    const t = hf.get(name);
+    if (!t) throw new Error(`weights for ${name} are missing`);
+    hf.delete(name);
+    return t;
+  };
+  for (const [name, shape] of expectedTensors(config)) {
+    if (!isFrozenBaseTensor(name) || !hf.has(name)) continue;
+    const fused = fusedName(name);
+    if (!fused) {
+      out.set(name, make(take(name).data, shape[0], shape[1]));
+      continue;
+    }
+    const prefix = fused.slice(0, fused.indexOf('.qkv_proj'));
+    const parts = QKV.map((p) => take(`${prefix}.${p}.weight`));
+    out.set(fused, make(concatFloat32(parts.map((p) => p.data)), parts.reduce((n, p) => n + p.shape[0], 0), shape[1]));
+  }
+  return out;
+}
+
+/** HF tensors of a frozen base's matrices (frozenBaseMatrices reversed); `rows` reads a matrix's rows. */
+export function frozenBaseToHf(config: ModelConfig, names: Iterable<string>, rows: (name: string, start: number, count: number) => Float32Array): Map<string, HostTensor> {
+  const out = new Map<string, HostTensor>();
+  const shapes = expectedTensors(config);
+  for (const name of names) {
+    if (!name.endsWith('.qkv_proj.weight')) {
+      out.set(name, { shape: shapes.get(name)!, data: rows(name, 0, shapes.get(name)![0]) });
+      continue;
+    }
+    const prefix = name.slice(0, name.indexOf('.qkv_proj'));
+    let start = 0;
+    for (const p of QKV) {
+      const shape = shapes.get(`${prefix}.${p}.weight`)!;
+      out.set(`${prefix}.${p}.weight`, { shape, data: rows(name, start, shape[0]) });
+      start += shape[0];
+    }
+  }
+  return out;
+}
+
+/**
+ * Converts Hugging Face tensors (names and shapes of expectedTensors) to the model's layout; those
+ * `skip` names (a frozen base's, held elsewhere) are left out.
+ */
+export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>, skip: (hfName: string) => boolean = () => false): Map<string, HostTensor> {
   const out = new Map<string, HostTensor>();
   const get = (name: string) => {
     const t = hf.get(name);
@@ -32,6 +86,7 @@ export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>):
     return t;
   };
   for (const [name, shape] of expectedTensors(config)) {
+    if (skip(name)) continue;
     const fused = fusedName(name);
     if (fused) {
       if (out.has(fused)) continue;
@@ -50,11 +105,12 @@ export function toModelLayout(config: ModelConfig, hf: Map<string, HostTensor>):
   return out;
 }
 
-/** Converts the model's layout back to Hugging Face names and shapes. */
+/** Converts the model's layout back to Hugging Face names and shapes (the tensors `params` has). */
 export function toHfLayout(config: ModelConfig, params: Map<string, HostTensor>): Map<string, HostTensor> {
   const out = new Map<string, HostTensor>();
   for (const [name, shape] of expectedTensors(config)) {
     const fused = fusedName(name);
+    if (!params.has(fused ?? name)) continue;
     if (fused) {
       const source = params.get(fused)!;
       const kind = fused.endsWith('weight') ? 'weight' : 'bias';

@@ -16,12 +16,15 @@ import {
   loadOptimizerState,
   loadParameters,
   loadWeightsInto,
+  type ModelMemory,
   OPTIMIZER_FILE,
   saveModel,
   saveOptimizerState,
   saveParameters,
   writeDirectoryAtomically,
 } from '../model/checkpoint.js';
+import { frozenBaseAvailable } from '../engine/frozen.js';
+import { expectedTensors, readModelConfig } from '../model/config.js';
 import { ADAPTER_CONFIG_FILE, createAdapters, loadAdapterCheckpoint, loadAdapters, parseTargetModules, writeAdapterFiles } from '../model/lora.js';
 import { generateOnPool } from '../model/generate.js';
 import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
@@ -31,6 +34,9 @@ import type { TextTokenizer } from '../model/tokenizer.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch, sequencesFromSamples } from './sequences.js';
+
+/** Of the 4 GiB wasm heap, what weights may take: the rest is activations, gradients and AdamW's moments. */
+const WASM_HEAP_BUDGET = 3 * 2 ** 30;
 
 /**
  * What a worker thread builds as this worker's replica: workers/actor-replica.ts, named here rather
@@ -87,7 +93,7 @@ export class ActorRolloutRefWorker implements Worker {
 
   /** The policy module alone, attached to the actor (what a data-parallel replica needs). */
   async initReplica(): Promise<void> {
-    const lm = loadModel(this.modelPath);
+    const lm = loadModel(this.modelPath, this.baseMemory());
     try {
       this.attachAdapters(lm);
     } catch (e) {
@@ -96,6 +102,29 @@ export class ActorRolloutRefWorker implements Worker {
     }
     this.module = this.buildPolicyModule(lm);
     this.actor.attach(this.module);
+  }
+
+  /**
+   * Where the policy's weights live: with LoRA the frozen base goes outside the wasm heap when the
+   * native addon can multiply it there (model.base_dtype); otherwise on the heap, which must hold it.
+   */
+  protected baseMemory(): ModelMemory {
+    const m = this.config.actor_rollout_ref.model;
+    if (m.lora_rank > 0 && frozenBaseAvailable()) return { frozenBase: m.base_dtype };
+    if (m.base_dtype !== 'float32' && m.lora_rank > 0) throw new InputError(`actor_rollout_ref.model.base_dtype is ${m.base_dtype}, which needs the native addon on the wasm backend (here: ${tf.getBackend()}, engine.native ${this.config.engine.native}); use float32`);
+    if (m.base_dtype !== 'float32') throw new InputError(`actor_rollout_ref.model.base_dtype is ${m.base_dtype}, which applies to a frozen LoRA base only; set lora_rank > 0 or base_dtype float32`);
+    if (tf.getBackend() === 'wasm') {
+      const config = readModelConfig(path.join(this.modelPath, 'config.json'));
+      const bytes = [...expectedTensors(config).values()].reduce((n, shape) => n + 4 * shape.reduce((a, b) => a * b, 1), 0);
+      const copies = m.lora_rank > 0 || !this.requirements.useReference ? 1 : 2;
+      if (bytes * copies > WASM_HEAP_BUDGET) {
+        throw new InputError(
+          `${this.modelPath}: ${copies} float32 cop${copies > 1 ? 'ies' : 'y'} of this model take ${(bytes * copies / 2 ** 30).toFixed(2)} GiB of the wasm heap, which stops at 4 GiB. ` +
+            'Train it with LoRA (actor_rollout_ref.model.lora_rank > 0) and the native addon (the base then stays outside the heap), or on tfjs-node.',
+        );
+      }
+    }
+    return {};
   }
 
   /**

@@ -1,0 +1,102 @@
+// Frozen weights outside the wasm heap. wasm memory stops at 4 GiB, and a LoRA base never needs a
+// gradient of its own, so its matrices live in shared memory the native addon multiplies directly
+// (float32, or bfloat16 at half the bytes); the heap keeps activations, adapters and optimizer
+// state. Products go through the FlowrlFrozenMatMul kernel (engine/kernels.ts).
+import * as tf from '@tensorflow/tfjs';
+import { frozenProductsAvailable, runFrozenMatMul, type FrozenWeights } from './kernels.js';
+
+/** Storage of a frozen matrix: float32, or bfloat16 (the upper half of each float32). */
+export const FROZEN_DTYPES = ['float32', 'bfloat16'] as const;
+/** One of FROZEN_DTYPES. */
+export type FrozenDtype = (typeof FROZEN_DTYPES)[number];
+
+/** float32 -> bfloat16 bits, rounding to nearest even (as torch's .to(torch.bfloat16)). */
+export function toBfloat16(values: Float32Array, out: Uint16Array): void {
+  const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
+  for (let i = 0; i < bits.length; i++) {
+    const u = bits[i];
+    if ((u & 0x7f800000) === 0x7f800000 && (u & 0x7fffff) !== 0) out[i] = (u >>> 16) | 0x40;
+    else out[i] = (u + 0x7fff + ((u >>> 16) & 1)) >>> 16;
+  }
+}
+
+/** A row-major matrix [rows, cols] in shared memory outside the heap; products with it need no copy. */
+export class FrozenMatrix implements FrozenWeights {
+  readonly data: Float32Array | Uint16Array;
+
+  private constructor(
+    readonly rows: number,
+    readonly cols: number,
+    readonly dtype: FrozenDtype,
+    data: Float32Array | Uint16Array,
+  ) {
+    this.data = data;
+  }
+
+  /** A copy of `values` ([rows, cols], row-major) in shared memory, as `dtype`. */
+  static fromFloat32(values: Float32Array, rows: number, cols: number, dtype: FrozenDtype): FrozenMatrix {
+    if (values.length !== rows * cols) throw new Error(`FrozenMatrix: ${values.length} values for [${rows}, ${cols}]`);
+    if (dtype === 'float32') {
+      const data = new Float32Array(new SharedArrayBuffer(values.length * 4));
+      data.set(values);
+      return new FrozenMatrix(rows, cols, dtype, data);
+    }
+    const data = new Uint16Array(new SharedArrayBuffer(values.length * 2));
+    toBfloat16(values, data);
+    return new FrozenMatrix(rows, cols, dtype, data);
+  }
+
+  /** Bytes held outside the heap. */
+  get bytes(): number {
+    return this.data.byteLength;
+  }
+
+  /** Rows [start, start + count) as float32 values. */
+  rowsFloat32(start = 0, count = this.rows): Float32Array {
+    const from = start * this.cols;
+    const n = count * this.cols;
+    if (this.data instanceof Float32Array) return this.data.slice(from, from + n);
+    const out = new Float32Array(n);
+    const bits = new Uint32Array(out.buffer);
+    for (let i = 0; i < n; i++) bits[i] = this.data[from + i] << 16;
+    return out;
+  }
+
+  /** The rows picked by ids, [ids.length, cols] (an embedding lookup; no gradient: the table is frozen). */
+  gatherRows(ids: Int32Array): tf.Tensor2D {
+    const out = new Float32Array(ids.length * this.cols);
+    const bits = new Uint32Array(out.buffer);
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i];
+      if (!(id >= 0 && id < this.rows)) throw new Error(`token id ${id} is outside the vocabulary (${this.rows})`);
+      const from = id * this.cols;
+      if (this.data instanceof Float32Array) out.set(this.data.subarray(from, from + this.cols), i * this.cols);
+      else for (let j = 0; j < this.cols; j++) bits[i * this.cols + j] = this.data[from + j] << 16;
+    }
+    return tf.tensor2d(out, [ids.length, this.cols]);
+  }
+
+  /**
+   * x[M, cols] times rows [start, start + count) transposed: x W^T, [M, count], as a linear layer
+   * with an [out, in] weight. Differentiable in x (dx = dy W).
+   */
+  product(x: tf.Tensor2D, start = 0, count = this.rows): tf.Tensor2D {
+    if (x.shape[1] !== this.cols) throw new Error(`frozen product: x has ${x.shape[1]} columns; W has ${this.cols}`);
+    if (!tf.engine().isTapeOn()) return runFrozenMatMul(x, this, false, start, count);
+    const op = tf.customGrad(((xi: tf.Tensor2D) => ({
+      value: runFrozenMatMul(xi, this, false, start, count),
+      gradFunc: (dy: tf.Tensor2D) => this.productTransposed(dy, start),
+    })) as unknown as Parameters<typeof tf.customGrad>[0]);
+    return op(x) as tf.Tensor2D;
+  }
+
+  /** dy[M, count] times rows [start, start + count): dy W, [M, cols] (the input gradient of product). */
+  productTransposed(dy: tf.Tensor2D, start = 0): tf.Tensor2D {
+    return runFrozenMatMul(dy, this, true, start, dy.shape[1]);
+  }
+}
+
+/** Whether frozen weights can live outside the heap here (wasm with the native addon). */
+export function frozenBaseAvailable(): boolean {
+  return frozenProductsAvailable();
+}
