@@ -1,14 +1,20 @@
 // flowrl bench: one training step (forward, backward, AdamW) and KV-cache sampling of a tiny Llama,
 // timed on the chosen backend. --compare-torch runs scripts/torch_bench.py (the same model in
 // PyTorch) alternately with ours and reports the ratios.
+import * as tf from '@tensorflow/tfjs';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { FROZEN_DTYPES, frozenBaseAvailable, type FrozenDtype } from '../engine/frozen.js';
+import { loadNativeKernels } from '../engine/native.js';
+import { createAdapters, LORA_MODULES } from '../model/lora.js';
+import { generate } from '../model/generate.js';
 import { defaultNativeChoice, initEngine, NATIVE_CHOICES, type BackendChoice, type NativeChoice } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
-import { parseModelConfig } from '../model/config.js';
+import { parseModelConfig, readModelConfig } from '../model/config.js';
 import { generateOnPool } from '../model/generate.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW } from '../model/optim.js';
@@ -94,6 +100,100 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   };
 }
 
+/** `flowrl bench --model-config`: a real model's shape with random weights. */
+export interface ModelBenchOptions {
+  configFile: string;
+  /** 0: every weight trains (on the heap); > 0: LoRA on all seven projections, the base frozen. */
+  loraRank: number;
+  baseDtype: FrozenDtype;
+  batch: number;
+  seq: number;
+  samplePrompts: number;
+  sampleTokens: number;
+  promptTokens: number;
+  steps: number;
+  backend: BackendChoice;
+  native?: NativeChoice;
+  quiet?: boolean;
+}
+
+/** What the model bench adds to BenchResult. */
+export interface ModelBenchResult extends BenchResult {
+  model: string;
+  parameters: number;
+  trainable_parameters: number;
+  lora_rank: number;
+  base_dtype: FrozenDtype | 'heap';
+  /** Bytes of frozen weights outside the wasm heap, and the heap's size at the end, in MB. */
+  base_outside_heap_mb: number;
+  wasm_heap_mb: number;
+  load_s: number;
+}
+
+/**
+ * One training step (forward, next-token loss, backward, AdamW) on batch x seq tokens and KV-cache
+ * sampling of sampleTokens new tokens after promptTokens-token prompts, for a model of the given
+ * config.json with random weights (nothing is written). All cores go to the BLAS.
+ */
+export async function runModelBench(options: ModelBenchOptions): Promise<ModelBenchResult> {
+  const info = await initEngine(options.backend, { quiet: options.quiet, native: options.native });
+  const config = readModelConfig(options.configFile);
+  const started = performance.now();
+  const lora = options.loraRank > 0;
+  if (lora && options.baseDtype === 'bfloat16' && !frozenBaseAvailable()) throw new InputError('--base-dtype bfloat16 needs the native addon on the wasm backend');
+  const model = modelFromWeights(config, initWeights(config, 0), lora && frozenBaseAvailable() ? { frozenBase: options.baseDtype } : {});
+  if (lora) model.attachAdapters(createAdapters(config, { rank: options.loraRank, alpha: 2 * options.loraRank, targetModules: [...LORA_MODULES] }, 0));
+  model.gradientCheckpointing = true;
+  const loadSeconds = (performance.now() - started) / 1000;
+  if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
+  const optimizer = new AdamW({ lr: 1e-4, weightDecay: 0.01 });
+  const rng = new Rng(1);
+  const rows = Array.from({ length: options.batch }, () => Array.from({ length: options.seq }, () => rng.int(config.vocabSize)));
+  const seq = packSequences(
+    rows.map((r) => r.slice(0, 1)),
+    rows.map((r) => r.slice(1)),
+  );
+  const trainTimes: number[] = [];
+  for (let i = 0; i < options.steps + 1; i++) {
+    const start = performance.now();
+    languageModelStep(model, optimizer, seq, 1);
+    if (i >= 1) trainTimes.push(performance.now() - start);
+    if (!options.quiet) process.stderr.write(`[flowrl] bench: train step ${i + 1}/${options.steps + 1} ${((performance.now() - start) / 1000).toFixed(1)} s${i === 0 ? ' (warm-up)' : ''}\n`);
+  }
+  const prompts = Array.from({ length: options.samplePrompts }, () => Array.from({ length: options.promptTokens }, () => rng.int(config.vocabSize)));
+  const start = performance.now();
+  generate(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
+  const sampleMs = performance.now() - start;
+  const count = (tensors: Iterable<{ size: number }>) => [...tensors].reduce((n, t) => n + t.size, 0);
+  const frozenValues = [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
+  const result: ModelBenchResult = {
+    backend: info.backend,
+    accelerations: info.accelerations,
+    workers: 1,
+    train_step_ms: Math.round(median(trainTimes)),
+    train_tokens_per_s: Math.round((options.batch * options.seq * 1000) / median(trainTimes)),
+    sample_tokens_per_s: Math.round(((options.samplePrompts * options.sampleTokens * 1000) / sampleMs) * 10) / 10,
+    peak_rss_mb: Math.round(process.resourceUsage().maxRSS / 1024),
+    model: path.basename(options.configFile),
+    parameters: count(model.params.values()) + frozenValues,
+    trainable_parameters: count(model.trainableParams().values()),
+    lora_rank: options.loraRank,
+    base_dtype: model.frozen.size ? options.baseDtype : 'heap',
+    base_outside_heap_mb: Math.round([...model.frozen.values()].reduce((n, m) => n + m.bytes, 0) / 2 ** 20),
+    wasm_heap_mb: info.backend === 'wasm' ? Math.round(wasmHeapBytes() / 2 ** 20) : 0,
+    load_s: Math.round(loadSeconds * 10) / 10,
+  };
+  model.dispose();
+  optimizer.dispose();
+  return result;
+}
+
+/** The wasm backend's memory size now (it only grows, so this is its peak). */
+function wasmHeapBytes(): number {
+  const backend = tf.backend() as unknown as { wasm?: { HEAPF32?: Float32Array } };
+  return backend.wasm?.HEAPF32?.byteLength ?? 0;
+}
+
 export interface TorchResult {
   train_step_ms: number;
   sample_tokens_per_s: number;
@@ -168,8 +268,16 @@ export async function benchCommand(argv: string[]): Promise<void> {
     rounds: { type: 'string' },
     native: { type: 'string' },
     workers: { type: 'string' },
+    'model-config': { type: 'string' },
+    'lora-rank': { type: 'string' },
+    'base-dtype': { type: 'string' },
+    batch: { type: 'string' },
+    seq: { type: 'string' },
+    'sample-prompts': { type: 'string' },
+    'sample-tokens': { type: 'string' },
     ...BACKEND_FLAG,
   });
+  if (values['model-config'] !== undefined) return modelBenchCommand(values);
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
   // The engine's default (auto: one thread per core), unless --workers says otherwise.
@@ -206,4 +314,63 @@ function printBench(result: BenchResult): void {
   console.log(`  train step        ${result.train_step_ms.toFixed(1)} ms  (${result.train_tokens_per_s.toLocaleString('en-US')} tokens/s)`);
   console.log(`  KV-cache sampling ${result.sample_tokens_per_s.toLocaleString('en-US')} new tokens/s (32 prompts x 63 tokens)`);
   console.log(`  peak RSS          ${result.peak_rss_mb} MB`);
+}
+
+const PROMPT_TOKENS = 64;
+
+/** flowrl bench --model-config FILE.json [...]: the model bench, and PyTorch's same job with --compare-torch. */
+async function modelBenchCommand(values: Record<string, unknown>): Promise<void> {
+  const configFile = values['model-config'] as string;
+  const baseDtype = (values['base-dtype'] ?? 'float32') as FrozenDtype;
+  if (!FROZEN_DTYPES.includes(baseDtype)) throw new InputError(`--base-dtype must be one of ${FROZEN_DTYPES.join(', ')}; got '${baseDtype}'`);
+  const native = values.native as NativeChoice | undefined;
+  if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
+  const options: ModelBenchOptions = {
+    configFile,
+    loraRank: numberFlag('bench', values, 'lora-rank', 0, { integer: true, min: 0 }),
+    baseDtype,
+    batch: numberFlag('bench', values, 'batch', 2, { integer: true, min: 1 }),
+    seq: numberFlag('bench', values, 'seq', 256, { integer: true, min: 2 }),
+    samplePrompts: numberFlag('bench', values, 'sample-prompts', 8, { integer: true, min: 1 }),
+    sampleTokens: numberFlag('bench', values, 'sample-tokens', 32, { integer: true, min: 1 }),
+    promptTokens: PROMPT_TOKENS,
+    steps: numberFlag('bench', values, 'steps', 2, { integer: true, min: 1 }),
+    backend: values.backend as BackendChoice,
+    native,
+    quiet: values.json as boolean,
+  };
+  const ours = await runModelBench(options);
+  const torch = values['compare-torch'] ? runTorchModelBench(options) : undefined;
+  if (values.json) {
+    console.log(JSON.stringify({ ...ours, torch: torch?.result ?? null, torch_error: torch?.error, train_ratio_vs_torch: torch?.result ? round3(ours.train_step_ms / torch.result.train_step_ms) : null, sample_ratio_vs_torch: torch?.result ? round3(ours.sample_tokens_per_s / torch.result.sample_tokens_per_s) : null }));
+    return;
+  }
+  const what = ours.lora_rank ? `LoRA r ${ours.lora_rank} on all seven projections, base ${ours.base_dtype === 'heap' ? 'on the wasm heap' : `${ours.base_dtype} outside the wasm heap`}` : 'full fine-tuning';
+  console.log(`${ours.model}: ${ours.parameters.toLocaleString('en-US')} parameters (${ours.trainable_parameters.toLocaleString('en-US')} trained; ${what}), random weights, backend ${ours.backend}`);
+  console.log(`  train step        ${(ours.train_step_ms / 1000).toFixed(2)} s on ${options.batch}x${options.seq} tokens (${ours.train_tokens_per_s} tokens/s)`);
+  console.log(`  KV-cache sampling ${ours.sample_tokens_per_s} new tokens/s (${options.samplePrompts} prompts of ${PROMPT_TOKENS} tokens, ${options.sampleTokens} new tokens each)`);
+  console.log(`  memory            peak RSS ${ours.peak_rss_mb} MB; wasm heap ${ours.wasm_heap_mb} MB; frozen base outside it ${ours.base_outside_heap_mb} MB; built in ${ours.load_s} s`);
+  if (!torch) return;
+  if (!torch.result) {
+    console.log(`  PyTorch comparison skipped: ${torch.error}`);
+    return;
+  }
+  const t = torch.result;
+  console.log(`PyTorch ${t.torch} (${t.threads} threads), the same model and LoRA, eager`);
+  console.log(`  train step        ${(t.train_step_ms / 1000).toFixed(2)} s   ratio ours/torch ${(ours.train_step_ms / t.train_step_ms).toFixed(2)} (goal <= 1)`);
+  console.log(`  KV-cache sampling ${t.sample_tokens_per_s} new tokens/s   ratio ours/torch ${(ours.sample_tokens_per_s / t.sample_tokens_per_s).toFixed(2)} (goal >= 1)`);
+  console.log(`  memory            peak RSS ${t.peak_rss_mb} MB`);
+}
+
+export const TORCH_MODEL_SCRIPT = path.join(PACKAGE_ROOT, 'scripts', 'torch_model_bench.py');
+
+/** scripts/torch_model_bench.py on the same job, all cores, or why it cannot run. */
+function runTorchModelBench(o: ModelBenchOptions): { result?: TorchResult & { peak_rss_mb: number }; error?: string } {
+  const python = process.env.FLOWRL_TORCH_PYTHON ?? '/usr/bin/python3';
+  if (!fs.existsSync(python)) return { error: `${python} not found (set FLOWRL_TORCH_PYTHON)` };
+  const args = [TORCH_MODEL_SCRIPT, '--config', o.configFile, '--lora-rank', String(o.loraRank), '--batch', String(o.batch), '--seq', String(o.seq), '--sample-prompts', String(o.samplePrompts), '--sample-tokens', String(o.sampleTokens), '--prompt-tokens', String(o.promptTokens), '--steps', String(o.steps)];
+  const threads = String(os.availableParallelism());
+  const run = spawnSync(python, args, { encoding: 'utf8', env: { ...process.env, OPENBLAS_NUM_THREADS: threads, OMP_NUM_THREADS: threads }, timeout: 3_600_000 });
+  if (run.status !== 0) return { error: `${python} ${path.basename(TORCH_MODEL_SCRIPT)} failed: ${(run.stderr || run.error?.message || '').trim().split('\n').at(-1)}` };
+  return { result: JSON.parse(run.stdout.trim().split('\n').at(-1)!) };
 }

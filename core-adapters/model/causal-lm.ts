@@ -46,6 +46,13 @@ export interface ForwardOutput {
 
 const MASKED = -1e9;
 
+/** A decoder layer's output and, when it computed them, its keys and values (the KV cache). */
+interface LayerOutput {
+  x: tf.Tensor2D;
+  key?: tf.Tensor4D;
+  value?: tf.Tensor4D;
+}
+
 interface RotaryTables {
   cos: tf.Tensor2D;
   sin: tf.Tensor2D;
@@ -101,6 +108,8 @@ export class CausalLM {
   readonly frozen: Map<string, FrozenMatrix>;
   /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
   adapters?: LoraAdapters;
+  /** Recompute each decoder layer in the backward pass instead of keeping its intermediates. */
+  gradientCheckpointing = false;
   private readonly invFreq: Float64Array;
   /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
@@ -209,19 +218,91 @@ export class CausalLM {
     const layerOutputs: tf.Tensor2D[] = [];
     const keys: tf.Tensor4D[] = [];
     const values: tf.Tensor4D[] = [];
+    const taped = tf.engine().isTapeOn();
     for (let i = 0; i < c.numLayers; i++) {
-      const pre = `model.layers.${i}`;
-      const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      const attn = this.attention(i, h, batch, length, rotary, maskBias, input.cache, keys, values, slots);
-      x = tf.add(x, attn);
-      const h2 = rmsNorm(x, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-      x = tf.add(x, this.mlp(i, h2));
+      const run = (from: tf.Tensor2D, bias = maskBias, tables = rotary) => this.decoderLayer(i, from, batch, length, tables, bias, input.cache, slots);
+      let out: LayerOutput;
+      if (taped && this.gradientCheckpointing && !input.useCache) out = { x: this.checkpointed(i, x, maskBias, rotary, (from, bias, tables) => run(from, bias, tables).x) };
+      // Without a gradient tape, each layer's intermediates go as soon as it is done.
+      else out = taped ? run(x) : (tf.tidy(() => run(x) as unknown as tf.TensorContainer) as unknown as LayerOutput);
+      x = out.x;
+      if (out.key) keys.push(out.key);
+      if (out.value) values.push(out.value);
       if (input.outputLayers?.includes(i)) layerOutputs[input.outputLayers.indexOf(i)] = x;
     }
     const hidden = rmsNorm(x, this.p('model.norm.weight') as tf.Tensor1D, c.rmsNormEps);
     const cache: KVCache | undefined = input.useCache ? { keys, values } : undefined;
     if (cache && slots.inPlace) Object.assign(cache, { length: past + length, capacity });
     return { hidden, layerOutputs, cache };
+  }
+
+  /** One decoder layer: x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)); with this layer's new keys and values. */
+  private decoderLayer(
+    i: number,
+    x: tf.Tensor2D,
+    batch: number,
+    length: number,
+    rotary: Rotary,
+    maskBias: tf.Tensor4D,
+    cache: KVCache | undefined,
+    slots: { past: number; capacity?: number; inPlace: boolean },
+  ): LayerOutput {
+    const c = this.config;
+    const pre = `model.layers.${i}`;
+    const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
+    const attn = this.attention(i, h, batch, length, rotary, maskBias, cache, slots);
+    const mid = tf.add(x, attn) as tf.Tensor2D;
+    const h2 = rmsNorm(mid, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
+    return { x: tf.add(mid, this.mlp(i, h2)) as tf.Tensor2D, key: attn.key, value: attn.value };
+  }
+
+  /**
+   * Activation checkpointing (verl's enable_gradient_checkpointing): the layer runs without keeping
+   * its intermediates, and the backward pass runs it again under a tape of its own. Only the
+   * layer's input is kept, so training memory grows with tokens x layers x hidden size, not with
+   * every intermediate of every layer.
+   */
+  private checkpointed(
+    layer: number,
+    x: tf.Tensor2D,
+    maskBias: tf.Tensor4D,
+    rotary: Rotary,
+    run: (x: tf.Tensor2D, maskBias: tf.Tensor4D, rotary: Rotary) => tf.Tensor2D,
+  ): tf.Tensor2D {
+    const trained = this.layerTrainables(layer);
+    // The forward's constants are freed after it; the backward gets saved copies.
+    const tables = 'fused' in rotary ? [rotary.fused] : [rotary.query, rotary.key];
+    const constants = [maskBias, ...tables.flatMap((t) => [t.cos, t.sin])];
+    const rebuild = ([bias, ...t]: tf.Tensor[]): [tf.Tensor4D, Rotary] => {
+      const pair = (k: number): RotaryTables => ({ cos: t[2 * k] as tf.Tensor2D, sin: t[2 * k + 1] as tf.Tensor2D });
+      return [bias as tf.Tensor4D, 'fused' in rotary ? { fused: pair(0) } : { query: pair(0), key: pair(1) }];
+    };
+    const op = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args.pop() as tf.GradSaveFunc;
+      const [input] = args as tf.Tensor2D[];
+      save([input, ...constants]);
+      return {
+        value: run(input, maskBias, rotary),
+        gradFunc: (dy: tf.Tensor2D, [saved, ...kept]: tf.Tensor[]) => {
+          // A gradient inside the outer backward pass: tfjs starts a fresh tape and clears it at
+          // the end, so the outer tape is put back for the rest of the backward pass.
+          const state = tf.engine().state as unknown as { activeTape: unknown };
+          const outerTape = state.activeTape;
+          try {
+            return tf.engine().gradients(() => run(saved as tf.Tensor2D, ...rebuild(kept)), [saved, ...trained], dy).grads;
+          } finally {
+            state.activeTape = outerTape;
+          }
+        },
+      };
+    }) as Parameters<typeof tf.customGrad>[0]);
+    return op(x, ...trained) as tf.Tensor2D;
+  }
+
+  /** The trainable tensors a decoder layer reads: its adapters with LoRA, else its own parameters. */
+  private layerTrainables(layer: number): tf.Variable[] {
+    const prefix = `model.layers.${layer}.`;
+    return [...this.trainableParams()].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
   }
 
   private mlp(layer: number, h: tf.Tensor2D): tf.Tensor2D {
@@ -243,10 +324,8 @@ export class CausalLM {
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    keysOut: tf.Tensor4D[],
-    valuesOut: tf.Tensor4D[],
     slots: { past: number; capacity?: number; inPlace: boolean },
-  ): tf.Tensor2D {
+  ): tf.Tensor2D & { key: tf.Tensor4D; value: tf.Tensor4D } {
     const c = this.config;
     const d = c.headDim;
     const groups = c.numHeads / c.numKVHeads;
@@ -286,8 +365,6 @@ export class CausalLM {
       k = tf.concat([cache.keys[layer], k], 2);
       v = tf.concat([cache.values[layer], v], 2);
     }
-    keysOut.push(k);
-    valuesOut.push(v);
 
     // Grouped-query attention without repeating k/v: the query heads sharing a kv head are
     // stacked along the time axis, [B, nKV, groups*T, d].
@@ -296,7 +373,7 @@ export class CausalLM {
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
-    return this.adapted(layer, 'o_proj', heads, this.project(w('o_proj'), heads, b('o_proj')));
+    return Object.assign(this.adapted(layer, 'o_proj', heads, this.project(w('o_proj'), heads, b('o_proj'))), { key: k, value: v });
   }
 
   /** The fused q|k|v projection plus each adapter's delta in its column block (zeros where none). */

@@ -37,7 +37,7 @@ export function sliceSequences(seq: SequenceBatch, start: number, end: number): 
  */
 export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: ThreadPool): number {
   if (!pool) {
-    const out = lossAndGradients(() => maskedNll(model, seq), model.params);
+    const out = lossAndGradients(() => maskedNll(model, seq), model.trainableParams());
     accumulateGradients(grads, out.grads);
     const value = out.loss.dataSync()[0];
     out.loss.dispose();
@@ -47,7 +47,7 @@ export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grad
   const [mine, ...theirs] = shardRanges(seq.batch, pool.size).map(([a, b]) => sliceSequences(seq, a, b));
   const { local, results } = pool.run(
     theirs.map((shard) => ({ kind: 'lm-grads', seq: shard, denominator })),
-    () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.params),
+    () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.trainableParams()),
     grads,
   );
   accumulateGradients(grads, local.grads);
@@ -66,9 +66,9 @@ export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: Sequen
     miniBatches: [seq],
     rows: (s) => s.batch,
     accumulate: (s, _place, grads) => (loss = languageModelGradients(model, s, grads, pool)),
-    afterStep: () => pool?.publish(model.params),
+    afterStep: () => pool?.publish(model.trainableParams()),
     optimizer,
-    params: model.params,
+    params: model.trainableParams(),
     maxGradNorm,
     lr: () => optimizer.lr,
     prefix: 'lm',
