@@ -362,6 +362,128 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// ---- Log-softmax over a vocabulary, fused with picking the target (the language-model head).
+// One pass computes each row's log-sum-exp; the next the target's log-prob and the entropy; the
+// backward writes dL/dz. exp is a polynomial the compiler vectorises (relative error ~2e-7).
+static inline float fast_expf(float x) {
+  // Branch-free so loops over it vectorise: clamp, round to nearest with the 1.5 * 2^23 trick,
+  // a degree-7 polynomial on the remainder, and 2^n built in the exponent bits.
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)n + 127) << 23};
+  return p * scale.f;
+}
+
+enum { LANES = 8, BLOCK = 1024 };
+
+// sum_j f(j) over [j0, j1) with LANES float partial sums (vectorisable without reassociation).
+#define LANE_SUM(total, j0, j1, expr)                              \
+  do {                                                             \
+    float lanes_[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                \
+    int64_t j = (j0);                                              \
+    for (; j + LANES <= (j1); j += LANES)                          \
+      for (int k_ = 0; k_ < LANES; k_++) {                         \
+        const int64_t i_ = j + k_;                                 \
+        lanes_[k_] += (expr);                                      \
+      }                                                            \
+    float rest_ = 0;                                               \
+    for (; j < (j1); j++) {                                        \
+      const int64_t i_ = j;                                        \
+      rest_ += (expr);                                             \
+    }                                                              \
+    for (int k_ = 0; k_ < LANES; k_++) rest_ += lanes_[k_];        \
+    (total) += rest_;                                              \
+  } while (0)
+
+// Returns log sum_j exp(z_j * invT) of one row: blocks summed in float, blocks added in double
+// (a 150k-long float sum loses digits).
+static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
+  float peak = -INFINITY;
+  for (int64_t j = 0; j < V; j++) peak = z[j] > peak ? z[j] : peak;
+  const float shift = peak * invT;
+  double total = 0;
+  for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
+    const int64_t j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
+    LANE_SUM(total, j0, j1, fast_expf(z[i_] * invT - shift));
+  }
+  return (double)shift + log(total);
+}
+
+static int get_int32s(napi_env env, napi_value value, int32_t **data, size_t *length) {
+  napi_typedarray_type type;
+  void *raw;
+  napi_value buffer;
+  size_t offset;
+  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok || type != napi_int32_array) return 0;
+  *data = (int32_t *)raw;
+  return 1;
+}
+
+// tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff):
+//   forward: OUT[r] = log softmax(Z[r] invT)[target r]; OUT[R + r] = its entropy (when asked).
+//   backward: OUT[r, j] = invT (gLp_r (1[j = t_r] - p_j) - gEnt_r p_j (log p_j + H_r)) with
+//   G[r] = gLp_r and G[R + r] = gEnt_r; OUT may be Z itself (in place).
+static napi_value token_logprobs(napi_env env, napi_callback_info info) {
+  size_t argc = 12;
+  napi_value argv[12];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 12) return throw_error(env, "tokenLogProbs: expected 12 arguments");
+  float *Z, *OUT, *G;
+  int32_t *targets;
+  size_t zLen, outLen, gLen, tLen;
+  int64_t zOff, R, V, outOff, withEntropy, backward, gOff;
+  double invT;
+  if (!get_floats(env, argv[0], &Z, &zLen) || !get_int(env, argv[1], &zOff) || !get_int(env, argv[2], &R) || !get_int(env, argv[3], &V) ||
+      !get_int32s(env, argv[4], &targets, &tLen) || !get_number(env, argv[5], &invT) || !get_floats(env, argv[6], &OUT, &outLen) ||
+      !get_int(env, argv[7], &outOff) || !get_int(env, argv[8], &withEntropy) || !get_int(env, argv[9], &backward) ||
+      !get_floats(env, argv[10], &G, &gLen) || !get_int(env, argv[11], &gOff))
+    return throw_error(env, "tokenLogProbs: bad argument types");
+  if (R < 0 || V <= 0 || zOff < 0 || outOff < 0 || gOff < 0 || (size_t)(zOff + R * V) > zLen || (size_t)R > tLen ||
+      (size_t)(outOff + (backward ? R * V : 2 * R)) > outLen || (backward && (size_t)(gOff + 2 * R) > gLen))
+    return throw_error(env, "tokenLogProbs: out of bounds");
+  for (int64_t r = 0; r < R; r++) if (targets[r] < 0 || targets[r] >= V) return throw_error(env, "tokenLogProbs: target outside the vocabulary");
+  const float t = (float)invT;
+  for (int64_t r = 0; r < R; r++) {
+    const float *z = Z + zOff + r * V;
+    const float lse = (float)row_logsumexp(z, V, t);
+    float entropy = 0;
+    if (withEntropy) {
+      // H = -sum p log p, summed as the log-sum-exp is (blocks in float, totals in double).
+      double sum = 0;
+      for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
+        LANE_SUM(sum, j0, j1, -fast_expf(z[i_] * t - lse) * (z[i_] * t - lse));
+      }
+      entropy = (float)sum;
+    }
+    if (!backward) {
+      OUT[outOff + r] = z[targets[r]] * t - lse;
+      OUT[outOff + R + r] = entropy;
+      continue;
+    }
+    const float gLp = G[gOff + r], gEnt = withEntropy ? G[gOff + R + r] : 0.0f;
+    float *out = OUT + outOff + r * V;
+    const int32_t target = targets[r];
+    for (int64_t j = 0; j < V; j++) {
+      const float logp = z[j] * t - lse;
+      const float p = fast_expf(logp);
+      out[j] = t * (-gLp * p - gEnt * p * (logp + entropy));
+    }
+    out[target] += t * gLp;
+  }
+  return NULL;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
@@ -371,6 +493,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
       {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
       {"frozenMatmul", NULL, frozen_matmul, NULL, NULL, NULL, napi_default, NULL},
+      {"tokenLogProbs", NULL, token_logprobs, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -3,8 +3,10 @@ import * as tf from '@tensorflow/tfjs';
 import { AdamW, generate, packSequences, Rng, type CausalLM } from '../core-adapters/index.js';
 import { initModel } from '../core-adapters/model/checkpoint.js';
 import { sampleToken } from '../core-adapters/model/generate.js';
-import { languageModelStep } from '../core-adapters/model/train-step.js';
-import { enginePaths, onEnginePath } from './helpers.js';
+import { languageModelStep, maskedNll } from '../core-adapters/model/train-step.js';
+import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
+import { lossAndGradients } from '../core-adapters/model/optim.js';
+import { enginePaths, expectClose, onEnginePath } from './helpers.js';
 
 const TINY = {
   model_type: 'llama',
@@ -40,6 +42,32 @@ describe('training and sampling on a tiny Llama', () => {
         expect(losses[0]).to.be.closeTo(Math.log(16), 0.3);
         expect(losses.at(-1)!).to.be.below(0.3 * losses[0]);
         optimizer.dispose();
+      }));
+  }
+
+  for (const enginePath of enginePaths()) {
+    it(`activation checkpointing gives the same gradients, full and LoRA, and leaks no tensors (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        const seq = patternBatch();
+        const gradients = (m: CausalLM, checkpointing: boolean) => {
+          m.gradientCheckpointing = checkpointing;
+          const { loss, grads } = lossAndGradients(() => maskedNll(m, seq), m.trainableParams());
+          const out = new Map([...grads].map(([n, g]) => [n, g.dataSync() as Float32Array]));
+          tf.dispose([loss, ...grads.values()]);
+          return out;
+        };
+        const lora = initModel(TINY, 1, 'config.json', enginePath === 'stock' ? {} : { frozenBase: 'float32' });
+        lora.attachAdapters(createAdapters(lora.config, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 2));
+        for (const [n, v] of lora.adapters!.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.1, 'float32', 5));
+        for (const m of [model, lora]) {
+          const plain = gradients(m, false);
+          const before = tf.memory().numTensors;
+          const checkpointed = gradients(m, true);
+          expect(tf.memory().numTensors).to.equal(before);
+          expect([...checkpointed.keys()]).to.deep.equal([...plain.keys()]);
+          for (const [n, g] of plain) expectClose(checkpointed.get(n)!, g, 1e-5 * Math.max(1, ...g.map(Math.abs)), n);
+        }
+        lora.dispose();
       }));
   }
 

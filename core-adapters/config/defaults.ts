@@ -76,6 +76,8 @@ export const CORE_DEFAULTS = {
       target_modules: 'all-linear' as string | string[],
       /** A PEFT adapter directory to start from (needs lora_rank equal to its r). */
       lora_adapter_path: null as string | null,
+      /** Recompute each decoder layer in the backward pass instead of keeping its activations (verl's key): far less memory, one more forward. */
+      enable_gradient_checkpointing: false,
       /** With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory). */
       base_dtype: choice('actor_rollout_ref.model.base_dtype', 'float32'),
     },

@@ -197,6 +197,17 @@ export function fusedAdamW(param: tf.Variable, grad: tf.Tensor, m: tf.Variable, 
   return true;
 }
 
+/**
+ * tf.clone without a copy: the clone shares the buffer and counts a reference, as Reshape does.
+ * (The stock wasm Identity copies, and the gradient tape clones every tensor it saves.) Writers
+ * in place check that a buffer has one reference before writing.
+ */
+function sharedIdentity({ inputs: { x }, backend }: KernelArgs): tf.TensorInfo {
+  if (x.dtype === 'string') return stock('Identity')({ inputs: { x }, backend }) as tf.TensorInfo;
+  (backend as { incRef(dataId: object): void }).incRef(x.dataId);
+  return { dataId: x.dataId, shape: x.shape, dtype: x.dtype };
+}
+
 /** Restores the stock kernels. */
 export function removeWasmKernelOverrides(): void {
   activeNative = undefined;
@@ -217,9 +228,16 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   const replacements: [string, KernelFunc][] = [
     ['BatchMatMul', makeBatchMatMul(native)],
     ['_FusedMatMul', makeFusedMatMul(native)],
+    ['Identity', sharedIdentity],
   ];
   if (native) replacements.push(['Sum', makeSum(native)]);
   if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
+  for (const [kernelName, kernelFunc] of [
+    [TOKEN_LOG_PROBS, tokenLogProbsKernel],
+    [TOKEN_LOG_PROBS_GRAD, tokenLogProbsGradKernel],
+  ] as const) {
+    if (native?.tokenLogProbs && !tf.getKernel(kernelName, BACKEND)) tf.registerKernel({ kernelName, backendName: BACKEND, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
+  }
   for (const [name, kernelFunc] of replacements) {
     const config = tf.getKernel(name, BACKEND);
     if (!config) continue;
@@ -227,7 +245,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     tf.unregisterKernel(name, BACKEND);
     tf.registerKernel({ ...config, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
   }
-  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
+  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).filter((n) => n !== 'Identity').join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
 }
 
 /** A frozen weight W [rows, cols] outside the heap (engine/frozen.ts), as the kernel reads it. */
@@ -264,6 +282,45 @@ export function runFrozenMatMul(x: tf.Tensor2D, weights: FrozenWeights, backward
   if (x.dtype !== 'float32') throw new Error('frozen product: x must be float32');
   const attrs = { weights, backward, start, count } as unknown as tf.NamedAttrMap;
   return tf.engine().runKernel(FROZEN_MATMUL, { x } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+}
+
+export const TOKEN_LOG_PROBS = 'FlowrlTokenLogProbs';
+export const TOKEN_LOG_PROBS_GRAD = 'FlowrlTokenLogProbsGrad';
+
+/** Whether the fused log-softmax + target kernels run here (wasm and an addon that has them). */
+export function tokenLogProbKernelsAvailable(): boolean {
+  return tf.getBackend() === 'wasm' && activeNative?.tokenLogProbs !== undefined && tf.getKernel(TOKEN_LOG_PROBS, BACKEND) !== undefined;
+}
+
+type TokenAttrs = { targets: Int32Array; invT: number; withEntropy: boolean };
+
+/** logits [R, V] -> [2, R]: log softmax(logits * invT) at each row's target, then each row's entropy. */
+function tokenLogProbsKernel({ inputs: { logits }, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const { targets, invT, withEntropy } = attrs as unknown as TokenAttrs;
+  const [R, V] = logits.shape;
+  const out = b.makeOutput([2, R], 'float32');
+  const heap = b.wasm.HEAPF32;
+  activeNative!.tokenLogProbs!(heap, offset(b, logits), R, V, targets, invT, heap, offset(b, out), +withEntropy, 0, heap, 0);
+  return out;
+}
+
+/** logits [R, V] and the gradient [2, R] of tokenLogProbsKernel's output -> the gradient of the logits. */
+function tokenLogProbsGradKernel({ inputs: { logits, dy }, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const { targets, invT, withEntropy } = attrs as unknown as TokenAttrs;
+  const [R, V] = logits.shape;
+  const out = b.makeOutput([R, V], 'float32');
+  const heap = b.wasm.HEAPF32;
+  activeNative!.tokenLogProbs!(heap, offset(b, logits), R, V, targets, invT, heap, offset(b, out), +withEntropy, 1, heap, offset(b, dy));
+  return out;
+}
+
+/** Runs the fused head kernels (no gradient of their own): forward [2, R], or with dy the logits' gradient. */
+export function runTokenLogProbs(logits: tf.Tensor2D, targets: Int32Array, invT: number, withEntropy: boolean, dy?: tf.Tensor2D): tf.Tensor2D {
+  const attrs = { targets, invT, withEntropy } as unknown as tf.NamedAttrMap;
+  if (!dy) return tf.engine().runKernel(TOKEN_LOG_PROBS, { logits } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+  return tf.engine().runKernel(TOKEN_LOG_PROBS_GRAD, { logits, dy } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
 }
 
 /** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */

@@ -22,7 +22,15 @@ export interface NativeKernels {
    * forward Y[M, N] = X W^T, backward Y[M, K] = X[M, N] W. Absent in addons built before it.
    */
   frozenMatmul?: FrozenMatmulFn;
+  /**
+   * Log-softmax rows fused with the target pick (forward: log-probs then entropies, [2, R]) or
+   * its gradient ([R, V]); see native/flowrl_blas.c. Absent in addons built before it.
+   */
+  tokenLogProbs?: TokenLogProbsFn;
 }
+
+/** See NativeKernels.tokenLogProbs. */
+export type TokenLogProbsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, targets: Int32Array, invT: number, out: Float32Array, outOffset: number, withEntropy: number, backward: number, G: Float32Array, gOffset: number) => void;
 
 /** See NativeKernels.frozenMatmul. */
 export type FrozenMatmulFn = (backward: number, M: number, N: number, K: number, X: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, Y: Float32Array, yOffset: number) => void;
@@ -36,6 +44,7 @@ interface Addon {
   sgemmLoop: SgemmFn;
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
+  tokenLogProbs?: TokenLogProbsFn;
   /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop). */
   frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number]) => void;
 }
@@ -91,7 +100,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const addon = createRequire(import.meta.url)(addonPath()) as Addon;
     const wanted = blasDisabledByEnv() ? [] : process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS] : BLAS_CANDIDATES;
     const blas = addon.load(wanted);
-    const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw };
+    const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw, tokenLogProbs: addon.tokenLogProbs };
     const frozen = addon.frozenMatmul;
     const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1)) };
     kernels.setThreads(blasThreads());

@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { FrozenMatrix } from './frozen.js';
 import { FUSED_RMS_NORM, fusedForward, runFused } from './fused.js';
+import { runTokenLogProbs, tokenLogProbKernelsAvailable } from './kernels.js';
 
 type Backward = (dy: tf.Tensor, saved: tf.Tensor[]) => tf.Tensor[];
 
@@ -130,16 +131,17 @@ export interface TokenLogProbs {
   entropy?: tf.Tensor1D;
 }
 
-/** Rows per chunk so that one chunk's logits stay near 4M floats, whatever the vocabulary. */
-function chunkRows(rows: number, vocab: number): number {
-  return Math.max(1, Math.min(rows, Math.floor((1 << 22) / vocab)));
+/** Rows per chunk so that one chunk's logits stay near `floats` values, whatever the vocabulary. */
+function chunkRows(rows: number, vocab: number, floats: number): number {
+  return Math.max(1, Math.min(rows, Math.floor(floats / vocab)));
 }
 
 /**
  * The language-model head fused with log-softmax and target selection: logits = hidden @ head / T,
  * computed a chunk of rows at a time and recomputed in the backward pass, so a 150k vocabulary
  * never holds [N, V] logits for the whole batch. The head is [H, V] on the heap, or a frozen
- * [V, H] matrix outside it (then only hidden gets a gradient).
+ * [V, H] matrix outside it (then only hidden gets a gradient). With the native addon the
+ * log-softmax, the pick and the entropy run as one kernel per chunk (engine/kernels.ts).
  */
 export function headLogProbs(
   hidden: tf.Tensor2D,
@@ -152,58 +154,64 @@ export function headLogProbs(
   const frozen = head instanceof FrozenMatrix ? head : undefined;
   const vocab = frozen ? frozen.rows : (head as tf.Tensor2D).shape[1];
   if (targets.length !== rows) throw new Error(`headLogProbs: ${targets.length} targets for ${rows} rows`);
-  const step = chunkRows(rows, vocab);
+  const fused = tokenLogProbKernelsAvailable();
+  // The fused kernel makes no [N, V] temporaries besides the logits, so its chunks can be larger
+  // (fewer, fuller products).
+  const step = chunkRows(rows, vocab, fused ? 1 << 24 : 1 << 22);
   const invT = 1 / temperature;
+  const chunks: [number, number][] = [];
+  for (let start = 0; start < rows; start += step) chunks.push([start, Math.min(rows, start + step)]);
 
-  // z = logits / T for rows [start, end); returns z, log-softmax and probabilities.
-  const chunk = (h: tf.Tensor2D, w: tf.Tensor2D | undefined, start: number, end: number) => {
+  // Raw logits (before the temperature) of rows [start, end).
+  const logitsOf = (h: tf.Tensor2D, w: tf.Tensor2D | undefined, start: number, end: number): tf.Tensor2D => {
     const rowsOfH = h.slice([start, 0], [end - start, -1]);
-    const z = tf.mul(frozen ? frozen.product(rowsOfH) : tf.matMul(rowsOfH, w!), invT) as tf.Tensor2D;
-    const logp = tf.logSoftmax(z) as tf.Tensor2D;
+    return frozen ? frozen.product(rowsOfH) : tf.matMul(rowsOfH, w!);
+  };
+  // The tfjs-ops path: log-softmax of the tempered logits and the targets as one-hot rows.
+  const softmaxOf = (logits: tf.Tensor2D, start: number, end: number) => {
+    const logp = tf.logSoftmax(tf.mul(logits, invT)) as tf.Tensor2D;
     const oneHot = tf.oneHot(tf.tensor1d(targets.subarray(start, end), 'int32'), vocab) as tf.Tensor2D;
     return { logp, oneHot };
   };
 
   const both = withGradient(frozen ? [hidden] : [hidden, head as tf.Tensor2D], ([h, w], save) => {
     save(frozen ? [h] : [h, w]);
-    const picked: tf.Tensor[] = [];
-    const entropies: tf.Tensor[] = [];
-    for (let start = 0; start < rows; start += step) {
-      const end = Math.min(rows, start + step);
-      const [lp, ent] = tf.tidy(() => {
-        const { logp, oneHot } = chunk(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
+    const parts = chunks.map(([start, end]) =>
+      tf.tidy(() => {
+        const logits = logitsOf(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
+        if (fused) return runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy);
+        const { logp, oneHot } = softmaxOf(logits, start, end);
         const selected = tf.sum(tf.mul(logp, oneHot), 1);
         const entropy = withEntropy ? tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1)) : tf.zeros([end - start]);
-        return [selected, entropy];
-      });
-      picked.push(lp);
-      entropies.push(ent);
-    }
+        return tf.stack([selected, entropy]);
+      }),
+    );
     // customGrad takes one output tensor: row 0 holds the log-probs, row 1 the entropies.
-    const value = tf.tidy(() => tf.stack([tf.concat(picked), tf.concat(entropies)]));
-    tf.dispose([...picked, ...entropies]);
+    const value = parts.length === 1 ? parts[0] : tf.concat(parts, 1);
+    if (parts.length > 1) tf.dispose(parts);
     return {
       value,
       gradFunc: (dy, saved) => {
-        const [dLogProbs, dEntropy] = tf.unstack(dy);
         const [sh, sw] = saved as (tf.Tensor2D | undefined)[] as [tf.Tensor2D, tf.Tensor2D | undefined];
         let dW: tf.Tensor2D | undefined = sw && tf.zeros(sw.shape);
         const dHidden: tf.Tensor[] = [];
-        for (let start = 0; start < rows; start += step) {
-          const end = Math.min(rows, start + step);
+        for (const [start, end] of chunks) {
           const [dh, nextDW] = tf.tidy(() => {
-            const { logp, oneHot } = chunk(sh, sw, start, end);
-            const p = tf.exp(logp);
-            const gLp = dLogProbs.slice([start], [end - start]).expandDims(1);
-            // d logp_target / dz = onehot - p
-            let dz = tf.mul(gLp, tf.sub(oneHot, p));
-            if (withEntropy) {
+            const logits = logitsOf(sh, sw, start, end);
+            const g = dy.slice([0, start], [2, end - start]) as tf.Tensor2D;
+            let dLogits: tf.Tensor2D;
+            if (fused) {
+              dLogits = runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy, g);
+            } else {
+              const { logp, oneHot } = softmaxOf(logits, start, end);
+              const p = tf.exp(logp);
+              const [gLp, gEnt] = tf.unstack(g).map((t) => t.expandDims(1));
+              // d logp_target / dz = onehot - p
+              let dz = tf.mul(gLp, tf.sub(oneHot, p));
               // dH/dz_j = -p_j (log p_j + H)
-              const ent = tf.neg(tf.sum(tf.mul(p, logp), 1, true));
-              const gEnt = dEntropy.slice([start], [end - start]).expandDims(1);
-              dz = tf.sub(dz, tf.mul(gEnt, tf.mul(p, tf.add(logp, ent))));
+              if (withEntropy) dz = tf.sub(dz, tf.mul(gEnt, tf.mul(p, tf.add(logp, tf.neg(tf.sum(tf.mul(p, logp), 1, true))))));
+              dLogits = tf.mul(dz, invT) as tf.Tensor2D;
             }
-            const dLogits = tf.mul(dz, invT) as tf.Tensor2D;
             if (!sw) return [frozen!.productTransposed(dLogits)];
             const hChunk = sh.slice([start, 0], [end - start, -1]);
             return [tf.matMul(dLogits, sw, false, true), tf.add(dW!, tf.matMul(hChunk, dLogits, true, false))];

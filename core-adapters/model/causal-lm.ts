@@ -223,8 +223,9 @@ export class CausalLM {
       const run = (from: tf.Tensor2D, bias = maskBias, tables = rotary) => this.decoderLayer(i, from, batch, length, tables, bias, input.cache, slots);
       let out: LayerOutput;
       if (taped && this.gradientCheckpointing && !input.useCache) out = { x: this.checkpointed(i, x, maskBias, rotary, (from, bias, tables) => run(from, bias, tables).x) };
-      // Without a gradient tape, each layer's intermediates go as soon as it is done.
-      else out = taped ? run(x) : (tf.tidy(() => run(x) as unknown as tf.TensorContainer) as unknown as LayerOutput);
+      // Each layer's intermediates go as soon as it is done; under a tape, what the backward
+      // pass needs survives as the tape's own saved copies.
+      else out = tf.tidy(() => run(x) as unknown as tf.TensorContainer) as unknown as LayerOutput;
       x = out.x;
       if (out.key) keys.push(out.key);
       if (out.value) values.push(out.value);

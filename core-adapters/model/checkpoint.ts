@@ -189,9 +189,9 @@ export function initWeights(config: ModelConfig, seed: number): Map<string, Host
   return out;
 }
 
-export function initModel(rawConfig: Record<string, unknown>, seed: number, file = 'config.json'): CausalLM {
+export function initModel(rawConfig: Record<string, unknown>, seed: number, file = 'config.json', memory: ModelMemory = {}): CausalLM {
   const config = parseModelConfig(rawConfig, file);
-  return modelFromWeights(config, initWeights(config, seed));
+  return modelFromWeights(config, initWeights(config, seed), memory);
 }
 
 /** Overwrites a model's parameters with the weights in an HF directory of the same architecture. */

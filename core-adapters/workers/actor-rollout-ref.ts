@@ -100,6 +100,7 @@ export class ActorRolloutRefWorker implements Worker {
       lm.dispose();
       throw e;
     }
+    lm.gradientCheckpointing = this.config.actor_rollout_ref.model.enable_gradient_checkpointing;
     this.module = this.buildPolicyModule(lm);
     this.actor.attach(this.module);
   }
