@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
 import * as tf from '@tensorflow/tfjs';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
@@ -233,6 +234,21 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(bench.status, bench.stderr).to.equal(0);
     const result = JSON.parse(bench.stdout) as Record<string, unknown>;
     for (const key of ['train_step_ms', 'sample_tokens_per_s']) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
+  });
+
+  it('flowrl bench --model-config times a real shape with LoRA (random weights), and refuses a bad dtype', async () => {
+    const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', '--batch', '2', '--seq', '16', '--sample-prompts', '2', '--sample-tokens', '4', '--steps', '1', '--json'];
+    const bench = await flowrlInProcess(args);
+    expect(bench.status, bench.stderr).to.equal(0);
+    const result = JSON.parse(bench.stdout) as Record<string, number | string>;
+    for (const key of ['train_step_ms', 'sample_tokens_per_s', 'peak_rss_mb']) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
+    // r (in + out) per adapted module: q 32+32, k and v 32+16, o 32+32, gate and up 32+64, down 64+32; two layers.
+    expect(result.trainable_parameters).to.equal(2 * 4 * (64 + 48 + 48 + 64 + 96 + 96 + 96));
+    expect(result.parameters).to.be.greaterThan(result.trainable_parameters as number);
+    expect(result.base_dtype).to.equal(frozenBaseAvailable() ? 'float32' : 'heap');
+    const bad = await flowrlInProcess([...args.slice(0, 3), '--base-dtype', 'float16']);
+    expect(bad.status).to.equal(2);
+    expect(bad.stderr).to.include('--base-dtype must be one of float32, bfloat16');
   });
 
   it('says so when the addon cannot load, and when no optimised BLAS is found (what it costs and how to install one)', async () => {

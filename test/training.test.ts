@@ -46,11 +46,13 @@ describe('training and sampling on a tiny Llama', () => {
   }
 
   for (const enginePath of enginePaths()) {
-    it(`activation checkpointing gives the same gradients, full and LoRA, and leaks no tensors (${enginePath})`, () =>
+    it(`activation checkpointing (all layers, or past a memory budget) gives the same gradients, full and LoRA, and leaks no tensors (${enginePath})`, () =>
       onEnginePath(enginePath, () => {
         const seq = patternBatch();
-        const gradients = (m: CausalLM, checkpointing: boolean) => {
+        // budget -1: every layer recomputed; 0: the first layer keeps its activations, the rest recompute.
+        const gradients = (m: CausalLM, checkpointing: boolean, budget = -1) => {
           m.gradientCheckpointing = checkpointing;
+          m.activationBudgetBytes = budget;
           const { loss, grads } = lossAndGradients(() => maskedNll(m, seq), m.trainableParams());
           const out = new Map([...grads].map(([n, g]) => [n, g.dataSync() as Float32Array]));
           tf.dispose([loss, ...grads.values()]);
@@ -62,10 +64,12 @@ describe('training and sampling on a tiny Llama', () => {
         for (const m of [model, lora]) {
           const plain = gradients(m, false);
           const before = tf.memory().numTensors;
-          const checkpointed = gradients(m, true);
-          expect(tf.memory().numTensors).to.equal(before);
-          expect([...checkpointed.keys()]).to.deep.equal([...plain.keys()]);
-          for (const [n, g] of plain) expectClose(checkpointed.get(n)!, g, 1e-5 * Math.max(1, ...g.map(Math.abs)), n);
+          for (const budget of [-1, 0]) {
+            const checkpointed = gradients(m, true, budget);
+            expect(tf.memory().numTensors).to.equal(before);
+            expect([...checkpointed.keys()]).to.deep.equal([...plain.keys()]);
+            for (const [n, g] of plain) expectClose(checkpointed.get(n)!, g, 1e-5 * Math.max(1, ...g.map(Math.abs)), `${n} (budget ${budget})`);
+          }
         }
         lora.dispose();
       }));

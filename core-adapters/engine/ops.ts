@@ -131,6 +131,9 @@ export interface TokenLogProbs {
   entropy?: tf.Tensor1D;
 }
 
+/** At most this many logits (512 MB) are kept from the forward pass for the backward pass. */
+const KEEP_LOGITS_FLOATS = 1 << 27;
+
 /** Rows per chunk so that one chunk's logits stay near `floats` values, whatever the vocabulary. */
 function chunkRows(rows: number, vocab: number, floats: number): number {
   return Math.max(1, Math.min(rows, Math.floor(floats / vocab)));
@@ -174,11 +177,15 @@ export function headLogProbs(
     return { logp, oneHot };
   };
 
+  // With the fused kernel, logits small enough to keep are kept for the backward pass instead of
+  // being computed again there (one head product fewer per step).
+  const keepLogits = fused && tf.engine().isTapeOn() && rows * vocab <= KEEP_LOGITS_FLOATS;
   const both = withGradient(frozen ? [hidden] : [hidden, head as tf.Tensor2D], ([h, w], save) => {
-    save(frozen ? [h] : [h, w]);
+    const kept: tf.Tensor2D[] = [];
     const parts = chunks.map(([start, end]) =>
       tf.tidy(() => {
         const logits = logitsOf(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
+        if (keepLogits) kept.push(tf.keep(logits));
         if (fused) return runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy);
         const { logp, oneHot } = softmaxOf(logits, start, end);
         const selected = tf.sum(tf.mul(logp, oneHot), 1);
@@ -186,18 +193,22 @@ export function headLogProbs(
         return tf.stack([selected, entropy]);
       }),
     );
+    save([h, ...(frozen ? [] : [w]), ...kept]);
+    tf.dispose(kept);
     // customGrad takes one output tensor: row 0 holds the log-probs, row 1 the entropies.
     const value = parts.length === 1 ? parts[0] : tf.concat(parts, 1);
     if (parts.length > 1) tf.dispose(parts);
     return {
       value,
       gradFunc: (dy, saved) => {
-        const [sh, sw] = saved as (tf.Tensor2D | undefined)[] as [tf.Tensor2D, tf.Tensor2D | undefined];
+        const [sh, ...rest] = saved as tf.Tensor2D[];
+        const sw = frozen ? undefined : rest.shift();
+        const keptLogits = rest;
         let dW: tf.Tensor2D | undefined = sw && tf.zeros(sw.shape);
         const dHidden: tf.Tensor[] = [];
-        for (const [start, end] of chunks) {
+        chunks.forEach(([start, end], c) => {
           const [dh, nextDW] = tf.tidy(() => {
-            const logits = logitsOf(sh, sw, start, end);
+            const logits = keptLogits[c] ?? logitsOf(sh, sw, start, end);
             const g = dy.slice([0, start], [2, end - start]) as tf.Tensor2D;
             let dLogits: tf.Tensor2D;
             if (fused) {
@@ -221,7 +232,7 @@ export function headLogProbs(
             dW = nextDW as tf.Tensor2D;
           }
           dHidden.push(dh);
-        }
+        });
         const dH = dHidden.length === 1 ? dHidden[0] : tf.concat(dHidden);
         return dW ? [dH, dW] : [dH];
       },

@@ -2,6 +2,7 @@
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
+import { backpropagateGradients, getFilteredNodesXToY } from '@tensorflow/tfjs-core/dist/tape.js';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { writeTimeSlice } from '../engine/kernels.js';
 import { addColumns, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
@@ -45,6 +46,12 @@ export interface ForwardOutput {
 }
 
 const MASKED = -1e9;
+
+/** Activations kept under checkpointing before layers are recomputed: a third of the 4 GiB wasm heap. */
+const DEFAULT_ACTIVATION_BUDGET = 1.25 * 2 ** 30;
+
+/** A node of tfjs's gradient tape (tfjs-core's tape.ts); a layer's own tape holds these. */
+type TapeNode = Parameters<typeof getFilteredNodesXToY>[0][number];
 
 /** A decoder layer's output and, when it computed them, its keys and values (the KV cache). */
 interface LayerOutput {
@@ -108,8 +115,12 @@ export class CausalLM {
   readonly frozen: Map<string, FrozenMatrix>;
   /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
   adapters?: LoraAdapters;
-  /** Recompute each decoder layer in the backward pass instead of keeping its intermediates. */
+  /**
+   * Activation checkpointing: once the decoder layers' kept activations reach
+   * activationBudgetBytes, the remaining layers are recomputed in the backward pass instead.
+   */
   gradientCheckpointing = false;
+  activationBudgetBytes = DEFAULT_ACTIVATION_BUDGET;
   private readonly invFreq: Float64Array;
   /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
@@ -219,12 +230,21 @@ export class CausalLM {
     const keys: tf.Tensor4D[] = [];
     const values: tf.Tensor4D[] = [];
     const taped = tf.engine().isTapeOn();
+    // Under checkpointing, layers still keep their activations while those fit the budget.
+    let held = 0;
+    let perLayer = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const run = (from: tf.Tensor2D, bias = maskBias, tables = rotary) => this.decoderLayer(i, from, batch, length, tables, bias, input.cache, slots);
+      const recompute = this.gradientCheckpointing && held + perLayer > this.activationBudgetBytes;
       let out: LayerOutput;
-      if (taped && this.gradientCheckpointing && !input.useCache) out = { x: this.checkpointed(i, x, maskBias, rotary, (from, bias, tables) => run(from, bias, tables).x) };
-      // Each layer's intermediates go as soon as it is done; under a tape, what the backward
-      // pass needs survives as the tape's own saved copies.
+      if (taped && recompute && !input.useCache) out = { x: this.checkpointed(i, x, maskBias, rotary, (from, bias, tables) => run(from, bias, tables).x) };
+      else if (taped && !input.useCache) {
+        const { y, bytes } = this.layerWithOwnTape(i, x, (from) => run(from).x);
+        out = { x: y };
+        held += bytes;
+        perLayer = Math.max(perLayer, bytes);
+      }
+      // Without a tape each layer's intermediates go as soon as it is done.
       else out = tf.tidy(() => run(x) as unknown as tf.TensorContainer) as unknown as LayerOutput;
       x = out.x;
       if (out.key) keys.push(out.key);
@@ -298,6 +318,51 @@ export class CausalLM {
       };
     }) as Parameters<typeof tf.customGrad>[0]);
     return op(x, ...trained) as tf.Tensor2D;
+  }
+
+  /**
+   * A decoder layer recorded on a tape of its own, which the backward pass replays for this layer
+   * alone. tfjs keeps every gradient of a backward pass until the pass ends; replaying layer by
+   * layer frees each layer's gradients and saved activations as soon as it is done, so a step
+   * holds one layer's gradients at a time, without computing anything twice.
+   */
+  private layerWithOwnTape(layer: number, x: tf.Tensor2D, run: (x: tf.Tensor2D) => tf.Tensor2D): { y: tf.Tensor2D; bytes: number } {
+    const state = tf.engine().state as unknown as { activeTape: TapeNode[] };
+    const outerTape = state.activeTape;
+    const tape: TapeNode[] = [];
+    state.activeTape = tape;
+    let y: tf.Tensor2D;
+    try {
+      y = tf.tidy(() => run(x));
+    } finally {
+      state.activeTape = outerTape;
+    }
+    const trained = this.layerTrainables(layer);
+    // What the layer's tape saved moves to this op's saved list (outer cleanup frees it even if
+    // the backward pass never comes); the layer's nodes read it from there when replayed.
+    const held = tape.flatMap((node) => node.saved ?? []);
+    const op = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args.pop() as tf.GradSaveFunc;
+      save(held);
+      return {
+        value: tf.clone(y),
+        gradFunc: (dy: tf.Tensor2D, saved: tf.Tensor[]) => {
+          let next = 0;
+          for (const node of tape) if (node.saved) node.saved = saved.slice(next, (next += node.saved.length));
+          const grads = tf.tidy(() => {
+            const accumulated: Record<number, tf.Tensor> = { [y.id]: dy };
+            backpropagateGradients(accumulated, getFilteredNodesXToY(tape, [x, ...trained], y), (f) => tf.tidy(f as () => tf.Tensor), tf.add);
+            return [x, ...trained].map((t) => accumulated[t.id] ?? tf.zerosLike(t));
+          });
+          tf.dispose(saved);
+          return grads;
+        },
+      };
+    }) as Parameters<typeof tf.customGrad>[0]);
+    const out = op(x, ...trained) as tf.Tensor2D;
+    const buffers = new Map(held.map((t) => [t.dataId, t.size * 4]));
+    tf.dispose(held);
+    return { y: out, bytes: [...buffers.values()].reduce((a, b) => a + b, 0) };
   }
 
   /** The trainable tensors a decoder layer reads: its adapters with LoRA, else its own parameters. */
