@@ -157,7 +157,8 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     expect(host.requirements).to.include({ advEstimator: 'grpo', useReference: true, useCritic: false });
     expect(c.flowrl).to.deep.include({ beta: 15 });
     expect(c.data).to.deep.include({ max_prompt_length: 256, max_response_length: 256, train_batch_size: 8 });
-    expect(c.actor_rollout_ref.actor.optim.lr).to.equal(1e-6);
+    expect(c.actor_rollout_ref.actor.optim.lr).to.equal(1e-5);
+    expect(c.actor_rollout_ref.model).to.deep.include({ lora_rank: 16, lora_alpha: 32, target_modules: 'all-linear', enable_gradient_checkpointing: true });
     expect(c.actor_rollout_ref.actor).to.deep.include({ ppo_mini_batch_size: 8, ppo_micro_batch_size: 4 });
     expect(c.actor_rollout_ref.rollout).to.deep.include({ n: 4, temperature: 1.0 });
     expect(c.actor_rollout_ref.rollout.val_kwargs).to.deep.include({ n: 4, temperature: 0.6, top_p: 0.95, do_sample: true });
@@ -180,7 +181,7 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     }
   });
 
-  it('trains two FlowRL steps on a tiny Qwen2.5-shaped model with the real Qwen tokenizer and chat template', async () => {
+  it('trains two FlowRL LoRA steps on a tiny Qwen2.5-shaped model with the real Qwen tokenizer and chat template', async () => {
     const dir = tempDir();
     const tokenizerDir = path.join(dir, 'tokenizer');
     fs.mkdirSync(tokenizerDir);
@@ -226,7 +227,10 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     }
     const actor = path.join(runDir, 'checkpoints', 'global_step_2', 'actor');
     expect([...readHeader(path.join(actor, 'proj_z.safetensors')).tensors.keys()]).to.include('proj_z.net.0.weight');
-    const saved = JSON.parse(fs.readFileSync(path.join(actor, 'config.json'), 'utf8')) as { vocab_size: number; model_type: string };
-    expect(saved).to.include({ vocab_size: 151936, model_type: 'qwen2' });
+    // A LoRA checkpoint: the PEFT adapter (r 16 on all seven projections), naming its base.
+    const adapter = JSON.parse(fs.readFileSync(path.join(actor, 'adapter_config.json'), 'utf8')) as Record<string, unknown>;
+    expect(adapter).to.include({ peft_type: 'LORA', r: 16, lora_alpha: 32, base_model_name_or_path: modelDir });
+    expect(adapter.target_modules).to.have.length(7);
+    expect(fs.existsSync(path.join(actor, 'model.safetensors'))).to.equal(false);
   });
 });
