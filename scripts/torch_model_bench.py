@@ -140,7 +140,7 @@ def main():
     ap.add_argument("--sample-prompts", type=int, default=8)
     ap.add_argument("--sample-tokens", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     torch.manual_seed(0)
     config = json.load(open(args.config))
@@ -171,8 +171,10 @@ def main():
                 logits = model(token, args.prompt_tokens + step, caches)[:, -1]
         sample_s = time.perf_counter() - t0
     times.sort()
+    mid = len(times) // 2
+    median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
     print(json.dumps({
-        "train_step_ms": round(times[len(times) // 2] * 1000),
+        "train_step_ms": round(median * 1000),
         "sample_tokens_per_s": round(args.sample_prompts * args.sample_tokens / sample_s, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "threads": torch.get_num_threads(),

@@ -4,7 +4,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ActorRolloutRefWorker, createHost, loadModel, packSequences, responseMask, scoreResponses, TOKENS, type CausalLM, type Trainer, type Worker } from '../core-adapters/index.js';
 import { lossAndGradients } from '../core-adapters/model/optim.js';
-import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
+import { FrozenMatrix, frozenBaseAvailable, type SharedFrozenMatrix } from '../core-adapters/engine/frozen.js';
+import { shareFrozenBases } from '../core-adapters/model/checkpoint.js';
+import { MessageChannel } from 'node:worker_threads';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { createAdapters, LORA_MODULES, loadAdapters, writeAdapterFiles } from '../core-adapters/model/lora.js';
@@ -61,6 +63,8 @@ describe('LoRA', () => {
             expect(model.params.has('model.embed_tokens.weight')).to.equal(false);
             const got = responseLogProbs(model, prompts, responses);
             cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i}`));
+            // One sequence at a time: at most 16 rows, the decoding-sized products.
+            cases.forEach((c, i) => expectClose(responseLogProbs(model, [c.prompt_ids], [c.response_ids])[0], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i} alone`));
             const grads = adapterGradients(model, prompts, responses);
             for (const [n, g] of heapGrads) expectClose(grads.get(n)!, g, 1e-4 * Math.max(1, ...g.map(Math.abs)), `${name} ${frozenBase} d${n}`);
             model.dispose();
@@ -69,6 +73,29 @@ describe('LoRA', () => {
         }
       }));
   }
+
+  it('a frozen base crosses to another thread as shared memory (no copy), and a second load reuses it', async function () {
+    if (!frozenBaseAvailable()) this.skip();
+    const model = loadModel(fixture('tiny-qwen2'), { frozenBase: 'float32' });
+    const again = loadModel(fixture('tiny-qwen2'), { frozenBase: 'float32' });
+    expect(again.frozen.get('model.layers.0.mlp.up_proj.weight')).to.equal(model.frozen.get('model.layers.0.mlp.up_proj.weight'));
+    // Through a real structured clone, as workerData travels to a worker thread.
+    const { port1, port2 } = new MessageChannel();
+    const received = new Promise<Record<string, Record<string, SharedFrozenMatrix>>>((resolve) => port2.once('message', resolve));
+    port1.postMessage(shareFrozenBases());
+    const shared = await received;
+    port1.close();
+    const key = Object.keys(shared).find((k) => k.startsWith(fixture('tiny-qwen2')) && k.includes('float32'))!;
+    const there = FrozenMatrix.fromShared(shared[key]['model.layers.0.mlp.up_proj.weight']);
+    const here = model.frozen.get('model.layers.0.mlp.up_proj.weight')!;
+    expect(there).not.to.equal(here);
+    const before = here.data[5];
+    (there.data as Float32Array)[5] = 123.5;
+    expect(here.data[5], 'a write there shows here: one buffer').to.equal(123.5);
+    (there.data as Float32Array)[5] = before;
+    again.dispose();
+    model.dispose();
+  });
 
   it('fresh adapters (B = 0) give exactly the base log-probs, and turning them off gives the base after training moves them', () => {
     const model = loadModel(fixture('tiny-qwen2'));

@@ -85,15 +85,15 @@ describe('data-parallel workers in the RL trainer', function () {
     if (tf.getBackend() !== 'wasm') this.skip();
   });
 
-  for (const algorithm of ['grpo', 'flowrl']) {
-    it(`${algorithm}: two threads (micro-batches and rollouts split) match one thread to float tolerance`, async () => {
+  for (const [algorithm, loraRank] of [['grpo', 0], ['flowrl', 0], ['flowrl', 4]] as const) {
+    it(`${algorithm}${loraRank ? ' with LoRA (the frozen base shared with the threads)' : ''}: two threads (micro-batches and rollouts split) match one thread to float tolerance`, async () => {
       const run = async (workers: number) => {
         const dir = tempDir();
         const file = writeCountdownConfig(dir, {
           plugins: [path.join(ROOT, 'plugin.json')],
           engine: { workers },
           data: { train_batch_size: 4, val_files: null },
-          actor_rollout_ref: { actor: { ppo_mini_batch_size: 2, ppo_micro_batch_size: 16 } },
+          actor_rollout_ref: { model: { lora_rank: loraRank }, actor: { ppo_mini_batch_size: 2, ppo_micro_batch_size: 16 } },
           algorithm: { name: algorithm },
           trainer: { total_training_steps: 3, val_before_train: false, test_freq: -1, save_freq: -1, seed: 2 },
         });

@@ -41,7 +41,8 @@ export const BENCH_MODEL = {
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 export interface BenchResult {
@@ -334,7 +335,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
     samplePrompts: numberFlag('bench', values, 'sample-prompts', 8, { integer: true, min: 1 }),
     sampleTokens: numberFlag('bench', values, 'sample-tokens', 32, { integer: true, min: 1 }),
     promptTokens: PROMPT_TOKENS,
-    steps: numberFlag('bench', values, 'steps', 2, { integer: true, min: 1 }),
+    steps: numberFlag('bench', values, 'steps', 3, { integer: true, min: 1 }),
     backend: values.backend as BackendChoice,
     native,
     quiet: values.json as boolean,

@@ -20,6 +20,14 @@ export function toBfloat16(values: Float32Array, out: Uint16Array): void {
   }
 }
 
+/** A frozen matrix as it crosses to another thread: the same memory, not a copy. */
+export interface SharedFrozenMatrix {
+  rows: number;
+  cols: number;
+  dtype: FrozenDtype;
+  data: Float32Array | Uint16Array;
+}
+
 /** A row-major matrix [rows, cols] in shared memory outside the heap; products with it need no copy. */
 export class FrozenMatrix implements FrozenWeights {
   readonly data: Float32Array | Uint16Array;
@@ -44,6 +52,19 @@ export class FrozenMatrix implements FrozenWeights {
     const data = new Uint16Array(new SharedArrayBuffer(values.length * 2));
     toBfloat16(values, data);
     return new FrozenMatrix(rows, cols, dtype, data);
+  }
+
+  /** A matrix over memory another thread shares (as posted to it: the typed array over a SharedArrayBuffer). */
+  static fromShared(shared: SharedFrozenMatrix): FrozenMatrix {
+    const { rows, cols, dtype, data } = shared;
+    const ok = data.buffer instanceof SharedArrayBuffer && data.length === rows * cols && (dtype === 'float32' ? data instanceof Float32Array : data instanceof Uint16Array);
+    if (!ok) throw new Error(`FrozenMatrix.fromShared: not a shared ${dtype} [${rows}, ${cols}] matrix`);
+    return new FrozenMatrix(rows, cols, dtype, data);
+  }
+
+  /** What another thread needs to use this matrix without a copy. */
+  toShared(): SharedFrozenMatrix {
+    return { rows: this.rows, cols: this.cols, dtype: this.dtype, data: this.data };
   }
 
   /** Bytes held outside the heap. */

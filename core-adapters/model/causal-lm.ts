@@ -111,6 +111,7 @@ export class CausalLM {
   /**
    * A frozen base kept outside the heap (engine/frozen.ts): the embedding, the head and every
    * projection, in HF's [out, in] layout (q|k|v stacked as qkv_proj). Those names are then not in params.
+   * Models of one directory share it (model/checkpoint.ts), so dispose leaves it alone.
    */
   readonly frozen: Map<string, FrozenMatrix>;
   /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
@@ -536,7 +537,6 @@ export class CausalLM {
     this.adapters = undefined;
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
-    this.frozen.clear();
     this.rotateHalf.dispose();
     this.rotateHalfT.dispose();
   }

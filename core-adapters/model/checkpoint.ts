@@ -5,7 +5,7 @@ import path from 'node:path';
 import { InputError } from '../errors.js';
 import { Rng } from '../random.js';
 import { CausalLM } from './causal-lm.js';
-import { FrozenMatrix, type FrozenDtype } from '../engine/frozen.js';
+import { FrozenMatrix, type FrozenDtype, type SharedFrozenMatrix } from '../engine/frozen.js';
 import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
@@ -53,9 +53,12 @@ function weightFiles(dir: string): Map<string, string[]> {
   return byFile;
 }
 
-/** Reads the weights a config needs, checking names and shapes; the error names the file and tensor. */
-export function readWeights(dir: string, config: ModelConfig): Map<string, F32Tensor> {
-  const expected = expectedTensors(config);
+/**
+ * Reads the weights a config needs (those `skip` leaves), checking names and shapes; the error
+ * names the file and tensor.
+ */
+export function readWeights(dir: string, config: ModelConfig, skip: (hfName: string) => boolean = () => false): Map<string, F32Tensor> {
+  const expected = new Map([...expectedTensors(config)].filter(([name]) => !skip(name)));
   const located = new Map<string, string>();
   for (const [file, names] of weightFiles(dir)) for (const name of names) located.set(name, file);
   const source = located.size && new Set(located.values()).size > 1 ? path.join(dir, WEIGHTS_INDEX_FILE) : path.join(dir, WEIGHTS_FILE);
@@ -92,10 +95,10 @@ export interface ModelMemory {
  * Builds a model from HF-layout weights. With memory.frozenBase the frozen matrices are taken out
  * of `weights` as they are built (so their float32 copies can be freed).
  */
-export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>, memory: ModelMemory = {}): CausalLM {
+export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>, memory: ModelMemory = {}, sharedBase?: Map<string, FrozenMatrix>): CausalLM {
   const params = new Map<string, tf.Variable>();
   const dtype = memory.frozenBase;
-  const frozen = dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>();
+  const frozen = sharedBase ?? (dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>());
   try {
     for (const [name, { shape, data }] of toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined)) {
       const initial = tf.tensor(data, shape, 'float32');
@@ -109,10 +112,46 @@ export function modelFromWeights(config: ModelConfig, weights: Map<string, HostT
   return new CausalLM(config, params, frozen);
 }
 
-/** Loads DIR/config.json and its weights (single file or sharded; F32, BF16, F16 upcast to f32). */
+/**
+ * Frozen bases built in this thread or handed to it, by model directory and dtype: every model of
+ * that directory here (and in the worker threads they are shared with) uses the one copy.
+ */
+const frozenBases = new Map<string, Map<string, FrozenMatrix>>();
+function frozenBaseKey(dir: string, dtype: FrozenDtype): string {
+  // The files' sizes and times too: a directory rewritten in place is a different base.
+  const stamps = [...weightFiles(dir).keys()].map((file) => {
+    const stat = fs.statSync(file);
+    return `${stat.size}:${stat.mtimeMs}`;
+  });
+  return [path.resolve(dir), dtype, ...stamps].join('\u0000');
+}
+
+/** The frozen bases of this thread, to post to worker threads (the memory is shared, not copied). */
+export function shareFrozenBases(): Record<string, Record<string, SharedFrozenMatrix>> {
+  const out: Record<string, Record<string, SharedFrozenMatrix>> = {};
+  for (const [key, matrices] of frozenBases) out[key] = Object.fromEntries([...matrices].map(([name, m]) => [name, m.toShared()]));
+  return out;
+}
+
+/** Takes frozen bases another thread shared (shareFrozenBases), so loadModel here reuses them. */
+export function adoptFrozenBases(shared: Record<string, Record<string, SharedFrozenMatrix>>): void {
+  for (const [key, matrices] of Object.entries(shared)) {
+    frozenBases.set(key, new Map(Object.entries(matrices).map(([name, m]) => [name, FrozenMatrix.fromShared(m)])));
+  }
+}
+
+/**
+ * Loads DIR/config.json and its weights (single file or sharded; F32, BF16, F16 upcast to f32). A
+ * frozen base already in this thread for DIR is reused, and only the other tensors are read.
+ */
 export function loadModel(dir: string, memory: ModelMemory = {}): CausalLM {
   const config = readModelConfig(path.join(dir, 'config.json'));
-  return modelFromWeights(config, readWeights(dir, config), memory);
+  if (!memory.frozenBase) return modelFromWeights(config, readWeights(dir, config), memory);
+  const key = frozenBaseKey(dir, memory.frozenBase);
+  const shared = frozenBases.get(key);
+  const model = modelFromWeights(config, readWeights(dir, config, shared ? isFrozenBaseTensor : undefined), memory, shared);
+  frozenBases.set(key, model.frozen);
+  return model;
 }
 
 /** HF-layout copies of the model's weights, with LoRA adapters merged in (W + scale * B A). */

@@ -6,6 +6,7 @@ import { Batch } from '../batch.js';
 import type { ConfigTree } from '../config/defaults.js';
 import type { Replica } from '../engine/thread-pool.js';
 import { createHostFromTree } from '../host.js';
+import { adoptFrozenBases } from '../model/checkpoint.js';
 import { generate, type SamplingOptions } from '../model/generate.js';
 import { TOKENS } from '../tokens.js';
 import type { ActorRolloutRefWorker } from './actor-rollout-ref.js';
@@ -16,7 +17,8 @@ export type ActorTask =
   | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']> }
   | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
 
-export async function createActorReplica(args: { config: ConfigTree }): Promise<Replica> {
+export async function createActorReplica(args: { config: ConfigTree; frozenBases?: Parameters<typeof adoptFrozenBases>[0] }): Promise<Replica> {
+  if (args.frozenBases) adoptFrozenBases(args.frozenBases);
   const host = await createHostFromTree(args.config, 'replica.yaml', { quiet: true, overrides: ['engine.workers=1'] });
   const worker = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker);
   await worker.initReplica();

@@ -21,6 +21,7 @@ import {
   saveModel,
   saveOptimizerState,
   saveParameters,
+  shareFrozenBases,
   writeDirectoryAtomically,
 } from '../model/checkpoint.js';
 import { frozenBaseAvailable } from '../engine/frozen.js';
@@ -44,7 +45,8 @@ const WASM_HEAP_BUDGET = 3 * 2 ** 30;
  */
 function actorReplicaSpec(config: Config): ReplicaSpec {
   const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
-  return { module: new URL(`./actor-replica${extension}`, import.meta.url).href, factory: 'createActorReplica', args: { config: structuredClone(config) } };
+  // A frozen LoRA base goes to the threads as shared memory: one copy for all of them.
+  return { module: new URL(`./actor-replica${extension}`, import.meta.url).href, factory: 'createActorReplica', args: { config: structuredClone(config), frozenBases: shareFrozenBases() } };
 }
 
 /** The policy worker (verl's ActorRolloutRefWorker): sampling, log-probs, the reference, checkpoints; subclasses attach heads in buildPolicyModule. */
