@@ -300,31 +300,6 @@ static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const flo
   }
 }
 
-// Y[m, n] = sum_k X[m, k] bf16(W[n, k]) for a few rows of X (decoding): W is read once, converted in
-// registers, never into a scratch buffer (that costs more than the product when M is small).
-enum { BF16_DIRECT_ROWS = 16 };
-static void bf16_gemm_nt_direct(int M, int N, int K, const float *X, const uint16_t *W, float *Y, int ldy) {
-  for (int n = 0; n < N; n++) {
-    const uint16_t *restrict w = W + (size_t)n * K;
-    for (int m = 0; m < M; m++) {
-      const float *restrict x = X + (size_t)m * K;
-      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int j = 0; j < 8; j++) {
-          union { uint32_t u; float f; } v = {.u = (uint32_t)w[k + j] << 16};
-          lanes[j] += x[k + j] * v.f;
-        }
-      float total = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
-      for (; k < K; k++) {
-        union { uint32_t u; float f; } v = {.u = (uint32_t)w[k] << 16};
-        total += x[k] * v.f;
-      }
-      Y[(size_t)m * ldy + n] = total;
-    }
-  }
-}
-
 // frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas): X and Y are float32 arrays
 // (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
 static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
@@ -357,10 +332,6 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   const float *x = X + xOff;
   float *y = Y + yOff;
   const int bf16 = wType == napi_uint16_array;
-  if (bf16 && !backward && M <= BF16_DIRECT_ROWS) {
-    bf16_gemm_nt_direct((int)M, (int)N, (int)K, x, (const uint16_t *)wRaw + wOff, y, (int)N);
-    return NULL;
-  }
   int64_t panel = N;
   float *scratch = NULL;
   if (bf16) {

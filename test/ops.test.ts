@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
-import { embed, headLogProbs, matmulConstant } from '../core-adapters/engine/ops.js';
+import { addConstant, addSameShape, embed, headLogProbs, matmulConstant, siluMul } from '../core-adapters/engine/ops.js';
 import { expectClose } from './helpers.js';
 
 const rng = new Rng(7);
@@ -34,6 +34,14 @@ describe('fast tensor ops: values and gradients equal plain tfjs', () => {
     compareGradients([x, w], (a, b) => scaleColumns(a as tf.Tensor2D, b as tf.Tensor1D), (a, b) => tf.mul(a, b));
     compareGradients([x, w], (a, b) => addColumns(a as tf.Tensor2D, b as tf.Tensor1D), (a, b) => tf.add(a, b));
     tf.dispose([x, w]);
+  });
+
+  it('SwiGLU, same-shape add and add of a constant keep less for their gradients but give the same ones', () => {
+    const [gate, up, c] = [randn([7, 5], 2), randn([7, 5]), randn([1, 5])];
+    compareGradients([gate, up], (g, u) => siluMul(g as tf.Tensor2D, u as tf.Tensor2D), (g, u) => tf.mul(tf.mul(g, tf.sigmoid(g)), u));
+    compareGradients([gate, up], (a, b) => addSameShape(a, b), (a, b) => tf.add(a, b));
+    compareGradients([gate], (a) => addConstant(a, c), (a) => tf.add(a, c));
+    tf.dispose([gate, up, c]);
   });
 
   it('rmsNorm matches its definition', () => {

@@ -83,9 +83,32 @@ export function silu(x: tf.Tensor): tf.Tensor {
   return tf.mul(x, tf.sigmoid(x));
 }
 
-/** silu(gate) * up, the SwiGLU product. */
+/**
+ * silu(gate) * up, the SwiGLU product. Its gradient keeps only gate and up (tfjs's ops would keep
+ * sigmoid(gate) and silu(gate) as well): d gate = dy up s (1 + gate (1 - s)), d up = dy gate s.
+ */
 export function siluMul(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D {
-  return tf.mul(silu(gate), up) as tf.Tensor2D;
+  return withGradient([gate, up], ([g, u], save) => {
+    save([g, u]);
+    return {
+      value: tf.mul(silu(g), u),
+      gradFunc: (dy, [sg, su]) => {
+        const s = tf.sigmoid(sg);
+        const dyS = tf.mul(dy, s);
+        return [tf.mul(tf.mul(dyS, su), tf.add(1, tf.mul(sg, tf.sub(1, s)))), tf.mul(dyS, sg)];
+      },
+    };
+  }) as tf.Tensor2D;
+}
+
+/** a + b of one shape. tfjs's add keeps both inputs for its gradient (to undo broadcasting); this keeps none. */
+export function addSameShape<T extends tf.Tensor>(a: T, b: T): T {
+  return withGradient([a, b], ([x, y]) => ({ value: tf.add(x, y), gradFunc: (dy) => [dy, dy] })) as T;
+}
+
+/** x + c for a constant c (broadcast into x's shape, no gradient of its own), keeping nothing. */
+export function addConstant<T extends tf.Tensor>(x: T, c: tf.Tensor): T {
+  return withGradient([x], ([xi]) => ({ value: tf.add(xi, c), gradFunc: (dy) => [dy] })) as T;
 }
 
 function hasKernel(name: string): boolean {

@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { backpropagateGradients, getFilteredNodesXToY } from '@tensorflow/tfjs-core/dist/tape.js';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { writeTimeSlice } from '../engine/kernels.js';
-import { addColumns, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
+import { addColumns, addConstant, addSameShape, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import type { LoraAdapters, LoraModule } from './lora.js';
 
@@ -208,7 +208,7 @@ export class CausalLM {
   /** y plus the adapter's scale * (x A) B on `module` of `layer`, when it has one. */
   private adapted(layer: number, module: LoraModule, x: tf.Tensor2D, y: tf.Tensor2D): tf.Tensor2D {
     const delta = this.adapters?.delta(layer, module, x);
-    return delta ? tf.add(y, delta) : y;
+    return delta ? addSameShape(y, delta) : y;
   }
 
   forward(input: ForwardInput): ForwardOutput {
@@ -273,9 +273,9 @@ export class CausalLM {
     const pre = `model.layers.${i}`;
     const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
     const attn = this.attention(i, h, batch, length, rotary, maskBias, cache, slots);
-    const mid = tf.add(x, attn) as tf.Tensor2D;
+    const mid = addSameShape(x, attn as tf.Tensor2D);
     const h2 = rmsNorm(mid, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-    return { x: tf.add(mid, this.mlp(i, h2)) as tf.Tensor2D, key: attn.key, value: attn.value };
+    return { x: addSameShape(mid, this.mlp(i, h2)), key: attn.key, value: attn.value };
   }
 
   /**
@@ -436,7 +436,7 @@ export class CausalLM {
     // Grouped-query attention without repeating k/v: the query heads sharing a kv head are
     // stacked along the time axis, [B, nKV, groups*T, d].
     const grouped = q.reshape([batch, c.numKVHeads, groups * length, d]);
-    const scores = tf.add(tf.matMul(grouped, k, false, true), maskBias);
+    const scores = addConstant(tf.matMul(grouped, k, false, true) as tf.Tensor4D, maskBias);
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
@@ -449,7 +449,7 @@ export class CausalLM {
     const c = this.config;
     const blocks: [LoraModule, number][] = [['q_proj', c.numHeads * c.headDim], ['k_proj', c.numKVHeads * c.headDim], ['v_proj', c.numKVHeads * c.headDim]];
     const deltas = blocks.map(([module, cols]) => this.adapters!.delta(layer, module, h) ?? tf.zeros([h.shape[0], cols]));
-    return tf.add(qkv, tf.concat(deltas, 1));
+    return addSameShape(qkv, tf.concat(deltas, 1) as tf.Tensor2D);
   }
 
   /** Rotary embedding on every head of x[N, C*d]: x*cos + rotate_half(x)*sin. */
@@ -457,7 +457,7 @@ export class CausalLM {
     const d = this.config.headDim;
     const [rows, width] = x.shape;
     const rotated = matmulConstant(x.reshape([(rows * width) / d, d]), this.rotateHalf, this.rotateHalfT).reshape([rows, width]);
-    return tf.add(tf.mul(x, rotary.cos), tf.mul(rotated, rotary.sin));
+    return addSameShape(tf.mul(x, rotary.cos) as tf.Tensor2D, tf.mul(rotated, rotary.sin) as tf.Tensor2D);
   }
 
   /** Query-column and key-column tables, for forwards that project q, k and v separately. */
