@@ -365,6 +365,10 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
 // ---- Log-softmax over a vocabulary, fused with picking the target (the language-model head).
 // One pass computes each row's log-sum-exp; the next the target's log-prob and the entropy; the
 // backward writes dL/dz. exp is a polynomial the compiler vectorises (relative error ~2e-7).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
 static inline float fast_expf(float x) {
   // Branch-free so loops over it vectorise: clamp, round to nearest with the 1.5 * 2^23 trick,
   // a degree-7 polynomial on the remainder, and 2^n built in the exponent bits.
@@ -386,36 +390,72 @@ static inline float fast_expf(float x) {
 
 enum { LANES = 8, BLOCK = 1024 };
 
-// sum_j f(j) over [j0, j1) with LANES float partial sums (vectorisable without reassociation).
-#define LANE_SUM(total, j0, j1, expr)                              \
-  do {                                                             \
-    float lanes_[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                \
-    int64_t j = (j0);                                              \
-    for (; j + LANES <= (j1); j += LANES)                          \
-      for (int k_ = 0; k_ < LANES; k_++) {                         \
-        const int64_t i_ = j + k_;                                 \
-        lanes_[k_] += (expr);                                      \
-      }                                                            \
-    float rest_ = 0;                                               \
-    for (; j < (j1); j++) {                                        \
-      const int64_t i_ = j;                                        \
-      rest_ += (expr);                                             \
-    }                                                              \
-    for (int k_ = 0; k_ < LANES; k_++) rest_ += lanes_[k_];        \
-    (total) += rest_;                                              \
-  } while (0)
+
+// Each pass over a row is its own small loop with LANES independent partial results, which the
+// compiler vectorises without reassociating floating-point sums. These never look at floating-point
+// exception flags, so they are compiled without trapping semantics (selects become vector min/max;
+// fast_expf sits inside the same region, or it could not be inlined into them).
+static float row_max(const float *restrict z, int64_t V) {
+  float lanes[LANES];
+  for (int k = 0; k < LANES; k++) lanes[k] = -INFINITY;
+  int64_t j = 0;
+  for (; j + LANES <= V; j += LANES)
+    for (int k = 0; k < LANES; k++) lanes[k] = z[j + k] > lanes[k] ? z[j + k] : lanes[k];
+  float peak = -INFINITY;
+  for (; j < V; j++) peak = z[j] > peak ? z[j] : peak;
+  for (int k = 0; k < LANES; k++) peak = lanes[k] > peak ? lanes[k] : peak;
+  return peak;
+}
+
+// sum_j exp(z_j t - shift) over [j0, j1).
+static float block_sum_exp(const float *restrict z, int64_t j0, int64_t j1, float t, float shift) {
+  float lanes[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = j0;
+  for (; j + LANES <= j1; j += LANES)
+    for (int k = 0; k < LANES; k++) lanes[k] += fast_expf(z[j + k] * t - shift);
+  float rest = 0;
+  for (; j < j1; j++) rest += fast_expf(z[j] * t - shift);
+  for (int k = 0; k < LANES; k++) rest += lanes[k];
+  return rest;
+}
+
+// -sum_j p_j log p_j over [j0, j1), with log p_j = z_j t - lse.
+static float block_entropy(const float *restrict z, int64_t j0, int64_t j1, float t, float lse) {
+  float lanes[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = j0;
+  for (; j + LANES <= j1; j += LANES)
+    for (int k = 0; k < LANES; k++) {
+      const float logp = z[j + k] * t - lse;
+      lanes[k] -= fast_expf(logp) * logp;
+    }
+  float rest = 0;
+  for (; j < j1; j++) {
+    const float logp = z[j] * t - lse;
+    rest -= fast_expf(logp) * logp;
+  }
+  for (int k = 0; k < LANES; k++) rest += lanes[k];
+  return rest;
+}
+
+// out_j = t (-gLp p_j - gEnt p_j (log p_j + H)); the target's +t gLp is added by the caller.
+static void row_grad(const float *restrict z, float *restrict out, int64_t V, float t, float lse, float gLp, float gEnt, float entropy) {
+  for (int64_t j = 0; j < V; j++) {
+    const float logp = z[j] * t - lse;
+    const float p = fast_expf(logp);
+    out[j] = t * (-gLp * p - gEnt * p * (logp + entropy));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 // Returns log sum_j exp(z_j * invT) of one row: blocks summed in float, blocks added in double
 // (a 150k-long float sum loses digits).
 static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
-  float peak = -INFINITY;
-  for (int64_t j = 0; j < V; j++) peak = z[j] > peak ? z[j] : peak;
-  const float shift = peak * invT;
+  const float shift = row_max(z, V) * invT;
   double total = 0;
-  for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
-    const int64_t j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
-    LANE_SUM(total, j0, j1, fast_expf(z[i_] * invT - shift));
-  }
+  for (int64_t j0 = 0; j0 < V; j0 += BLOCK) total += block_sum_exp(z, j0, j0 + BLOCK < V ? j0 + BLOCK : V, invT, shift);
   return (double)shift + log(total);
 }
 
@@ -432,7 +472,7 @@ static int get_int32s(napi_env env, napi_value value, int32_t **data, size_t *le
 // tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff):
 //   forward: OUT[r] = log softmax(Z[r] invT)[target r]; OUT[R + r] = its entropy (when asked).
 //   backward: OUT[r, j] = invT (gLp_r (1[j = t_r] - p_j) - gEnt_r p_j (log p_j + H_r)) with
-//   G[r] = gLp_r and G[R + r] = gEnt_r; OUT may be Z itself (in place).
+//   G[r] = gLp_r and G[R + r] = gEnt_r; OUT must not overlap Z.
 static napi_value token_logprobs(napi_env env, napi_callback_info info) {
   size_t argc = 12;
   napi_value argv[12];
@@ -460,10 +500,7 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
     if (withEntropy) {
       // H = -sum p log p, summed as the log-sum-exp is (blocks in float, totals in double).
       double sum = 0;
-      for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
-        const int64_t j1 = j0 + BLOCK < V ? j0 + BLOCK : V;
-        LANE_SUM(sum, j0, j1, -fast_expf(z[i_] * t - lse) * (z[i_] * t - lse));
-      }
+      for (int64_t j0 = 0; j0 < V; j0 += BLOCK) sum += block_entropy(z, j0, j0 + BLOCK < V ? j0 + BLOCK : V, t, lse);
       entropy = (float)sum;
     }
     if (!backward) {
@@ -474,11 +511,7 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
     const float gLp = G[gOff + r], gEnt = withEntropy ? G[gOff + R + r] : 0.0f;
     float *out = OUT + outOff + r * V;
     const int32_t target = targets[r];
-    for (int64_t j = 0; j < V; j++) {
-      const float logp = z[j] * t - lse;
-      const float p = fast_expf(logp);
-      out[j] = t * (-gLp * p - gEnt * p * (logp + entropy));
-    }
+    row_grad(z, out, V, t, lse, gLp, gEnt, entropy);
     out[target] += t * gLp;
   }
   return NULL;
