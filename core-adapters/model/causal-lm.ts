@@ -47,8 +47,9 @@ export interface ForwardOutput {
 
 const MASKED = -1e9;
 
-/** Activations kept under checkpointing before layers are recomputed: a third of the 4 GiB wasm heap. */
-const DEFAULT_ACTIVATION_BUDGET = 1.25 * 2 ** 30;
+/** wasm memory's limit, and the most activations checkpointing keeps before recomputing layers. */
+const WASM_HEAP_LIMIT = 4 * 2 ** 30;
+const MAX_ACTIVATION_BUDGET = 2 * 2 ** 30;
 
 /** A node of tfjs's gradient tape (tfjs-core's tape.ts); a layer's own tape holds these. */
 type TapeNode = Parameters<typeof getFilteredNodesXToY>[0][number];
@@ -119,9 +120,10 @@ export class CausalLM {
   /**
    * Activation checkpointing: once the decoder layers' kept activations reach
    * activationBudgetBytes, the remaining layers are recomputed in the backward pass instead.
+   * Unset: half of what the 4 GiB wasm heap has left at the forward's start, at most 2 GiB.
    */
   gradientCheckpointing = false;
-  activationBudgetBytes = DEFAULT_ACTIVATION_BUDGET;
+  activationBudgetBytes?: number;
   private readonly invFreq: Float64Array;
   /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
@@ -232,11 +234,12 @@ export class CausalLM {
     const values: tf.Tensor4D[] = [];
     const taped = tf.engine().isTapeOn();
     // Under checkpointing, layers still keep their activations while those fit the budget.
+    const budget = this.activationBudgetBytes ?? Math.max(0, Math.min(MAX_ACTIVATION_BUDGET, (WASM_HEAP_LIMIT - tf.memory().numBytes) / 2));
     let held = 0;
     let perLayer = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const run = (from: tf.Tensor2D, bias = maskBias, tables = rotary) => this.decoderLayer(i, from, batch, length, tables, bias, input.cache, slots);
-      const recompute = this.gradientCheckpointing && held + perLayer > this.activationBudgetBytes;
+      const recompute = this.gradientCheckpointing && held + perLayer > budget;
       let out: LayerOutput;
       if (taped && recompute && !input.useCache) out = { x: this.checkpointed(i, x, maskBias, rotary, (from, bias, tables) => run(from, bias, tables).x) };
       else if (taped && !input.useCache) {
