@@ -284,6 +284,12 @@ describe('LoRA runs on the countdown task', function () {
       [['actor_rollout_ref.model.lora_rank=8', 'actor_rollout_ref.model.lora_adapter_path=' + fixture('lora-tiny-qwen2')], ['lora-tiny-qwen2', 'adapter_model.safetensors', "tensor 'base_model.model."]],
       [['actor_rollout_ref.model.lora_rank=2.5'], ['actor_rollout_ref.model.lora_rank must be a whole number >= 0']],
     ];
+    // A model whose full fine-tuning cannot fit the wasm heap: only its config.json is read.
+    const big = tempDir();
+    const shape = { ...readJson<Record<string, unknown>>(fixture('tiny-qwen2', 'config.json')), vocab_size: 100_000, hidden_size: 2048, num_attention_heads: 16, num_key_value_heads: 16 };
+    fs.writeFileSync(path.join(big, 'config.json'), JSON.stringify(shape));
+    const bigModel = ['actor_rollout_ref.model.path=' + big, 'actor_rollout_ref.model.tokenizer_path=' + fixture('countdown', 'base-model')];
+    cases.push([bigModel, [big, 'the wasm heap, which stops at 4 GiB', 'lora_rank > 0']]);
     for (const [overrides, fragments] of cases) {
       const result = await flowrlInProcess(['train', file, 'trainer.total_training_steps=1', ...overrides]);
       expect(result.status, result.stderr).to.equal(2);
