@@ -28,7 +28,12 @@ const COMMANDS: Record<string, Command> = {
   score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: scoreCommand },
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
   demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: demoCommand },
-  bench: { usage: 'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|wasm|cpu]', run: benchCommand },
+  bench: {
+    usage:
+      'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|wasm|cpu]\n' +
+      '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch]   (a real shape, random weights)',
+    run: benchCommand,
+  },
   report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
 };
 
