@@ -1,7 +1,7 @@
 // verl-format dataset rows: reading (.jsonl or .parquet), validation and atomic jsonl writing.
 import fs from 'node:fs';
 import path from 'node:path';
-import { asyncBufferFromFile, parquetReadObjects } from 'hyparquet';
+import { Worker } from 'node:worker_threads';
 import { check, InputError } from '../errors.js';
 import type { ChatMessage } from '../model/tokenizer.js';
 
@@ -113,13 +113,61 @@ function readJsonlRows(file: string): DataRow[] {
   return rows;
 }
 
-async function readParquetRows(file: string): Promise<DataRow[]> {
-  let records: Record<string, unknown>[];
+/** The parquet reader's own thread may use this much memory: a damaged file cannot take more. */
+const PARQUET_READER_HEAP_MB = 1024;
+
+// Runs in a worker thread: hyparquet reads column chunks concurrently, and when a damaged file
+// makes several of them fail, all but the first reject with nobody listening, which would end the
+// whole process. In a thread of its own they are ignored, and its memory is capped.
+const PARQUET_READER = `
+const { parentPort, workerData } = require('node:worker_threads');
+process.on('unhandledRejection', () => {});
+const hyparquet = import(workerData.hyparquet);
+parentPort.on('message', async ({ id, file }) => {
   try {
-    records = await parquetReadObjects({ file: await asyncBufferFromFile(file) });
+    const { parquetReadObjects, asyncBufferFromFile } = await hyparquet;
+    parentPort.postMessage({ id, records: await parquetReadObjects({ file: await asyncBufferFromFile(file) }) });
   } catch (e) {
-    throw new InputError(`${file}: not a readable parquet file (${(e as Error).message})`);
+    parentPort.postMessage({ id, error: String((e && e.message) || e) });
   }
+});`;
+
+type Pending = { resolve: (records: Record<string, unknown>[]) => void; reject: (why: string) => void };
+let parquetReader: { worker: Worker; pending: Map<number, Pending>; next: number } | undefined;
+
+/** The reader thread, started on first use and kept (unref'd) for the next file. */
+function readerThread(): NonNullable<typeof parquetReader> {
+  if (parquetReader) return parquetReader;
+  const worker = new Worker(PARQUET_READER, { eval: true, workerData: { hyparquet: import.meta.resolve('hyparquet') }, resourceLimits: { maxOldGenerationSizeMb: PARQUET_READER_HEAP_MB } });
+  const reader = { worker, pending: new Map<number, Pending>(), next: 0 };
+  worker.unref();
+  worker.on('message', (m: { id: number; records?: Record<string, unknown>[]; error?: string }) => {
+    const p = reader.pending.get(m.id);
+    reader.pending.delete(m.id);
+    // Held open only while a file is being read.
+    if (reader.pending.size === 0) worker.unref();
+    if (m.records) p?.resolve(m.records);
+    else p?.reject(m.error ?? 'unknown error');
+  });
+  const stop = (why: string) => {
+    if (parquetReader === reader) parquetReader = undefined;
+    for (const p of reader.pending.values()) p.reject(why);
+    reader.pending.clear();
+  };
+  worker.on('error', (e) => stop(e.message));
+  worker.on('exit', (code) => stop(`its reader stopped (exit code ${code})`));
+  parquetReader = reader;
+  return reader;
+}
+
+async function readParquetRows(file: string): Promise<DataRow[]> {
+  const reader = readerThread();
+  const id = reader.next++;
+  const records = await new Promise<Record<string, unknown>[]>((resolve, reject) => {
+    reader.pending.set(id, { resolve, reject: (why) => reject(new InputError(`${file}: not a readable parquet file (${why})`)) });
+    reader.worker.ref();
+    reader.worker.postMessage({ id, file: path.resolve(file) });
+  });
   return records.map((record, i) => validateRow(toJsonValue(record), `${file} row ${i + 1}`));
 }
 

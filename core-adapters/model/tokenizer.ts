@@ -37,6 +37,23 @@ function tokenText(value: unknown): string | undefined {
 }
 
 /** A Hugging Face tokenizer.json with its chat template and special tokens. */
+/** Token ids in a tokenizer.json must be whole numbers >= 0 (the library trusts them and fails later). */
+function checkTokenIds(json: Json, file: string): void {
+  const isId = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+  const model = json.model as Json;
+  const vocab = model.vocab;
+  if (vocab && typeof vocab === 'object' && !Array.isArray(vocab)) {
+    for (const [token, id] of Object.entries(vocab)) if (!isId(id)) throw new InputError(`${file}: key 'model.vocab' maps ${JSON.stringify(token).slice(0, 40)} to ${JSON.stringify(id)?.slice(0, 40)}; token ids are whole numbers >= 0`);
+  }
+  const added = json.added_tokens;
+  if (added !== undefined && added !== null) {
+    if (!Array.isArray(added)) throw new InputError(`${file}: key 'added_tokens' must be a list`);
+    added.forEach((t, i) => {
+      if (typeof t !== 'object' || t === null || !isId((t as Json).id) || typeof (t as Json).content !== 'string') throw new InputError(`${file}: added_tokens[${i}] needs a whole-number id >= 0 and a string content`);
+    });
+  }
+}
+
 export class TextTokenizer {
   private readonly tokenizer: Tokenizer;
   readonly chatTemplate?: string;
@@ -69,6 +86,7 @@ export class TextTokenizer {
     if (typeof json.model !== 'object' || json.model === null) {
       throw new InputError(`${path.join(dir, 'tokenizer.json')}: key 'model' is missing; not a Hugging Face tokenizer.json`);
     }
+    checkTokenIds(json, path.join(dir, 'tokenizer.json'));
     const configFile = path.join(dir, 'tokenizer_config.json');
     const config = fs.existsSync(configFile) ? readJson(configFile, 'tokenizer settings') : {};
     const templateFile = path.join(dir, 'chat_template.jinja');
