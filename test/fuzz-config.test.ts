@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError, readConfigFile, resolveConfig, Rng } from '../core-adapters/index.js';
-import { tempDir, writeCountdownConfig } from './helpers.js';
+import { tempDir, writeCountdownConfig, FUZZ_MEMORY_BOUND, residentGrowth } from './helpers.js';
 
 const INPUTS = Number(process.env.FLOWRL_FUZZ_INPUTS ?? 1000);
 const ODD_VALUES = ['', 'null', '~', '[]', '{}', '-1', '0', '1e309', 'NaN', '.inf', 'true', '"x"', '[1, [2]]', '{a: {b: c}}', '*anchor', '&a [1]', '!!binary aGk=', '!!js/function "f"', "'\\x00'", '0x10', '1_000'];
@@ -59,24 +59,29 @@ describe('fuzzing the config reader', function () {
     const file = path.join(dir, 'fuzzed.yaml');
     const rng = new Rng(11);
     const outcomes = { resolved: 0, refused: 0 };
-    const attempt = (what: string, run: () => void) => {
+    // A refusal names what was wrong: the file, or for an override the override's key.
+    const attempt = (what: string, run: () => void, named: string) => {
       try {
         run();
         outcomes.resolved += 1;
       } catch (e) {
         if (!(e instanceof InputError)) expect.fail(`${what} ended in ${(e as Error).stack}`);
+        expect(e.message, what).to.include(named);
         outcomes.refused += 1;
       }
     };
+    const memory = residentGrowth();
     for (let i = 0; i < INPUTS; i++) {
+      if (i % 50 === 0) memory.sample();
       const text = mutateYaml(valid, rng);
       fs.writeFileSync(file, text);
-      attempt(`file ${i}: ${JSON.stringify(text.slice(0, 200))}`, () => resolveConfig({ user: readConfigFile(file), userFile: file }));
+      attempt(`file ${i}: ${JSON.stringify(text.slice(0, 200))}`, () => resolveConfig({ user: readConfigFile(file), userFile: file }), file);
       const override = mutateOverride(rng);
-      attempt(`override ${JSON.stringify(override)}`, () => resolveConfig({ user: {}, userFile: file, overrides: [override] }));
+      attempt(`override ${JSON.stringify(override)}`, () => resolveConfig({ user: {}, userFile: file, overrides: [override] }), '');
     }
     expect(({} as Record<string, unknown>).polluted, 'prototype pollution').to.equal(undefined);
     expect(outcomes.refused, JSON.stringify(outcomes)).to.be.greaterThan(INPUTS / 4);
+    expect(memory.growth(), `resident memory grew by ${(memory.growth() / 2 ** 20).toFixed(0)} MB`).to.be.below(FUZZ_MEMORY_BOUND);
     if (process.env.FLOWRL_FUZZ_VERBOSE) console.log(outcomes);
   });
 });

@@ -13,12 +13,10 @@ import { readModelConfig } from '../core-adapters/model/config.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { readManifest } from '../core-adapters/plugins/manifest.js';
-import { fixture, readJson, ROOT, tempDir } from './helpers.js';
+import { fixture, FUZZ_MEMORY_BOUND, readJson, residentGrowth, ROOT, tempDir } from './helpers.js';
 
 const INPUTS = Number(process.env.FLOWRL_FUZZ_INPUTS ?? 1000);
 const HOST_VERSION = readJson<{ version: string }>(path.join(ROOT, 'package.json')).version;
-/** The most the process's resident memory may grow over one reader's whole run. */
-const MEMORY_BOUND = 512 * 2 ** 20;
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -115,8 +113,7 @@ async function fuzz(target: Target, inputs = INPUTS): Promise<{ read: number; re
   const dir = tempDir(`flowrl-fuzz-${target.name}-`);
   const rng = new Rng(11);
   const outcomes = { read: 0, refused: 0 };
-  const start = process.memoryUsage().rss;
-  let peak = start;
+  const memory = residentGrowth();
   for (let i = 0; i < inputs; i++) {
     const file = target.write(dir, rng);
     try {
@@ -128,9 +125,9 @@ async function fuzz(target: Target, inputs = INPUTS): Promise<{ read: number; re
       outcomes.refused += 1;
     }
     expect(({} as Record<string, unknown>).polluted, `${target.name} input ${i} polluted Object.prototype`).to.equal(undefined);
-    if (i % 50 === 0) peak = Math.max(peak, process.memoryUsage().rss);
+    if (i % 50 === 0) memory.sample();
   }
-  expect(peak - start, `${target.name}: resident memory grew by ${((peak - start) / 2 ** 20).toFixed(0)} MB`).to.be.below(MEMORY_BOUND);
+  expect(memory.growth(), `${target.name}: resident memory grew by ${(memory.growth() / 2 ** 20).toFixed(0)} MB`).to.be.below(FUZZ_MEMORY_BOUND);
   if (process.env.FLOWRL_FUZZ_VERBOSE) console.log(target.name, outcomes);
   return outcomes;
 }

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { InputError, Rng } from '../core-adapters/index.js';
 import { readHeader, readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
-import { tempDir } from './helpers.js';
+import { tempDir, FUZZ_MEMORY_BOUND, residentGrowth } from './helpers.js';
 
 const INPUTS = Number(process.env.FLOWRL_FUZZ_INPUTS ?? 1000);
 
@@ -80,7 +80,9 @@ describe('fuzzing the safetensors reader', function () {
     const rng = new Rng(7);
     const file = path.join(dir, 'fuzzed.safetensors');
     const outcomes = { read: 0, refused: 0 };
+    const memory = residentGrowth();
     for (let i = 0; i < INPUTS; i++) {
+      if (i % 50 === 0) memory.sample();
       const input = mutate(valid, rng);
       fs.writeFileSync(file, input);
       try {
@@ -96,6 +98,7 @@ describe('fuzzing the safetensors reader', function () {
       }
     }
     expect(outcomes.refused, JSON.stringify(outcomes)).to.be.greaterThan(INPUTS / 2);
+    expect(memory.growth(), `resident memory grew by ${(memory.growth() / 2 ** 20).toFixed(0)} MB`).to.be.below(FUZZ_MEMORY_BOUND);
     if (process.env.FLOWRL_FUZZ_VERBOSE) console.log(outcomes);
   });
 });

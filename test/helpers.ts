@@ -222,3 +222,16 @@ export async function onEnginePath<T>(enginePath: EnginePath, fn: () => Promise<
     await initEngine('wasm', { quiet: true });
   }
 }
+
+/** The most a fuzz run may grow the process's resident memory (inputs are capped before allocating). */
+export const FUZZ_MEMORY_BOUND = 512 * 2 ** 20;
+
+/** Peak growth of resident memory since creation, as sampled by sample(). */
+export function residentGrowth(): { sample(): void; growth(): number } {
+  const start = process.memoryUsage().rss;
+  let peak = start;
+  return {
+    sample: () => void (peak = Math.max(peak, process.memoryUsage().rss)),
+    growth: () => peak - start,
+  };
+}

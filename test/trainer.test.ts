@@ -155,7 +155,7 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(run.stderr).to.not.match(/\n\s+at /);
   });
 
-  it('SIGTERM finishes the step, writes a checkpoint and exits 143; the run then resumes', async () => {
+  it('SIGTERM finishes the step, writes a checkpoint and exits 143; the run then resumes exactly', async () => {
     const dir = tempDir();
     const file = writeConfig(dir, { data: { val_files: null }, trainer: { total_training_steps: 200, save_freq: -1, val_before_train: false } });
     const runDir = path.join(dir, 'run');
@@ -177,5 +177,9 @@ describe('the core trainer on a tiny countdown task', function () {
     expect(fs.existsSync(path.join(runDir, '.lock')), 'lock released').to.equal(false);
     await train(file, [`trainer.total_training_steps=${stopped + 1}`]);
     expect(readRunMetrics(runDir).map((m) => m.step).at(-1)).to.equal(stopped + 1);
+    // Exactly: the resumed step equals the same step of a run never stopped.
+    const whole = tempDir();
+    await train(writeConfig(whole, { data: { val_files: null }, trainer: { total_training_steps: 200, save_freq: -1, val_before_train: false } }), [`trainer.total_training_steps=${stopped + 1}`]);
+    expect(withoutTiming(readRunMetrics(runDir).at(-1)!)).to.deep.equal(withoutTiming(readRunMetrics(path.join(whole, 'run')).at(-1)!));
   });
 });

@@ -160,11 +160,28 @@ function readerThread(): NonNullable<typeof parquetReader> {
   return reader;
 }
 
+/** How long a file may take to read (a damaged one can leave the reader waiting forever). */
+function parquetReadTimeoutMs(bytes: number): number {
+  return 5_000 + bytes / 5_000;
+}
+
 async function readParquetRows(file: string): Promise<DataRow[]> {
   const reader = readerThread();
   const id = reader.next++;
+  const limit = parquetReadTimeoutMs(fs.statSync(file).size);
   const records = await new Promise<Record<string, unknown>[]>((resolve, reject) => {
-    reader.pending.set(id, { resolve, reject: (why) => reject(new InputError(`${file}: not a readable parquet file (${why})`)) });
+    const timer = setTimeout(() => {
+      // The reader is stuck on this file: end it (its other requests fail too) and start afresh next time.
+      reader.pending.get(id)?.reject(`reading it did not finish in ${(limit / 1000).toFixed(0)} s`);
+      reader.pending.delete(id);
+      if (parquetReader === reader) parquetReader = undefined;
+      void reader.worker.terminate();
+    }, limit);
+    const settle = <T>(f: (v: T) => void) => (v: T) => {
+      clearTimeout(timer);
+      f(v);
+    };
+    reader.pending.set(id, { resolve: settle(resolve), reject: settle((why: string) => reject(new InputError(`${file}: not a readable parquet file (${why})`))) });
     reader.worker.ref();
     reader.worker.postMessage({ id, file: path.resolve(file) });
   });

@@ -36,7 +36,6 @@ function tokenText(value: unknown): string | undefined {
   return undefined;
 }
 
-/** A Hugging Face tokenizer.json with its chat template and special tokens. */
 /** Token ids in a tokenizer.json must be whole numbers >= 0 (the library trusts them and fails later). */
 function checkTokenIds(json: Json, file: string): void {
   const isId = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
@@ -54,6 +53,7 @@ function checkTokenIds(json: Json, file: string): void {
   }
 }
 
+/** A Hugging Face tokenizer.json with its chat template and special tokens. */
 export class TextTokenizer {
   private readonly tokenizer: Tokenizer;
   readonly chatTemplate?: string;
