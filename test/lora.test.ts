@@ -243,7 +243,7 @@ describe('LoRA runs on the countdown task', function () {
     });
   }
 
-  it('keeps one copy of the base (the reference is the base with adapters off), checkpoints only the adapter, and resumes exactly', async () => {
+  it('keeps one copy of the base (the reference is the base with adapters off), checkpoints only the adapter, resumes exactly, and flowrl eval takes its checkpoint', async () => {
     const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1', 'actor_rollout_ref.actor.optim.lr_warmup_steps=2'];
     const split = tempDir();
     const file = writeCountdownConfig(split, lora(flowrl));
@@ -269,11 +269,19 @@ describe('LoRA runs on the countdown task', function () {
     expect(fs.readdirSync(actorDir)).not.to.include('model.safetensors');
     await train(file, [...common, 'trainer.total_training_steps=2']);
     const whole = tempDir();
-    await train(writeCountdownConfig(whole, lora(flowrl)), [...common, 'trainer.total_training_steps=2']);
+    // The uninterrupted run also validates at its last step (validation draws from its own seed).
+    await train(writeCountdownConfig(whole, lora(flowrl)), [...common, 'trainer.total_training_steps=2', 'trainer.test_freq=2']);
     const a = readRunMetrics(path.join(whole, 'run'));
     const b = readRunMetrics(path.join(split, 'run'));
     expect(b.map((m) => m.step)).to.deep.equal([1, 2]);
-    expect(withoutTiming(b[1])).to.deep.equal(withoutTiming(a[1]));
+    const training = (m: Record<string, number>) => Object.fromEntries(Object.entries(withoutTiming(m)).filter(([key]) => !key.startsWith('val/')));
+    expect(training(b[1])).to.deep.equal(training(a[1]));
+    // flowrl eval of a LoRA checkpoint: the run's base plus the checkpoint's adapter, giving the
+    // validation the run itself logged at that step.
+    const evaluated = await flowrlInProcess(['eval', path.join(whole, 'run', 'checkpoints', 'global_step_2')]);
+    expect(evaluated.status, evaluated.stderr).to.equal(0);
+    expect(a[1]['val/accuracy']).to.be.a('number');
+    expect(JSON.parse(evaluated.stdout.trim().split('\n').at(-1)!)['val/accuracy']).to.equal(a[1]['val/accuracy']);
   });
 
   it('bad LoRA settings end in exit 2 naming the key or file', async () => {

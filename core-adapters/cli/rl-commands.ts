@@ -109,7 +109,9 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (fs.existsSync(target) && fs.statSync(target).isDirectory()) {
     if (!isCheckpoint(target)) throw new InputError(`${target}: not a checkpoint directory (no trainer_state.json) and not a config file`);
     configFile = path.join(target, 'config.yaml');
-    extra.push(`actor_rollout_ref.model.path=${path.join(target, 'actor')}`, 'trainer.resume_mode=disable');
+    const actorDir = path.join(target, 'actor');
+    // A LoRA checkpoint holds the adapter; its base is the run's model.path.
+    extra.push(isAdapterDir(actorDir) ? `actor_rollout_ref.model.lora_adapter_path=${actorDir}` : `actor_rollout_ref.model.path=${actorDir}`, 'trainer.resume_mode=disable');
   }
   const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
