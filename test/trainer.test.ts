@@ -38,6 +38,12 @@ describe('the core trainer on a tiny countdown task', function () {
         expect(metrics.find((m) => m.step === 1), key).to.have.property(key);
       }
       if (algorithm === 'ppo') expect(metrics.find((m) => m.step === 1)).to.have.property('critic/vf_loss');
+      // The unbiased pass@j (4 samples per prompt): pass@1 is the accuracy, pass@4 any-correct.
+      for (const m of [before, after]) {
+        expect(m['val/pass@1']).to.be.closeTo(m['val/accuracy'], 1e-12);
+        expect(m['val/pass@4']).to.be.closeTo(m['val/pass@k'], 1e-12);
+        expect(m['val/pass@2']).to.be.within(m['val/pass@1'], m['val/pass@4']);
+      }
     });
   }
 

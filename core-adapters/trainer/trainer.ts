@@ -30,6 +30,7 @@ import { promptBatch } from '../workers/sequences.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
+import { passAtK, reportedKs } from './pass-at-k.js';
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -323,7 +324,8 @@ export class RLTrainer implements Trainer {
 
   /**
    * Validation on the val split with rollout.val_kwargs: accuracy (mean correctness over the k
-   * samples), pass@k (a prompt counts when any sample is correct), distinct correct responses per
+   * samples: Avg@k), pass@k (a prompt counts when any sample is correct), the unbiased pass@j for
+   * j = 1, 2, 4, ..., k (Chen et al. 2021) as val/pass@j, distinct correct responses per
    * prompt, and the entropy (nats) of the empirical distribution over each prompt's correct
    * responses, averaged over prompts with at least one (0 when one answer takes all the mass).
    */
@@ -349,7 +351,12 @@ export class RLTrainer implements Trainer {
     let passed = 0;
     let distinct = 0;
     let entropy = 0;
+    const ks = reportedKs(k);
+    const passAt = new Array<number>(ks.length).fill(0);
     for (let p = 0; p < prompts; p++) {
+      let correct = 0;
+      for (let s = 0; s < k; s++) correct += reward.correct[p * k + s] ? 1 : 0;
+      ks.forEach((j, i) => (passAt[i] += passAtK(k, correct, j)));
       const counts = new Map<string, number>();
       for (let s = 0; s < k; s++) {
         const row = p * k + s;
@@ -371,6 +378,7 @@ export class RLTrainer implements Trainer {
       'val/accuracy': mean(reward.correct.map(Number)),
       'val/pass@k': passed / prompts,
       'val/k': k,
+      ...Object.fromEntries(ks.map((j, i) => [`val/pass@${j}`, passAt[i] / prompts])),
       'val/distinct_correct': distinct / prompts,
       'val/correct_entropy': passed ? entropy / passed : 0,
       'val/score/mean': mean(reward.scores),
