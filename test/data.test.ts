@@ -4,7 +4,7 @@ import path from 'node:path';
 import { parquetWriteFile } from 'hyparquet-writer';
 import type { SchemaElement } from 'hyparquet-writer';
 import { readRows, validateRow, writeRowsJsonl, type DataRow } from '../core-adapters/data/index.js';
-import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, FLAT_ROW_SCHEMA, PARQUET_STRING, tempDir } from './helpers.js';
 
 
 const ROWS: DataRow[] = [
@@ -115,23 +115,21 @@ describe('data rows: jsonl', () => {
   });
 });
 
-const STRING = { type: 'BYTE_ARRAY', converted_type: 'UTF8', repetition_type: 'OPTIONAL' } as const;
-
 /** The schema pandas/pyarrow give verl's rows: prompt list<struct>, reward_model and extra_info structs. */
 const VERL_SCHEMA: SchemaElement[] = [
   { name: 'root', num_children: 5 },
-  { name: 'data_source', ...STRING },
+  { name: 'data_source', ...PARQUET_STRING },
   { name: 'prompt', repetition_type: 'OPTIONAL', converted_type: 'LIST', num_children: 1 },
   { name: 'list', repetition_type: 'REPEATED', num_children: 1 },
   { name: 'element', repetition_type: 'OPTIONAL', num_children: 2 },
-  { name: 'role', ...STRING },
-  { name: 'content', ...STRING },
-  { name: 'ability', ...STRING },
+  { name: 'role', ...PARQUET_STRING },
+  { name: 'content', ...PARQUET_STRING },
+  { name: 'ability', ...PARQUET_STRING },
   { name: 'reward_model', repetition_type: 'OPTIONAL', num_children: 2 },
-  { name: 'style', ...STRING },
-  { name: 'ground_truth', ...STRING },
+  { name: 'style', ...PARQUET_STRING },
+  { name: 'ground_truth', ...PARQUET_STRING },
   { name: 'extra_info', repetition_type: 'OPTIONAL', num_children: 2 },
-  { name: 'split', ...STRING },
+  { name: 'split', ...PARQUET_STRING },
   { name: 'index', type: 'INT64', repetition_type: 'OPTIONAL' },
 ];
 
@@ -185,15 +183,7 @@ describe('data rows: parquet', () => {
   });
 
   it('accepts a plain-string prompt column', async () => {
-    const schema: SchemaElement[] = [
-      { name: 'root', num_children: 3 },
-      { name: 'data_source', ...STRING },
-      { name: 'prompt', ...STRING },
-      { name: 'reward_model', repetition_type: 'OPTIONAL', num_children: 2 },
-      { name: 'style', ...STRING },
-      { name: 'ground_truth', ...STRING },
-    ];
-    const file = writeParquet([{ data_source: 'math', prompt: 'Solve x+1=3.', reward_model: { style: 'rule', ground_truth: '2' } }], schema);
+    const file = writeParquet([{ data_source: 'math', prompt: 'Solve x+1=3.', reward_model: { style: 'rule', ground_truth: '2' } }], [...FLAT_ROW_SCHEMA]);
     expect(await readRows(file)).to.deep.equal([
       { data_source: 'math', prompt: [{ role: 'user', content: 'Solve x+1=3.' }], reward_model: { style: 'rule', ground_truth: '2' } },
     ]);

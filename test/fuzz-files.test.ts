@@ -6,14 +6,14 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parquetWriteFile, type SchemaElement } from 'hyparquet-writer';
+import { parquetWriteFile } from 'hyparquet-writer';
 import { InputError, loadModel, Rng } from '../core-adapters/index.js';
 import { readRows } from '../core-adapters/data/rows.js';
 import { readModelConfig } from '../core-adapters/model/config.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { readManifest } from '../core-adapters/plugins/manifest.js';
-import { fixture, FUZZ_MEMORY_BOUND, readJson, residentGrowth, ROOT, tempDir } from './helpers.js';
+import { fixture, FLAT_ROW_SCHEMA, FUZZ_MEMORY_BOUND, readJson, residentGrowth, ROOT, tempDir } from './helpers.js';
 
 const INPUTS = Number(process.env.FLOWRL_FUZZ_INPUTS ?? 1000);
 const HOST_VERSION = readJson<{ version: string }>(path.join(ROOT, 'package.json')).version;
@@ -132,20 +132,10 @@ async function fuzz(target: Target, inputs = INPUTS): Promise<{ read: number; re
   return outcomes;
 }
 
-const STRING = { type: 'BYTE_ARRAY', converted_type: 'UTF8', repetition_type: 'OPTIONAL' } as const;
-const SCHEMA: SchemaElement[] = [
-  { name: 'root', num_children: 3 },
-  { name: 'data_source', ...STRING },
-  { name: 'prompt', ...STRING },
-  { name: 'reward_model', repetition_type: 'OPTIONAL', num_children: 2 },
-  { name: 'style', ...STRING },
-  { name: 'ground_truth', ...STRING },
-];
-
 function validParquet(): Buffer {
   const file = path.join(tempDir(), 'valid.parquet');
   const records = Array.from({ length: 4 }, (_, i) => ({ data_source: 'countdown', prompt: `reach ${i + 10} with 1 2 3`, reward_model: { style: 'rule', ground_truth: String(i + 10) } }));
-  parquetWriteFile({ filename: file, schema: SCHEMA, columnData: Object.keys(records[0]).map((name) => ({ name, data: records.map((r) => r[name as keyof (typeof records)[0]]) })) });
+  parquetWriteFile({ filename: file, schema: [...FLAT_ROW_SCHEMA], columnData: Object.keys(records[0]).map((name) => ({ name, data: records.map((r) => r[name as keyof (typeof records)[0]]) })) });
   return fs.readFileSync(file);
 }
 

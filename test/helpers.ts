@@ -235,3 +235,16 @@ export function residentGrowth(): { sample(): void; growth(): number } {
     growth: () => peak - start,
   };
 }
+
+/** A parquet string column, as pandas/pyarrow write it. */
+export const PARQUET_STRING = { type: 'BYTE_ARRAY', converted_type: 'UTF8', repetition_type: 'OPTIONAL' } as const;
+
+/** A flat verl row schema: data_source, a plain-string prompt, and reward_model {style, ground_truth}. */
+export const FLAT_ROW_SCHEMA = [
+  { name: 'root', num_children: 3 },
+  { name: 'data_source', ...PARQUET_STRING },
+  { name: 'prompt', ...PARQUET_STRING },
+  { name: 'reward_model', repetition_type: 'OPTIONAL', num_children: 2 },
+  { name: 'style', ...PARQUET_STRING },
+  { name: 'ground_truth', ...PARQUET_STRING },
+] as const;

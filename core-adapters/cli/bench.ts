@@ -45,6 +45,16 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
+/** batch rows of `length` random tokens, packed as a 1-token prompt and the rest as the response. */
+function randomSequences(rng: Rng, batch: number, length: number, vocab: number) {
+  const rows = Array.from({ length: batch }, () => Array.from({ length }, () => rng.int(vocab)));
+  const seq = packSequences(
+    rows.map((r) => r.slice(0, 1)),
+    rows.map((r) => r.slice(1)),
+  );
+  return { rows, seq };
+}
+
 export interface BenchResult {
   backend: string;
   accelerations: string[];
@@ -64,13 +74,8 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const pool = workers > 1 ? await ThreadPool.create({ size: workers, spec: languageModelReplicaSpec(model), params: model.params, native: options.native ?? defaultNativeChoice() }) : undefined;
   pool?.publish(model.params);
   const optimizer = new AdamW({ lr: 3e-4, weightDecay: 0.01 });
-  const rng = new Rng(1);
   const T = BENCH_MODEL.max_position_embeddings;
-  const rows = Array.from({ length: options.batch }, () => Array.from({ length: T }, () => rng.int(BENCH_MODEL.vocab_size)));
-  const seq = packSequences(
-    rows.map((r) => r.slice(0, 1)),
-    rows.map((r) => r.slice(1)),
-  );
+  const { rows, seq } = randomSequences(new Rng(1), options.batch, T, BENCH_MODEL.vocab_size);
 
   const trainTimes: number[] = [];
   for (let i = 0; i < options.steps + 2; i++) {
@@ -149,11 +154,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
   const optimizer = new AdamW({ lr: 1e-4, weightDecay: 0.01 });
   const rng = new Rng(1);
-  const rows = Array.from({ length: options.batch }, () => Array.from({ length: options.seq }, () => rng.int(config.vocabSize)));
-  const seq = packSequences(
-    rows.map((r) => r.slice(0, 1)),
-    rows.map((r) => r.slice(1)),
-  );
+  const { seq } = randomSequences(rng, options.batch, options.seq, config.vocabSize);
   const trainTimes: number[] = [];
   for (let i = 0; i < options.steps + 1; i++) {
     const start = performance.now();

@@ -93,7 +93,6 @@ export class LoraAdapters {
   constructor(
     readonly config: ModelConfig,
     readonly settings: LoraSettings,
-    variable: (name: string, value: tf.Tensor) => tf.Variable,
     init: (name: string, shape: [number, number]) => Float32Array,
   ) {
     this.scale = loraScale(settings);
@@ -107,7 +106,7 @@ export class LoraAdapters {
         ] as const) {
           const name = `${base}.${suffix}`;
           const value = tf.tensor2d(init(name, [...shape]), [...shape]);
-          this.params.set(name, variable(name, value));
+          this.params.set(name, tf.variable(value, true, uniqueVariableName(name)));
           value.dispose();
         }
       }
@@ -320,7 +319,7 @@ export function isAdapterDir(dir: string): boolean {
 
 /** Fresh adapters with PEFT's initialisation, seeded. */
 export function createAdapters(config: ModelConfig, settings: LoraSettings, seed: number): LoraAdapters {
-  return new LoraAdapters(config, settings, (name, value) => tf.variable(value, true, uniqueVariableName(name)), peftInitializer(seed));
+  return new LoraAdapters(config, settings, peftInitializer(seed));
 }
 
 /**
