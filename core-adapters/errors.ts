@@ -28,3 +28,15 @@ export class RunStopped extends Error {
     this.name = 'RunStopped';
   }
 }
+
+/**
+ * Every rollout server stopped answering. The trainer saves a checkpoint of the last finished step
+ * first; the CLI prints the message and exits with code 3, and the same command resumes.
+ */
+export class RolloutUnavailable extends Error {
+  readonly exitCode = 3;
+  constructor(message: string) {
+    super(message);
+    this.name = 'RolloutUnavailable';
+  }
+}

@@ -16,6 +16,8 @@ import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plug
 import { importPluginModule, type PluginRegistries } from './plugins/loader.js';
 import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
 import { NaiveRewardManager } from './rewards/manager.js';
+import { LocalRollout } from './rollout/local.js';
+import { ServerRollout } from './rollout/server-rollout.js';
 import { HOST_VERSION } from './package-root.js';
 import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
 import { LocalCheckpointStore } from './trainer/checkpoints.js';
@@ -63,6 +65,8 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.AdvantageEstimator).toConstantValue(registries.advantageEstimators.get(requirements.advEstimator));
     bind(TOKENS.PolicyLoss).toConstantValue(registries.policyLosses.get(config.actor_rollout_ref.actor.policy_loss));
     bind(TOKENS.Actor).to(PPOActor).inSingletonScope();
+    if (config.actor_rollout_ref.rollout.name === 'local') bind(TOKENS.Rollout).to(LocalRollout).inSingletonScope();
+    else bind(TOKENS.Rollout).to(ServerRollout).inSingletonScope();
     bind(TOKENS.Worker).to(ActorRolloutRefWorker).inSingletonScope();
     bind(TOKENS.Critic).to(ValueCritic).inSingletonScope();
     bind(TOKENS.Trainer).to(RLTrainer).inSingletonScope();

@@ -55,7 +55,7 @@ export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
 
 // Registries by name (one per host; plugins add to them through PluginContext.registries), and the
-// math they hold (verl's core_algos): estimators, policy losses, KL.
+// math they hold (verl's core_algos): estimators, policy losses, KL, the rollout correction (TIS).
 export {
   AdvantageEstimatorRegistry,
   maskedWhiten,
@@ -76,6 +76,13 @@ export {
 } from './algorithms/policy-loss.js';
 export { klPenalty, type KlPenaltyType } from './algorithms/kl.js';
 export { composeAdvantages, type AdvantageComposition, type ComposedAdvantages } from './algorithms/compose.js';
+export {
+  sequenceRolloutCorrection,
+  tokenRolloutCorrection,
+  type RolloutCorrectionMetrics,
+  type SequenceRolloutCorrection,
+  type TokenRolloutCorrection,
+} from './algorithms/rollout-correction.js';
 
 // Batches and seeded randomness.
 export { Batch, type BatchTensor } from './batch.js';

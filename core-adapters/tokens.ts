@@ -9,6 +9,8 @@ export const TOKENS = {
   Worker: Symbol.for('flowrl.Worker'),
   /** The policy-update role; the worker hands it the model it builds. */
   Actor: Symbol.for('flowrl.Actor'),
+  /** Sampling: in this process (local) or on inference servers (sglang, vllm); the worker hands it the policy. */
+  Rollout: Symbol.for('flowrl.Rollout'),
   Critic: Symbol.for('flowrl.Critic'),
   Trainer: Symbol.for('flowrl.Trainer'),
   RewardManager: Symbol.for('flowrl.RewardManager'),
@@ -36,6 +38,7 @@ export type TokenName = keyof typeof TOKENS;
 export const OVERRIDABLE_BINDINGS: TokenName[] = [
   'Worker',
   'Actor',
+  'Rollout',
   'Critic',
   'Trainer',
   'RewardManager',

@@ -3,7 +3,17 @@
 // yields log Z from ProjZ on the same pass's prompt hidden states.
 import * as tf from '@tensorflow/tfjs';
 import { injectable, injectFromBase } from 'inversify';
-import { PPOActor, Rng, scoreResponses, sequenceBatch, stopGradient, type Batch, type Metrics, type MicroBatchShare } from '../core-adapters/index.js';
+import {
+  PPOActor,
+  Rng,
+  scoreResponses,
+  sequenceBatch,
+  sequenceRolloutCorrection,
+  stopGradient,
+  type Batch,
+  type Metrics,
+  type MicroBatchShare,
+} from '../core-adapters/index.js';
 import { flowrlConfig } from './config.js';
 import { computeFlowRLLoss } from './objective.js';
 import { poolPromptStates, type ProjZ } from './proj-z.js';
@@ -33,6 +43,21 @@ export class FlowRLActor extends PPOActor {
     return tf.tensor2d(out, [B, R]);
   }
 
+  /** Sequence TIS weights [B] of a batch sampled by another engine; undefined for local sampling or with tis_cap null. */
+  private sequenceTisWeights(micro: Batch): tf.Tensor1D | undefined {
+    const cap = this.tisCap;
+    if (cap === null || !micro.has('rollout_log_probs')) return undefined;
+    const old = micro.tensor('old_log_probs').data;
+    return tf.tensor1d(sequenceRolloutCorrection(old, micro.tensor('rollout_log_probs').data, micro.tensor('response_mask').data, micro.size, cap).weights);
+  }
+
+  /** The token-level mismatch metrics plus the fraction of sequences whose engine weight was truncated. */
+  protected override rolloutCorrectionMetrics(batch: Batch): Metrics {
+    if (!batch.has('rollout_log_probs')) return {};
+    const old = batch.tensor('old_log_probs').data;
+    return sequenceRolloutCorrection(old, batch.tensor('rollout_log_probs').data, batch.tensor('response_mask').data, batch.size, this.tisCap).metrics;
+  }
+
   /** The FlowRL loss is a plain mean over sequences, so a micro-batch weighs by its share of rows. */
   protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const flowrl = flowrlConfig(this.config);
@@ -52,6 +77,8 @@ export class FlowRLActor extends PPOActor {
         advantages: flowrl.reward_source === 'score' ? this.sequenceScores(micro) : this.floatTensor(micro, 'advantages'),
         responseMask: this.floatTensor(micro, 'response_mask'),
         logZ,
+        // From the batch's old_log_probs even on-policy: the gap is between the trainer's and the engine's scores.
+        rolloutWeights: this.sequenceTisWeights(micro),
       },
       { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling },
     );

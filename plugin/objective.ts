@@ -2,7 +2,9 @@
 // computes it (verl recipe/flowrl; README "FlowRL"), per sequence b with masked means over response tokens:
 //   delta_b = log Z(x_b) + mean_t log pi(y_t) - beta * mean_t A_t - mean_t log pi_ref(y_t)
 //   w_b     = min(exp(sum_t (log pi - log pi_old)), w_max)      (no gradient; 1 without IS)
-//   loss    = mean_b(w_b * delta_b^2)
+//   loss    = mean_b(w_b * c_b * delta_b^2)
+// where c_b is the engine correction for rollouts sampled elsewhere (sequenceRolloutCorrection:
+// min(exp(sum_t (log pi_old - log pi_rollout)), tis_cap); 1 for local sampling).
 import * as tf from '@tensorflow/tfjs';
 import { stopGradient } from '../core-adapters/index.js';
 
@@ -17,6 +19,8 @@ export interface FlowRLInputs {
   responseMask: tf.Tensor2D;
   /** log Z(x) per sequence [B] (differentiated). */
   logZ: tf.Tensor1D;
+  /** Constant per-sequence factors [B] (the rollout correction's sequence TIS weights); absent: 1. */
+  rolloutWeights?: tf.Tensor1D;
 }
 
 export interface FlowRLOptions {
@@ -73,7 +77,9 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
     const weight = useWeights
       ? tf.exp(tf.minimum(stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1)), Math.log(weightMax)))
       : tf.onesLike(logZ);
-    const value = tf.mean(tf.mul(weight, tf.square(delta))) as tf.Scalar;
+    // The engine factor is reduced as w is (exp of a summed log ratio, truncated), so w * c chains pi/pi_old and pi_old/pi_rollout per sequence.
+    const applied = inputs.rolloutWeights ? tf.mul(weight, inputs.rolloutWeights) : weight;
+    const value = tf.mean(tf.mul(applied, tf.square(delta))) as tf.Scalar;
     const stats = tf
       .stack([
         tf.mean(logZ),

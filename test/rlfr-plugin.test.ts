@@ -113,9 +113,9 @@ describe('RLFR flow rewards in the host', function () {
   }
 
   /** 16 rollouts of one prompt; every other one counts as correct. */
-  function halfCorrectBatch(worker: Worker): Batch {
+  async function halfCorrectBatch(worker: Worker): Promise<Batch> {
     const prompts = promptBatch([{ ids: [5, 6, 7, 4, 8], dataSource: 'x', groundTruth: null, extraInfo: {}, index: 0 }], 'p').repeat(16, true);
-    const batch = worker.generateSequences(prompts, { temperature: 1, topP: 1, topK: 0, greedy: false, maxNewTokens: 8, seed: 1 });
+    const batch = await worker.generateSequences(prompts, { temperature: 1, topP: 1, topK: 0, greedy: false, maxNewTokens: 8, seed: 1 });
     const [B, R] = batch.tensor('responses').shape;
     const scores = new Float32Array(B * R);
     for (let b = 0; b < B; b += 2) scores[b * R] = 1;
@@ -126,7 +126,7 @@ describe('RLFR flow rewards in the host', function () {
   it('at initialisation (no pretrained field) every flow reward is zero, and the field still learns online from correct rollouts', async () => {
     const { shaper, worker } = await freshShaper(['reward.flow.online.cadence=training_step']);
     expect(shaper.flowModel.trained).to.equal(false);
-    const batch = halfCorrectBatch(worker);
+    const batch = await halfCorrectBatch(worker);
     const [B, R] = batch.tensor('responses').shape;
     const shaping = new Float32Array(B * R);
     const metrics = shaper.shape(batch, shaping);

@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
 import { aggregateLoss, miniBatchDenominators, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';
+import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -92,6 +93,26 @@ export class PPOActor implements Actor {
     return batch.toTensor(key).toFloat() as tf.Tensor2D;
   }
 
+  /** The TIS cap for batches sampled by another engine (those carrying rollout_log_probs); null: no correction. */
+  protected get tisCap(): number | null {
+    return this.config.algorithm.rollout_correction.tis_cap;
+  }
+
+  /** Token TIS weights [B, R] of a batch sampled by another engine; undefined for local sampling or with tis_cap null. */
+  protected tokenTisWeights(micro: Batch): tf.Tensor2D | undefined {
+    const cap = this.tisCap;
+    if (cap === null || !micro.has('rollout_log_probs')) return undefined;
+    const mask = micro.tensor('response_mask');
+    const { weights } = tokenRolloutCorrection(micro.tensor('old_log_probs').data, micro.tensor('rollout_log_probs').data, mask.data, cap);
+    return tf.tensor2d(weights, mask.shape as [number, number]);
+  }
+
+  /** The whole batch's engine-vs-trainer mismatch metrics (none for local sampling); subclasses may add their own. */
+  protected rolloutCorrectionMetrics(batch: Batch): Metrics {
+    if (!batch.has('rollout_log_probs')) return {};
+    return tokenRolloutCorrection(batch.tensor('old_log_probs').data, batch.tensor('rollout_log_probs').data, batch.tensor('response_mask').data, this.tisCap).metrics;
+  }
+
   /** Responses per optimizer step: ppo_mini_batch_size prompts times rollout.n. */
   protected get miniBatchSize(): number {
     return Math.max(1, this.actorConfig.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n);
@@ -99,8 +120,8 @@ export class PPOActor implements Actor {
 
   /**
    * The loss of one micro-batch as its part of the mini-batch loss, with its metrics recorded. PPO:
-   * clipped surrogate, optional KL loss to the reference, entropy bonus, each aggregated with the
-   * mini-batch's denominators.
+   * clipped surrogate (times the TIS weights for rollouts from another engine), optional KL loss to
+   * the reference, entropy bonus, each aggregated with the mini-batch's denominators.
    */
   protected microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const cfg = this.actorConfig;
@@ -109,7 +130,13 @@ export class PPOActor implements Actor {
     const out = scoreResponses(this.module.lm, sequenceBatch(micro), { temperature: this.temperature, withEntropy });
     const mask = this.floatTensor(micro, 'response_mask');
     const pg = this.policyLoss(
-      { logProb: out.logProbs, oldLogProb: this.floatTensor(micro, 'old_log_probs'), advantages: this.floatTensor(micro, 'advantages'), responseMask: mask },
+      {
+        logProb: out.logProbs,
+        oldLogProb: this.floatTensor(micro, 'old_log_probs'),
+        advantages: this.floatTensor(micro, 'advantages'),
+        responseMask: mask,
+        tokenWeights: this.tokenTisWeights(micro),
+      },
       { clipRatioLow: cfg.clip_ratio_low, clipRatioHigh: cfg.clip_ratio_high, clipRatioC: cfg.clip_ratio_c, lossAggMode: mode, globalBatchInfo: part.global },
     );
     let loss: tf.Scalar = pg.loss;
@@ -167,7 +194,7 @@ export class PPOActor implements Actor {
     const cfg = this.actorConfig;
     const onPolicy = batch.size <= this.miniBatchSize && cfg.ppo_epochs === 1;
     let denominators: { mini: Batch; global: AggregateLossOptions } | undefined;
-    return runUpdateLoop<Batch>({
+    const metrics = runUpdateLoop<Batch>({
       miniBatches: batch.split(this.miniBatchSize),
       epochs: cfg.ppo_epochs,
       microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
@@ -184,5 +211,6 @@ export class PPOActor implements Actor {
       lr: () => this.module.lrScheduler.lr,
       prefix: 'actor',
     });
+    return { ...metrics, ...this.rolloutCorrectionMetrics(batch) };
   }
 }

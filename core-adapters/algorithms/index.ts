@@ -5,3 +5,4 @@ export * from './policy-loss.js';
 export * from './kl.js';
 export * from './value-loss.js';
 export * from './compose.js';
+export * from './rollout-correction.js';

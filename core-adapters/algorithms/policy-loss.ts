@@ -94,6 +94,11 @@ export interface PolicyLossInput {
   oldLogProb: tf.Tensor2D;
   advantages: tf.Tensor2D;
   responseMask: tf.Tensor2D;
+  /**
+   * Constant per-token factors (the rollout correction's TIS weights) multiplied into the token
+   * losses before aggregation; absent means 1. A registered policy loss must apply them.
+   */
+  tokenWeights?: tf.Tensor2D;
 }
 
 /** The settings a policy loss reads (from actor_rollout_ref.actor). */
@@ -149,7 +154,7 @@ export class PolicyLossRegistry {
  *   log r = clamp(logProb - oldLogProb, -20, 20),  r = exp(log r)
  *   l1 = -A r,  l2 = -A clamp(r, 1 - low, 1 + high),  l = max(l1, l2)
  *   for A < 0 (dual clip): l = min(l, -A c)
- * aggregated by lossAggMode. Metrics (masked means, with masked_mean's 1e-8):
+ * times input.tokenWeights when given, aggregated by lossAggMode. Metrics (masked means, with masked_mean's 1e-8):
  *   pg_clipfrac = mean[l2 > l1], ppo_kl = mean[-log r],
  *   pg_clipfrac_lower = mean[(max(l1, l2) > -A c) and A < 0].
  * The loss tensor stays in the caller's gradient graph (tfjs keeps what the backward pass needs);
@@ -176,7 +181,8 @@ export const vanillaPolicyLoss: PolicyLoss = (input, options) => {
       maskedMeanTensor(tf.cast(tf.logicalAnd(tf.greater(ppoLosses, dualBound), negative), 'float32'), responseMask),
     ]).dataSync();
     metrics = { 'actor/pg_clipfrac': stats[0], 'actor/ppo_kl': stats[1], 'actor/pg_clipfrac_lower': stats[2] };
-    return aggregateLoss(tokenLosses, responseMask, options.lossAggMode, options.globalBatchInfo);
+    const weighted = input.tokenWeights ? (tf.mul(tokenLosses, input.tokenWeights) as tf.Tensor2D) : tokenLosses;
+    return aggregateLoss(weighted, responseMask, options.lossAggMode, options.globalBatchInfo);
   });
   return { loss, metrics: metrics! };
 };

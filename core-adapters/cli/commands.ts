@@ -1,13 +1,14 @@
 // The flowrl command's subcommands, one per job, and its dispatcher. Bad input exits 2 with one
 // message, no stack. (cli/main.ts runs it; tests call main in-process.)
 import 'reflect-metadata';
-import { InputError, RunStopped } from '../errors.js';
+import { InputError, RolloutUnavailable, RunStopped } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
 import { evalCommand, exportCommand, pluginCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 import { reportCommand } from './report-command.js';
+import { serveCommand } from './serve-command.js';
 
 interface Command {
   usage: string;
@@ -26,6 +27,11 @@ const COMMANDS: Record<string, Command> = {
     run: generateCommand,
   },
   score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: scoreCommand },
+  serve: {
+    usage:
+      'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--max-batch 64] [--max-queue 1024] [--max-body-mb 16] [--logprobs-mode processed_logprobs|raw_logprobs]   (SGLang and vLLM rollout routes, OpenAI chat completions)',
+    run: serveCommand,
+  },
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
   demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: demoCommand },
   bench: {
@@ -64,7 +70,7 @@ export async function main(argv: string[]): Promise<number> {
     await run();
     return 0;
   } catch (e) {
-    if (e instanceof InputError || e instanceof RunStopped) {
+    if (e instanceof InputError || e instanceof RunStopped || e instanceof RolloutUnavailable) {
       console.error(`flowrl ${name}: ${e.message}`);
       return e.exitCode;
     }

@@ -29,6 +29,7 @@ export const KEY_CHOICES = {
   'algorithm.kl_penalty': KL_PENALTY_TYPES,
   'algorithm.kl_ctrl.type': KL_CONTROLLER_TYPES,
   'reward_model.reward_manager': ['naive'],
+  'actor_rollout_ref.rollout.name': ['local', 'sglang', 'vllm'],
 } as const satisfies Record<string, readonly string[]>;
 
 /** A config key whose value is one of a fixed list. */
@@ -121,6 +122,8 @@ export const CORE_DEFAULTS = {
       log_prob_micro_batch_size: 32,
     },
     rollout: {
+      /** Where sampling runs: local (this process) | sglang | vllm (the inference servers at server.urls). */
+      name: choice('actor_rollout_ref.rollout.name', 'local'),
       n: 1,
       temperature: 1.0,
       top_p: 1.0,
@@ -135,6 +138,21 @@ export const CORE_DEFAULTS = {
         top_p: 1.0,
         top_k: -1,
         do_sample: false,
+      },
+      /** Inference servers (rollout.name sglang or vllm). */
+      server: {
+        /** Base URL of each server, e.g. [http://127.0.0.1:30000]; weight updates go to each directly. */
+        urls: [] as string[],
+        /** Where the policy is written for the servers (v{N} per version); every server must read this path. null: <default_local_dir>/rollout_weights. */
+        weights_dir: null as string | null,
+        /** Seconds a sample may take before it is drawn again on another server. */
+        timeout_s: 600,
+        /** Times one sample is drawn again after a failure before the run stops. */
+        max_retries: 3,
+        /** Samples from weights more than this many updates old are dropped and drawn again. */
+        max_staleness: 0,
+        /** Samples in flight per server at most. */
+        max_inflight: 64,
       },
     },
   },
@@ -184,6 +202,11 @@ export const CORE_DEFAULTS = {
       kl_coef: 0.001,
       horizon: 10000,
       target_kl: 0.1,
+    },
+    /** Off-policy correction for rollouts sampled by another engine (batches carrying rollout_log_probs). */
+    rollout_correction: {
+      /** Truncated importance sampling: each loss term weighs min(exp(old − rollout), tis_cap), a constant; null: off (metrics still logged). */
+      tis_cap: 2 as number | null,
     },
   },
   reward_model: {
@@ -237,13 +260,16 @@ export type CoreConfig = typeof CORE_DEFAULTS;
 
 
 /** Keys that accept either a single value or a list (verl allows both for data files). */
-export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins', 'actor_rollout_ref.model.target_modules']);
+export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins', 'actor_rollout_ref.model.target_modules', 'actor_rollout_ref.rollout.server.urls']);
 
 /** Keys whose subtree is free-form (not validated key by key). */
 export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);
 
 /** Keys that take 'auto' or a whole number >= 1. */
 export const AUTO_OR_COUNT_KEYS = new Set(['engine.workers']);
+
+/** Keys that take a finite number > 0 or null. */
+export const POSITIVE_OR_NULL_KEYS = new Set(['algorithm.rollout_correction.tis_cap']);
 
 /** Keys that must be whole numbers >= 1 (sizes and counts the loop divides by). */
 export const POSITIVE_INTEGER_KEYS = new Set([

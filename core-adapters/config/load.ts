@@ -10,6 +10,7 @@ import {
   KEY_CHOICES,
   OPEN_KEYS,
   POSITIVE_INTEGER_KEYS,
+  POSITIVE_OR_NULL_KEYS,
   STRING_OR_LIST_KEYS,
   type ConfigTree,
   type ConfigValue,
@@ -165,6 +166,10 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
     }
     if (AUTO_OR_COUNT_KEYS.has(dotted)) {
       if (value !== 'auto' && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) throw bad("'auto' or a whole number >= 1");
+      continue;
+    }
+    if (POSITIVE_OR_NULL_KEYS.has(dotted)) {
+      if (value !== null && !(typeof value === 'number' && Number.isFinite(value) && value > 0)) throw bad('a number > 0 or null');
       continue;
     }
     const stringOrList = STRING_OR_LIST_KEYS.has(dotted) || NULLABLE_TYPES[dotted] === 'string-or-list';

@@ -51,12 +51,42 @@ export interface ActorStepListener {
   onActorStep(miniBatch: Batch): Metrics;
 }
 
+/** What the worker hands the rollout: the policy and how its samples stop and are padded. */
+export interface RolloutPolicy {
+  module: PolicyModule;
+  stopTokenIds: number[];
+  padTokenId: number;
+  /**
+   * Writes the policy's current weights as a server loads them: a Hugging Face directory, or with
+   * LoRA the PEFT adapter alone. Returns whether it wrote an adapter.
+   */
+  writeWeights(dir: string): { adapter: boolean };
+}
+
+/**
+ * The rollout role (verl's rollout): samples responses with the policy's current weights, in this
+ * process (local) or on inference servers (sglang, vllm).
+ */
+export interface Rollout {
+  /** Receives the policy the worker built; called once, from the worker's init. */
+  attach(policy: RolloutPolicy): Promise<void>;
+  /**
+   * Samples a batch of prompts (already repeated rollout.n times). The batch returned holds
+   * responses, input_ids, attention_mask and response_mask; an engine in another process adds its
+   * per-token log-probs as rollout_log_probs, and its metrics under meta.metrics.
+   */
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
+  /** The policy's weights changed (an update or a restore): the next samples come from the new ones. */
+  policyChanged(): void;
+  dispose(): Promise<void>;
+}
+
 /** The actor-rollout-ref worker: owns the policy, the reference policy and sampling. */
 export interface Worker {
   init(): Promise<void>;
   readonly module: PolicyModule;
-  /** Samples responses for a batch of prompts (already repeated rollout.n times). */
-  generateSequences(prompts: Batch, sampling: SamplingSettings): Batch;
+  /** Samples responses for a batch of prompts (already repeated rollout.n times) through the rollout role. */
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
   computeRefLogProb(batch: Batch): Float32Array;
   updateActor(batch: Batch, listeners?: ActorStepListener[]): Metrics;
@@ -198,7 +228,7 @@ export interface Trainer {
   /** Loads what validation needs (data, scorers, the policy; no checkpoint), then one validation pass (`flowrl eval`). */
   evaluate(): Promise<Metrics>;
   /** One validation pass, once the trainer is set up (by fit or evaluate). */
-  validate(): Metrics;
+  validate(): Promise<Metrics>;
   /** Asks fit to stop after the current step, with a checkpoint; fit then returns early. */
   requestStop?(): void;
   /** The step fit stopped at after requestStop (undefined when it ran to the end). */

@@ -24,6 +24,12 @@ export interface SamplingOptions {
   firstRow?: number;
   /** Recompute the whole sequence every step instead of using the KV cache (for checks only). */
   noCache?: boolean;
+  /** Per-row random streams (a server's per-request seeds): row b draws from Rng.derive(...rowStreams[b]), not (seed, firstRow + b). */
+  rowStreams?: [number, number][];
+  /** Per-row limits on new tokens, each at most maxNewTokens (a server batches requests of different lengths). */
+  rowMaxNewTokens?: number[];
+  /** Also return each sampled token's log-probability under the sampling distribution (log-softmax of logits / T). */
+  withLogProbs?: boolean;
 }
 
 export interface Generation {
@@ -31,6 +37,18 @@ export interface Generation {
   tokens: number[][];
   /** Whether each row ended on a stop token. */
   stopped: boolean[];
+  /** With withLogProbs: per token, log-softmax(logits / T) of the sampled id (T = 1 when greedy), before top-k/top-p as SGLang reports it. */
+  logProbs?: number[][];
+}
+
+/** log-softmax(logits / T)[token] over the whole vocabulary, in float64. */
+export function tokenLogProb(logits: Float32Array, token: number, temperature: number): number {
+  const invT = 1 / (temperature > 0 ? temperature : 1);
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+  let total = 0;
+  for (let i = 0; i < logits.length; i++) total += Math.exp((logits[i] - max) * invT);
+  return (logits[token] - max) * invT - Math.log(total);
 }
 
 /** Tokens whose probability is at least this share of the total are the first candidates for top-p. */
@@ -113,7 +131,10 @@ function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Ten
 export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
   const batch = prompts.length;
   // One stream per row: a row's samples do not depend on when other rows stop.
-  const rngs = prompts.map((_, b) => Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b));
+  const rngs = prompts.map((_, b) => (options.rowStreams ? Rng.derive(...options.rowStreams[b]) : Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b)));
+  const limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
+  const logProbs: number[][] | undefined = options.withLogProbs ? prompts.map(() => []) : undefined;
+  const temperature = options.greedy ? 1 : (options.temperature ?? 1);
   const stop = new Set(options.stopTokenIds ?? []);
   const pad = options.padTokenId ?? 0;
   const P = Math.max(...prompts.map((p) => p.length));
@@ -130,6 +151,8 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
   const seen = prompts.map((p) => p.length);
   const tokens: number[][] = prompts.map(() => []);
   const stopped = prompts.map(() => false);
+  // Rows done: stopped on a stop token, or at their own length limit.
+  const done = limits.map((limit) => limit <= 0);
 
   // tidy keeps only what it returns, so the new cache travels out with the logits.
   let { logits, cache } = tf.tidy(() => {
@@ -145,15 +168,18 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
       const V = logits.shape[1];
       const next = new Int32Array(batch);
       for (let b = 0; b < batch; b++) {
-        if (stopped[b]) {
+        if (done[b]) {
           next[b] = pad;
           continue;
         }
-        next[b] = sampleToken(values.subarray(b * V, (b + 1) * V), options, rngs[b]);
+        const row = values.subarray(b * V, (b + 1) * V);
+        next[b] = sampleToken(row, options, rngs[b]);
         tokens[b].push(next[b]);
-        if (stop.has(next[b])) stopped[b] = true;
+        logProbs?.[b].push(tokenLogProb(row, next[b], temperature));
+        if (stop.has(next[b])) stopped[b] = done[b] = true;
+        if (tokens[b].length >= limits[b]) done[b] = true;
       }
-      if (stopped.every(Boolean) || step === options.maxNewTokens - 1) break;
+      if (done.every(Boolean) || step === options.maxNewTokens - 1) break;
 
       const grownIds = new Int32Array(batch * (width + 1));
       const grownMask = new Int32Array(batch * (width + 1));
@@ -184,7 +210,7 @@ export function generate(model: CausalLM, prompts: number[][], options: Sampling
     logits.dispose();
     if (cache) tf.dispose([...cache.keys, ...cache.values]);
   }
-  return { tokens, stopped };
+  return logProbs ? { tokens, stopped, logProbs } : { tokens, stopped };
 }
 
 /**
@@ -203,11 +229,14 @@ export function generateOnPool(model: CausalLM, prompts: number[][], options: Sa
   const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
   if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;
+  const shard = (a: number, b: number): SamplingOptions => ({ ...options, firstRow: first + a, rowStreams: options.rowStreams?.slice(a, b), rowMaxNewTokens: options.rowMaxNewTokens?.slice(a, b) });
   const parts = pool.runOnRowShards(
     prompts.length,
-    (a, b) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: { ...options, firstRow: first + a } }),
-    (a, b) => generate(model, prompts.slice(a, b), { ...options, firstRow: first + a }),
+    (a, b) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: shard(a, b) }),
+    (a, b) => generate(model, prompts.slice(a, b), shard(a, b)),
     threads,
   );
-  return { tokens: parts.flatMap((p) => p.tokens), stopped: parts.flatMap((p) => p.stopped) };
+  const merged: Generation = { tokens: parts.flatMap((p) => p.tokens), stopped: parts.flatMap((p) => p.stopped) };
+  if (options.withLogProbs) merged.logProbs = parts.flatMap((p) => p.logProbs!);
+  return merged;
 }

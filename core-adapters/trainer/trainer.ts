@@ -22,7 +22,7 @@ import type {
   Trainer,
   Worker,
 } from '../contracts/index.js';
-import { InputError } from '../errors.js';
+import { InputError, RolloutUnavailable } from '../errors.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
@@ -132,7 +132,7 @@ export class RLTrainer implements Trainer {
     await this.dataset.init();
     await this.rewards.init?.();
     await this.worker.init();
-    return this.validate();
+    return await this.validate();
   }
 
   protected restore(dir: string): TrainerState {
@@ -183,18 +183,25 @@ export class RLTrainer implements Trainer {
     for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
     let lastValidation: Metrics = {};
     if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
-      lastValidation = this.validate();
+      lastValidation = await this.validate();
       this.log(0, lastValidation);
     }
     const { test_freq: testFreq, save_freq: saveFreq } = this.config.trainer;
     while (this.step < total) {
       this.step += 1;
       const started = performance.now();
-      const metrics = this.trainStep();
+      const before = this.position;
+      let metrics: Metrics;
+      try {
+        metrics = await this.trainStep();
+      } catch (e) {
+        if (e instanceof RolloutUnavailable) throw this.stopWithoutRollouts(e, before);
+        throw e;
+      }
       const last = this.step === total;
       if (this.dataset.val.length && testFreq > 0 && (this.step % testFreq === 0 || last)) {
         const t = performance.now();
-        lastValidation = this.validate();
+        lastValidation = await this.validate();
         Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });
       }
       metrics['training/global_step'] = this.step;
@@ -219,6 +226,19 @@ export class RLTrainer implements Trainer {
     return lastValidation;
   }
 
+  /**
+   * The rollout servers are gone in the middle of a step: back to the end of the previous step,
+   * checkpointed (unless that checkpoint exists), so the same command resumes once they are back.
+   */
+  private stopWithoutRollouts(e: RolloutUnavailable, before: DataPosition): RolloutUnavailable {
+    this.step -= 1;
+    this.position = before;
+    for (const sink of this.sinks) sink.close();
+    if (this.step === 0) return new RolloutUnavailable(`${e.message}; no step finished, so there is no checkpoint; rerun once the servers are back`);
+    if (this.checkpoints.latest()?.step !== this.step) this.saveCheckpoint();
+    return new RolloutUnavailable(`${e.message}; stopped after step ${this.step} with a checkpoint in ${path.join(this.runDir, 'checkpoints')}; run the same command to resume once the servers are back`);
+  }
+
   protected samplingSettings(seed: number): SamplingSettings {
     const r = this.config.actor_rollout_ref.rollout;
     return {
@@ -232,7 +252,7 @@ export class RLTrainer implements Trainer {
   }
 
   /** One training step; returns its metrics. */
-  protected trainStep(): Metrics {
+  protected async trainStep(): Promise<Metrics> {
     const timing: Metrics = {};
     const timed = <T>(name: string, f: () => T): T => {
       const t = performance.now();
@@ -245,14 +265,16 @@ export class RLTrainer implements Trainer {
     this.position = next;
     const n = this.config.actor_rollout_ref.rollout.n;
     const promptsBatch = promptBatch(prompts, `s${this.step}`).repeat(n, true);
-    const batch = timed('gen', () => this.worker.generateSequences(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step))));
+    const genStarted = performance.now();
+    const batch = await this.worker.generateSequences(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step)));
+    timing['timing_s/gen'] = (performance.now() - genStarted) / 1000;
     const B = batch.size;
     const R = batch.tensor('responses').shape[1];
     const mask = batch.tensor('response_mask').data as Float32Array;
 
     const reward = timed('reward', () => this.rewards.compute(batch));
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
-    const metrics: Metrics = { ...reward.metrics };
+    const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}) };
 
     const old = timed('old_log_prob', () => this.worker.computeLogProb(batch));
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
@@ -329,13 +351,13 @@ export class RLTrainer implements Trainer {
    * prompt, and the entropy (nats) of the empirical distribution over each prompt's correct
    * responses, averaged over prompts with at least one (0 when one answer takes all the mass).
    */
-  validate(): Metrics {
+  async validate(): Promise<Metrics> {
     if (!this.dataset.val.length) throw new InputError('data.val_files: no validation prompts to evaluate (set data.val_files)');
     const kw = this.config.actor_rollout_ref.rollout.val_kwargs;
     const k = kw.n;
     const greedy = !kw.do_sample || kw.temperature === 0;
     const batch = promptBatch(this.dataset.val, 'val').repeat(k, true);
-    const generated = this.worker.generateSequences(batch, {
+    const generated = await this.worker.generateSequences(batch, {
       temperature: kw.temperature,
       topP: kw.top_p,
       topK: kw.top_k,

@@ -8,7 +8,7 @@ import { inject, injectable } from 'inversify';
 import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
-import type { Actor, ActorStepListener, Metrics, PolicyModule, SamplingSettings, Worker } from '../contracts/index.js';
+import type { Actor, ActorStepListener, Metrics, PolicyModule, Rollout, RolloutPolicy, SamplingSettings, Worker } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import {
@@ -27,14 +27,13 @@ import {
 import { frozenBaseAvailable } from '../engine/frozen.js';
 import { expectedTensors, readModelConfig } from '../model/config.js';
 import { ADAPTER_CONFIG_FILE, createAdapters, loadAdapterCheckpoint, loadAdapters, parseTargetModules, writeAdapterFiles } from '../model/lora.js';
-import { generateOnPool } from '../model/generate.js';
 import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
-import { sequenceBatch, sequencesFromSamples } from './sequences.js';
+import { sequenceBatch } from './sequences.js';
 
 /** Of the 4 GiB wasm heap, what weights may take: the rest is activations, gradients and AdamW's moments. */
 const WASM_HEAP_BUDGET = 3 * 2 ** 30;
@@ -60,6 +59,7 @@ export class ActorRolloutRefWorker implements Worker {
     @inject(TOKENS.Actor) protected readonly actor: Actor,
     @inject(TOKENS.Tokenizer) protected readonly tokenizer: TextTokenizer,
     @inject(TOKENS.RunRequirements) protected readonly requirements: RunRequirements,
+    @inject(TOKENS.Rollout) protected readonly rollout: Rollout,
   ) {}
 
   protected get modelPath(): string {
@@ -82,6 +82,25 @@ export class ActorRolloutRefWorker implements Worker {
       this.module.pool.publish(this.module.params);
       if (this.config.trainer.progress) process.stderr.write(`[flowrl] data-parallel: ${threads} threads (engine.workers), each with a policy replica\n`);
     }
+    await this.rollout.attach(this.rolloutPolicy());
+  }
+
+  /** The policy as the rollout sees it: the module, stops, padding and how to write its weights for a server. */
+  protected rolloutPolicy(): RolloutPolicy {
+    return {
+      module: this.module,
+      stopTokenIds: this.stopTokenIds(),
+      padTokenId: this.padTokenId,
+      writeWeights: (dir) => {
+        const adapters = this.module.lm.adapters;
+        if (adapters) {
+          writeAdapterFiles(dir, adapters, path.resolve(this.modelPath));
+          return { adapter: true };
+        }
+        this.exportModel(dir);
+        return { adapter: false };
+      },
+    };
   }
 
   /**
@@ -182,27 +201,8 @@ export class ActorRolloutRefWorker implements Worker {
     return [...ids];
   }
 
-  generateSequences(prompts: Batch, sampling: SamplingSettings): Batch {
-    const promptIds = prompts.column<number[]>('prompt_ids');
-    const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
-    const responses: number[][] = [];
-    for (let start = 0; start < promptIds.length; start += chunk) {
-      const part = promptIds.slice(start, start + chunk);
-      const { tokens } = generateOnPool(this.module.lm, part, {
-        maxNewTokens: sampling.maxNewTokens,
-        temperature: sampling.temperature,
-        topP: sampling.topP,
-        topK: sampling.topK,
-        greedy: sampling.greedy,
-        stopTokenIds: this.stopTokenIds(),
-        padTokenId: this.padTokenId,
-        seed: sampling.seed + start,
-      }, this.module.pool);
-      responses.push(...tokens);
-    }
-    const out = prompts.select([]);
-    for (const [key, tensor] of Object.entries(sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, this.padTokenId))) out.set(key, tensor);
-    return out;
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    return this.rollout.generateSequences(prompts, sampling);
   }
 
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array } {
@@ -242,6 +242,7 @@ export class ActorRolloutRefWorker implements Worker {
   updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
     const metrics = this.actor.updatePolicy(batch, listeners);
     this.module.lrScheduler.step();
+    this.rollout.policyChanged();
     return metrics;
   }
 
@@ -266,6 +267,7 @@ export class ActorRolloutRefWorker implements Worker {
     for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
     loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params, this.module.lrScheduler);
     this.module.pool?.publish(this.module.params);
+    this.rollout.policyChanged();
   }
 
   exportModel(dir: string): void {
@@ -273,6 +275,7 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   dispose(): void {
+    void this.rollout.dispose();
     void this.module?.pool?.close();
     this.module?.lm.dispose();
     this.module?.heads.forEach((h) => h.dispose());

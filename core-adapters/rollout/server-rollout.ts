@@ -1,0 +1,314 @@
+// rollout.name sglang | vllm: sampling on inference servers. Before sampling with new weights the
+// policy is written to rollout.server.weights_dir/v{N} (atomically) and loaded on every live server.
+// Each prompt's group goes to the least-loaded server; a sample whose server fails (connect error,
+// 5xx, timeout, dropped answer, abort) is drawn again whole on another server; a server failing
+// twice in a row is ejected, probed at the next step and given the current weights before it serves
+// again. Samples from weights more than max_staleness versions old are dropped and drawn again.
+import fs from 'node:fs';
+import path from 'node:path';
+import { inject, injectable } from 'inversify';
+import type { Batch } from '../batch.js';
+import type { Config } from '../config/load.js';
+import type { Metrics, Rollout, RolloutPolicy, SamplingSettings } from '../contracts/index.js';
+import { InputError, RolloutUnavailable } from '../errors.js';
+import { writeDirectoryAtomically } from '../model/checkpoint.js';
+import { Rng } from '../random.js';
+import { TOKENS } from '../tokens.js';
+import { sequencesFromSamples } from '../workers/sequences.js';
+import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from './clients.js';
+
+/** Consecutive failures after which a server is ejected until it answers a probe. */
+const EJECT_AFTER_FAILURES = 2;
+/** Weight versions kept on disk (a server may still be reading the previous one). */
+const KEPT_VERSIONS = 2;
+/** Probe rounds, one second apart, before a step gives up when no server is live. */
+const PROBE_ROUNDS = 3;
+
+interface ServerState {
+  client: RolloutServerClient;
+  live: boolean;
+  /** The policy version this server holds (-1: unknown, so it needs the current weights). */
+  version: number;
+  failures: number;
+  /** Samples sent and not yet answered. */
+  inFlight: number;
+  /** Samples assigned to it this step (balancing counts them before they are sent). */
+  assigned: number;
+  /** Callers waiting for a free slot. */
+  waiters: (() => void)[];
+}
+
+/** Counters of one generateSequences call. */
+interface RoundCounters {
+  retries: number;
+  staleDropped: number;
+  ejections: number;
+  rejoins: number;
+}
+
+/** Rollouts on SGLang or vLLM servers (or `flowrl serve`, which speaks both). */
+@injectable()
+export class ServerRollout implements Rollout {
+  private policy!: RolloutPolicy;
+  private servers: ServerState[] = [];
+  /** The policy version: bumped by every update or restore. */
+  private version = 0;
+  /** The version written to disk and pushed to the live servers (-1: none yet). */
+  private pushedVersion = -1;
+  /** Tells this process's versions from those another run left on a server. */
+  private readonly runTag = Date.now().toString(36);
+  private lastAdapterName?: string;
+  private isAdapter = false;
+
+  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+
+  private get settings() {
+    return this.config.actor_rollout_ref.rollout.server;
+  }
+
+  async attach(policy: RolloutPolicy): Promise<void> {
+    this.policy = policy;
+    const key = (k: string) => `actor_rollout_ref.rollout.server.${k}`;
+    const s = this.settings;
+    const dialect = this.config.actor_rollout_ref.rollout.name;
+    const urls = ([] as string[]).concat(s.urls ?? []);
+    if (!urls.length) throw new InputError(`${key('urls')} is empty; rollout.name ${dialect} needs the servers' base URLs (for example [http://127.0.0.1:30000])`);
+    for (const url of urls) {
+      let parsed: URL | undefined;
+      try {
+        parsed = new URL(url);
+      } catch {
+        parsed = undefined;
+      }
+      if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) throw new InputError(`${key('urls')}: '${url}' is not an http(s) URL`);
+    }
+    if (new Set(urls).size !== urls.length) throw new InputError(`${key('urls')} lists a server twice`);
+    if (!(s.timeout_s > 0)) throw new InputError(`${key('timeout_s')} must be a positive number of seconds; got ${s.timeout_s}`);
+    if (!Number.isInteger(s.max_retries) || s.max_retries < 0) throw new InputError(`${key('max_retries')} must be a whole number >= 0; got ${s.max_retries}`);
+    if (!Number.isInteger(s.max_staleness) || s.max_staleness < 0) throw new InputError(`${key('max_staleness')} must be a whole number >= 0; got ${s.max_staleness}`);
+    if (!Number.isInteger(s.max_inflight) || s.max_inflight < 1) throw new InputError(`${key('max_inflight')} must be a whole number >= 1; got ${s.max_inflight}`);
+    const timeoutMs = s.timeout_s * 1000;
+    this.servers = urls.map((url) => ({
+      client: dialect === 'vllm' ? new VllmClient(url.replace(/\/+$/, ''), timeoutMs) : new SglangClient(url.replace(/\/+$/, ''), timeoutMs),
+      live: true,
+      version: -1,
+      failures: 0,
+      inFlight: 0,
+      assigned: 0,
+      waiters: [],
+    }));
+  }
+
+  get weightsDir(): string {
+    return path.resolve(this.settings.weights_dir ?? path.join(this.config.trainer.default_local_dir!, 'rollout_weights'));
+  }
+
+  policyChanged(): void {
+    this.version += 1;
+  }
+
+  /** The label servers know version `v` by (an adapter name with LoRA). */
+  private label(v: number): string {
+    return `${this.runTag}.${v}`;
+  }
+
+  /** Policy version of a label this run gave, or -1 (another run's, or the base weights). */
+  private versionOf(label: string | undefined): number {
+    if (label === undefined) return -1;
+    const [tag, v] = label.split('.');
+    return tag === this.runTag && /^\d+$/.test(v ?? '') ? Number(v) : -1;
+  }
+
+  async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
+    const syncStarted = performance.now();
+    await this.sync(counters);
+    const syncSeconds = (performance.now() - syncStarted) / 1000;
+
+    const promptIds = prompts.column<number[]>('prompt_ids');
+    const uids = prompts.has('uid') ? prompts.column<string>('uid') : promptIds.map((_, i) => String(i));
+    const groups = new Map<string, number[]>();
+    uids.forEach((uid, row) => groups.set(uid, [...(groups.get(uid) ?? []), row]));
+    const results: SampleResult[] = new Array(promptIds.length);
+    this.servers.forEach((s) => (s.assigned = 0));
+    const work = [...groups.values()].map((rows) => {
+      const home = this.leastLoaded(new Set());
+      if (home) home.assigned += rows.length;
+      return rows.map(async (row) => {
+        results[row] = await this.sample(row, promptIds[row], sampling, home, counters);
+      });
+    });
+    await Promise.all(work.flat());
+
+    const responses = results.map((r) => r.outputIds.slice(0, sampling.maxNewTokens));
+    const out = prompts.select([]);
+    const packed = sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, this.policy.padTokenId);
+    for (const [key, tensor] of Object.entries(packed)) out.set(key, tensor);
+    const R = sampling.maxNewTokens;
+    const rolloutLogProbs = new Float32Array(results.length * R);
+    results.forEach((r, b) => rolloutLogProbs.set(r.logProbs.slice(0, R), b * R));
+    out.set('rollout_log_probs', { shape: [results.length, R], data: rolloutLogProbs });
+    const metrics: Metrics = {
+      'rollout/servers_live': this.servers.filter((s) => s.live).length,
+      'rollout/retries': counters.retries,
+      'rollout/stale_dropped': counters.staleDropped,
+      'rollout/ejections': counters.ejections,
+      'rollout/rejoins': counters.rejoins,
+      'rollout/weight_version': this.version,
+      'timing_s/weight_sync': syncSeconds,
+    };
+    out.meta = { ...out.meta, metrics };
+    return out;
+  }
+
+  /** Draws one sample, again on another server for as long as retries and servers last. */
+  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<SampleResult> {
+    // The seed belongs to the sample, not the server: a retry elsewhere draws the same stream.
+    const seed = Math.floor(Rng.derive(sampling.seed, row).next() * 2 ** 31);
+    const tried = new Set<ServerState>();
+    let lastError = '';
+    for (let attempt = 0; attempt <= this.settings.max_retries; ) {
+      const server = home && home.live && !tried.size ? home : (this.leastLoaded(tried) ?? this.leastLoaded(new Set()) ?? (await this.recoverOrFail(counters, lastError)));
+      await this.acquire(server);
+      try {
+        const result = await server.client.generate({
+          inputIds,
+          maxNewTokens: sampling.maxNewTokens,
+          temperature: sampling.greedy ? 0 : sampling.temperature,
+          topP: sampling.topP,
+          topK: sampling.topK,
+          stopTokenIds: this.policy.stopTokenIds,
+          seed,
+          adapter: this.isAdapter ? this.label(server.version) : undefined,
+          requestId: `flowrl-${this.runTag}-${this.version}-${row}-${attempt}`,
+        });
+        if (result.finish === 'abort') throw new ServerCallError(`${server.client.url}: the sample was aborted`, true);
+        server.failures = 0;
+        const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;
+        if (this.version - (sampledBy < 0 ? -Infinity : sampledBy) > this.settings.max_staleness) {
+          // The server lost our weights (a restart): it must take them again before serving.
+          counters.staleDropped += 1;
+          attempt += 1;
+          this.eject(server, counters);
+          lastError = `${server.client.url} sampled with weight version ${result.weightVersion ?? 'unknown'}; the policy is at ${this.label(this.version)}`;
+          continue;
+        }
+        return result;
+      } catch (e) {
+        if (!(e instanceof ServerCallError) || !e.retryable) throw e instanceof ServerCallError ? new InputError(`rollout server ${e.message}`) : e;
+        lastError = e.message;
+        counters.retries += 1;
+        attempt += 1;
+        tried.add(server);
+        server.failures += 1;
+        if (server.failures >= EJECT_AFTER_FAILURES) this.eject(server, counters);
+      } finally {
+        this.release(server);
+      }
+    }
+    throw new RolloutUnavailable(`sample ${row} failed ${this.settings.max_retries + 1} times (actor_rollout_ref.rollout.server.max_retries ${this.settings.max_retries}); last: ${lastError}`);
+  }
+
+  /** The live server with the fewest samples assigned and in flight, not in `exclude`. */
+  private leastLoaded(exclude: Set<ServerState>): ServerState | undefined {
+    let best: ServerState | undefined;
+    for (const s of this.servers) {
+      if (!s.live || exclude.has(s)) continue;
+      if (!best || s.assigned + s.inFlight < best.assigned + best.inFlight) best = s;
+    }
+    return best;
+  }
+
+  private async acquire(server: ServerState): Promise<void> {
+    while (server.inFlight >= this.settings.max_inflight) await new Promise<void>((resolve) => server.waiters.push(resolve));
+    server.inFlight += 1;
+  }
+
+  private release(server: ServerState): void {
+    server.inFlight -= 1;
+    server.waiters.shift()?.();
+  }
+
+  private eject(server: ServerState, counters: RoundCounters): void {
+    if (!server.live) return;
+    server.live = false;
+    server.version = -1;
+    counters.ejections += 1;
+    if (this.config.trainer.progress) process.stderr.write(`\n[flowrl] rollout server ${server.client.url} ejected (failing); it rejoins once it answers and takes the current weights\n`);
+  }
+
+  /** Brings back ejected servers that answer (with the current weights); throws when none is live. */
+  private async recoverOrFail(counters: RoundCounters, lastError: string): Promise<ServerState> {
+    for (let round = 0; round < PROBE_ROUNDS; round++) {
+      await this.rejoin(counters);
+      const server = this.leastLoaded(new Set());
+      if (server) return server;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    throw new RolloutUnavailable(`every rollout server is down (${this.servers.map((s) => s.client.url).join(', ')}); last error: ${lastError || 'none answered a probe'}`);
+  }
+
+  /** Probes ejected servers; one that answers gets the current weights and serves again. */
+  private async rejoin(counters: RoundCounters): Promise<void> {
+    await Promise.all(
+      this.servers
+        .filter((s) => !s.live)
+        .map(async (s) => {
+          if (!(await s.client.health())) return;
+          try {
+            await this.push(s);
+            s.live = true;
+            s.failures = 0;
+            counters.rejoins += 1;
+          } catch {
+            // Still not ready: probed again next time.
+          }
+        }),
+    );
+  }
+
+  /** Writes the current weights once per version and loads them on every live server; ejected ones rejoin first. */
+  private async sync(counters: RoundCounters): Promise<void> {
+    if (this.pushedVersion !== this.version) {
+      const dir = path.join(this.weightsDir, `v${this.version}`);
+      writeDirectoryAtomically(dir, (tmp) => (this.isAdapter = this.policy.writeWeights(tmp).adapter));
+      this.pushedVersion = this.version;
+      this.pruneVersions();
+    }
+    await this.rejoin(counters);
+    await Promise.all(
+      this.servers
+        .filter((s) => s.live && s.version !== this.version)
+        .map(async (s) => {
+          try {
+            await this.push(s);
+          } catch (e) {
+            if (e instanceof ServerCallError && !e.retryable) throw new InputError(`rollout server ${e.message}`);
+            this.eject(s, counters);
+          }
+        }),
+    );
+    if (!this.servers.some((s) => s.live)) await this.recoverOrFail(counters, 'no server took the weights');
+  }
+
+  /** Loads the current version on one server and records it. */
+  private async push(server: ServerState): Promise<void> {
+    const dir = path.join(this.weightsDir, `v${this.version}`);
+    const label = this.label(this.version);
+    await server.client.loadWeights(dir, label, this.isAdapter);
+    // Adapters are loaded per version: the one before the previous is no longer named by any request.
+    if (this.isAdapter) await server.client.unloadAdapter(this.label(this.version - KEPT_VERSIONS));
+    server.version = this.version;
+  }
+
+  private pruneVersions(): void {
+    const keep = new Set(Array.from({ length: KEPT_VERSIONS }, (_, i) => `v${this.version - i}`));
+    for (const name of fs.readdirSync(this.weightsDir)) {
+      if (/^v\d+$/.test(name) && !keep.has(name)) fs.rmSync(path.join(this.weightsDir, name), { recursive: true, force: true });
+    }
+  }
+
+  async dispose(): Promise<void> {
+    this.servers.forEach((s) => s.waiters.splice(0).forEach((w) => w()));
+  }
+}
