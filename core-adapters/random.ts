@@ -9,7 +9,12 @@ export class Rng {
 
   /** An independent stream for item `index` under `seed` (e.g. one per batch row). */
   static derive(seed: number, index: number): Rng {
-    return new Rng(Math.imul(Math.floor(seed) ^ 0x85ebca6b, 0x27d4eb2f) ^ Math.imul(index + 1, 0x165667b1));
+    return new Rng(Rng.deriveSeed(seed, index));
+  }
+
+  /** The seed of derive(seed, index)'s stream: new Rng(deriveSeed(seed, index)) draws the same numbers. */
+  static deriveSeed(seed: number, index: number): number {
+    return Math.imul(Math.floor(seed) ^ 0x85ebca6b, 0x27d4eb2f) ^ Math.imul(index + 1, 0x165667b1);
   }
 
   /** Uniform in [0, 1). */

@@ -24,8 +24,8 @@ export interface SamplingOptions {
   firstRow?: number;
   /** Recompute the whole sequence every step instead of using the KV cache (for checks only). */
   noCache?: boolean;
-  /** Per-row random streams (a server's per-request seeds): row b draws from Rng.derive(...rowStreams[b]), not (seed, firstRow + b). */
-  rowStreams?: [number, number][];
+  /** Per-row seeds (a server's per-sample seeds): row b draws from new Rng(rowSeeds[b]), not from (seed, firstRow + b). */
+  rowSeeds?: number[];
   /** Per-row limits on new tokens, each at most maxNewTokens (a server batches requests of different lengths). */
   rowMaxNewTokens?: number[];
   /** Also return each sampled token's log-probability under the sampling distribution (log-softmax of logits / T). */
@@ -49,6 +49,15 @@ export function tokenLogProb(logits: Float32Array, token: number, temperature: n
   let total = 0;
   for (let i = 0; i < logits.length; i++) total += Math.exp((logits[i] - max) * invT);
   return (logits[token] - max) * invT - Math.log(total);
+}
+
+/**
+ * The seed of the stream local sampling draws row `row` from (rows sampled in pieces of `chunk`
+ * under seed + the piece's first row): flowrl serve given it for a sample draws the same tokens.
+ */
+export function sampleSeed(seed: number, row: number, chunk: number): number {
+  const start = row - (row % chunk);
+  return Rng.deriveSeed(seed + start, row - start);
 }
 
 /** Tokens whose probability is at least this share of the total are the first candidates for top-p. */
@@ -131,7 +140,7 @@ function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Ten
 export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
   const batch = prompts.length;
   // One stream per row: a row's samples do not depend on when other rows stop.
-  const rngs = prompts.map((_, b) => (options.rowStreams ? Rng.derive(...options.rowStreams[b]) : Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b)));
+  const rngs = prompts.map((_, b) => (options.rowSeeds ? new Rng(options.rowSeeds[b]) : Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b)));
   const limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
   const logProbs: number[][] | undefined = options.withLogProbs ? prompts.map(() => []) : undefined;
   const temperature = options.greedy ? 1 : (options.temperature ?? 1);
@@ -229,7 +238,7 @@ export function generateOnPool(model: CausalLM, prompts: number[][], options: Sa
   const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
   if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;
-  const shard = (a: number, b: number): SamplingOptions => ({ ...options, firstRow: first + a, rowStreams: options.rowStreams?.slice(a, b), rowMaxNewTokens: options.rowMaxNewTokens?.slice(a, b) });
+  const shard = (a: number, b: number): SamplingOptions => ({ ...options, firstRow: first + a, rowSeeds: options.rowSeeds?.slice(a, b), rowMaxNewTokens: options.rowMaxNewTokens?.slice(a, b) });
   const parts = pool.runOnRowShards(
     prompts.length,
     (a, b) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: shard(a, b) }),

@@ -31,7 +31,7 @@ export class LocalRollout implements Rollout {
   async dispose(): Promise<void> {}
 }
 
-/** Samples `prompts` with the policy in pieces of `chunk` rows; row b draws from stream (seed, b). */
+/** Samples `prompts` with the policy in pieces of `chunk` rows (see sampleSeed for each row's stream). */
 export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: SamplingSettings, chunk: number): Batch {
   const promptIds = prompts.column<number[]>('prompt_ids');
   const responses: number[][] = [];

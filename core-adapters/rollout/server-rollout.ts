@@ -12,7 +12,7 @@ import type { Config } from '../config/load.js';
 import type { Metrics, Rollout, RolloutPolicy, SamplingSettings } from '../contracts/index.js';
 import { InputError, RolloutUnavailable } from '../errors.js';
 import { writeDirectoryAtomically } from '../model/checkpoint.js';
-import { Rng } from '../random.js';
+import { sampleSeed } from '../model/generate.js';
 import { TOKENS } from '../tokens.js';
 import { sequencesFromSamples } from '../workers/sequences.js';
 import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from './clients.js';
@@ -163,8 +163,9 @@ export class ServerRollout implements Rollout {
 
   /** Draws one sample, again on another server for as long as retries and servers last. */
   private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<SampleResult> {
-    // The seed belongs to the sample, not the server: a retry elsewhere draws the same stream.
-    const seed = Math.floor(Rng.derive(sampling.seed, row).next() * 2 ** 31);
+    // The seed belongs to the sample, not the server: a retry elsewhere draws the same stream, and
+    // flowrl serve draws what local sampling would.
+    const seed = sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
     const tried = new Set<ServerState>();
     let lastError = '';
     for (let attempt = 0; attempt <= this.settings.max_retries; ) {

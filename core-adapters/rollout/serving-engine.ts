@@ -18,8 +18,8 @@ export interface SampleSpec {
   /** Tokens that end a sample (the engine adds the model's eos ids unless ignoreEos). */
   stopTokenIds: number[];
   ignoreEos: boolean;
-  /** Random stream of this sample: identical specs give identical ids. */
-  stream: [number, number];
+  /** Seed of this sample's random stream: identical specs give identical ids. */
+  seed: number;
   /** Name of a loaded LoRA adapter, or undefined for the current weights. */
   adapter?: string;
 }
@@ -68,6 +68,8 @@ export class ServingEngine {
   private running = 0;
   paused = false;
   weightVersion = '0';
+  /** Batches run so far (tests check that concurrent requests share batches). */
+  batchesRun = 0;
   /** Directory of the weights now served. */
   weightsPath: string;
   logprobSkew: number;
@@ -143,6 +145,7 @@ export class ServingEngine {
     }
     const current = this.model.adapters;
     this.running = batch.length;
+    this.batchesRun += 1;
     try {
       this.model.adapters = adapters;
       const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...this.model.config.eosTokenIds])];
@@ -152,7 +155,7 @@ export class ServingEngine {
         {
           maxNewTokens: Math.max(...batch.map((p) => p.spec.maxNewTokens)),
           rowMaxNewTokens: batch.map((p) => p.spec.maxNewTokens),
-          rowStreams: batch.map((p) => p.spec.stream),
+          rowSeeds: batch.map((p) => p.spec.seed),
           temperature: first.temperature,
           topP: first.topP,
           topK: first.topK,

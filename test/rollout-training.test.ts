@@ -1,0 +1,264 @@
+// Training with rollouts on inference servers (rollout.name sglang | vllm) against `flowrl serve`:
+// learning, logprob parity, weight versions, a killed server, all servers gone and back, a skewed
+// server, a server that lost its weights, and LoRA adapters per version.
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { FlowrlServer } from '../core-adapters/rollout/serve.js';
+import { main } from '../core-adapters/cli/commands.js';
+import { CLI_MAIN, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+
+const BASE_MODEL = path.join(fixture('countdown'), 'base-model');
+const FLOWRL = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } };
+
+type Metrics = Record<string, number>;
+
+function startServer(port = 0): FlowrlServer {
+  return new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', testFaults: true });
+}
+
+/** Two in-process servers and their URLs. */
+async function twoServers(): Promise<{ servers: FlowrlServer[]; urls: string[] }> {
+  const servers = [startServer(), startServer()];
+  const urls = await Promise.all(servers.map((s) => s.listen()));
+  return { servers, urls };
+}
+
+function serverConfig(dir: string, urls: string[], extra: Record<string, unknown> = {}, dialect = 'sglang'): string {
+  const { actor_rollout_ref: aref = {}, ...rest } = extra as { actor_rollout_ref?: Record<string, unknown> };
+  return writeCountdownConfig(dir, { ...rest, actor_rollout_ref: { ...aref, rollout: { name: dialect, server: { urls, timeout_s: 30 } } } });
+}
+
+/** Runs `flowrl train FILE` in-process, calling `onStep` (awaited) as each step's metrics line lands. */
+async function trainWatching(file: string, runDir: string, onStep: (step: number) => Promise<void> | void = () => {}, overrides: string[] = []): Promise<{ code: number; stderr: string }> {
+  const seen = new Set<number>();
+  let busy = false;
+  const timer = setInterval(() => {
+    if (busy || !fs.existsSync(path.join(runDir, 'metrics.jsonl'))) return;
+    busy = true;
+    const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => (JSON.parse(l) as { step: number }).step);
+    void (async () => {
+      for (const step of steps) if (!seen.has(step)) {
+        seen.add(step);
+        await onStep(step);
+      }
+    })().finally(() => (busy = false));
+  }, 20);
+  const errors: string[] = [];
+  const original = { error: console.error, log: console.log };
+  console.error = (...args: unknown[]) => errors.push(args.map(String).join(' '));
+  // The run's summary table is not what these tests read.
+  console.log = () => {};
+  try {
+    const code = await main(['train', file, ...overrides]);
+    return { code, stderr: errors.join('\n') };
+  } finally {
+    Object.assign(console, original);
+    clearInterval(timer);
+  }
+}
+
+const stepMetrics = (runDir: string) => readRunMetrics(runDir).filter((m) => m.step > 0 && m['rollout/servers_live'] !== undefined);
+
+describe('rollouts on inference servers (flowrl serve)', function () {
+  this.timeout(240_000);
+
+  for (const algorithm of ['grpo', 'flowrl']) {
+    it(`${algorithm} with rollout.name sglang on two servers learns, with engine and trainer log-probs equal and every server on the current weights`, async () => {
+      const { servers, urls } = await twoServers();
+      try {
+        const dir = tempDir();
+        const runDir = path.join(dir, 'run');
+        const file = serverConfig(dir, urls, algorithm === 'flowrl' ? FLOWRL : {});
+        const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
+        expect(code, stderr).to.equal(0);
+        const metrics = readRunMetrics(runDir);
+        const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
+        expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+        const steps = stepMetrics(runDir);
+        expect(steps).to.have.length(30);
+        for (const m of steps) {
+          expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
+          expect(m['rollout/logprob_diff_max'], `step ${m.step}`).to.be.below(1e-3);
+          expect(m['rollout/tis_clipfrac']).to.equal(0);
+          expect(m['rollout/weight_version']).to.equal(m.step - 1);
+          expect(m['rollout/servers_live']).to.equal(2);
+          expect(m['rollout/stale_dropped'] + m['rollout/retries']).to.equal(0);
+        }
+        // The last validation ran after the 30th update: both servers hold version 30.
+        for (const s of servers) expect(s.engine.weightVersion).to.match(/\.30$/);
+        // Both servers sampled (least-loaded balancing), and old versions were pruned from disk.
+        expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
+      } finally {
+        await Promise.all(servers.map((s) => s.close()));
+      }
+    });
+  }
+
+  it('flowrl serve draws exactly the samples local sampling draws: the same run, step for step', async () => {
+    const { servers, urls } = await twoServers();
+    try {
+      const runs: Metrics[][] = [];
+      for (const name of ['local', 'sglang']) {
+        const dir = tempDir();
+        const file = writeCountdownConfig(dir, { actor_rollout_ref: { rollout: { name, server: { urls } } } });
+        const { code, stderr } = await trainWatching(file, path.join(dir, 'run'), () => {}, ['trainer.total_training_steps=5', 'trainer.test_freq=5']);
+        expect(code, stderr).to.equal(0);
+        runs.push(readRunMetrics(path.join(dir, 'run')));
+      }
+      expect(runs[1]).to.have.length(runs[0].length);
+      runs[0].forEach((local, i) => {
+        const server = runs[1][i];
+        // Same token ids sampled: rewards and lengths are equal exactly; losses up to float rounding.
+        for (const key of ['critic/accuracy', 'critic/score/mean', 'response_length/mean', 'val/accuracy', 'val/distinct_correct']) expect(server[key], `step ${local.step} ${key}`).to.equal(local[key]);
+        if (local['actor/pg_loss'] !== undefined) expect(server['actor/pg_loss']).to.be.closeTo(local['actor/pg_loss'], 1e-5);
+      });
+    } finally {
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  it('the vllm dialect trains too (LoRA adapters loaded per version), with log-probs equal to the trainer', async () => {
+    const { servers, urls } = await twoServers();
+    try {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const file = serverConfig(dir, urls, { actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32 } } }, 'vllm');
+      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
+      expect(code, stderr).to.equal(0);
+      const steps = stepMetrics(runDir);
+      expect(steps).to.have.length(4);
+      for (const m of steps) expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
+      // Step 4 sampled with version 3: the adapters of versions 2 and 3 stay loaded, older ones were unloaded.
+      for (const s of servers) expect(s.engine.adapterNames().map((n) => n.split('.')[1]).sort()).to.deep.equal(['2', '3']);
+      expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v2', 'v3']);
+      expect(fs.existsSync(path.join(runDir, 'rollout_weights', 'v3', 'adapter_config.json'))).to.equal(true);
+    } finally {
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  it('a server that lost its weights (restart to base) has its samples dropped as stale, drawn again elsewhere, and rejoins with the current weights', async () => {
+    const { servers, urls } = await twoServers();
+    try {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, async (step) => {
+        // Restarts just as step 2's samples arrive, after the weight sync: those samples come back at version 0.
+        if (step === 1) await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ restart_next: 1 }) });
+      }, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
+      expect(code, stderr).to.equal(0);
+      const steps = stepMetrics(runDir);
+      expect(steps).to.have.length(4);
+      const total = (key: string) => steps.reduce((n, m) => n + m[key], 0);
+      expect(total('rollout/stale_dropped')).to.be.greaterThan(0);
+      expect(total('rollout/rejoins')).to.be.greaterThan(0);
+      expect(steps.at(-1)!['rollout/servers_live']).to.equal(2);
+      for (const m of steps) expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
+      expect(servers[0].engine.weightVersion).to.equal(servers[1].engine.weightVersion);
+    } finally {
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  it('a server whose log-probs are skewed shows in the TIS metrics', async () => {
+    const { servers, urls } = await twoServers();
+    try {
+      // One server reports log-probs 1 nat low: old - rollout = 1 on its tokens, exp(1) > tis_cap 2.
+      await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ logprob_skew: -1 }) });
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, () => {}, ['trainer.total_training_steps=2', 'trainer.val_before_train=false']);
+      expect(code, stderr).to.equal(0);
+      for (const m of stepMetrics(runDir)) {
+        expect(m['rollout/logprob_diff_max']).to.be.closeTo(1, 1e-3);
+        // Groups are spread over both servers, so some but not all tokens come from the skewed one.
+        expect(m['rollout/tis_clipfrac']).to.be.greaterThan(0.1).and.below(0.9);
+        expect(m['rollout/logprob_diff_mean']).to.be.closeTo(m['rollout/tis_clipfrac'], 1e-3);
+      }
+    } finally {
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  it('when every server is down the run stops with the reason and a checkpoint (exit 3), and resumes once they are back', async () => {
+    let { servers, urls } = await twoServers();
+    const ports = urls.map((u) => Number(new URL(u).port));
+    try {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const file = serverConfig(dir, urls);
+      const first = await trainWatching(file, runDir, async (step) => {
+        if (step === 2) await Promise.all(servers.map((s) => s.close()));
+      }, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
+      expect(first.code).to.equal(3);
+      expect(first.stderr).to.include('every rollout server is down').and.include('stopped after step').and.include('run the same command to resume');
+      const checkpoints = fs.readdirSync(path.join(runDir, 'checkpoints')).filter((n) => n.startsWith('global_step_'));
+      expect(checkpoints).to.include(`global_step_${Math.max(...readRunMetrics(runDir).map((m) => m.step))}`);
+
+      servers = ports.map((port) => startServer(port));
+      await Promise.all(servers.map((s) => s.listen()));
+      const second = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
+      expect(second.code, second.stderr).to.equal(0);
+      const steps = readRunMetrics(runDir).map((m) => m.step);
+      expect(new Set(steps)).to.deep.equal(new Set([1, 2, 3, 4, 5]));
+      // The restarted servers were given the resumed policy's weights before sampling.
+      for (const s of servers) expect(s.engine.weightVersion).to.not.equal('0');
+    } finally {
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  it('a server killed with SIGKILL mid-run: every step completes on the other one', async () => {
+    const procs: ChildProcess[] = [];
+    const spawnServer = () =>
+      new Promise<string>((resolve, reject) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', '0', '--test-faults'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+        procs.push(child);
+        let out = '';
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          const url = /listening on (http:\/\/\S+)/.exec(out)?.[1];
+          if (url) resolve(url);
+        });
+        child.on('exit', (code) => reject(new Error(`flowrl serve exited with ${code}`)));
+      });
+    try {
+      const urls = await Promise.all([spawnServer(), spawnServer()]);
+      // Slow answers, so the kill lands while the step's samples are in flight.
+      for (const url of urls) await fetch(`${url}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ delay_ms: 150 }) });
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, async (step) => {
+        if (step === 2) setTimeout(() => procs[0].kill('SIGKILL'), 250);
+      }, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
+      expect(code, stderr).to.equal(0);
+      const steps = stepMetrics(runDir);
+      expect(steps.map((m) => m.step)).to.deep.equal([1, 2, 3, 4, 5]);
+      expect(steps.reduce((n, m) => n + m['rollout/ejections'], 0)).to.equal(1);
+      expect(steps.at(-1)!['rollout/servers_live']).to.equal(1);
+      for (const m of steps) expect(m['critic/accuracy']).to.be.a('number');
+    } finally {
+      for (const p of procs) p.kill('SIGKILL');
+    }
+  });
+
+  it('bad server settings exit 2 naming the key', async () => {
+    const dir = tempDir();
+    for (const [urls, fragment] of [
+      [[], 'actor_rollout_ref.rollout.server.urls is empty'],
+      [['ftp://127.0.0.1:1'], "'ftp://127.0.0.1:1' is not an http(s) URL"],
+    ] as const) {
+      const errors: string[] = [];
+      const original = console.error;
+      console.error = (...args: unknown[]) => errors.push(args.map(String).join(' '));
+      try {
+        expect(await main(['train', serverConfig(dir, [...urls]), 'trainer.total_training_steps=1'])).to.equal(2);
+      } finally {
+        console.error = original;
+      }
+      expect(errors.join('\n')).to.include(fragment);
+    }
+  });
+});
