@@ -4,7 +4,7 @@
 import 'reflect-metadata';
 
 // Errors: bad input (config, files, rows) is an InputError; the CLI prints it and exits 2.
-export { InputError } from './errors.js';
+export { InputError, RolloutUnavailable } from './errors.js';
 
 // Bindings: one token per role and contribution point; a manifest declares the ones it overrides.
 export { TOKENS, OVERRIDABLE_BINDINGS, type TokenName } from './tokens.js';
@@ -27,6 +27,8 @@ export type {
   RewardManager,
   RewardResult,
   RewardShaper,
+  Rollout,
+  RolloutPolicy,
   SamplingSettings,
   Trainer,
   Worker,
@@ -53,6 +55,8 @@ export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
+export { LocalRollout } from './rollout/local.js';
+export { ServerRollout } from './rollout/server-rollout.js';
 
 // Registries by name (one per host; plugins add to them through PluginContext.registries), and the
 // math they hold (verl's core_algos): estimators, policy losses, KL, the rollout correction (TIS).
