@@ -14,8 +14,8 @@ const FLOWRL = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: '
 
 type Metrics = Record<string, number>;
 
-function startServer(port = 0): FlowrlServer {
-  return new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', testFaults: true });
+function startServer(): FlowrlServer {
+  return new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', testFaults: true });
 }
 
 /** Two in-process servers and their URLs. */
@@ -23,6 +23,26 @@ async function twoServers(): Promise<{ servers: FlowrlServer[]; urls: string[] }
   const servers = [startServer(), startServer()];
   const urls = await Promise.all(servers.map((s) => s.listen()));
   return { servers, urls };
+}
+
+/** A `flowrl serve` process (faults enabled) on `port` (0: a free one); resolves once it listens. */
+function spawnServe(port = 0): Promise<{ url: string; child: ChildProcess }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const url = /listening on (http:\/\/\S+)/.exec(out)?.[1];
+      if (url) resolve({ url, child });
+    });
+    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    child.on('exit', (code) => reject(new Error(`flowrl serve exited with ${code}: ${err.slice(-300)}`)));
+  });
+}
+
+async function weightVersion(url: string): Promise<string> {
+  return ((await (await fetch(`${url}/get_weight_version`)).json()) as { weight_version: string }).weight_version;
 }
 
 function serverConfig(dir: string, urls: string[], extra: Record<string, unknown> = {}, dialect = 'sglang'): string {
@@ -64,10 +84,18 @@ const stepMetrics = (runDir: string) => readRunMetrics(runDir).filter((m) => m.s
 describe('rollouts on inference servers (flowrl serve)', function () {
   this.timeout(240_000);
 
-  for (const algorithm of ['grpo', 'flowrl']) {
-    it(`${algorithm} with rollout.name sglang on two servers learns, with engine and trainer log-probs equal and every server on the current weights`, async () => {
-      const { servers, urls } = await twoServers();
-      try {
+  describe('two flowrl serve processes', () => {
+    const procs: ChildProcess[] = [];
+    let urls: string[] = [];
+    before(async () => {
+      const started = await Promise.all([spawnServe(), spawnServe()]);
+      procs.push(...started.map((p) => p.child));
+      urls = started.map((p) => p.url);
+    });
+    after(() => procs.forEach((p) => p.kill('SIGKILL')));
+
+    for (const algorithm of ['grpo', 'flowrl']) {
+      it(`${algorithm} with rollout.name sglang learns, with engine and trainer log-probs equal and every server on the current weights`, async () => {
         const dir = tempDir();
         const runDir = path.join(dir, 'run');
         const file = serverConfig(dir, urls, algorithm === 'flowrl' ? FLOWRL : {});
@@ -86,24 +114,21 @@ describe('rollouts on inference servers (flowrl serve)', function () {
           expect(m['rollout/servers_live']).to.equal(2);
           expect(m['rollout/stale_dropped'] + m['rollout/retries']).to.equal(0);
         }
-        // The last validation ran after the 30th update: both servers hold version 30.
-        for (const s of servers) expect(s.engine.weightVersion).to.match(/\.30$/);
-        // Both servers sampled (least-loaded balancing), and old versions were pruned from disk.
+        // The last validation ran after the 30th update: both servers report version 30.
+        for (const url of urls) expect(await weightVersion(url)).to.match(/\.30$/);
         expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
-      } finally {
-        await Promise.all(servers.map((s) => s.close()));
-      }
-    });
-  }
+      });
+    }
+  });
 
-  it('flowrl serve draws exactly the samples local sampling draws: the same run, step for step', async () => {
+  it('flowrl serve draws exactly the samples local sampling draws: the same run, step for step (3 steps)', async () => {
     const { servers, urls } = await twoServers();
     try {
       const runs: Metrics[][] = [];
       for (const name of ['local', 'sglang']) {
         const dir = tempDir();
         const file = writeCountdownConfig(dir, { actor_rollout_ref: { rollout: { name, server: { urls } } } });
-        const { code, stderr } = await trainWatching(file, path.join(dir, 'run'), () => {}, ['trainer.total_training_steps=5', 'trainer.test_freq=5']);
+        const { code, stderr } = await trainWatching(file, path.join(dir, 'run'), () => {}, ['trainer.total_training_steps=3', 'trainer.test_freq=3']);
         expect(code, stderr).to.equal(0);
         runs.push(readRunMetrics(path.join(dir, 'run')));
       }
@@ -182,50 +207,42 @@ describe('rollouts on inference servers (flowrl serve)', function () {
     }
   });
 
-  it('when every server is down the run stops with the reason and a checkpoint (exit 3), and resumes once they are back', async () => {
-    let { servers, urls } = await twoServers();
-    const ports = urls.map((u) => Number(new URL(u).port));
+  it('when every server is killed the run stops with the reason and a checkpoint (exit 3), and resumes once they are back', async () => {
+    const procs: ChildProcess[] = [];
     try {
+      const started = await Promise.all([spawnServe(), spawnServe()]);
+      procs.push(...started.map((p) => p.child));
+      const urls = started.map((p) => p.url);
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const file = serverConfig(dir, urls);
-      const first = await trainWatching(file, runDir, async (step) => {
-        if (step === 2) await Promise.all(servers.map((s) => s.close()));
+      const first = await trainWatching(file, runDir, (step) => {
+        if (step === 2) procs.forEach((p) => p.kill('SIGKILL'));
       }, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
       expect(first.code).to.equal(3);
       expect(first.stderr).to.include('every rollout server is down').and.include('stopped after step').and.include('run the same command to resume');
-      const checkpoints = fs.readdirSync(path.join(runDir, 'checkpoints')).filter((n) => n.startsWith('global_step_'));
-      expect(checkpoints).to.include(`global_step_${Math.max(...readRunMetrics(runDir).map((m) => m.step))}`);
+      const finished = Math.max(...readRunMetrics(runDir).map((m) => m.step));
+      expect(fs.readdirSync(path.join(runDir, 'checkpoints'))).to.include(`global_step_${finished}`);
 
-      servers = ports.map((port) => startServer(port));
-      await Promise.all(servers.map((s) => s.listen()));
+      const restarted = await Promise.all(urls.map((u) => spawnServe(Number(new URL(u).port))));
+      procs.push(...restarted.map((p) => p.child));
       const second = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
       expect(second.code, second.stderr).to.equal(0);
-      const steps = readRunMetrics(runDir).map((m) => m.step);
-      expect(new Set(steps)).to.deep.equal(new Set([1, 2, 3, 4, 5]));
-      // The restarted servers were given the resumed policy's weights before sampling.
-      for (const s of servers) expect(s.engine.weightVersion).to.not.equal('0');
+      // Every step exactly once across the two invocations.
+      expect(readRunMetrics(runDir).map((m) => m.step)).to.deep.equal([1, 2, 3, 4, 5]);
+      // The restarted servers were given the resumed policy's weights before they sampled.
+      for (const url of urls) expect(await weightVersion(url)).to.not.equal('0');
     } finally {
-      await Promise.all(servers.map((s) => s.close()));
+      procs.forEach((p) => p.kill('SIGKILL'));
     }
   });
 
   it('a server killed with SIGKILL mid-run: every step completes on the other one', async () => {
     const procs: ChildProcess[] = [];
-    const spawnServer = () =>
-      new Promise<string>((resolve, reject) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', '0', '--test-faults'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-        procs.push(child);
-        let out = '';
-        child.stdout.on('data', (d: Buffer) => {
-          out += d.toString();
-          const url = /listening on (http:\/\/\S+)/.exec(out)?.[1];
-          if (url) resolve(url);
-        });
-        child.on('exit', (code) => reject(new Error(`flowrl serve exited with ${code}`)));
-      });
     try {
-      const urls = await Promise.all([spawnServer(), spawnServer()]);
+      const started = await Promise.all([spawnServe(), spawnServe()]);
+      procs.push(...started.map((p) => p.child));
+      const urls = started.map((p) => p.url);
       // Slow answers, so the kill lands while the step's samples are in flight.
       for (const url of urls) await fetch(`${url}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ delay_ms: 150 }) });
       const dir = tempDir();
