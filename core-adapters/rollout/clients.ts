@@ -1,19 +1,10 @@
 // The two wire dialects a rollout server speaks: SGLang's native routes and vLLM's OpenAI routes
 // plus its dev-mode RL routes. Token ids go in and come back with per-token logprobs; nothing is
 // re-tokenized. Admin calls (pause, weights, resume) go to each server directly, never a router.
+import type { SampleSpec } from './serving-engine.js';
 
-/** One sample to draw on a server. */
-export interface SampleRequest {
-  inputIds: number[];
-  maxNewTokens: number;
-  temperature: number;
-  topP: number;
-  /** 0 or less: off. */
-  topK: number;
-  stopTokenIds: number[];
-  seed: number;
-  /** The LoRA adapter name the weights were loaded under, when the policy is an adapter. */
-  adapter?: string;
+/** One sample to draw on a server: what flowrl serve's engine takes (the model's eos always stops), and an id. */
+export interface SampleRequest extends Omit<SampleSpec, 'ignoreEos'> {
   requestId: string;
 }
 
@@ -96,6 +87,16 @@ export async function callJson(url: string, route: string, init: { method?: 'GET
   }
 }
 
+/** Whether `route` answers 2xx within the timeout (at most 30 s: a probe, not a sample). */
+async function answers(url: string, route: string, timeoutMs: number): Promise<boolean> {
+  try {
+    await callJson(url, route, { timeoutMs: Math.min(timeoutMs, 30_000) });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** A protocol violation in a 200 answer: the server is not what the config says. */
 function malformed(url: string, route: string, what: string): ServerCallError {
   return new ServerCallError(`${url}${route}: unexpected answer: ${what}`, false);
@@ -136,13 +137,8 @@ export class SglangClient implements RolloutServerClient {
     return { outputIds, logProbs, finish: finishOf(meta.finish_reason?.type), weightVersion: meta.weight_version === undefined ? undefined : String(meta.weight_version) };
   }
 
-  async health(): Promise<boolean> {
-    try {
-      await callJson(this.url, '/health_generate', { timeoutMs: Math.min(this.timeoutMs, 30_000) });
-      return true;
-    } catch {
-      return false;
-    }
+  health(): Promise<boolean> {
+    return answers(this.url, '/health_generate', this.timeoutMs);
   }
 
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
@@ -205,13 +201,8 @@ export class VllmClient implements RolloutServerClient {
     return { outputIds: ids, logProbs, finish: finishOf(choice.finish_reason) };
   }
 
-  async health(): Promise<boolean> {
-    try {
-      await callJson(this.url, '/health', { timeoutMs: Math.min(this.timeoutMs, 30_000) });
-      return true;
-    } catch {
-      return false;
-    }
+  health(): Promise<boolean> {
+    return answers(this.url, '/health', this.timeoutMs);
   }
 
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {

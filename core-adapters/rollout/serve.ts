@@ -7,6 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
+import { Rng } from '../random.js';
 import { EngineOverloaded, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
 
 export interface ServeOptions extends ServingEngineOptions {
@@ -36,9 +37,11 @@ interface Faults {
   health_fail: boolean;
   /** Milliseconds added before each generation answer. */
   delay_ms: number;
+  /** Go back to the base weights (version '0') just before the next N generation requests: a restart the client did not see. */
+  restart_next: number;
 }
 
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0 };
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0 };
 
 /** A request the server refuses: its HTTP status and message. */
 class HttpError extends Error {
@@ -98,7 +101,14 @@ export class FlowrlServer {
   async close(): Promise<void> {
     for (const res of this.hung) res.destroy();
     this.hung.clear();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    // Waiting samples end with finish 'abort' first: on a paused engine they would keep their
+    // connections open, and server.close() would wait for them forever.
+    this.engine.abortQueued();
+    const closed = new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    // Their answers are written by then; their keep-alive connections need not wait for a timeout.
+    await new Promise((resolve) => setImmediate(resolve));
+    this.server?.closeIdleConnections?.();
+    await closed;
     this.server?.closeAllConnections?.();
     this.engine.dispose();
   }
@@ -160,6 +170,10 @@ export class FlowrlServer {
       this.hung.add(res);
       return 'hang';
     }
+    if (f.restart_next > 0) {
+      f.restart_next -= 1;
+      this.engine.restartToBase();
+    }
     if (f.delay_ms > 0) await new Promise((r) => setTimeout(r, f.delay_ms));
     if (f.drop_next > 0) {
       f.drop_next -= 1;
@@ -199,7 +213,7 @@ export class FlowrlServer {
       // SGLang.
       case 'GET /health_generate': {
         if (this.faults.health_fail) throw new HttpError(503, 'unhealthy (injected)');
-        await this.engine.submit({ inputIds: [0], maxNewTokens: 1, temperature: 0, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, stream: [0, 0] });
+        await this.engine.submit({ inputIds: [0], maxNewTokens: 1, temperature: 0, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed: 0 });
         return {};
       }
       case 'GET /get_weight_version':
@@ -297,8 +311,12 @@ export class FlowrlServer {
   }
 
   private setFaults(body: Json): Json {
-    if (body.reset === true) this.faults = { ...NO_FAULTS };
-    for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms'] as const) this.faults[key] = readNumber(body, key, this.faults[key], { integer: true, min: 0 });
+    if (body.reset === true) {
+      this.faults = { ...NO_FAULTS };
+      // The skew is an injected fault too; reset clears it back to the configured one.
+      this.engine.logprobSkew = this.options.logprobSkew ?? 0;
+    }
+    for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next'] as const) this.faults[key] = readNumber(body, key, this.faults[key], { integer: true, min: 0 });
     if (body.health_fail !== undefined) this.faults.health_fail = body.health_fail === true;
     if (body.logprob_skew !== undefined) this.engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
     if (body.restart === true) this.engine.restartToBase();
@@ -365,11 +383,11 @@ export class FlowrlServer {
     };
   }
 
-  /** One SampleSpec per prompt and sample: sample i of a request seeded s draws from stream (s, i). */
+  /** One SampleSpec per prompt and sample: the first draws from the request's seed itself, sample i > 0 from stream (seed, i). */
   private specs(prompts: number[][], s: ReturnType<FlowrlServer['samplingSpec']>, adapter?: string): SampleSpec[] {
     const seed = s.seed ?? ServingEngine.freshSeed();
     return prompts.flatMap((inputIds, p) =>
-      Array.from({ length: s.n }, (_, i) => ({ inputIds, maxNewTokens: s.maxNewTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stopTokenIds: s.stopTokenIds, ignoreEos: s.ignoreEos, stream: [seed, p * s.n + i] as [number, number], adapter })),
+      Array.from({ length: s.n }, (_, i) => ({ inputIds, maxNewTokens: s.maxNewTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stopTokenIds: s.stopTokenIds, ignoreEos: s.ignoreEos, seed: p * s.n + i === 0 ? seed : Rng.deriveSeed(seed, p * s.n + i), adapter })),
     );
   }
 

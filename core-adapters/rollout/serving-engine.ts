@@ -8,19 +8,21 @@ import { generate } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { isAdapterDir, loadAdapters, type LoraAdapters } from '../model/lora.js';
 
-/** One sample to draw: its prompt ids and how to sample. */
+/** One sample to draw: its prompt ids and how to sample (the trainer's side sends the same fields). */
 export interface SampleSpec {
   inputIds: number[];
   maxNewTokens: number;
+  /** 0: greedy. */
   temperature: number;
   topP: number;
+  /** 0 or less: off. */
   topK: number;
   /** Tokens that end a sample (the engine adds the model's eos ids unless ignoreEos). */
   stopTokenIds: number[];
   ignoreEos: boolean;
   /** Seed of this sample's random stream: identical specs give identical ids. */
   seed: number;
-  /** Name of a loaded LoRA adapter, or undefined for the current weights. */
+  /** Name of a loaded LoRA adapter (a weight version, with LoRA), or undefined for the current weights. */
   adapter?: string;
 }
 
@@ -188,8 +190,11 @@ export class ServingEngine {
     return ids.length ? responseLogProbs(this.model, [spec.inputIds], [ids], 1)[0] : [];
   }
 
-  /** Stops starting batches; 'abort' also ends every queued sample with finish 'abort'. Returns how many were waiting. */
+  /** Stops starting batches; 'abort' also ends every queued sample with finish 'abort', 'wait' first runs them. Returns how many were waiting. */
   pause(mode: 'abort' | 'wait' | 'keep'): number {
+    // vLLM's 'wait' lets the requests already submitted finish (on the current weights) before
+    // pausing; without the drain they would wait and then sample from the next weights.
+    if (mode === 'wait') while (!this.paused && this.queue.length) this.runBatch();
     this.paused = true;
     return mode === 'abort' ? this.abortQueued() : this.queue.length;
   }
