@@ -228,7 +228,8 @@ export class FlowrlServer {
       case 'POST /update_weights_from_disk': {
         const dir = body.model_path;
         if (typeof dir !== 'string' || !dir) throw bad("'model_path' must be a directory path");
-        const version = body.weight_version === undefined || body.weight_version === null ? String(Number(this.engine.weightVersion) + 1 || 1) : String(body.weight_version);
+        // As SGLang: the version changes only when the request gives one.
+        const version = body.weight_version === undefined || body.weight_version === null ? this.engine.weightVersion : String(body.weight_version);
         const aborted = body.abort_all_requests === true ? this.engine.abortQueued() : 0;
         try {
           this.engine.loadWeights(path.resolve(dir), version);
@@ -279,6 +280,10 @@ export class FlowrlServer {
         return { status: 'resumed' };
       case 'GET /is_paused':
         return { is_paused: this.engine.paused };
+      case 'POST /abort_request':
+      case 'POST /abort_requests':
+        // Queued samples end with finish 'abort'; a running batch always finishes (sampling is synchronous).
+        return { num_aborted: this.engine.abortQueued() };
       case 'POST /reset_prefix_cache':
         return {};
       case 'POST /init_weight_transfer_engine':
@@ -444,7 +449,8 @@ export class FlowrlServer {
             ? null
             : { tokens: tokens(o.outputIds), token_logprobs: o.logProbs, top_logprobs: logprobs > 0 ? o.outputIds.map((id, t) => ({ [tokens([id])[0]]: o.logProbs[t] })) : null, text_offset: o.outputIds.map(() => 0) },
         finish_reason: o.finish,
-        stop_reason: o.finish === 'stop' ? (o.matchedStop ?? null) : null,
+        // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
+        stop_reason: o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null,
       })),
       usage: { prompt_tokens: promptTotal, completion_tokens: outputs.reduce((n, o) => n + o.outputIds.length, 0), total_tokens: promptTotal + outputs.reduce((n, o) => n + o.outputIds.length, 0) },
     };
