@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { meanAndSpread } from '../core-adapters/cli/compare.js';
+import { passAtK } from '../core-adapters/trainer/pass-at-k.js';
+import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';
 import { fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
@@ -33,24 +34,70 @@ function config(dir: string, algorithm: string): string {
 describe('flowrl compare', function () {
   this.timeout(300000);
 
-  it('mean ± spread uses the sample standard deviation', () => {
-    expect(meanAndSpread([1, 2, 3])).to.equal('2.000 ± 1.000');
-    expect(meanAndSpread([0.5])).to.equal('0.500 ± 0.000');
-  });
-
   it('runs each config with the same seeds and writes one report and a table', async () => {
     const dir = tempDir();
     const out = path.join(dir, 'out');
-    const run = await flowrlInProcess(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out]);
+    const run = await flowrlInProcess(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out, '--baseline', 'flowrl']);
     expect(run.status, run.stderr).to.equal(0);
     expect(fs.readdirSync(out).sort()).to.deep.equal(['flowrl-seed1', 'flowrl-seed2', 'grpo-seed1', 'grpo-seed2', 'report.html']);
     for (const name of ['grpo-seed2', 'flowrl-seed1']) {
       const saved = YAML.parse(fs.readFileSync(path.join(out, name, 'config.yaml'), 'utf8'));
       expect(saved.trainer.seed).to.equal(Number(name.at(-1)));
     }
-    expect(run.stdout).to.match(/^grpo\s+\d\.\d{3} ± \d\.\d{3}/m);
-    expect(run.stdout).to.match(/^flowrl\s+\d\.\d{3} ± \d\.\d{3}/m);
+    // Means with 95 % t intervals over the two seeds, then the pair against the baseline given.
+    expect(run.stdout).to.match(/^metric\s+grpo \(2 seeds\)\s+flowrl \(2 seeds\)$/m);
+    for (const label of ['Avg@2 \\(accuracy\\)', 'pass@1', 'pass@2', 'distinct correct', 'correct entropy']) {
+      expect(run.stdout).to.match(new RegExp(`^${label}(\\s+\\d\\.\\d{3} \\[-?\\d\\.\\d{3}, -?\\d\\.\\d{3}\\]){2}$`, 'm'));
+    }
+    expect(run.stdout).to.include('grpo - flowrl, paired over seeds 1, 2 and the same 8 validation prompts');
+    expect(run.stdout).to.match(/^pass@2\s+[+-]\d\.\d{3}\s+\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]\s+\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]\s+(yes|no)$/m);
+    // Per-prompt results at each validation step reproduce the metrics the run logged.
+    for (const name of ['grpo-seed1', 'flowrl-seed2']) {
+      const logged = fs.readFileSync(path.join(out, name, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => 'val/accuracy' in m);
+      expect(logged.map((m) => m.step)).to.deep.equal([0, 2]);
+      for (const m of logged) {
+        const records = [...readValPrompts(path.join(out, name), m.step)!.values()];
+        expect(records.map((r) => r.prompt)).to.deep.equal([0, 1, 2, 3, 4, 5, 6, 7]);
+        const avg = (f: (r: (typeof records)[number]) => number) => records.reduce((s, r) => s + f(r), 0) / records.length;
+        expect(avg((r) => r.correct / r.k)).to.be.closeTo(m['val/accuracy'], 1e-12);
+        for (const j of [1, 2]) expect(avg((r) => passAtK(r.k, r.correct, j))).to.be.closeTo(m[`val/pass@${j}`], 1e-12);
+        expect(avg((r) => r.distinct)).to.be.closeTo(m['val/distinct_correct'], 1e-12);
+        const solved = records.filter((r) => r.correct > 0);
+        expect(solved.length ? solved.reduce((s, r) => s + r.entropy, 0) / solved.length : 0).to.be.closeTo(m['val/correct_entropy'], 1e-12);
+      }
+    }
     const html = fs.readFileSync(path.join(out, 'report.html'), 'utf8');
     expect(html).to.include('grpo seed 2').and.to.include('flowrl seed 1');
+    expect(html).to.include('<table id="comparison-summary">').and.to.include('<table id="comparison-paired">');
+    expect(html).to.include('<section id="plot-pass-at-k-curve" class="plot">');
+  });
+
+  it('--baseline must name a compared config, and config names must differ (exit 2, before any training)', async () => {
+    const dir = tempDir();
+    const out = path.join(dir, 'out');
+    const run = await flowrlInProcess(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--out', out, '--baseline', 'ppo']);
+    expect(run.status).to.equal(2);
+    expect(run.stderr).to.include("--baseline: 'ppo' is not one of the compared configs (grpo, flowrl)");
+    expect(fs.existsSync(out)).to.equal(false);
+    const other = path.join(dir, 'other');
+    fs.mkdirSync(other);
+    const twice = await flowrlInProcess(['compare', config(dir, 'grpo'), config(other, 'grpo'), '--out', out]);
+    expect(twice.status).to.equal(2);
+    expect(twice.stderr).to.include("two configs are named 'grpo'");
+  });
+
+  it('flowrl eval prints Avg@k and pass@j for every j, then the metrics as the last JSON line', async () => {
+    const dir = tempDir();
+    const run = await flowrlInProcess(['eval', config(dir, 'grpo'), `trainer.default_local_dir=${path.join(dir, 'run')}`, 'actor_rollout_ref.rollout.val_kwargs.n=4']);
+    expect(run.status, run.stderr).to.equal(0);
+    const lines = run.stdout.trim().split('\n');
+    const metrics = JSON.parse(lines.at(-1)!);
+    expect(lines[0]).to.equal('validation, k = 4 samples per prompt');
+    const row = (label: string) => lines.find((l) => l.startsWith(label + ' '))?.split(/\s+/).at(-1);
+    expect(row('Avg@4 (mean accuracy over k samples)')).to.equal(metrics['val/accuracy'].toFixed(3));
+    for (const j of [1, 2, 4]) expect(row(`pass@${j}`)).to.equal(metrics[`val/pass@${j}`].toFixed(3));
+    expect(row('distinct correct per prompt')).to.equal(metrics['val/distinct_correct'].toFixed(3));
+    // flowrl eval leaves no per-prompt file behind (only fit writes one).
+    expect(fs.existsSync(path.join(dir, 'run', 'val_prompts.jsonl'))).to.equal(false);
   });
 });

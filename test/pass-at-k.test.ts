@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { passAtK, reportedKs } from '../core-adapters/trainer/pass-at-k.js';
+import { passAtJOf, passAtK, reportedKs } from '../core-adapters/trainer/pass-at-k.js';
 
 describe('pass@k, the unbiased estimator of Chen et al. (2021)', () => {
   it('equals 1 - C(n-c, k) / C(n, k), worked by hand', () => {
@@ -22,5 +22,9 @@ describe('pass@k, the unbiased estimator of Chen et al. (2021)', () => {
     expect(reportedKs(1)).to.deep.equal([1]);
     expect(reportedKs(8)).to.deep.equal([1, 2, 4, 8]);
     expect(reportedKs(12)).to.deep.equal([1, 2, 4, 8, 12]);
+  });
+
+  it('reads j from val/pass@j keys only', () => {
+    expect(['val/pass@1', 'val/pass@64', 'val/pass@k', 'val/pass@', 'val/accuracy', 'x/val/pass@2'].map(passAtJOf)).to.deep.equal([1, 64, null, null, null, null]);
   });
 });

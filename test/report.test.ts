@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
+import { compareRuns } from '../core-adapters/report/comparison.js';
 import { buildReport, writeReport } from '../core-adapters/report/report.js';
 import { expectInputErrorAsync, runFlowrl, tempDir } from './helpers.js';
 
@@ -17,6 +18,12 @@ const ACCURACY: Record<string, number[]> = {
   'grpo-1': [0.2, 0.4, 0.6],
   'grpo-2': [0.2, 0.5, 0.7],
   'flowrl-1': [0.2, 0.45, 0.65],
+};
+/** Correct samples (of k = 4) per validation prompt at the final step, matching the final accuracy above. */
+const FINAL_CORRECT: Record<string, number[]> = {
+  'grpo-1': [4, 3, 2, 2, 1],
+  'grpo-2': [4, 4, 3, 2, 1],
+  'flowrl-1': [4, 3, 3, 2, 1],
 };
 
 /** A run directory as the trainer leaves it: config.yaml and metrics.jsonl (steps 0..10, validation at 0, 5, 10). */
@@ -35,6 +42,9 @@ function writeRun(root: string, algorithm: string, seed: number, options: { conf
       'val/accuracy': acc,
       'val/pass@k': Math.min(1, acc + 0.2),
       'val/k': 4,
+      'val/pass@1': acc,
+      'val/pass@2': Math.min(1, acc + 0.1),
+      'val/pass@4': Math.min(1, acc + 0.2),
       'val/distinct_correct': acc * 2,
       'val/correct_entropy': acc * 1.5,
     };
@@ -61,6 +71,11 @@ function writeRun(root: string, algorithm: string, seed: number, options: { conf
     lines.push(m);
   }
   fs.writeFileSync(path.join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
+  const correct = FINAL_CORRECT[`${algorithm}-${seed}`];
+  if (correct) {
+    const records = correct.map((c, prompt) => ({ step: 10, prompt, hash: `p${prompt}`, k: 4, correct: c, distinct: Math.min(c, 2), entropy: c > 1 ? Math.LN2 : 0 }));
+    fs.writeFileSync(path.join(dir, 'val_prompts.jsonl'), records.map((r) => JSON.stringify(r) + '\n').join(''));
+  }
   return dir;
 }
 
@@ -119,7 +134,8 @@ describe('flowrl report', () => {
       expect(count(body, /<svg[\s>]/g), `${id} svgs`).to.equal(expected);
       expect(body, id).to.not.include('no run logged');
     }
-    expect(count(html, /<svg[\s>]/g)).to.equal(ALL_PLOTS.length + VALIDATION_PLOTS.length);
+    // ... and the pass@k curves.
+    expect(count(html, /<svg[\s>]/g)).to.equal(ALL_PLOTS.length + VALIDATION_PLOTS.length + 1);
     expect(section(html, 'plot-val-accuracy')).to.include('grpo (2 runs)');
     expect(section(html, 'plot-val-pass-at-k')).to.include('<h2>pass@k (k = 4) <code>val/pass@k</code></h2>');
     // FlowRL-only metrics name the runs that did not log them.
@@ -151,6 +167,62 @@ describe('flowrl report', () => {
     expect(algorithms).to.include('<th scope="row" data-key="algorithm">grpo</th>');
     expect(algorithms).to.not.include('data-key="algorithm">flowrl<');
     expect(algorithms).to.match(/data-key="val\/accuracy"[^>]*>0\.650 ± 0\.071</);
+  });
+
+  it('draws pass@k against k (log2 axis) from the final validation, one line per algorithm', () => {
+    const body = section(html, 'plot-pass-at-k-curve');
+    expect(count(body, /<svg[\s>]/g)).to.equal(1);
+    expect(body).to.include('grpo (2 runs)').and.to.include('flowrl (1 run)');
+    // The x axis is labelled at k = 1, 2, 4.
+    for (const k of ['1', '2', '4']) expect(body).to.match(new RegExp(`<text[^>]*>${k}</text>`));
+    expect(html).to.not.include('<section id="comparison">');
+  });
+
+  describe("flowrl compare's statistics", () => {
+    let compared: string;
+    before(async () => {
+      const comparison = compareRuns([
+        { name: 'grpo', dirs: runs.slice(0, 2) },
+        { name: 'flowrl', dirs: runs.slice(2) },
+      ]);
+      compared = await buildReport(runs, { comparison });
+    });
+
+    /** The summary cell of `group` for metric `key`. */
+    function summaryCell(group: string, key: string): { text: string; attributes: string } {
+      const table = /<table id="comparison-summary">([\s\S]*?)<\/table>/.exec(compared)![1];
+      const cell = new RegExp(`<td data-group="${group}" data-key="${key}"([^>]*)>([^<]*)</td>`).exec(table);
+      expect(cell, `${group} ${key}`).to.not.equal(null);
+      return { attributes: cell![1], text: cell![2] };
+    }
+
+    it('shows each config with the mean and 95 % t interval over seeds (n/a for one seed)', () => {
+      expect(compared).to.include('<a href="#comparison">Comparison</a>');
+      const head = /<table id="comparison-summary">[\s\S]*?<thead>([\s\S]*?)<\/thead>/.exec(compared)![1];
+      expect(head).to.include('>grpo (2 seeds)<').and.to.include('>flowrl (1 seed)<');
+      // grpo: final accuracy 0.6 and 0.7: s = 0.0707, half-width t_{0.975,1} · s/√2 = 12.706 · 0.05.
+      expect(summaryCell('grpo', 'val/accuracy').text).to.equal('0.650 [0.015, 1.285]');
+      expect(summaryCell('grpo', 'val/pass@2').text).to.equal('0.750 [0.115, 1.385]');
+      expect(summaryCell('grpo', 'val/accuracy@before').text).to.equal('0.200 [0.200, 0.200]');
+      expect(summaryCell('flowrl', 'val/accuracy').text).to.equal('0.650 (CI n/a)');
+      expect(summaryCell('flowrl', 'val/accuracy').attributes).to.include('data-mean="0.65"').and.to.not.include('data-low');
+      const summary = /<table id="comparison-summary">([\s\S]*?)<\/table>/.exec(compared)![1];
+      const rows = [...summary.matchAll(/<th scope="row" data-key="([^"]+)">([^<]*)<\/th>/g)].map((m) => m[2]);
+      expect(rows).to.deep.equal(['accuracy at step 0', 'Avg@4 (accuracy)', 'pass@1', 'pass@2', 'pass@4', 'distinct correct', 'correct entropy']);
+    });
+
+    it('shows the paired differences against the first config, paired over the shared seed', () => {
+      const table = /<table id="comparison-paired">([\s\S]*?)<\/table>/.exec(compared)![1];
+      expect(table).to.include('flowrl - grpo: seeds 1, 5 prompts');
+      const row = /<tr data-pair="flowrl - grpo" data-key="val\/accuracy"([^>]*)>([\s\S]*?)<\/tr>/.exec(table);
+      expect(row).to.not.equal(null);
+      // Seed 1's prompts: flowrl 13 of 20 correct samples, grpo 12.
+      expect(Number(/data-difference="([^"]+)"/.exec(row![1])![1])).to.be.closeTo(0.05, 1e-12);
+      expect(row![2]).to.include('<td class="num">+0.050</td>').and.to.include('n/a (one seed)');
+      expect(row![1]).to.include('data-significant="false"').and.to.not.include('data-t-low');
+      // The pass@k curves follow the compared configs.
+      expect(section(compared, 'plot-pass-at-k-curve')).to.include('grpo (2 runs)').and.to.include('One line per config');
+    });
   });
 
   it('references no external resource (only the SVG namespaces)', () => {
@@ -244,7 +316,7 @@ describe('flowrl report', () => {
         throw new Error(`${CHROMIUM} not found: this test opens the report in Debian's Chromium; install it with \`apt-get install chromium\` (or set FLOWRL_CHROMIUM)`);
       }
       const file = path.join(tempDir('flowrl-report-browser-'), 'report.html');
-      await writeReport(runs, file);
+      await writeReport(runs, file, { comparison: compareRuns([{ name: 'grpo', dirs: runs.slice(0, 2) }, { name: 'flowrl', dirs: runs.slice(2) }]) });
       const { chromium } = await import('playwright-core');
       const browser = await chromium.launch({
         executablePath: CHROMIUM,
@@ -279,6 +351,23 @@ describe('flowrl report', () => {
         }
         const bands = await page.evaluate(() => document.querySelectorAll('figure.spread svg g.mark-area path').length);
         expect(bands, 'min–max bands').to.be.greaterThan(0);
+        // pass@k curves: one drawn line per config, a band for grpo (two seeds), both in the legend.
+        const curve = await page.evaluate(() => {
+          const svg = document.querySelector('#plot-pass-at-k-curve svg')!;
+          const box = svg.getBoundingClientRect();
+          return {
+            lines: [...svg.querySelectorAll('g.mark-line path')].filter((p) => (p.getAttribute('d') ?? '').length > 2 && p.getBoundingClientRect().width > 20).length,
+            bands: [...svg.querySelectorAll('g.mark-area path')].filter((p) => (p.getAttribute('d') ?? '').length > 2).length,
+            legend: [...svg.querySelectorAll('g.role-legend text')].map((t) => t.textContent),
+            width: box.width,
+          };
+        });
+        expect(curve.lines, 'pass@k lines').to.equal(2);
+        expect(curve.bands, 'pass@k interval bands').to.equal(1);
+        expect(curve.legend).to.include.members(['grpo (2 runs)', 'flowrl (1 run)']);
+        expect(curve.width).to.be.greaterThan(100);
+        const comparison = await page.evaluate(() => document.querySelectorAll('#comparison-summary tbody tr, #comparison-paired tbody tr').length);
+        expect(comparison, 'comparison table rows').to.be.greaterThan(10);
         expect(problems).to.deep.equal([]);
         expect(requests.filter((u) => !u.startsWith('file:') && !u.startsWith('data:'))).to.deep.equal([]);
       } finally {

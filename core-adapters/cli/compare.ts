@@ -1,40 +1,36 @@
-// flowrl compare CONFIG... [--seeds N] [--out DIR] [key=value ...]: every config trained with the
-// same seeds and budget, one after another, then one report and a table of final validation
-// metrics (mean ± spread over seeds) per config.
+// flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [key=value ...]: every config
+// trained with the same seeds and budget, one after another, then one report and the final
+// validation metrics per config (mean, 95 % t interval over seeds) with paired comparisons against
+// the baseline config (see report/comparison.ts).
 import path from 'node:path';
-import type { Metrics, Trainer } from '../contracts/index.js';
+import type { Trainer } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { createHost } from '../host.js';
+import { compareRuns, comparisonText, type CompareGroup } from '../report/comparison.js';
 import { writeReport } from '../report/report.js';
 import { TOKENS } from '../tokens.js';
 import { numberFlag, parseFlags } from './args.js';
-import { validationSummary } from './rl-commands.js';
 
-const COLUMNS: [string, string][] = [
-  ['val/accuracy', 'accuracy'],
-  ['val/pass@k', 'pass@k'],
-  ['val/distinct_correct', 'distinct'],
-  ['val/correct_entropy', 'entropy'],
-];
-
-export function meanAndSpread(values: number[]): string {
-  const mean = values.reduce((a, b) => a + b, 0) / values.length;
-  const spread = values.length > 1 ? Math.sqrt(values.reduce((s, v) => s + (v - mean) ** 2, 0) / (values.length - 1)) : 0;
-  return `${mean.toFixed(3)} ± ${spread.toFixed(3)}`;
-}
+const USAGE = 'usage: flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [key=value ...]';
 
 export async function compareCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, out: { type: 'string' } });
+  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, out: { type: 'string' }, baseline: { type: 'string' } });
   const seeds = numberFlag('compare', values, 'seeds', 3, { integer: true, min: 1 });
   const out = (values.out as string | undefined) ?? path.join('runs', 'compare');
   const configs = positionals.filter((p) => !p.includes('='));
   const overrides = positionals.filter((p) => p.includes('='));
-  if (!configs.length) throw new InputError('usage: flowrl compare CONFIG... [--seeds N] [--out DIR] [key=value ...]');
+  if (!configs.length) throw new InputError(USAGE);
+  const names = configs.map((c) => path.basename(c, path.extname(c)));
+  const baseline = (values.baseline as string | undefined) ?? names[0];
+  // Checked before hours of training, not after.
+  const twice = names.find((n, i) => names.indexOf(n) !== i);
+  if (twice) throw new InputError(`two configs are named '${twice}': their runs would share ${path.join(out, `${twice}-seed1`)}; rename one`);
+  if (!names.includes(baseline)) throw new InputError(`--baseline: '${baseline}' is not one of the compared configs (${names.join(', ')})`);
 
-  const rows: { name: string; before: Metrics[]; after: Metrics[] }[] = [];
+  const rows: CompareGroup[] = [];
   const runDirs: string[] = [];
-  for (const config of configs) {
-    const row = { name: path.basename(config, path.extname(config)), before: [] as Metrics[], after: [] as Metrics[] };
+  for (const [i, config] of configs.entries()) {
+    const row: CompareGroup = { name: names[i], dirs: [] };
     for (let seed = 1; seed <= seeds; seed++) {
       const runDir = path.join(out, `${row.name}-seed${seed}`);
       process.stderr.write(`[flowrl compare] ${config} seed ${seed} -> ${runDir}\n`);
@@ -45,22 +41,14 @@ export async function compareCommand(argv: string[]): Promise<void> {
       const trainer = host.container.get<Trainer>(TOKENS.Trainer);
       await trainer.fit();
       trainer.dispose();
-      const summary = validationSummary(runDir);
-      if (summary.before) row.before.push(summary.before);
-      if (summary.after) row.after.push(summary.after);
+      row.dirs.push(runDir);
       runDirs.push(runDir);
     }
     rows.push(row);
   }
+  const comparison = compareRuns(rows, { baseline });
   const reportFile = path.join(out, 'report.html');
-  await writeReport(runDirs, reportFile, { title: `flowrl compare (${seeds} seeds)` });
-
-  const header = ['config'.padEnd(24), ...COLUMNS.map(([, label]) => label.padStart(16))].join('');
-  console.log(`final validation, mean ± std over ${seeds} seeds (before training: accuracy ${rows.map((r) => `${r.name} ${meanAndSpread(r.before.map((m) => m['val/accuracy']))}`).join(', ')})`);
-  console.log(header);
-  for (const row of rows) {
-    const cells = COLUMNS.map(([key]) => (row.after.length ? meanAndSpread(row.after.map((m) => m[key] ?? NaN)) : '-').padStart(16));
-    console.log([row.name.padEnd(24), ...cells].join(''));
-  }
+  await writeReport(runDirs, reportFile, { title: `flowrl compare (${seeds} seeds)`, comparison });
+  console.log(comparisonText(comparison).join('\n'));
   console.log(`runs: ${out}\nreport: ${reportFile}`);
 }

@@ -11,6 +11,7 @@ import { initEngine } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
 import { METRICS_FILE } from '../trainer/metrics.js';
+import { passAtJOf } from '../trainer/pass-at-k.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
@@ -54,6 +55,23 @@ function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] 
   for (const [key, label] of SUMMARY_ROWS) {
     lines.push(`${(key === 'val/pass@k' && k ? `pass@${k}` : label).padEnd(32)}${cell(before, key)}${after ? '  ' + cell(after, key) : ''}`);
   }
+  return lines;
+}
+
+/** flowrl eval's readable table: Avg@k, the unbiased pass@j for every logged j, then diversity. */
+export function evalTable(metrics: Metrics): string[] {
+  const k = metrics['val/k'];
+  const js = Object.keys(metrics)
+    .map(passAtJOf)
+    .filter((j) => j !== null)
+    .sort((a, b) => a - b);
+  const rows: [string, number | undefined][] = [
+    [`Avg@${k ?? 'k'} (mean accuracy over k samples)`, metrics['val/accuracy']],
+    ...js.map((j): [string, number] => [`pass@${j}`, metrics[`val/pass@${j}`]]),
+    ...SUMMARY_ROWS.filter(([key]) => key === 'val/distinct_correct' || key === 'val/correct_entropy').map(([key, label]): [string, number | undefined] => [label, metrics[key]]),
+  ];
+  const lines = [`validation, k = ${k ?? '?'} samples per prompt`];
+  for (const [label, value] of rows) if (value !== undefined) lines.push(`${label.padEnd(40)}${value.toFixed(3).padStart(8)}`);
   return lines;
 }
 
@@ -116,6 +134,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
   const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   const metrics = await trainer.evaluate();
+  // The table for people; the JSON line last, for scripts.
+  console.log(evalTable(metrics).join('\n'));
   console.log(JSON.stringify(metrics));
   trainer.dispose();
 }

@@ -1,7 +1,8 @@
 // The report's plots: Vega-Lite specs compiled by vega-lite and rendered to SVG strings by vega in
 // Node (renderer 'none': no canvas, no DOM), so the HTML needs no script to show them.
 import type { TopLevelSpec } from 'vega-lite';
-import { seriesOf, type ReportRun } from './runs.js';
+import { finalValidation, passAtJs, seriesOf, type ReportRun } from './runs.js';
+import { mean, tInterval } from './statistics.js';
 
 export interface PlotDef {
   /** Section id in the HTML (stable: tests and links rely on it). */
@@ -216,7 +217,7 @@ export function bandRows(plot: PlotDef, runs: ReportRun[]): { rows: BandRow[]; g
       rows.push({
         step,
         group,
-        mean: values.reduce((s, v) => s + v, 0) / values.length,
+        mean: mean(values),
         min: Math.min(...values),
         max: Math.max(...values),
         n: values.length,
@@ -224,6 +225,64 @@ export function bandRows(plot: PlotDef, runs: ReportRun[]): { rows: BandRow[]; g
     }
   }
   return { rows, groups };
+}
+
+export interface PassAtKRow {
+  k: number;
+  group: string;
+  mean: number;
+  /** The 95 % t interval over the group's runs; null with one run. */
+  low: number | null;
+  high: number | null;
+  n: number;
+}
+
+/** Per group and k: the mean of the final validation's val/pass@k over the group's runs, with its t interval. */
+export function passAtKCurveRows(groups: { name: string; runs: ReportRun[] }[]): { rows: PassAtKRow[]; groups: string[]; ks: number[] } {
+  const rows: PassAtKRow[] = [];
+  const names: string[] = [];
+  for (const g of groups) {
+    const finals = g.runs.map(finalValidation).filter((f) => f !== null);
+    const ks = [...new Set(finals.flatMap((f) => passAtJs(f.values)))].sort((a, b) => a - b);
+    if (!ks.length) continue;
+    const group = `${g.name} (${finals.length} run${finals.length === 1 ? '' : 's'})`;
+    names.push(group);
+    for (const k of ks) {
+      const values = finals.map((f) => f.values.get(`val/pass@${k}`)).filter((v): v is number => v !== undefined);
+      rows.push({ k, group, ...tInterval(values) });
+    }
+  }
+  return { rows, groups: names, ks: [...new Set(rows.map((r) => r.k))].sort((a, b) => a - b) };
+}
+
+/** pass@k against k on a log2 axis, one line per group, the t interval as a band where a group has several runs. */
+export function passAtKCurveSpec(rows: PassAtKRow[], groups: string[], ks: number[]): TopLevelSpec {
+  const color = {
+    field: 'group',
+    type: 'nominal',
+    title: 'config',
+    scale: { domain: groups, scheme: palette(groups.length) },
+    legend: { orient: 'bottom', columns: 3, symbolType: 'stroke', description: `configs: ${groups.join(', ')}` },
+  } as const;
+  return {
+    description: 'pass@k against k at the final validation, one line per config',
+    width: WIDTH,
+    height: HEIGHT,
+    data: { values: rows as unknown as Record<string, unknown>[] },
+    encoding: {
+      x: { field: 'k', type: 'quantitative', title: 'k (samples per prompt, log scale)', scale: { type: 'log', base: 2 }, axis: { values: ks, format: 'd' } },
+      color,
+    },
+    layer: [
+      {
+        transform: [{ filter: 'datum.n > 1' }],
+        mark: { type: 'errorband', opacity: 0.2 },
+        encoding: { y: { field: 'low', type: 'quantitative', title: 'pass@k (mean, 95 % interval)', scale: { zero: false } }, y2: { field: 'high' } },
+      },
+      { mark: { type: 'line', strokeWidth: 2, point: { filled: true, size: 36 } }, encoding: { y: { field: 'mean', type: 'quantitative' } } },
+    ],
+    config: BASE_CONFIG,
+  } as TopLevelSpec;
 }
 
 /**

@@ -5,8 +5,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
-import { bandRows, bandSpec, perRunRows, perRunSpec, PLOTS, plotKeyFor, renderSvg, type PlotDef } from './charts.js';
+import { bandRows, bandSpec, passAtKCurveRows, passAtKCurveSpec, perRunRows, perRunSpec, PLOTS, plotKeyFor, renderSvg, type PlotDef } from './charts.js';
+import { formatDifferenceInterval, formatInterval, formatSigned, LEVEL, type Comparison } from './comparison.js';
 import { readReportRuns, seriesOf, type ReportRun } from './runs.js';
+import { mean, sampleStd } from './statistics.js';
 
 export type { ReportRun } from './runs.js';
 export { readReportRuns } from './runs.js';
@@ -14,6 +16,8 @@ export { readReportRuns } from './runs.js';
 export interface ReportOptions {
   /** The page title and heading; default "flowrl report". */
   title?: string;
+  /** flowrl compare's statistics: a comparison section, and the pass@k curves grouped by its configs. */
+  comparison?: Comparison;
 }
 
 /** The file name `flowrl report` writes inside the first run directory by default. */
@@ -34,17 +38,6 @@ function duration(seconds: number): string {
   const s = Math.round(seconds);
   if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
   return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-}
-
-function mean(values: number[]): number {
-  return values.reduce((s, v) => s + v, 0) / values.length;
-}
-
-/** Sample standard deviation (n − 1); 0 for a single value. */
-function std(values: number[]): number {
-  if (values.length < 2) return 0;
-  const m = mean(values);
-  return Math.sqrt(values.reduce((s, v) => s + (v - m) ** 2, 0) / (values.length - 1));
 }
 
 function last(run: ReportRun, key: string): number | undefined {
@@ -139,7 +132,7 @@ function algorithmsTable(runs: ReportRun[]): string {
       if (!values.length) return td({ key: f.key, text: DASH });
       const n = values.length < members.length ? ` (n=${values.length})` : '';
       const m = mean(values);
-      const s = std(values);
+      const s = sampleStd(values);
       return `<td data-key="${esc(f.key)}" data-mean="${m}" data-std="${s}" class="num">${m.toFixed(3)} ± ${s.toFixed(3)}${n}</td>`;
     });
     return `<tr><th scope="row" data-key="algorithm">${esc(algorithm)}</th><td data-key="runs" class="num">${members.length}</td>${cells.join('')}</tr>`;
@@ -150,6 +143,94 @@ function algorithmsTable(runs: ReportRun[]): string {
     `<thead><tr>${head.map((h) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead>`,
     `<tbody>${rows.join('\n')}</tbody>`,
     '</table>',
+  ].join('\n');
+}
+
+function intervalAttributes(i: { mean: number; low: number | null; high: number | null }): string {
+  return ` data-mean="${i.mean}"` + (i.low === null ? '' : ` data-low="${i.low}" data-high="${i.high}"`);
+}
+
+/** flowrl compare's tables: intervals over seeds per config, then the paired differences. */
+function comparisonSection(c: Comparison): string {
+  const percent = `${LEVEL * 100} %`;
+  const head = ['metric', ...c.groups.map((g) => `${g.name} (${g.runs} seed${g.runs === 1 ? '' : 's'})`)];
+  const row = (key: string, label: string, cell: (g: Comparison['groups'][number]) => string) =>
+    `<tr><th scope="row" data-key="${esc(key)}">${esc(label)}</th>${c.groups.map(cell).join('')}</tr>`;
+  const tdInterval = (group: string, key: string, i: Parameters<typeof formatInterval>[0]) =>
+    i ? `<td data-group="${esc(group)}" data-key="${esc(key)}"${intervalAttributes(i)} class="num">${esc(formatInterval(i))}</td>` : td({ key, text: DASH });
+  const rows = [
+    ...(c.groups.some((g) => g.before) ? [row('val/accuracy@before', 'accuracy at step 0', (g) => tdInterval(g.name, 'val/accuracy@before', g.before ?? undefined))] : []),
+    ...c.metrics.map((m) => row(m.key, m.label, (g) => tdInterval(g.name, m.key, g.final.get(m.key)))),
+  ];
+  const parts = [
+    '<section id="comparison">',
+    '<h2>Comparison over seeds</h2>',
+    '<div class="table-wrap">',
+    '<table id="comparison-summary">',
+    `<caption>Final validation of each config: mean over seeds and its ${percent} confidence interval (Student t: mean ± t<sub>0.975, N−1</sub> · s/√N; n/a with one seed).</caption>`,
+    `<thead><tr>${head.map((h) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead>`,
+    `<tbody>${rows.join('\n')}</tbody>`,
+    '</table>',
+    '</div>',
+  ];
+  const compared = c.pairs.filter((p) => !p.skipped);
+  for (const p of c.pairs.filter((p) => p.skipped)) parts.push(`<p class="note">${esc(p.name)} - ${esc(p.baseline)}: no paired comparison (${esc(p.skipped!)})</p>`);
+  if (compared.length) {
+    const pairedHead = ['comparison', 'metric', 'difference', `bootstrap ${percent} CI`, `paired t ${percent} CI`, `significant at ${percent}`];
+    const pairedRows = compared.flatMap((p) =>
+      p.metrics.map((m) => {
+        const attrs = `data-pair="${esc(`${p.name} - ${p.baseline}`)}" data-key="${esc(m.key)}"`;
+        return [
+          `<tr ${attrs} data-difference="${m.difference}" data-low="${m.bootstrap.low}" data-high="${m.bootstrap.high}"${m.t.low === null ? '' : ` data-t-low="${m.t.low}" data-t-high="${m.t.high}"`} data-significant="${m.significant}">`,
+          `<th scope="row">${esc(p.name)} - ${esc(p.baseline)}</th><td>${esc(m.label)}</td>`,
+          `<td class="num">${esc(formatSigned(m.difference))}</td>`,
+          `<td class="num">${esc(formatDifferenceInterval(m.bootstrap.low, m.bootstrap.high))}</td>`,
+          `<td class="num">${esc(formatDifferenceInterval(m.t.low, m.t.high))}</td>`,
+          `<td>${m.significant ? 'yes' : 'no'}</td></tr>`,
+        ].join('');
+      }),
+    );
+    const pairing = compared.map((p) => `${esc(p.name)} - ${esc(p.baseline)}: seeds ${esc(p.seeds.join(', '))}, ${p.prompts} prompts`).join('; ');
+    const baselines = [...new Set(compared.map((p) => p.baseline))];
+    parts.push(
+      `<h3>Paired differences against ${esc(baselines.join(', '))}</h3>`,
+      '<div class="table-wrap">',
+      '<table id="comparison-paired">',
+      `<caption>Paired differences (config − baseline) over the same seeds and validation prompts (${pairing}). ` +
+        `Bootstrap: ${c.resamples} seeded resamples of seeds and, independently, of prompts (the two are crossed), percentile interval. ` +
+        `Paired t: over the per-seed differences. Significant when both intervals exclude 0 (with one seed, the bootstrap alone).</caption>`,
+      `<thead><tr>${pairedHead.map((h) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead>`,
+      `<tbody>${pairedRows.join('\n')}</tbody>`,
+      '</table>',
+      '</div>',
+    );
+  }
+  parts.push('</section>');
+  return parts.join('\n');
+}
+
+/** The runs grouped for the pass@k curves: by compared config, else by algorithm (else by run). */
+function curveGroups(runs: ReportRun[], comparison?: Comparison): { name: string; runs: ReportRun[] }[] {
+  if (comparison) return comparison.groups.map((g) => ({ name: g.name, runs: runs.filter((r) => g.dirs.includes(r.dir)) }));
+  const groups = new Map<string, ReportRun[]>();
+  for (const run of runs) groups.set(run.algorithm ?? run.label, [...(groups.get(run.algorithm ?? run.label) ?? []), run]);
+  return [...groups.entries()].map(([name, members]) => ({ name, runs: members }));
+}
+
+const PASS_AT_K_CURVE = { id: 'plot-pass-at-k-curve', title: 'pass@k curves' };
+
+async function passAtKCurveSection(runs: ReportRun[], comparison?: Comparison): Promise<string> {
+  const heading = `<h2>${PASS_AT_K_CURVE.title} <code>val/pass@1, val/pass@2, …</code></h2>`;
+  const { rows, groups, ks } = passAtKCurveRows(curveGroups(runs, comparison));
+  if (!rows.length) return `<section id="${PASS_AT_K_CURVE.id}" class="plot empty">\n${heading}\n<p class="note">no run logged val/pass@j</p>\n</section>`;
+  const svg = await renderSvg(passAtKCurveSpec(rows, groups, ks), 'pk-');
+  const by = comparison ? 'config' : 'algorithm';
+  return [
+    `<section id="${PASS_AT_K_CURVE.id}" class="plot">`,
+    heading,
+    '<p class="help">unbiased pass@k (Chen et al. 2021) at each run\'s final validation, against k on a log2 axis</p>',
+    `<div class="figures"><figure class="chart pass-at-k-curve">${svg}<figcaption>One line per ${by}: the mean over its runs; the band is the ${LEVEL * 100} % t interval over seeds (drawn with two runs or more).</figcaption></figure></div>`,
+    '</section>',
   ].join('\n');
 }
 
@@ -222,10 +303,15 @@ export async function buildReport(runDirs: string[], options: ReportOptions = {}
   const labels = runs.map((r) => r.label);
   const title = options.title ?? 'flowrl report';
   const sections: string[] = [];
-  for (const [i, plot] of PLOTS.entries()) sections.push(await plotSection(plot, runs, labels, i));
+  for (const [i, plot] of PLOTS.entries()) {
+    sections.push(await plotSection(plot, runs, labels, i));
+    if (plot.id === 'plot-val-pass-at-k') sections.push(await passAtKCurveSection(runs, options.comparison));
+  }
   const algorithms = [...new Set(runs.map((r) => r.algorithm).filter((a): a is string => !!a))];
   const meta = `${runs.length} run${runs.length === 1 ? '' : 's'}${algorithms.length ? ` · algorithms: ${algorithms.join(', ')}` : ''} · generated by flowrl report`;
-  const nav = [{ id: 'summary', title: 'Summary' }, ...PLOTS].map((p) => `<a href="#${p.id}">${esc(p.title)}</a>`).join('\n');
+  const navTargets = [{ id: 'summary', title: 'Summary' }, ...(options.comparison ? [{ id: 'comparison', title: 'Comparison' }] : []), ...PLOTS];
+  navTargets.splice(navTargets.findIndex((p) => p.id === 'plot-val-pass-at-k') + 1, 0, PASS_AT_K_CURVE);
+  const nav = navTargets.map((p) => `<a href="#${p.id}">${esc(p.title)}</a>`).join('\n');
   return [
     '<!DOCTYPE html>',
     '<html lang="en">',
@@ -246,6 +332,7 @@ export async function buildReport(runDirs: string[], options: ReportOptions = {}
     '<h3>Per algorithm</h3>',
     `<div class="table-wrap">\n${algorithmsTable(runs)}\n</div>`,
     '</section>',
+    ...(options.comparison ? [comparisonSection(options.comparison)] : []),
     ...sections,
     '</main>',
     '</body>',

@@ -13,6 +13,12 @@ export function passAtK(n: number, c: number, k: number): number {
   return 1 - allWrong;
 }
 
+/** j of a `val/pass@j` metric key; null for any other key (val/pass@k included). */
+export function passAtJOf(key: string): number | null {
+  const j = /^val\/pass@(\d+)$/.exec(key)?.[1];
+  return j === undefined ? null : Number(j);
+}
+
 /** The k reported for n samples per prompt: the powers of two below n, and n. */
 export function reportedKs(n: number): number[] {
   const ks: number[] = [];

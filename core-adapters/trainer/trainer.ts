@@ -31,6 +31,7 @@ import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './check
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
 import { passAtK, reportedKs } from './pass-at-k.js';
+import { countsEntropy, promptHash, ValPromptLog, type ValPromptRecord } from './val-prompts.js';
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -75,6 +76,8 @@ export class RLTrainer implements Trainer {
   private resumedMetrics?: Metrics;
   /** The step fit stopped at after requestStop (undefined when it ran to the end). */
   stoppedAt?: number;
+  /** Where validate writes per-prompt results during fit (flowrl eval writes none). */
+  private valPrompts?: ValPromptLog;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -181,6 +184,7 @@ export class RLTrainer implements Trainer {
     const total = this.totalSteps;
     const resumed = this.step > 0;
     for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
+    this.valPrompts = new ValPromptLog(this.runDir, { startStep: this.step, resumed });
     let lastValidation: Metrics = {};
     if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
       lastValidation = await this.validate();
@@ -195,13 +199,21 @@ export class RLTrainer implements Trainer {
       try {
         metrics = await this.trainStep();
       } catch (e) {
-        if (e instanceof RolloutUnavailable) throw this.stopWithoutRollouts(e, before);
+        if (e instanceof RolloutUnavailable) throw this.stopWithoutRollouts(e, { before });
         throw e;
       }
       const last = this.step === total;
       if (this.dataset.val.length && testFreq > 0 && (this.step % testFreq === 0 || last)) {
         const t = performance.now();
-        lastValidation = await this.validate();
+        try {
+          lastValidation = await this.validate();
+        } catch (e) {
+          if (!(e instanceof RolloutUnavailable)) throw e;
+          // The step's update is done: keep its line and a checkpoint, without its validation.
+          Object.assign(metrics, { 'training/global_step': this.step, 'training/epoch': this.position.epoch });
+          this.log(this.step, metrics);
+          throw this.stopWithoutRollouts(e, { finished: metrics });
+        }
         Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });
       }
       metrics['training/global_step'] = this.step;
@@ -227,15 +239,18 @@ export class RLTrainer implements Trainer {
   }
 
   /**
-   * The rollout servers are gone in the middle of a step: back to the end of the previous step,
-   * checkpointed (unless that checkpoint exists), so the same command resumes once they are back.
+   * The rollout servers are gone: back to the end of the previous step when this one was cut off
+   * (`before`: where its prompts started), or keep this one when only its validation was (`finished`:
+   * its metrics). Checkpointed (unless that checkpoint exists), so the same command resumes.
    */
-  private stopWithoutRollouts(e: RolloutUnavailable, before: DataPosition): RolloutUnavailable {
-    this.step -= 1;
-    this.position = before;
+  private stopWithoutRollouts(e: RolloutUnavailable, at: { before: DataPosition } | { finished: Metrics }): RolloutUnavailable {
+    if ('before' in at) {
+      this.step -= 1;
+      this.position = at.before;
+    }
     for (const sink of this.sinks) sink.close();
     if (this.step === 0) return new RolloutUnavailable(`${e.message}; no step finished, so there is no checkpoint; rerun once the servers are back`);
-    if (this.checkpoints.latest()?.step !== this.step) this.saveCheckpoint();
+    if (this.checkpoints.latest()?.step !== this.step) this.saveCheckpoint('finished' in at ? at.finished : undefined);
     return new RolloutUnavailable(`${e.message}; stopped after step ${this.step} with a checkpoint in ${path.join(this.runDir, 'checkpoints')}; run the same command to resume once the servers are back`);
   }
 
@@ -375,6 +390,7 @@ export class RLTrainer implements Trainer {
     let entropy = 0;
     const ks = reportedKs(k);
     const passAt = new Array<number>(ks.length).fill(0);
+    const perPrompt: Omit<ValPromptRecord, 'step'>[] = [];
     for (let p = 0; p < prompts; p++) {
       let correct = 0;
       for (let s = 0; s < k; s++) correct += reward.correct[p * k + s] ? 1 : 0;
@@ -388,12 +404,15 @@ export class RLTrainer implements Trainer {
         const key = ids.join(',');
         counts.set(key, (counts.get(key) ?? 0) + 1);
       }
+      const promptEntropy = countsEntropy(counts.values());
+      const { index, ids } = this.dataset.val[p];
+      perPrompt.push({ prompt: index, hash: promptHash(ids), k, correct, distinct: counts.size, entropy: promptEntropy });
       if (!counts.size) continue;
       passed += 1;
       distinct += counts.size;
-      const total = [...counts.values()].reduce((a, b) => a + b, 0);
-      for (const c of counts.values()) entropy -= (c / total) * Math.log(c / total);
+      entropy += promptEntropy;
     }
+    this.valPrompts?.append(this.step, perPrompt);
     const lengths = rowSums(mask, mask, generated.size);
     generated.dispose();
     return {

@@ -1,0 +1,100 @@
+// Per-prompt validation results, one JSON object per prompt and validation step in
+// <default_local_dir>/val_prompts.jsonl, so runs that validated the same prompts can be compared
+// prompt by prompt (flowrl compare's paired bootstrap). Every val/* metric of a prompt's counts
+// can be recomputed from a record.
+import fs from 'node:fs';
+import path from 'node:path';
+import { InputError } from '../errors.js';
+
+export const VAL_PROMPTS_FILE = 'val_prompts.jsonl';
+
+export interface ValPromptRecord {
+  step: number;
+  /** The prompt's row index in the validation split. */
+  prompt: number;
+  /** FNV-1a of the prompt's token ids (hex): pairs only the same prompts across runs. */
+  hash: string;
+  /** Samples drawn for the prompt. */
+  k: number;
+  /** Correct samples among them. */
+  correct: number;
+  /** Distinct correct responses. */
+  distinct: number;
+  /** Entropy (nats) of the empirical distribution over the correct responses; 0 with none. */
+  entropy: number;
+}
+
+/** Entropy (nats) of the distribution given by counts; 0 for no counts. */
+export function countsEntropy(counts: Iterable<number>): number {
+  const values = [...counts];
+  const total = values.reduce((a, b) => a + b, 0);
+  let entropy = 0;
+  for (const c of values) entropy -= (c / total) * Math.log(c / total);
+  return entropy;
+}
+
+export function promptHash(ids: ArrayLike<number>): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < ids.length; i++) {
+    h ^= ids[i] & 0xffff;
+    h = Math.imul(h, 0x01000193);
+    h ^= ids[i] >>> 16;
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0).toString(16).padStart(8, '0');
+}
+
+/** Appends a run's per-prompt validation records; opened like metrics.jsonl when fit starts. */
+export class ValPromptLog {
+  readonly file: string;
+
+  /** A fresh run starts an empty file; a resumed one keeps the records up to the resumed step. */
+  constructor(runDir: string, start: { startStep: number; resumed: boolean }) {
+    this.file = path.join(runDir, VAL_PROMPTS_FILE);
+    fs.mkdirSync(runDir, { recursive: true });
+    const kept =
+      start.resumed && fs.existsSync(this.file)
+        ? fs
+            .readFileSync(this.file, 'utf8')
+            .split('\n')
+            .filter((line) => {
+              try {
+                return line.trim() !== '' && (JSON.parse(line) as ValPromptRecord).step <= start.startStep;
+              } catch {
+                return false;
+              }
+            })
+        : [];
+    const tmp = `${this.file}.tmp-${process.pid}`;
+    fs.writeFileSync(tmp, kept.map((l) => l + '\n').join(''));
+    fs.renameSync(tmp, this.file);
+  }
+
+  append(step: number, records: Omit<ValPromptRecord, 'step'>[]): void {
+    fs.appendFileSync(this.file, records.map((r) => JSON.stringify({ step, ...r }) + '\n').join(''));
+  }
+}
+
+/** A run's records of one validation step, by prompt index; null when the run has no such file. */
+export function readValPrompts(runDir: string, step: number): Map<number, ValPromptRecord> | null {
+  const file = path.join(runDir, VAL_PROMPTS_FILE);
+  if (!fs.existsSync(file)) return null;
+  const out = new Map<number, ValPromptRecord>();
+  fs.readFileSync(file, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (!line.trim()) return;
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(line);
+      } catch (e) {
+        throw new InputError(`${file}, line ${i + 1}: not valid JSON (${(e as Error).message})`);
+      }
+      const record = (parsed ?? {}) as ValPromptRecord;
+      const fields = [record.step, record.prompt, record.k, record.correct, record.distinct, record.entropy];
+      if (!fields.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new InputError(`${file}, line ${i + 1}: expected numeric step, prompt, k, correct, distinct and entropy`);
+      // A repeated (step, prompt), as after a resume that re-ran a step: the later record wins.
+      if (record.step === step) out.set(record.prompt, record);
+    });
+  return out;
+}
