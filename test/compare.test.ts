@@ -86,13 +86,15 @@ describe('flowrl compare', function () {
     expect(twice.stderr).to.include("two configs are named 'grpo'");
   });
 
-  it('flowrl eval prints Avg@k and pass@j for every j, then the metrics as the last JSON line', async () => {
+  it('flowrl eval prints Avg@k and pass@j for every j on stderr, and the metrics as its one stdout line', async () => {
     const dir = tempDir();
     const run = await flowrlInProcess(['eval', config(dir, 'grpo'), `trainer.default_local_dir=${path.join(dir, 'run')}`, 'actor_rollout_ref.rollout.val_kwargs.n=4']);
     expect(run.status, run.stderr).to.equal(0);
-    const lines = run.stdout.trim().split('\n');
-    const metrics = JSON.parse(lines.at(-1)!);
-    expect(lines[0]).to.equal('validation, k = 4 samples per prompt');
+    expect(run.stdout.trim().split('\n')).to.have.length(1);
+    const metrics = JSON.parse(run.stdout);
+    const lines = run.stderr.trim().split('\n');
+    const first = lines.findIndex((l) => l === 'validation, k = 4 samples per prompt');
+    expect(first).to.be.at.least(0);
     const row = (label: string) => lines.find((l) => l.startsWith(label + ' '))?.split(/\s+/).at(-1);
     expect(row('Avg@4 (mean accuracy over k samples)')).to.equal(metrics['val/accuracy'].toFixed(3));
     for (const j of [1, 2, 4]) expect(row(`pass@${j}`)).to.equal(metrics[`val/pass@${j}`].toFixed(3));

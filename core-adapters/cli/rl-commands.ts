@@ -134,8 +134,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
   const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   const metrics = await trainer.evaluate();
-  // The table for people; the JSON line last, for scripts.
-  console.log(evalTable(metrics).join('\n'));
+  // The table for people on stderr; stdout is the JSON line alone, for scripts.
+  console.error(evalTable(metrics).join('\n'));
   console.log(JSON.stringify(metrics));
   trainer.dispose();
 }
