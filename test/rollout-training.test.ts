@@ -18,11 +18,14 @@ function startServer(): FlowrlServer {
   return new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', testFaults: true });
 }
 
-/** Two in-process servers and their URLs. */
-async function twoServers(): Promise<{ servers: FlowrlServer[]; urls: string[] }> {
+/** Runs `test` with two in-process servers (faults enabled), closing them whatever happens. */
+async function withTwoServers(test: (started: { servers: FlowrlServer[]; urls: string[] }) => Promise<void>): Promise<void> {
   const servers = [startServer(), startServer()];
-  const urls = await Promise.all(servers.map((s) => s.listen()));
-  return { servers, urls };
+  try {
+    await test({ servers, urls: await Promise.all(servers.map((s) => s.listen())) });
+  } finally {
+    await Promise.all(servers.map((s) => s.close()));
+  }
 }
 
 /** A `flowrl serve` process (faults enabled) on `port` (0: a free one); resolves once it listens. */
@@ -122,8 +125,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
   });
 
   it('flowrl serve draws exactly the samples local sampling draws: the same run, step for step (3 steps)', async () => {
-    const { servers, urls } = await twoServers();
-    try {
+    await withTwoServers(async ({ urls }) => {
       const runs: Metrics[][] = [];
       for (const name of ['local', 'sglang']) {
         const dir = tempDir();
@@ -139,14 +141,11 @@ describe('rollouts on inference servers (flowrl serve)', function () {
         for (const key of ['critic/accuracy', 'critic/score/mean', 'response_length/mean', 'val/accuracy', 'val/distinct_correct']) expect(server[key], `step ${local.step} ${key}`).to.equal(local[key]);
         if (local['actor/pg_loss'] !== undefined) expect(server['actor/pg_loss']).to.be.closeTo(local['actor/pg_loss'], 1e-5);
       });
-    } finally {
-      await Promise.all(servers.map((s) => s.close()));
-    }
+    });
   });
 
   it('the vllm dialect trains too (LoRA adapters loaded per version), with log-probs equal to the trainer', async () => {
-    const { servers, urls } = await twoServers();
-    try {
+    await withTwoServers(async ({ servers, urls }) => {
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const file = serverConfig(dir, urls, { actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32 } } }, 'vllm');
@@ -159,14 +158,11 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       for (const s of servers) expect(s.engine.adapterNames().map((n) => n.split('.')[1]).sort()).to.deep.equal(['2', '3']);
       expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v2', 'v3']);
       expect(fs.existsSync(path.join(runDir, 'rollout_weights', 'v3', 'adapter_config.json'))).to.equal(true);
-    } finally {
-      await Promise.all(servers.map((s) => s.close()));
-    }
+    });
   });
 
   it('a server that lost its weights (restart to base) has its samples dropped as stale, drawn again elsewhere, and rejoins with the current weights', async () => {
-    const { servers, urls } = await twoServers();
-    try {
+    await withTwoServers(async ({ servers, urls }) => {
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, async (step) => {
@@ -182,14 +178,11 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       expect(steps.at(-1)!['rollout/servers_live']).to.equal(2);
       for (const m of steps) expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
       expect(servers[0].engine.weightVersion).to.equal(servers[1].engine.weightVersion);
-    } finally {
-      await Promise.all(servers.map((s) => s.close()));
-    }
+    });
   });
 
   it('a server whose log-probs are skewed shows in the TIS metrics', async () => {
-    const { servers, urls } = await twoServers();
-    try {
+    await withTwoServers(async ({ urls }) => {
       // One server reports log-probs 1 nat low: old - rollout = 1 on its tokens, exp(1) > tis_cap 2.
       await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ logprob_skew: -1 }) });
       const dir = tempDir();
@@ -202,9 +195,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
         expect(m['rollout/tis_clipfrac']).to.be.greaterThan(0.1).and.below(0.9);
         expect(m['rollout/logprob_diff_mean']).to.be.closeTo(m['rollout/tis_clipfrac'], 1e-3);
       }
-    } finally {
-      await Promise.all(servers.map((s) => s.close()));
-    }
+    });
   });
 
   it('when every server is killed the run stops with the reason and a checkpoint (exit 3), and resumes once they are back', async () => {

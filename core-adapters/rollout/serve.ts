@@ -435,12 +435,12 @@ export class FlowrlServer {
     if (!outputs) return undefined;
     const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : this.decode([id])));
     const promptTotal = prompts.reduce((n, p) => n + p.length * s.n, 0);
-    return {
-      id: `cmpl-flowrl-${this.requestCount}`,
-      object: 'text_completion',
-      created: Math.floor(Date.now() / 1000),
-      model: typeof body.model === 'string' ? body.model : this.modelName,
-      choices: outputs.map((o, i) => ({
+    return this.completion(
+      'text_completion',
+      body.model,
+      promptTotal,
+      outputs,
+      outputs.map((o, i) => ({
         index: i,
         text: this.decode(o.outputIds),
         ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompts[Math.floor(i / s.n)] } : {}),
@@ -452,8 +452,7 @@ export class FlowrlServer {
         // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
         stop_reason: o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null,
       })),
-      usage: { prompt_tokens: promptTotal, completion_tokens: outputs.reduce((n, o) => n + o.outputIds.length, 0), total_tokens: promptTotal + outputs.reduce((n, o) => n + o.outputIds.length, 0) },
-    };
+    );
   }
 
   private async chatCompletions(body: Json, res: http.ServerResponse): Promise<unknown> {
@@ -471,18 +470,30 @@ export class FlowrlServer {
     const outputs = await this.sampleWithFaults(res, this.specs(prompt, s, this.adapterFor(body.model)));
     if (!outputs) return undefined;
     const stops = new Set([...this.engine.config.eosTokenIds, ...s.stopTokenIds]);
-    return {
-      id: `chatcmpl-flowrl-${this.requestCount}`,
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: typeof body.model === 'string' ? body.model : this.modelName,
-      choices: outputs.map((o, i) => ({
+    return this.completion(
+      'chat.completion',
+      body.model,
+      prompt[0].length,
+      outputs,
+      outputs.map((o, i) => ({
         index: i,
         message: { role: 'assistant', content: tokenizer.decode(o.outputIds.filter((id) => !stops.has(id)), true) },
         logprobs: body.logprobs === true ? { content: o.outputIds.map((id, t) => ({ token: tokenizer.decode([id]), logprob: o.logProbs[t] })) } : null,
         finish_reason: o.finish,
       })),
-      usage: { prompt_tokens: prompt[0].length, completion_tokens: outputs.reduce((n, o) => n + o.outputIds.length, 0), total_tokens: prompt[0].length + outputs.reduce((n, o) => n + o.outputIds.length, 0) },
+    );
+  }
+
+  /** What OpenAI's completion objects hold around their choices: ids, model and token usage. */
+  private completion(object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
+    const completionTokens = outputs.reduce((n, o) => n + o.outputIds.length, 0);
+    return {
+      id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${this.requestCount}`,
+      object,
+      created: Math.floor(Date.now() / 1000),
+      model: typeof model === 'string' ? model : this.modelName,
+      choices,
+      usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
     };
   }
 

@@ -128,7 +128,7 @@ export class ServerRollout implements Rollout {
     const promptIds = prompts.column<number[]>('prompt_ids');
     const uids = prompts.has('uid') ? prompts.column<string>('uid') : promptIds.map((_, i) => String(i));
     const groups = new Map<string, number[]>();
-    uids.forEach((uid, row) => groups.set(uid, [...(groups.get(uid) ?? []), row]));
+    uids.forEach((uid, row) => (groups.get(uid) ?? groups.set(uid, []).get(uid)!).push(row));
     const results: SampleResult[] = new Array(promptIds.length);
     this.servers.forEach((s) => (s.assigned = 0));
     const work = [...groups.values()].map((rows) => {
@@ -186,7 +186,7 @@ export class ServerRollout implements Rollout {
         if (result.finish === 'abort') throw new ServerCallError(`${server.client.url}: the sample was aborted`, true);
         server.failures = 0;
         const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;
-        if (this.version - (sampledBy < 0 ? -Infinity : sampledBy) > this.settings.max_staleness) {
+        if (sampledBy < 0 || this.version - sampledBy > this.settings.max_staleness) {
           // The server lost our weights (a restart): it must take them again before serving.
           counters.staleDropped += 1;
           attempt += 1;
