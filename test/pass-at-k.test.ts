@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { passAtJOf, passAtK, reportedKs } from '../core-adapters/trainer/pass-at-k.js';
+import { passAtJOf, passAtJs, passAtK, reportedKs } from '../core-adapters/trainer/pass-at-k.js';
 
 describe('pass@k, the unbiased estimator of Chen et al. (2021)', () => {
   it('equals 1 - C(n-c, k) / C(n, k), worked by hand', () => {
@@ -26,5 +26,9 @@ describe('pass@k, the unbiased estimator of Chen et al. (2021)', () => {
 
   it('reads j from val/pass@j keys only', () => {
     expect(['val/pass@1', 'val/pass@64', 'val/pass@k', 'val/pass@', 'val/accuracy', 'x/val/pass@2'].map(passAtJOf)).to.deep.equal([1, 64, null, null, null, null]);
+    // passAtJs: the js of any iterable of keys (a Map's keys, an object's), numerically ascending.
+    expect(passAtJs(new Map([['val/pass@16', 1], ['val/pass@2', 1], ['val/pass@k', 1], ['val/accuracy', 1]]).keys())).to.deep.equal([2, 16]);
+    expect(passAtJs(Object.keys({ 'val/pass@4': 0, 'val/pass@1': 0 }))).to.deep.equal([1, 4]);
+    expect(passAtJs([])).to.deep.equal([]);
   });
 });

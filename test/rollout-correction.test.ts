@@ -247,6 +247,10 @@ describe('rollout correction (TIS)', () => {
       expectScaled(capped.grads, base.grads, 2);
       // The PPO clip statistics are about pi / pi_old and do not move.
       expect(capped.metrics['actor/ppo_kl']).to.equal(base.metrics['actor/ppo_kl']);
+      // The per-micro-batch weights tensor is released with the loss's other tensors.
+      const tensors = tf.memory().numTensors;
+      lossAndGrads(actor, withRollout(batch, 0.3));
+      expect(tf.memory().numTensors).to.equal(tensors);
     });
 
     it('PPO: tis_cap null trains as local sampling does; updatePolicy reports the metrics whenever rollout_log_probs exists', () => {

@@ -98,7 +98,10 @@ export class PPOActor implements Actor {
     return this.config.algorithm.rollout_correction.tis_cap;
   }
 
-  /** Token TIS weights [B, R] of a batch sampled by another engine; undefined for local sampling or with tis_cap null. */
+  /**
+   * Token TIS weights [B, R] of a batch sampled by another engine; undefined for local sampling or
+   * with tis_cap null. Like floatTensor, made inside the caller's tidy (lossAndGradients), which releases it.
+   */
   protected tokenTisWeights(micro: Batch): tf.Tensor2D | undefined {
     const cap = this.tisCap;
     if (cap === null || !micro.has('rollout_log_probs')) return undefined;

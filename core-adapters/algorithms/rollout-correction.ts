@@ -42,11 +42,11 @@ export function tokenRolloutCorrection(old: ArrayLike<number>, rollout: ArrayLik
   for (let i = 0; i < mask.length; i++) {
     if (mask[i] === 0) continue;
     const logRatio = old[i] - rollout[i];
-    const ratio = Math.exp(logRatio);
     tokens += 1;
     diffSum += Math.abs(logRatio);
     diffMax = Math.max(diffMax, Math.abs(logRatio));
     if (cap === null) continue;
+    const ratio = Math.exp(logRatio);
     if (ratio > cap) clipped += 1;
     weights[i] = Math.min(ratio, cap);
   }

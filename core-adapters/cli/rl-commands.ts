@@ -11,7 +11,7 @@ import { initEngine } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
 import { isCheckpoint } from '../trainer/checkpoints.js';
 import { METRICS_FILE } from '../trainer/metrics.js';
-import { passAtJOf } from '../trainer/pass-at-k.js';
+import { passAtJs } from '../trainer/pass-at-k.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
@@ -59,12 +59,9 @@ function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] 
 }
 
 /** flowrl eval's readable table: Avg@k, the unbiased pass@j for every logged j, then diversity. */
-export function evalTable(metrics: Metrics): string[] {
+function evalTable(metrics: Metrics): string[] {
   const k = metrics['val/k'];
-  const js = Object.keys(metrics)
-    .map(passAtJOf)
-    .filter((j) => j !== null)
-    .sort((a, b) => a - b);
+  const js = passAtJs(Object.keys(metrics));
   const rows: [string, number | undefined][] = [
     [`Avg@${k ?? 'k'} (mean accuracy over k samples)`, metrics['val/accuracy']],
     ...js.map((j): [string, number] => [`pass@${j}`, metrics[`val/pass@${j}`]]),

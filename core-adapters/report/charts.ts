@@ -1,7 +1,8 @@
 // The report's plots: Vega-Lite specs compiled by vega-lite and rendered to SVG strings by vega in
 // Node (renderer 'none': no canvas, no DOM), so the HTML needs no script to show them.
 import type { TopLevelSpec } from 'vega-lite';
-import { finalValidation, passAtJs, seriesOf, type ReportRun } from './runs.js';
+import { passAtJs } from '../trainer/pass-at-k.js';
+import { finalValidation, seriesOf, type ReportRun } from './runs.js';
 import { mean, tInterval } from './statistics.js';
 
 export interface PlotDef {
@@ -243,7 +244,7 @@ export function passAtKCurveRows(groups: { name: string; runs: ReportRun[] }[]):
   const names: string[] = [];
   for (const g of groups) {
     const finals = g.runs.map(finalValidation).filter((f) => f !== null);
-    const ks = [...new Set(finals.flatMap((f) => passAtJs(f.values)))].sort((a, b) => a - b);
+    const ks = [...new Set(finals.flatMap((f) => passAtJs(f.values.keys())))].sort((a, b) => a - b);
     if (!ks.length) continue;
     const group = `${g.name} (${finals.length} run${finals.length === 1 ? '' : 's'})`;
     names.push(group);

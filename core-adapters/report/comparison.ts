@@ -3,13 +3,13 @@
 // validation prompts (val_prompts.jsonl), with a bootstrap over seeds × prompts and a paired t over
 // seeds. Shared by the command's table and the HTML report.
 import { InputError } from '../errors.js';
-import { passAtJOf, passAtK } from '../trainer/pass-at-k.js';
+import { passAtJOf, passAtJs, passAtK } from '../trainer/pass-at-k.js';
 import { readValPrompts, type ValPromptRecord } from '../trainer/val-prompts.js';
-import { finalValidation, passAtJs, readReportRun, type ReportStepRecord } from './runs.js';
+import { finalValidation, readReportRun, type ReportStepRecord } from './runs.js';
 import { crossedBootstrap, mean, percentileInterval, tInterval, type Interval } from './statistics.js';
 
 export const LEVEL = 0.95;
-export const RESAMPLES = 2000;
+const RESAMPLES = 2000;
 const BOOTSTRAP_SEED = 2024;
 
 /** A config's runs, one per seed. */
@@ -68,7 +68,7 @@ type Run = ReturnType<typeof readReportRun>;
 function comparedMetrics(finals: ReportStepRecord[]): ComparedMetric[] {
   const ks = new Set(finals.map((v) => v.get('val/k')));
   const k = ks.size === 1 ? [...ks][0] : undefined;
-  const js = [...new Set(finals.flatMap(passAtJs))].sort((a, b) => a - b);
+  const js = [...new Set(finals.flatMap((v) => passAtJs(v.keys())))].sort((a, b) => a - b);
   const has = (key: string) => finals.some((v) => v.has(key));
   const metrics: ComparedMetric[] = [{ key: 'val/accuracy', label: k ? `Avg@${k} (accuracy)` : 'accuracy (Avg@k)' }];
   metrics.push(...js.map((j) => ({ key: `val/pass@${j}`, label: `pass@${j}` })));

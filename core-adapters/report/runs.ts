@@ -5,7 +5,6 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { InputError } from '../errors.js';
 import { METRICS_FILE } from '../trainer/metrics.js';
-import { passAtJOf } from '../trainer/pass-at-k.js';
 
 /** One logged step: metric key → value (only finite numbers are kept). */
 export type ReportStepRecord = Map<string, number>;
@@ -125,12 +124,4 @@ export function seriesOf(run: ReportRun, key: string): { step: number; value: nu
 export function finalValidation(run: Pick<ReportRun, 'steps'>): { step: number; values: ReportStepRecord } | null {
   for (let i = run.steps.length - 1; i >= 0; i--) if (run.steps[i].values.has('val/accuracy')) return run.steps[i];
   return null;
-}
-
-/** The j of the val/pass@j keys in a record, ascending. */
-export function passAtJs(values: ReportStepRecord): number[] {
-  return [...values.keys()]
-    .map(passAtJOf)
-    .filter((j) => j !== null)
-    .sort((a, b) => a - b);
 }

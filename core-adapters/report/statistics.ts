@@ -125,7 +125,7 @@ export function percentileInterval(replicates: number[], level = 0.95): { low: n
  * replacement, and, independently, columns (prompts) with replacement, shared by every row since
  * every seed saw the same prompts. Columns come back as multiplicities.
  */
-export function crossedResample(rng: Rng, rows: number, columns: number): { rows: number[]; columnWeights: Float64Array } {
+function crossedResample(rng: Rng, rows: number, columns: number): { rows: number[]; columnWeights: Float64Array } {
   const picked = Array.from({ length: rows }, () => rng.int(rows));
   const columnWeights = new Float64Array(columns);
   for (let j = 0; j < columns; j++) columnWeights[rng.int(columns)] += 1;

@@ -19,6 +19,14 @@ export function passAtJOf(key: string): number | null {
   return j === undefined ? null : Number(j);
 }
 
+/** The j of the `val/pass@j` keys among `keys`, ascending. */
+export function passAtJs(keys: Iterable<string>): number[] {
+  return [...keys]
+    .map(passAtJOf)
+    .filter((j) => j !== null)
+    .sort((a, b) => a - b);
+}
+
 /** The k reported for n samples per prompt: the powers of two below n, and n. */
 export function reportedKs(n: number): number[] {
   const ks: number[] = [];
