@@ -32,27 +32,11 @@ export class JsonlMetricsSink implements RunAwareSink {
    * gets that step's line back from the checkpoint when a kill came between the two writes.
    */
   begin(info: { startStep: number; resumed: boolean; stepMetrics?: Metrics }): void {
-    fs.mkdirSync(path.dirname(this.file), { recursive: true });
-    const kept = info.resumed && fs.existsSync(this.file)
-      ? fs
-          .readFileSync(this.file, 'utf8')
-          .split('\n')
-          .filter((line) => {
-            if (!line.trim()) return false;
-            try {
-              return (JSON.parse(line) as { step: number }).step <= info.startStep;
-            } catch {
-              return false;
-            }
-          })
-      : [];
-    if (info.resumed && info.stepMetrics && !kept.some((line) => (JSON.parse(line) as { step: number }).step === info.startStep)) {
-      kept.push(JSON.stringify({ step: info.startStep, ...info.stepMetrics }));
-    }
-    // Replaced whole, so a kill here leaves the old file or the new one.
-    const tmp = `${this.file}.tmp-${process.pid}`;
-    fs.writeFileSync(tmp, kept.map((l) => l + '\n').join(''));
-    fs.renameSync(tmp, this.file);
+    restartStepLog(this.file, info, (kept) =>
+      info.resumed && info.stepMetrics && !kept.some((line) => (JSON.parse(line) as { step: number }).step === info.startStep)
+        ? [JSON.stringify({ step: info.startStep, ...info.stepMetrics })]
+        : [],
+    );
   }
 
   log(step: number, metrics: Metrics): void {
@@ -106,4 +90,30 @@ export class ConsoleMetricsSink implements RunAwareSink {
   }
 
   close(): void {}
+}
+
+/**
+ * Opens a JSONL file of per-step records for appending: empty for a fresh run; for a resumed one
+ * the lines up to `startStep` (unreadable ones dropped), plus whatever `extra` adds after them.
+ * It is replaced whole, so a kill here leaves the old file or the new one.
+ */
+export function restartStepLog(file: string, start: { startStep: number; resumed: boolean }, extra: (kept: string[]) => string[] = () => []): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const kept =
+    start.resumed && fs.existsSync(file)
+      ? fs
+          .readFileSync(file, 'utf8')
+          .split('\n')
+          .filter((line) => {
+            try {
+              return line.trim() !== '' && (JSON.parse(line) as { step: number }).step <= start.startStep;
+            } catch {
+              return false;
+            }
+          })
+      : [];
+  kept.push(...extra(kept));
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, kept.map((l) => l + '\n').join(''));
+  fs.renameSync(tmp, file);
 }

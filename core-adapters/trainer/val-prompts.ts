@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
+import { restartStepLog } from './metrics.js';
 
 export const VAL_PROMPTS_FILE = 'val_prompts.jsonl';
 
@@ -51,23 +52,7 @@ export class ValPromptLog {
   /** A fresh run starts an empty file; a resumed one keeps the records up to the resumed step. */
   constructor(runDir: string, start: { startStep: number; resumed: boolean }) {
     this.file = path.join(runDir, VAL_PROMPTS_FILE);
-    fs.mkdirSync(runDir, { recursive: true });
-    const kept =
-      start.resumed && fs.existsSync(this.file)
-        ? fs
-            .readFileSync(this.file, 'utf8')
-            .split('\n')
-            .filter((line) => {
-              try {
-                return line.trim() !== '' && (JSON.parse(line) as ValPromptRecord).step <= start.startStep;
-              } catch {
-                return false;
-              }
-            })
-        : [];
-    const tmp = `${this.file}.tmp-${process.pid}`;
-    fs.writeFileSync(tmp, kept.map((l) => l + '\n').join(''));
-    fs.renameSync(tmp, this.file);
+    restartStepLog(this.file, start);
   }
 
   append(step: number, records: Omit<ValPromptRecord, 'step'>[]): void {
