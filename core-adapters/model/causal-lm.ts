@@ -2,12 +2,12 @@
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
-import { backpropagateGradients, getFilteredNodesXToY } from '@tensorflow/tfjs-core/dist/tape.js';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { writeTimeSlice } from '../engine/kernels.js';
 import { addColumns, addConstant, addSameShape, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import type { LoraAdapters, LoraModule } from './lora.js';
+import { replayTape, type TapeNode } from './tape-replay.js';
 
 /**
  * Past keys and values per layer, [B, nKV, S, headDim] each. With `capacity` the buffers are
@@ -50,9 +50,6 @@ const MASKED = -1e9;
 /** wasm memory's limit, and the most activations checkpointing keeps before recomputing layers. */
 const WASM_HEAP_LIMIT = 4 * 2 ** 30;
 const MAX_ACTIVATION_BUDGET = 2 * 2 ** 30;
-
-/** A node of tfjs's gradient tape (tfjs-core's tape.ts); a layer's own tape holds these. */
-type TapeNode = Parameters<typeof getFilteredNodesXToY>[0][number];
 
 /** A decoder layer's output and, when it computed them, its keys and values (the KV cache). */
 interface LayerOutput {
@@ -353,11 +350,7 @@ export class CausalLM {
         gradFunc: (dy: tf.Tensor2D, saved: tf.Tensor[]) => {
           let next = 0;
           for (const node of tape) if (node.saved) node.saved = saved.slice(next, (next += node.saved.length));
-          const grads = tf.tidy(() => {
-            const accumulated: Record<number, tf.Tensor> = { [y.id]: dy };
-            backpropagateGradients(accumulated, getFilteredNodesXToY(tape, [x, ...trained], y), (f) => tf.tidy(f as () => tf.Tensor), tf.add);
-            return [x, ...trained].map((t) => accumulated[t.id] ?? tf.zerosLike(t));
-          });
+          const grads = tf.tidy(() => replayTape(tape, [x, ...trained], y, dy));
           tf.dispose(saved);
           return grads;
         },
