@@ -4,7 +4,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { passAtK } from '../core-adapters/trainer/pass-at-k.js';
 import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';
-import { fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
+import { fixture, flowrlInProcess, ROOT, tempDir, withoutTiming } from './helpers.js';
 
 const COUNTDOWN = fixture('countdown');
 
@@ -70,6 +70,20 @@ describe('flowrl compare', function () {
     expect(html).to.include('grpo seed 2').and.to.include('flowrl seed 1');
     expect(html).to.include('<table id="comparison-summary">').and.to.include('<table id="comparison-paired">');
     expect(html).to.include('<section id="plot-pass-at-k-curve" class="plot">');
+
+    // --resume after an interruption that lost one run: the finished runs train no more (their
+    // step timings are kept byte for byte), the lost one trains again, and the table is the same.
+    const metricsOf = (name: string) => fs.readFileSync(path.join(out, name, 'metrics.jsonl'), 'utf8');
+    const kept = metricsOf('grpo-seed1');
+    const lost = metricsOf('flowrl-seed2');
+    fs.rmSync(path.join(out, 'flowrl-seed2'), { recursive: true });
+    const resumed = await flowrlInProcess(['compare', config(dir, 'grpo'), config(dir, 'flowrl'), '--seeds', '2', '--out', out, '--baseline', 'flowrl', '--resume']);
+    expect(resumed.status, resumed.stderr).to.equal(0);
+    expect(metricsOf('grpo-seed1')).to.equal(kept);
+    expect(metricsOf('flowrl-seed2')).to.not.equal(lost);
+    const steps = (text: string) => text.trim().split('\n').map((l) => withoutTiming(JSON.parse(l)));
+    expect(steps(metricsOf('flowrl-seed2'))).to.deep.equal(steps(lost));
+    expect(resumed.stdout).to.equal(run.stdout);
   });
 
   it('--baseline must name a compared config, and config names must differ (exit 2, before any training)', async () => {

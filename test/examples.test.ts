@@ -12,6 +12,7 @@ import {
   readRows,
   saveModel,
   TOKENS,
+  type DataRow,
   type Dataset,
   type Host,
   type RewardManager,
@@ -232,5 +233,30 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     expect(adapter).to.include({ peft_type: 'LORA', r: 16, lora_alpha: 32, base_model_name_or_path: modelDir });
     expect(adapter.target_modules).to.have.length(7);
     expect(fs.existsSync(path.join(actor, 'model.safetensors'))).to.equal(false);
+  });
+});
+
+describe('examples/countdown: the main job', function () {
+  this.timeout(120_000);
+  const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
+
+  it('keeps RL prompts and validation problems disjoint (the same numbers in any order are one problem)', async () => {
+    const key = (row: DataRow) => {
+      const { numbers, target } = row.reward_model.ground_truth as { numbers: number[]; target: number };
+      return `${[...numbers].sort((a, b) => a - b).join(',')}=${target}`;
+    };
+    const train = new Set((await readRows(path.join(COUNTDOWN, 'data', 'train.jsonl'))).map(key));
+    const val = (await readRows(path.join(COUNTDOWN, 'data', 'val.jsonl'))).map(key);
+    expect(new Set(val).size).to.equal(512);
+    expect(train.size).to.equal(512);
+    expect(val.filter((k) => train.has(k))).to.deep.equal([]);
+  });
+
+  it("has a base policy in the 15-50 % band: validation Avg@8 at the paper's temperature 0.6, top-p 0.95", async () => {
+    const run = await flowrlInProcess(['eval', path.join(COUNTDOWN, 'flowrl.yaml'), `trainer.default_local_dir=${tempDir()}`, 'trainer.progress=false']);
+    expect(run.status, run.stderr).to.equal(0);
+    const metrics = JSON.parse(run.stdout);
+    expect(metrics['val/k']).to.equal(8);
+    expect(metrics['val/accuracy']).to.be.within(0.15, 0.5);
   });
 });

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import path from 'node:path';
-import { AdamW, createHost, LrScheduler, TOKENS, type Trainer } from '../core-adapters/index.js';
+import { AdamW, createHost, LrScheduler, resolveConfig, runSft, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { clipGradNorm, globalNorm, verlLrSchedule, type VerlOptimSchedule } from '../core-adapters/model/optim.js';
-import { expectClose, expectInputError, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectClose, expectInputError, expectInputErrorAsync, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
 
 interface AdamWReference {
   lr: number;
@@ -109,5 +109,24 @@ describe("learning-rate schedules against verl's formulas (torch LambdaLR, stepp
     await trainer.fit();
     trainer.dispose();
     expect(readRunMetrics(path.join(dir, 'run')).map((m) => m['actor/lr'])).to.deep.equal([0, 5e-4, 1e-3]);
+  });
+
+  it('flowrl sft: a cosine schedule per optimizer step to min_lr_ratio, and a bad scheduler key named', async () => {
+    const dir = tempDir();
+    const user = (sft: Record<string, unknown>) => ({
+      engine: { workers: 1 },
+      data: { train_files: fixture('countdown', 'data', 'train.jsonl'), max_prompt_length: 32, max_response_length: 16 },
+      actor_rollout_ref: { model: { tokenizer_path: fixture('countdown', 'tokenizer') } },
+      sft: { init_config: fixture('countdown', 'model-config.json'), total_steps: 12, batch_size: 4, lr: 3e-3, warmup_steps: 2, output_dir: path.join(dir, 'model'), ...sft },
+      trainer: { seed: 4, default_local_dir: dir },
+    });
+    const lines: string[] = [];
+    await runSft(resolveConfig({ userFile: path.join(dir, 'c.yaml'), user: user({ lr_scheduler_type: 'cosine', min_lr_ratio: 0.1 }) }), (l) => lines.push(l));
+    // The last step (k = 11) is 9/10 of the way through the 10 steps after warm-up.
+    const last = 3e-3 * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * 0.9)));
+    expect(lines.at(-1)).to.match(/^sft step 12\/12 loss \d\.\d{4} lr /);
+    expect(Number(lines.at(-1)!.split(' lr ')[1].split(' ')[0])).to.be.closeTo(last, 1e-6);
+    expectInputError(() => resolveConfig({ userFile: path.join(dir, 'c.yaml'), user: user({ lr_scheduler_type: 'linear' }) }), 'sft.lr_scheduler_type');
+    await expectInputErrorAsync(runSft(resolveConfig({ userFile: path.join(dir, 'c.yaml'), user: user({ min_lr_ratio: 2 }) })), "'sft.min_lr_ratio'");
   });
 });

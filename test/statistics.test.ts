@@ -163,10 +163,19 @@ describe('compareRuns', () => {
     const a = c.groups[0].final.get('val/accuracy')!;
     expect(a.mean).to.be.closeTo(0.40625, 1e-12);
     expect(a.high! - a.mean).to.be.closeTo(12.7062047 * 0.03125, 1e-6);
-    expect(c.groups[0].before).to.deep.include({ mean: 0.25, n: 2 });
+    expect(c.groups[0].before.get('val/accuracy')).to.deep.include({ mean: 0.25, n: 2 });
     expect(comparisonText(c)).to.include.members([
       'Avg@4 (accuracy)        0.406 [0.009, 0.803]      0.563 [0.563, 0.563]',
     ]);
+    // Every metric at step 0 too, in a table of its own (accuracy is 0.25 there in every run).
+    const text = comparisonText(c);
+    const before = text.indexOf('at step 0, before training (the same seeds and prompts)');
+    expect(before).to.be.greaterThan(text.indexOf('Avg@4 (accuracy)        0.406 [0.009, 0.803]      0.563 [0.563, 0.563]'));
+    expect(text[before + 2]).to.equal('Avg@4 (accuracy)        0.250 [0.250, 0.250]      0.250 [0.250, 0.250]');
+    expect(text[before + 3]).to.match(/^pass@1 {18}0\.\d{3} \[/);
+    // A name longer than the column still leaves two spaces before the next.
+    const long = comparisonText(compareRuns([{ name: 'reinforce_plus_plus_long', dirs: group('a').dirs }, group('b')], { resamples: 50 }));
+    expect(long[1]).to.equal('metric                  reinforce_plus_plus_long (2 seeds)  b (2 seeds)');
   });
 
   it('pairs seeds and prompts: the difference, the per-seed t interval and a bootstrap interval around it', () => {

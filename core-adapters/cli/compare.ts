@@ -1,5 +1,5 @@
-// flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [key=value ...]: every config
-// trained with the same seeds and budget, one after another, then one report and the final
+// flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [key=value ...]: every
+// config trained with the same seeds and budget, one after another, then one report and the final
 // validation metrics per config (mean, 95 % t interval over seeds) with paired comparisons against
 // the baseline config (see report/comparison.ts).
 import path from 'node:path';
@@ -11,10 +11,10 @@ import { writeReport } from '../report/report.js';
 import { TOKENS } from '../tokens.js';
 import { numberFlag, parseFlags } from './args.js';
 
-const USAGE = 'usage: flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [key=value ...]';
+const USAGE = 'usage: flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [key=value ...]';
 
 export async function compareCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, out: { type: 'string' }, baseline: { type: 'string' } });
+  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, out: { type: 'string' }, baseline: { type: 'string' }, resume: { type: 'boolean' } });
   const seeds = numberFlag('compare', values, 'seeds', 3, { integer: true, min: 1 });
   const out = (values.out as string | undefined) ?? path.join('runs', 'compare');
   const configs = positionals.filter((p) => !p.includes('='));
@@ -27,6 +27,9 @@ export async function compareCommand(argv: string[]): Promise<void> {
   if (twice) throw new InputError(`two configs are named '${twice}': their runs would share ${path.join(out, `${twice}-seed1`)}; rename one`);
   if (!names.includes(baseline)) throw new InputError(`--baseline: '${baseline}' is not one of the compared configs (${names.join(', ')})`);
 
+  // --resume: an interrupted comparison goes on; finished runs restore their last step and train no more.
+  const resumeMode = values.resume ? 'auto' : 'disable';
+
   const rows: CompareGroup[] = [];
   const runDirs: string[] = [];
   for (const [i, config] of configs.entries()) {
@@ -35,7 +38,7 @@ export async function compareCommand(argv: string[]): Promise<void> {
       const runDir = path.join(out, `${row.name}-seed${seed}`);
       process.stderr.write(`[flowrl compare] ${config} seed ${seed} -> ${runDir}\n`);
       const host = await createHost(config, {
-        overrides: [...overrides, `trainer.seed=${seed}`, `trainer.default_local_dir=${runDir}`, 'trainer.resume_mode=disable', `trainer.experiment_name=${row.name}-seed${seed}`],
+        overrides: [...overrides, `trainer.seed=${seed}`, `trainer.default_local_dir=${runDir}`, `trainer.resume_mode=${resumeMode}`, `trainer.experiment_name=${row.name}-seed${seed}`],
         quiet: seed > 1 || rows.length > 0,
       });
       const trainer = host.container.get<Trainer>(TOKENS.Trainer);

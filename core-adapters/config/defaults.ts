@@ -23,6 +23,7 @@ export const KEY_CHOICES = {
   'actor_rollout_ref.model.base_dtype': FROZEN_DTYPES,
   'actor_rollout_ref.actor.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
   'critic.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
+  'sft.lr_scheduler_type': LR_SCHEDULER_TYPES,
   'actor_rollout_ref.actor.loss_agg_mode': LOSS_AGG_MODES,
   'critic.loss_agg_mode': LOSS_AGG_MODES,
   'actor_rollout_ref.actor.kl_loss_type': KL_PENALTY_TYPES,
@@ -230,6 +231,9 @@ export const CORE_DEFAULTS = {
     lr: 1e-3,
     weight_decay: 0.01,
     warmup_steps: 0,
+    /** constant, or cosine decay to min_lr_ratio * lr over the steps after warm-up. */
+    lr_scheduler_type: choice('sft.lr_scheduler_type', 'constant'),
+    min_lr_ratio: 0,
     grad_clip: 1.0,
     /** Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model. */
     output_dir: null as string | null,

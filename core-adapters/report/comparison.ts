@@ -30,8 +30,8 @@ export interface GroupSummary {
   runs: number;
   /** Metric key → mean with its t interval over seeds (absent: no run logged it). */
   final: Map<string, Interval>;
-  /** val/accuracy at step 0, when every run logged it. */
-  before: Interval | null;
+  /** Metric key → mean with its t interval at step 0, for metrics every run validated there. */
+  before: Map<string, Interval>;
 }
 
 export interface PairedMetric extends ComparedMetric {
@@ -194,9 +194,12 @@ export function compareRuns(groups: CompareGroup[], options: { baseline?: string
       const values = g.runs.map((r) => finalValidation(r)!.values.get(m.key)).filter((v): v is number => v !== undefined);
       if (values.length) final.set(m.key, tInterval(values, LEVEL));
     }
-    const before = g.runs.map((r) => r.steps.find((s) => s.step === 0)?.values.get('val/accuracy'));
-    const allBefore = before.length && before.every((v) => v !== undefined) ? tInterval(before as number[], LEVEL) : null;
-    return { name: g.name, dirs: g.dirs, runs: g.runs.length, final, before: allBefore };
+    const before = new Map<string, Interval>();
+    for (const m of metrics) {
+      const values = g.runs.map((r) => r.steps.find((s) => s.step === 0)?.values.get(m.key));
+      if (values.length && values.every((v) => v !== undefined)) before.set(m.key, tInterval(values as number[], LEVEL));
+    }
+    return { name: g.name, dirs: g.dirs, runs: g.runs.length, final, before };
   });
   const base = read.find((g) => g.name === baseline)!;
   const pairs = read.filter((g) => g !== base).map((g) => pair(g, base, metrics, resamples));
@@ -219,11 +222,15 @@ export function formatDifferenceInterval(low: number | null, high: number | null
 /** The comparison as plain-text tables (flowrl compare prints them). */
 export function comparisonText(c: Comparison): string[] {
   const width = Math.max(24, ...c.metrics.map((m) => m.label.length + 2));
-  const column = 26;
-  const lines = [`final validation: mean and ${LEVEL * 100} % confidence interval over seeds (Student t, mean ± t · s/√N)`];
-  lines.push(['metric'.padEnd(width), ...c.groups.map((g) => `${g.name} (${g.runs} seed${g.runs === 1 ? '' : 's'})`.padEnd(column))].join('').trimEnd());
-  if (c.groups.some((g) => g.before)) lines.push(['accuracy at step 0'.padEnd(width), ...c.groups.map((g) => formatInterval(g.before ?? undefined).padEnd(column))].join('').trimEnd());
-  for (const m of c.metrics) lines.push([m.label.padEnd(width), ...c.groups.map((g) => formatInterval(g.final.get(m.key)).padEnd(column))].join('').trimEnd());
+  const headers = c.groups.map((g) => `${g.name} (${g.runs} seed${g.runs === 1 ? '' : 's'})`);
+  const column = Math.max(26, ...headers.map((h) => h.length + 2));
+  const table = (title: string, values: (g: GroupSummary) => Map<string, Interval>) => [
+    title,
+    ['metric'.padEnd(width), ...headers.map((h) => h.padEnd(column))].join('').trimEnd(),
+    ...c.metrics.map((m) => [m.label.padEnd(width), ...c.groups.map((g) => formatInterval(values(g).get(m.key)).padEnd(column))].join('').trimEnd()),
+  ];
+  const lines = table(`final validation: mean and ${LEVEL * 100} % confidence interval over seeds (Student t, mean ± t · s/√N)`, (g) => g.final);
+  if (c.groups.some((g) => g.before.size)) lines.push('', ...table('at step 0, before training (the same seeds and prompts)', (g) => g.before));
   for (const p of c.pairs) {
     lines.push('');
     if (p.skipped) {

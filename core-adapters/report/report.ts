@@ -159,7 +159,7 @@ function comparisonSection(c: Comparison): string {
   const tdInterval = (group: string, key: string, i: Parameters<typeof formatInterval>[0]) =>
     i ? `<td data-group="${esc(group)}" data-key="${esc(key)}"${intervalAttributes(i)} class="num">${esc(formatInterval(i))}</td>` : td({ key, text: DASH });
   const rows = [
-    ...(c.groups.some((g) => g.before) ? [row('val/accuracy@before', 'accuracy at step 0', (g) => tdInterval(g.name, 'val/accuracy@before', g.before ?? undefined))] : []),
+    ...(c.groups.some((g) => g.before.has('val/accuracy')) ? [row('val/accuracy@before', 'accuracy at step 0', (g) => tdInterval(g.name, 'val/accuracy@before', g.before.get('val/accuracy')))] : []),
     ...c.metrics.map((m) => row(m.key, m.label, (g) => tdInterval(g.name, m.key, g.final.get(m.key)))),
   ];
   const parts = [

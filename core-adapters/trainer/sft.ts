@@ -113,6 +113,13 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
   const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
   const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
+  if (!(sft.min_lr_ratio >= 0 && sft.min_lr_ratio <= 1)) throw new InputError(`key 'sft.min_lr_ratio' must be in [0, 1]; got ${sft.min_lr_ratio}`);
+  const schedule = {
+    lr: sft.lr,
+    warmupSteps: sft.warmup_steps,
+    totalSteps: sft.lr_scheduler_type === 'cosine' ? total : undefined,
+    minLrRatio: sft.min_lr_ratio,
+  };
   const threads = resolveThreadCount(config.engine.workers);
   const pool = threads > 1 && tf.getBackend() === 'wasm' ? await ThreadPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: config.engine.native }) : undefined;
   pool?.publish(model.params);
@@ -128,12 +135,12 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     },
     afterStep: (_examples, _applied, step) => {
       pool?.publish(model.params);
-      if ((step + 1) % 50 === 0 || step + 1 === total) log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+      if ((step + 1) % 50 === 0 || step + 1 === total) log(`sft step ${step + 1}/${total} loss ${loss.toFixed(4)} lr ${scheduledLr(schedule, step).toExponential(3)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
     },
     optimizer,
     params: model.params,
     maxGradNorm: sft.grad_clip,
-    lr: (step) => scheduledLr({ lr: sft.lr, warmupSteps: sft.warmup_steps }, step),
+    lr: (step) => scheduledLr(schedule, step),
     prefix: 'sft',
   });
   await pool?.close();
