@@ -123,4 +123,4 @@ export { fileList } from './data/dataset.js';
 export { readRows, writeRowsJsonl, type DataRow } from './data/rows.js';
 export { readSftExamples, runSft, type SftExample } from './trainer/sft.js';
 export { buildTokenizer } from './model/tokenizer.js';
-export { generateCountdown, solveCountdown, writeCountdownDataset, type CountdownOptions } from './data/countdown.js';
+export { countdownProblemKey, generateCountdown, solveCountdown, writeCountdownDataset, type CountdownOptions, type CountdownProblem } from './data/countdown.js';

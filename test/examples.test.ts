@@ -6,12 +6,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {
   Batch,
+  countdownProblemKey,
   createHost,
   NaiveRewardManager,
   PPOActor,
   readRows,
   saveModel,
   TOKENS,
+  type CountdownProblem,
   type DataRow,
   type Dataset,
   type Host,
@@ -241,10 +243,7 @@ describe('examples/countdown: the main job', function () {
   const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
 
   it('keeps RL prompts and validation problems disjoint (the same numbers in any order are one problem)', async () => {
-    const key = (row: DataRow) => {
-      const { numbers, target } = row.reward_model.ground_truth as { numbers: number[]; target: number };
-      return `${[...numbers].sort((a, b) => a - b).join(',')}=${target}`;
-    };
+    const key = (row: DataRow) => countdownProblemKey(row.reward_model.ground_truth as CountdownProblem);
     const train = new Set((await readRows(path.join(COUNTDOWN, 'data', 'train.jsonl'))).map(key));
     const val = (await readRows(path.join(COUNTDOWN, 'data', 'val.jsonl'))).map(key);
     expect(new Set(val).size).to.equal(512);

@@ -6,6 +6,7 @@ import { check, InputError } from '../errors.js';
 import { Rng } from '../random.js';
 import { writeRowsJsonl, type DataRow } from './rows.js';
 
+/** A countdown problem: reach `target` using each of `numbers` once with + - * / and parentheses. */
 export interface CountdownProblem {
   numbers: number[];
   target: number;
@@ -228,7 +229,8 @@ function drawProblem(rng: Rng, settings: ProblemSettings): CountdownProblem {
   );
 }
 
-function problemKey({ numbers, target }: CountdownProblem): string {
+/** One key per problem: the same numbers in any order with the same target are one problem. */
+export function countdownProblemKey({ numbers, target }: CountdownProblem): string {
   return `${[...numbers].sort((x, y) => x - y).join(',')}=${target}`;
 }
 
@@ -276,7 +278,7 @@ export function writeCountdownDataset(
   const rng = new Rng(options.seed);
 
   const trainProblems = Array.from({ length: options.train }, () => drawProblem(rng, settings));
-  const seen = new Set(trainProblems.map(problemKey));
+  const seen = new Set(trainProblems.map(countdownProblemKey));
   const valProblems: CountdownProblem[] = [];
   const maxDraws = 100 * options.val + MAX_DRAW_ATTEMPTS;
   for (let draws = 0; valProblems.length < options.val; draws++) {
@@ -284,8 +286,8 @@ export function writeCountdownDataset(
       throw new InputError(`countdown options: cannot find ${options.val} validation problems that are not training problems (too few distinct problems; raise maxNumber or widen targetRange)`);
     }
     const problem = drawProblem(rng, settings);
-    if (seen.has(problemKey(problem))) continue;
-    seen.add(problemKey(problem));
+    if (seen.has(countdownProblemKey(problem))) continue;
+    seen.add(countdownProblemKey(problem));
     valProblems.push(problem);
   }
 

@@ -10,6 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   buildTokenizer,
+  countdownProblemKey,
   createHost,
   generateCountdown,
   initEngine,
@@ -20,6 +21,7 @@ import {
   solveCountdown,
   writeCountdownDataset,
   writeRowsJsonl,
+  type CountdownProblem,
   type DataRow,
 } from '../../core-adapters/index.js';
 import { flowPretrain } from '../../plugin/index.js';
@@ -93,15 +95,8 @@ if (preset.rlProblems === 0) {
   // in real post-training: SFT's, RL's prompts (new to the base policy, like validation's) and
   // validation's, each drawn at random from the problems the generator's draws reached.
   const draws = generateCountdown({ count: preset.train, split: 'train', ...problemOptions });
-  const keyOf = (row: DataRow) => {
-    const { numbers, target } = row.reward_model.ground_truth as { numbers: number[]; target: number };
-    return `${[...numbers].sort((a, b) => a - b).join(',')}=${target}`;
-  };
-  const keys = [...new Set(draws.map(keyOf))];
-  for (let i = keys.length - 1; i > 0; i--) {
-    const j = rng.int(i + 1);
-    [keys[i], keys[j]] = [keys[j], keys[i]];
-  }
+  const keyOf = (row: DataRow) => countdownProblemKey(row.reward_model.ground_truth as CountdownProblem);
+  const keys = rng.shuffle([...new Set(draws.map(keyOf))]);
   if (keys.length < preset.val + preset.rlProblems + 1) throw new Error(`${keys.length} distinct problems: too few for ${preset.val} validation and ${preset.rlProblems} RL problems`);
   const valKeys = new Set(keys.slice(0, preset.val));
   const rlKeys = new Set(keys.slice(preset.val, preset.val + preset.rlProblems));
