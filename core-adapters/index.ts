@@ -118,6 +118,10 @@ export { MetricAverager, runUpdateLoop, shuffledBatches, type MicroBatchPlace, t
 // Differentiable tensor ops that stay fast on the wasm backend (for heads and losses).
 export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from './engine/ops.js';
 
+// Statistics over seeds, as flowrl compare reports them.
+export { tInterval, type Interval } from './report/statistics.js';
+export { formatInterval } from './report/comparison.js';
+
 // Data: verl's rows, supervised examples, and the countdown task the examples use.
 export { fileList } from './data/dataset.js';
 export { readRows, writeRowsJsonl, type DataRow } from './data/rows.js';

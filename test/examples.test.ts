@@ -2,6 +2,7 @@
 // manager) and examples/local-hf-model (FlowRL on a downloaded Qwen2.5 checkpoint, run here on a
 // tiny random model of the same architecture with the real Qwen tokenizer).
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
@@ -257,5 +258,25 @@ describe('examples/countdown: the main job', function () {
     const metrics = JSON.parse(run.stdout);
     expect(metrics['val/k']).to.equal(8);
     expect(metrics['val/accuracy']).to.be.within(0.15, 0.5);
+  });
+});
+
+describe('examples/countdown/pass-at-k-table.ts', function () {
+  this.timeout(60_000);
+
+  it('prints each config’s mean and 95 % t interval over its seeds’ eval results', async () => {
+    const dir = tempDir();
+    const write = (name: string, accuracy: number, pass2: number) =>
+      fs.writeFileSync(path.join(dir, `${name}.json`), JSON.stringify({ 'val/accuracy': accuracy, 'val/k': 2, 'val/pass@1': accuracy, 'val/pass@2': pass2, 'val/distinct_correct': 1, 'val/correct_entropy': 0 }) + '\n');
+    write('grpo-seed1', 0.2, 0.3);
+    write('grpo-seed2', 0.4, 0.5);
+    write('base-seed1', 0.1, 0.2);
+    const child = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'pass-at-k-table.ts'), dir], { cwd: ROOT, encoding: 'utf8' });
+    expect(child.status, child.stderr).to.equal(0);
+    const lines = child.stdout.trim().split('\n');
+    expect(lines[0]).to.match(/^metric\s+base \(1 seeds\)\s+grpo \(2 seeds\)$/);
+    // grpo's pass@2: mean 0.4, half-width t(0.975, 1) · s/√2 with s = 0.1414: 12.706 · 0.1 = 1.271.
+    expect(lines.find((l) => l.startsWith('pass@2 '))).to.match(/^pass@2\s+0\.200 \(CI n\/a\)\s+0\.400 \[-0\.871, 1\.671\]$/);
+    expect(lines.map((l) => l.split(/\s{2,}/)[0])).to.deep.equal(['metric', 'Avg@2', 'pass@1', 'pass@2', 'distinct correct', 'correct entropy']);
   });
 });

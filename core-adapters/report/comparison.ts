@@ -206,6 +206,7 @@ export function compareRuns(groups: CompareGroup[], options: { baseline?: string
   return { metrics, groups: summaries, pairs, resamples };
 }
 
+/** `mean [low, high]`, `mean (CI n/a)` for one value, or `-` for none. */
 export function formatInterval(i: Interval | undefined, digits = 3): string {
   if (!i) return '-';
   return i.low === null ? `${i.mean.toFixed(digits)} (CI n/a)` : `${i.mean.toFixed(digits)} [${i.low.toFixed(digits)}, ${i.high!.toFixed(digits)}]`;

@@ -90,6 +90,7 @@ export function tQuantile(p: number, df: number): number {
   return (lo + hi) / 2;
 }
 
+/** A mean with its confidence interval over n values. */
 export interface Interval {
   mean: number;
   /** null when the interval cannot be computed (a single value). */

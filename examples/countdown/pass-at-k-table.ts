@@ -1,0 +1,34 @@
+// Means with 95 % t intervals over seeds of the flowrl eval results in a directory: one JSON file
+// per run, named CONFIG-seedN.json (pass-at-64.sh writes them).
+//   npx tsx examples/countdown/pass-at-k-table.ts runs/compare/pass-at-64
+import fs from 'node:fs';
+import path from 'node:path';
+import { formatInterval, tInterval } from '../../core-adapters/index.js';
+
+const dir = process.argv[2] ?? 'runs/compare/pass-at-64';
+const byConfig = new Map<string, Record<string, number>[]>();
+for (const file of fs.readdirSync(dir).filter((f) => /-seed\d+\.json$/.test(f)).sort()) {
+  const config = file.replace(/-seed\d+\.json$/, '');
+  const metrics = JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')) as Record<string, number>;
+  byConfig.set(config, [...(byConfig.get(config) ?? []), metrics]);
+}
+if (!byConfig.size) throw new Error(`${dir}: no CONFIG-seedN.json files`);
+const first = [...byConfig.values()][0][0];
+const ks = Object.keys(first)
+  .map((key) => /^val\/pass@(\d+)$/.exec(key)?.[1])
+  .filter((k): k is string => k !== undefined)
+  .map(Number)
+  .sort((a, b) => a - b);
+const rows: [string, string][] = [
+  [`Avg@${first['val/k']}`, 'val/accuracy'],
+  ...ks.map((k): [string, string] => [`pass@${k}`, `val/pass@${k}`]),
+  ['distinct correct', 'val/distinct_correct'],
+  ['correct entropy', 'val/correct_entropy'],
+];
+const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
+const column = Math.max(24, ...headers.map((h) => h.length + 2));
+console.log(['metric'.padEnd(20), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
+for (const [label, key] of rows) {
+  const cells = [...byConfig.values()].map((runs) => formatInterval(tInterval(runs.map((m) => m[key]))).padEnd(column));
+  console.log([label.padEnd(20), ...cells].join('').trimEnd());
+}
