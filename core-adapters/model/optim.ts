@@ -149,12 +149,17 @@ export interface VerlOptimSchedule {
 
 export const LR_SCHEDULER_TYPES = ['constant', 'cosine'] as const;
 
+/** A cosine schedule's floor, as a fraction of lr; `key` names it in the error. */
+export function checkMinLrRatio(ratio: number, key: string): void {
+  if (!(ratio >= 0 && ratio <= 1)) throw new InputError(`key '${key}' must be in [0, 1]; got ${ratio}`);
+}
+
 /** The schedule verl's FSDP workers build from these keys; `section` names them in errors. */
 export function verlLrSchedule(optim: VerlOptimSchedule, section: string): LrSchedule {
   const type = optim.warmup_style ?? optim.lr_scheduler_type;
   const key = optim.warmup_style !== null ? 'warmup_style' : 'lr_scheduler_type';
   if (!(LR_SCHEDULER_TYPES as readonly string[]).includes(type)) throw new InputError(`key '${section}.${key}' is '${type}'; allowed: ${LR_SCHEDULER_TYPES.join(', ')}`);
-  if (!(optim.min_lr_ratio >= 0 && optim.min_lr_ratio <= 1)) throw new InputError(`key '${section}.min_lr_ratio' must be in [0, 1]; got ${optim.min_lr_ratio}`);
+  checkMinLrRatio(optim.min_lr_ratio, `${section}.min_lr_ratio`);
   if (!(optim.lr_warmup_steps_ratio >= 0 && optim.lr_warmup_steps_ratio <= 1)) throw new InputError(`key '${section}.lr_warmup_steps_ratio' must be in [0, 1]; got ${optim.lr_warmup_steps_ratio}`);
   const total = Math.max(0, optim.total_training_steps);
   const warmupSteps = optim.lr_warmup_steps >= 0 ? Math.floor(optim.lr_warmup_steps) : Math.floor(optim.lr_warmup_steps_ratio * total);

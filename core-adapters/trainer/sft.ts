@@ -12,7 +12,7 @@ import type { CausalLM } from '../model/causal-lm.js';
 import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
 import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
-import { AdamW, scheduledLr } from '../model/optim.js';
+import { AdamW, checkMinLrRatio, scheduledLr } from '../model/optim.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { languageModelReplicaSpec } from '../model/lm-replica.js';
 import { languageModelGradients, maskedNll } from '../model/train-step.js';
@@ -89,6 +89,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   if (!tokenizerDir) throw new InputError('set actor_rollout_ref.model.tokenizer_path (or model.path) for sft');
   const tokenizer = TextTokenizer.load(tokenizerDir);
   const sft = config.sft;
+  checkMinLrRatio(sft.min_lr_ratio, 'sft.min_lr_ratio');
   let model: CausalLM;
   if (sft.init_config) {
     const modelConfig = readModelConfig(sft.init_config);
@@ -113,7 +114,6 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   const stepsPerEpoch = Math.ceil(train.length / sft.batch_size);
   const total = sft.total_steps ?? sft.epochs * stepsPerEpoch;
   const optimizer = new AdamW({ lr: sft.lr, weightDecay: sft.weight_decay });
-  if (!(sft.min_lr_ratio >= 0 && sft.min_lr_ratio <= 1)) throw new InputError(`key 'sft.min_lr_ratio' must be in [0, 1]; got ${sft.min_lr_ratio}`);
   const schedule = {
     lr: sft.lr,
     warmupSteps: sft.warmup_steps,
