@@ -82,8 +82,13 @@ export const CLI_MAIN = path.join(ROOT, 'core-adapters', 'cli', 'main.ts');
 
 /** Runs `flowrl ...args` from the TypeScript sources in the repository root (several may run at once). */
 export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
+  return runNode(['--import', 'tsx', CLI_MAIN, ...args], timeoutMs, env);
+}
+
+/** Runs `node ...nodeArgs` in the repository root, capturing what it prints. */
+export function runNode(nodeArgs: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
   return new Promise<CliResult>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, ...args], { cwd: ROOT, timeout: timeoutMs, env: { ...process.env, ...env } });
+    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, timeout: timeoutMs, env: { ...process.env, ...env } });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

@@ -1,21 +1,12 @@
 // The command users run (`npm start`, `npx flowrl`): bin/flowrl.js on the compiled dist/, under
 // plain Node without tsx's lenient resolver. npm test builds dist/ first (npm run build).
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ROOT, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
+import { ROOT, runNode, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 
 function runInstalled(args: string[]): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'flowrl.js'), ...args], { cwd: ROOT, timeout: 120_000, env: { ...process.env, NODE_OPTIONS: '' } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
-  });
+  return runNode([path.join(ROOT, 'bin', 'flowrl.js'), ...args], 120_000, { NODE_OPTIONS: '' });
 }
 
 /** Sources newer than their compiled file: a stale dist/ would test old code. */

@@ -10,7 +10,7 @@ out="$runs/pass-at-64"
 mkdir -p "$out"
 for seed in 1 2 3 4 5; do
   [ -s "$out/base-seed$seed.json" ] || npx flowrl eval "$here/flowrl.yaml" trainer.seed=$seed \
-    actor_rollout_ref.rollout.val_kwargs.n=64 trainer.default_local_dir="$out/.base" > "$out/base-seed$seed.json.part"
+    actor_rollout_ref.rollout.val_kwargs.n=64 > "$out/base-seed$seed.json.part"
   [ -s "$out/base-seed$seed.json" ] || mv "$out/base-seed$seed.json.part" "$out/base-seed$seed.json"
 done
 for checkpoint in "$runs"/*-seed*/checkpoints/global_step_*; do
