@@ -55,7 +55,7 @@ export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
-export { LocalRollout } from './rollout/local.js';
+export { LocalRollout, samplePolicy } from './rollout/local.js';
 export { ServerRollout } from './rollout/server-rollout.js';
 
 // Registries by name (one per host; plugins add to them through PluginContext.registries), and the
@@ -108,7 +108,7 @@ export {
 export { uniqueVariableName } from './model/variables.js';
 export { TextTokenizer } from './model/tokenizer.js';
 export { packSequences, responseMask, scoreResponses, type SequenceBatch } from './model/logprobs.js';
-export { sequenceBatch } from './workers/sequences.js';
+export { sequenceBatch, sequencesFromSamples } from './workers/sequences.js';
 export { generate, type SamplingOptions } from './model/generate.js';
 
 // Optimisation: AdamW as PyTorch's, verl's lr schedules, and the one clipped optimizer step.

@@ -10,6 +10,7 @@ import {
   sequenceBatch,
   sequenceRolloutCorrection,
   stopGradient,
+  type ActorStepListener,
   type Batch,
   type Metrics,
   type MicroBatchShare,
@@ -19,6 +20,8 @@ import { computeFlowRLLoss } from './objective.js';
 import { poolPromptStates, type ProjZ } from './proj-z.js';
 
 export const PROJ_Z = 'proj_z';
+/** Per-row log Z of flowrl.log_z: group, set on the batch before the update. */
+const GROUP_LOG_Z = 'flowrl_group_log_z';
 
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
@@ -27,6 +30,53 @@ export class FlowRLActor extends PPOActor {
     const head = this.module.heads.get(PROJ_Z);
     if (!head) throw new Error('FlowRLActor: the policy module has no proj_z head (is FlowRLWorker bound?)');
     return head as ProjZ;
+  }
+
+  /**
+   * log Z per row as its prompt group's estimate (flowrl.log_z: group): the Z that zeroes the group's
+   * mean residual under the sampling policy, -mean_g(lp_old(y) - beta * r(y) - lp_ref(y)), with lp the
+   * (length-normalised or summed) sequence log-prob. The residuals are then deviations from the
+   * group's mean (VarGrad, Richter et al. 2020), so no learned head lags behind a moving target.
+   */
+  private groupLogZ(batch: Batch): Float32Array {
+    const flowrl = flowrlConfig(this.config);
+    const mask = batch.tensor('response_mask').data;
+    const old = batch.tensor('old_log_probs').data;
+    const ref = batch.tensor('ref_log_prob').data;
+    const reward = flowrl.reward_source === 'score' ? batch.tensor('token_level_rewards').data : batch.tensor('advantages').data;
+    const B = batch.size;
+    const R = mask.length / B;
+    const residual = new Float64Array(B);
+    for (let b = 0; b < B; b++) {
+      let lp = 0;
+      let lpRef = 0;
+      let rewardSum = 0;
+      let tokens = 0;
+      for (let t = 0; t < R; t++) {
+        const m = mask[b * R + t];
+        lp += m * old[b * R + t];
+        lpRef += m * ref[b * R + t];
+        rewardSum += m * reward[b * R + t];
+        tokens += m;
+      }
+      const norm = flowrl.length_normalize ? 1 / (tokens + 1e-8) : 1;
+      // score: the row's total reward; advantage: its (constant) per-token value.
+      const r = flowrl.reward_source === 'score' ? rewardSum : rewardSum / (tokens + 1e-8);
+      residual[b] = norm * (lp - lpRef) - flowrl.beta * r;
+    }
+    const groups = new Map<string, number[]>();
+    batch.column<string>('uid').forEach((uid, b) => groups.set(uid, [...(groups.get(uid) ?? []), b]));
+    const out = new Float32Array(B);
+    for (const rows of groups.values()) {
+      const logZ = -rows.reduce((total, b) => total + residual[b], 0) / rows.length;
+      for (const b of rows) out[b] = logZ;
+    }
+    return out;
+  }
+
+  override updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
+    if (flowrlConfig(this.config).log_z === 'group') batch.set(GROUP_LOG_Z, { shape: [batch.size], data: this.groupLogZ(batch) });
+    return super.updatePolicy(batch, listeners);
   }
 
   /** Per-row total reward (outcome plus any shaping) broadcast over its valid tokens (reward_source: score). */
@@ -58,17 +108,22 @@ export class FlowRLActor extends PPOActor {
     return sequenceRolloutCorrection(old, batch.tensor('rollout_log_probs').data, batch.tensor('response_mask').data, batch.size, this.tisCap).metrics;
   }
 
+  /** log Z from ProjZ on this forward pass's pooled prompt states. */
+  private projZLogZ(hidden: tf.Tensor2D, seq: ReturnType<typeof sequenceBatch>, part: MicroBatchShare): tf.Tensor1D {
+    let pooled = poolPromptStates(hidden, seq.attentionMask, seq.batch, seq.promptLength);
+    if (flowrlConfig(this.config).detach_logz_input) pooled = stopGradient(pooled);
+    // Dropout masks per row from (seed, optimizer step, row in the mini-batch): a resumed run, or
+    // one whose micro-batches are split across worker threads, draws the same ones.
+    const rowRngs = Array.from({ length: seq.batch }, (_, b) => Rng.derive(this.config.trainer.seed, part.step * 1_000_003 + part.firstRow + b));
+    return this.projZ.forward(pooled, { training: true, rowRngs });
+  }
+
   /** The FlowRL loss is a plain mean over sequences, so a micro-batch weighs by its share of rows. */
   protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
     const flowrl = flowrlConfig(this.config);
     const seq = sequenceBatch(micro);
     const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });
-    let pooled = poolPromptStates(out.hidden, seq.attentionMask, seq.batch, seq.promptLength);
-    if (flowrl.detach_logz_input) pooled = stopGradient(pooled);
-    // Dropout masks per row from (seed, optimizer step, row in the mini-batch): a resumed run, or
-    // one whose micro-batches are split across worker threads, draws the same ones.
-    const rowRngs = Array.from({ length: seq.batch }, (_, b) => Rng.derive(this.config.trainer.seed, part.step * 1_000_003 + part.firstRow + b));
-    const logZ = this.projZ.forward(pooled, { training: true, rowRngs });
+    const logZ = flowrl.log_z === 'group' ? tf.tensor1d(micro.tensor(GROUP_LOG_Z).data as Float32Array) : this.projZLogZ(out.hidden, seq, part);
     const { loss, metrics } = computeFlowRLLoss(
       {
         logProb: out.logProbs,
@@ -80,7 +135,7 @@ export class FlowRLActor extends PPOActor {
         // From the batch's old_log_probs even on-policy: the gap is between the trainer's and the engine's scores.
         rolloutWeights: this.sequenceTisWeights(micro),
       },
-      { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling },
+      { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling, lengthNormalize: flowrl.length_normalize },
     );
     record(metrics);
     return tf.mul(loss, part.share);

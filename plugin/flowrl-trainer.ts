@@ -1,10 +1,20 @@
-// The FlowRL trainer: the core trainer unchanged, with FlowRL's requirements declared and checked.
-import { injectable, injectFromBase } from 'inversify';
-import { InputError, RLTrainer } from '../core-adapters/index.js';
+// The FlowRL trainer: the core trainer unchanged, with FlowRL's requirements declared and checked,
+// and (flowrl.replay_samples) some rows of each prompt group taken from the replay of past correct
+// answers instead of being sampled.
+import { inject, injectable, injectFromBase } from 'inversify';
+import { InputError, RLTrainer, Rng, sequencesFromSamples, type Batch, type SamplingSettings } from '../core-adapters/index.js';
+import { flowrlConfig } from './config.js';
+import type { FlowRLWorker } from './flowrl-worker.js';
+import { FLOWRL_REPLAY, type CorrectReplay } from './replay.js';
+
+/** Where a training row's response came from. */
+type RowSource = 'policy' | 'reference' | 'replay';
 
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
 export class FlowRLTrainer extends RLTrainer {
+  @inject(FLOWRL_REPLAY) protected readonly replay!: CorrectReplay;
+
   /** FlowRL reads group-normalised (GRPO) advantages and the reference policy, and trains no critic. */
   override async setup(): Promise<void> {
     const r = this.requirements;
@@ -12,6 +22,52 @@ export class FlowRLTrainer extends RLTrainer {
       throw new InputError(`algorithm.adv_estimator is '${r.advEstimator}'; flowrl's objective reads GRPO advantages (leave it null or set grpo)`);
     }
     if (!r.useReference) throw new InputError("plugin.json: algorithm flowrl must declare needs_reference_policy: true (its objective reads the reference policy)");
+    flowrlConfig(this.config);
     await super.setup();
+  }
+
+  /**
+   * Off-policy rows, which trajectory balance allows (its fixed point holds for every response,
+   * however drawn): the first flowrl.reference_samples rows of each prompt group are sampled from the
+   * reference policy, and the last flowrl.replay_samples rows, where the prompt has known correct
+   * answers, drawn from the replay (uniformly, seeded by the step). The rest are sampled from the
+   * policy. The 'source' column says which (policy, reference, replay).
+   */
+  protected override async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    const flowrl = flowrlConfig(this.config);
+    if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0) return await super.generateRollouts(prompts, sampling);
+    const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.step);
+    const promptIds = prompts.column<number[]>('prompt_ids');
+    const groups = new Map<string, number[]>();
+    prompts.column<string>('uid').forEach((uid, row) => groups.set(uid, [...(groups.get(uid) ?? []), row]));
+    const source: RowSource[] = promptIds.map(() => 'policy');
+    const responses: number[][] = new Array(prompts.size);
+    for (const rows of groups.values()) {
+      rows.slice(0, flowrl.reference_samples).forEach((row) => (source[row] = 'reference'));
+      for (const row of rows.slice(rows.length - flowrl.replay_samples)) {
+        const answer = this.replay.draw(promptIds[row], rng);
+        if (answer) [source[row], responses[row]] = ['replay', answer];
+      }
+    }
+    const rowsOf = (from: RowSource) => source.flatMap((s, row) => (s === from ? [row] : []));
+    const fill = (rows: number[], sampled: Batch) => {
+      const ids = sampled.tensor('responses');
+      const mask = sampled.tensor('response_mask').data;
+      const R = ids.shape[1];
+      rows.forEach((row, i) => (responses[row] = Array.from(ids.data.subarray(i * R, (i + 1) * R)).filter((_, t) => mask[i * R + t])));
+      sampled.dispose();
+    };
+    const referenceRows = rowsOf('reference');
+    if (referenceRows.length) fill(referenceRows, (this.worker as FlowRLWorker).sampleReference(prompts.selectRows(referenceRows), { ...sampling, seed: sampling.seed + 0x3c6ef372 }));
+    const policyRows = rowsOf('policy');
+    const sampled = await super.generateRollouts(prompts.selectRows(policyRows), sampling);
+    const meta = sampled.meta;
+    fill(policyRows, sampled);
+    const out = prompts.select([]);
+    const fraction = (from: RowSource) => rowsOf(from).length / prompts.size;
+    out.meta = { ...meta, metrics: { ...((meta.metrics as object | undefined) ?? {}), 'flowrl/replay_fraction': fraction('replay'), 'flowrl/reference_fraction': fraction('reference') } };
+    for (const [name, tensor] of Object.entries(sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, (this.worker as FlowRLWorker).padTokenId))) out.set(name, tensor);
+    out.setColumn('source', source);
+    return out;
   }
 }

@@ -6,6 +6,8 @@ import { TOKENS, type PluginContext } from '../core-adapters/index.js';
 import { FlowRLActor } from './flowrl-actor.js';
 import { FlowRLTrainer } from './flowrl-trainer.js';
 import { FlowRLWorker } from './flowrl-worker.js';
+import { flowrlConfig } from './config.js';
+import { CorrectReplay, FLOWRL_REPLAY } from './replay.js';
 import { flowRewardConfig } from './rlfr/config.js';
 import { FlowPretrainCommand } from './rlfr/pretrain.js';
 import { FlowRewardShaper } from './rlfr/shaper.js';
@@ -20,6 +22,7 @@ export default function flowrlPlugin(context: PluginContext): ContainerModule {
     rebind(TOKENS.Actor).to(FlowRLActor).inSingletonScope();
     rebind(TOKENS.Worker).to(FlowRLWorker).inSingletonScope();
     rebind(TOKENS.Trainer).to(FlowRLTrainer).inSingletonScope();
+    bind(FLOWRL_REPLAY).toDynamicValue(() => new CorrectReplay(flowrlConfig(context.config).replay_capacity)).inSingletonScope();
   });
 }
 
@@ -29,6 +32,7 @@ export { FlowRLTrainer } from './flowrl-trainer.js';
 export { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions, type FlowRLResult } from './objective.js';
 export { ProjZ, poolPromptStates, type ProjZOptions } from './proj-z.js';
 export { flowrlConfig, type FlowRLConfig } from './config.js';
+export { CorrectReplay, FLOWRL_REPLAY } from './replay.js';
 export { flowRewardConfig, type FlowRewardConfig } from './rlfr/config.js';
 export { FlowModel, type FlowModelConfig } from './rlfr/flow-model.js';
 export { FlowRewardShaper } from './rlfr/shaper.js';

@@ -30,6 +30,8 @@ export interface FlowRLOptions {
   importanceWeightMax?: number;
   /** false: every weight is 1. */
   importanceSampling?: boolean;
+  /** true (the recipe): the log-probs enter as per-token means; false: as sequence sums (trajectory balance itself). */
+  lengthNormalize?: boolean;
 }
 
 export interface FlowRLResult {
@@ -42,6 +44,11 @@ const EPS = 1e-8;
 /** Per-row masked mean over the token axis, with masked_mean's +1e-8. */
 function rowMean(values: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor1D {
   return tf.div(tf.sum(tf.mul(values, mask), 1), tf.add(tf.sum(mask, 1), EPS));
+}
+
+/** Per-row masked sum over the token axis. */
+function rowSum(values: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor1D {
+  return tf.sum(tf.mul(values, mask), 1);
 }
 
 /** Masked mean over every valid token of the batch (for metrics). */
@@ -68,11 +75,12 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
   const beta = options.beta ?? 15;
   const weightMax = options.importanceWeightMax ?? 10;
   const useWeights = options.importanceSampling ?? true;
+  const reduce = (options.lengthNormalize ?? true) ? rowMean : rowSum;
   const { logProb, oldLogProb, refLogProb, advantages, responseMask: mask, logZ } = inputs;
   let metrics: Record<string, number> = {};
   // tidy frees the intermediates; tfjs keeps what the backward pass needs on its own.
   const loss = tf.tidy(() => {
-    const delta = tf.sub(tf.sub(tf.add(logZ, rowMean(logProb, mask)), tf.mul(rowMean(advantages, mask), beta)), rowMean(refLogProb, mask));
+    const delta = tf.sub(tf.sub(tf.add(logZ, reduce(logProb, mask)), tf.mul(rowMean(advantages, mask), beta)), reduce(refLogProb, mask));
     // Clamping the log-weight before exp gives min(exp(x), max) without ever overflowing.
     const weight = useWeights
       ? tf.exp(tf.minimum(stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1)), Math.log(weightMax)))

@@ -125,8 +125,11 @@ export async function evalCommand(argv: string[]): Promise<void> {
     if (!isCheckpoint(target)) throw new InputError(`${target}: not a checkpoint directory (no trainer_state.json) and not a config file`);
     configFile = path.join(target, 'config.yaml');
     const actorDir = path.join(target, 'actor');
-    // A LoRA checkpoint holds the adapter; its base is the run's model.path.
-    extra.push(isAdapterDir(actorDir) ? `actor_rollout_ref.model.lora_adapter_path=${actorDir}` : `actor_rollout_ref.model.path=${actorDir}`, 'trainer.resume_mode=disable');
+    // A LoRA checkpoint holds the adapter; its base is the run's model.path. Full weights replace
+    // model.path, so the reference stays the run's initial policy (the saved model.path is absolute).
+    const runModel = (readConfigFile(configFile).actor_rollout_ref as { model?: { path?: string } } | undefined)?.model?.path;
+    if (isAdapterDir(actorDir)) extra.push(`actor_rollout_ref.model.lora_adapter_path=${actorDir}`);
+    else extra.push(`actor_rollout_ref.model.path=${actorDir}`, ...(runModel ? [`actor_rollout_ref.ref.model_path=${runModel}`] : []));
   }
   const host: Host = await createHost(configFile, { overrides: [...extra, ...overrides, 'trainer.resume_mode=disable'] });
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);

@@ -119,6 +119,8 @@ export const CORE_DEFAULTS = {
       entropy_coeff: 0,
     },
     ref: {
+      /** The reference policy's HF directory; null: model.path's initial weights (flowrl eval of a checkpoint sets the run's base). */
+      model_path: null as string | null,
       /** Responses per reference forward pass. */
       log_prob_micro_batch_size: 32,
     },
@@ -248,6 +250,12 @@ export const CORE_DEFAULTS = {
     /** Checkpoint every N steps (and after the last); -1 only at the end. */
     save_freq: -1,
     val_before_train: true,
+    /**
+     * Validation also measures distribution matching over each prompt's correct responses
+     * (val/matching/*): exactly over every correct answer where the task lists them (countdown),
+     * else over the distinct correct samples. Loads the reference policy when the algorithm has none.
+     */
+    val_matching: true,
     /** Run directory: metrics.jsonl, config.yaml, checkpoints/. null: runs/<experiment_name>. */
     default_local_dir: null as string | null,
     /** auto (latest checkpoint if any) | disable | a global_step_N directory. */

@@ -212,6 +212,7 @@ export const INPUT_PATH_KEYS = [
   'actor_rollout_ref.model.path',
   'actor_rollout_ref.model.tokenizer_path',
   'actor_rollout_ref.model.lora_adapter_path',
+  'actor_rollout_ref.ref.model_path',
   'critic.model.path',
   'custom_reward_function.path',
   'sft.init_config',

@@ -130,11 +130,19 @@ export interface RewardResult {
   metrics: Metrics;
 }
 
+/** A correct response as text and as the token ids a policy emits for it (ending with its stop token). */
+export interface CorrectResponse {
+  text: string;
+  ids: number[];
+}
+
 /** Scores rollouts by data_source (verl's reward manager). */
 export interface RewardManager {
   /** Loads what scoring needs (a custom scorer module). */
   init?(): Promise<void>;
   compute(batch: Batch): RewardResult;
+  /** Every correct response to a prompt, where the task can list them; undefined where it cannot (validation then estimates matching from samples). */
+  correctResponses?(prompt: PromptRecord): CorrectResponse[] | undefined;
 }
 
 /**

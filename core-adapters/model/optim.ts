@@ -28,6 +28,8 @@ export class AdamW {
   private stepCount = 0;
   private readonly m = new Map<string, tf.Variable>();
   private readonly v = new Map<string, tf.Variable>();
+  /** Per-parameter multipliers of lr (PyTorch's parameter groups with their own lr); absent: 1. */
+  readonly lrScale = new Map<string, number>();
 
   constructor(options: AdamWOptions) {
     this.lr = options.lr;
@@ -56,17 +58,18 @@ export class AdamW {
   apply(params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>): void {
     this.stepCount += 1;
     const t = this.stepCount;
-    const stepSize = this.lr / (1 - this.beta1 ** t);
     const bc2Sqrt = Math.sqrt(1 - this.beta2 ** t);
     for (const [name, variable] of params) {
       const g = grads.get(name);
       if (!g) continue;
+      const lr = this.lr * (this.lrScale.get(name) ?? 1);
+      const stepSize = lr / (1 - this.beta1 ** t);
       const m = this.slot(this.m, name, variable);
       const v = this.slot(this.v, name, variable);
-      const hyper = { decayFactor: 1 - this.lr * this.weightDecay, beta1: this.beta1, beta2: this.beta2, eps: this.eps, stepSize, bc2Sqrt };
+      const hyper = { decayFactor: 1 - lr * this.weightDecay, beta1: this.beta1, beta2: this.beta2, eps: this.eps, stepSize, bc2Sqrt };
       if (fusedAdamW(variable, g, m, v, hyper)) continue;
       tf.tidy(() => {
-        const decayed = tf.mul(variable, 1 - this.lr * this.weightDecay);
+        const decayed = tf.mul(variable, 1 - lr * this.weightDecay);
         const mNext = tf.add(tf.mul(m, this.beta1), tf.mul(g, 1 - this.beta1));
         const vNext = tf.add(tf.mul(v, this.beta2), tf.mul(tf.mul(g, g), 1 - this.beta2));
         const denom = tf.add(tf.div(tf.sqrt(vNext), bc2Sqrt), this.eps);

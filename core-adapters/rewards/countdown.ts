@@ -2,6 +2,7 @@
 // target exactly (the same rules as the solver in data/countdown.ts).
 import { Fraction } from './fraction.js';
 import { InputError } from '../errors.js';
+import { solveCountdown } from '../data/countdown.js';
 import type { GradedAnswer } from './types.js';
 
 // Parsing: expr := term (('+' | '-') term)*, term := factor (('*' | '/') factor)*,
@@ -158,4 +159,16 @@ export function scoreCountdown(solution: string, groundTruth: unknown, options: 
   const acc = evaluated !== undefined && sameMultiset(evaluated.numbers, numbers) && evaluated.fraction.equalsInteger(target);
   const score = acc ? correctScore : tagged ? formatScore : incorrectScore;
   return { score, acc, pred: expression };
+}
+
+/** Enumerating more numbers than this is too slow for validation (5 numbers: ~10^5 expressions). */
+const MAX_ENUMERATED_NUMBERS = 4;
+
+/**
+ * Every correct answer to a countdown problem as the solver prints it (minimal parentheses, each
+ * ordering distinct), or undefined when the problem has too many numbers to list them at validation.
+ */
+export function countdownCorrectAnswers(groundTruth: unknown): string[] | undefined {
+  const { numbers, target } = readGroundTruth(groundTruth);
+  return numbers.length <= MAX_ENUMERATED_NUMBERS ? solveCountdown(numbers, target) : undefined;
 }

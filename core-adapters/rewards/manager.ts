@@ -3,11 +3,11 @@
 import { inject, injectable } from 'inversify';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
-import type { Metrics, RewardManager, RewardResult } from '../contracts/index.js';
+import type { CorrectResponse, Metrics, PromptRecord, RewardManager, RewardResult } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
-import { defaultScorer, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
+import { defaultScorer, enumerateCorrectAnswers, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
 
 /** verl's naive reward manager: each response scored alone by its data_source's scorer or the custom one. */
 @injectable()
@@ -48,6 +48,25 @@ export class NaiveRewardManager implements RewardManager {
       for (let t = 0; t < R; t++) if (mask[b * R + t]) ids.push(responses.data[b * R + t]);
       return this.tokenizer.decode(ids, true);
     });
+  }
+
+  /**
+   * Every correct response to a prompt where its built-in task can list them (countdown), as the
+   * policy would emit each: the answer's tokens and the eos token. Each is checked with the scorer in
+   * use, so a prompt format the listed answers do not fit gives none. Undefined with a custom scorer,
+   * a task that cannot list its answers, or a tokenizer without eos.
+   */
+  correctResponses(prompt: PromptRecord): CorrectResponse[] | undefined {
+    const eos = this.tokenizer.eosTokenId;
+    if (this.custom || eos === undefined) return undefined;
+    const texts = enumerateCorrectAnswers(prompt.dataSource, prompt.groundTruth);
+    if (!texts) return undefined;
+    const scorer = this.scorerFor(prompt.dataSource);
+    const correct = texts.filter((text) => {
+      const result = scoreValue(scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource));
+      return typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0;
+    });
+    return correct.map((text) => ({ text, ids: [...this.tokenizer.encode(text, false), eos] }));
   }
 
   compute(batch: Batch): RewardResult {

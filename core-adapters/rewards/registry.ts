@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { InputError } from '../errors.js';
-import { scoreCountdown } from './countdown.js';
+import { countdownCorrectAnswers, scoreCountdown } from './countdown.js';
 import { scoreGsm8k } from './gsm8k.js';
 import { scoreMath } from './math.js';
 import type { ScoreExtra, ScoreResult, Scorer } from './types.js';
@@ -22,8 +22,13 @@ const MATH_SOURCES = new Set([
 ]);
 
 /** The built-in scorers and the data_source values each one scores (verl's default_compute_score). */
-const BUILT_IN_SCORERS: { scores: (dataSource: string) => boolean; score: (solution: string, groundTruth: unknown, options: Record<string, unknown>) => ScoreResult }[] = [
-  { scores: (source) => source === 'countdown', score: scoreCountdown },
+const BUILT_IN_SCORERS: {
+  scores: (dataSource: string) => boolean;
+  score: (solution: string, groundTruth: unknown, options: Record<string, unknown>) => ScoreResult;
+  /** Every correct answer, where the task can list them (for exact matching metrics). */
+  correctAnswers?: (groundTruth: unknown) => string[] | undefined;
+}[] = [
+  { scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers },
   { scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k },
   { scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath },
 ];
@@ -35,6 +40,11 @@ const BUILT_IN_SCORERS: { scores: (dataSource: string) => boolean; score: (solut
 export function defaultScorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
   const builtIn = BUILT_IN_SCORERS.find((entry) => entry.scores(dataSource));
   return builtIn && ((solution, groundTruth) => builtIn.score(solution, groundTruth, options));
+}
+
+/** Every correct answer text for a prompt of a built-in task that can list them; undefined otherwise. */
+export function enumerateCorrectAnswers(dataSource: string, groundTruth: unknown): string[] | undefined {
+  return BUILT_IN_SCORERS.find((entry) => entry.scores(dataSource))?.correctAnswers?.(groundTruth);
 }
 
 /** Splits a scorer's result into its score and its extra metrics; a non-finite or missing score is an error. */

@@ -26,12 +26,14 @@ import { InputError, RolloutUnavailable } from '../errors.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
-import { promptBatch } from '../workers/sequences.js';
+import { Batch } from '../batch.js';
+import { promptBatch, sequencesFromSamples } from '../workers/sequences.js';
+import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
 import { passAtK, reportedKs } from './pass-at-k.js';
-import { countsEntropy, promptHash, ValPromptLog, type ValPromptRecord } from './val-prompts.js';
+import { countsEntropy, promptHash, ValPromptLog, type PromptMatchingRecord, type ValPromptRecord } from './val-prompts.js';
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -58,6 +60,23 @@ function maskedMean(data: ArrayLike<number>, mask: ArrayLike<number>): number {
     count += mask[i];
   }
   return count ? total / count : 0;
+}
+
+/** A prompt's matching as val_prompts.jsonl keeps it (shares to 4 decimals). */
+function matchingRecord(m: CorrectSetMatching & { exact: boolean; texts?: string[] }): PromptMatchingRecord {
+  const round = (x: number) => Math.round(x * 1e4) / 1e4;
+  return {
+    exact: m.exact,
+    kl: m.kl,
+    tv: m.tv,
+    entropy: m.entropy,
+    ref_entropy: m.refEntropy,
+    mass: m.mass,
+    ref_mass: m.refMass,
+    ...(m.texts ? { answers: m.texts } : {}),
+    shares: m.shares.map(round),
+    ref_shares: m.refShares.map(round),
+  };
 }
 
 /** A deterministic seed for step `step` of a run seeded `seed` (resume reproduces it). */
@@ -266,6 +285,11 @@ export class RLTrainer implements Trainer {
     };
   }
 
+  /** A training step's rollouts for its prompts (repeated rollout.n times); subclasses may add off-policy rows. */
+  protected async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    return await this.worker.generateSequences(prompts, sampling);
+  }
+
   /** One training step; returns its metrics. */
   protected async trainStep(): Promise<Metrics> {
     const timing: Metrics = {};
@@ -281,7 +305,7 @@ export class RLTrainer implements Trainer {
     const n = this.config.actor_rollout_ref.rollout.n;
     const promptsBatch = promptBatch(prompts, `s${this.step}`).repeat(n, true);
     const genStarted = performance.now();
-    const batch = await this.worker.generateSequences(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step)));
+    const batch = await this.generateRollouts(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step)));
     timing['timing_s/gen'] = (performance.now() - genStarted) / 1000;
     const B = batch.size;
     const R = batch.tensor('responses').shape[1];
@@ -289,6 +313,7 @@ export class RLTrainer implements Trainer {
 
     const reward = timed('reward', () => this.rewards.compute(batch));
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
+    batch.setColumn('correct', reward.correct);
     const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}) };
 
     const old = timed('old_log_prob', () => this.worker.computeLogProb(batch));
@@ -360,6 +385,40 @@ export class RLTrainer implements Trainer {
   }
 
   /**
+   * Matching over each validation prompt's correct set: every correct response where the reward
+   * manager lists them (exact), else the distinct correct samples (an estimate, biased low with few
+   * samples). Each response is scored whole under the policy and the reference (at the rollout
+   * temperature, the distribution the algorithms train); answers longer than
+   * data.max_response_length cannot be sampled and are left out.
+   */
+  protected correctSetMatching(sampledCorrect: number[][][]): ((CorrectSetMatching & { exact: boolean; texts?: string[] }) | undefined)[] {
+    const maxLength = this.config.data.max_response_length;
+    const sets = this.dataset.val.map((prompt, p) => {
+      const listed = this.rewards.correctResponses?.(prompt)?.filter((r) => r.ids.length <= maxLength);
+      if (listed?.length) return { exact: true, responses: listed.map((r) => r.ids), texts: listed.map((r) => r.text) };
+      return sampledCorrect[p].length ? { exact: false, responses: sampledCorrect[p], texts: undefined } : undefined;
+    });
+    const prompts: number[][] = [];
+    const responses: number[][] = [];
+    sets.forEach((set, p) => set?.responses.forEach((ids) => (prompts.push(this.dataset.val[p].ids), responses.push(ids))));
+    if (!responses.length) return sets.map(() => undefined);
+    const R = Math.max(...responses.map((r) => r.length));
+    const batch = new Batch({ tensors: sequencesFromSamples(prompts, responses, R, 0) });
+    const mask = batch.tensor('response_mask').data;
+    const policy = rowSums(this.worker.computeLogProb(batch).logProbs, mask, batch.size);
+    const reference = rowSums(this.worker.computeRefLogProb(batch), mask, batch.size);
+    batch.dispose();
+    let row = 0;
+    return sets.map((set) => {
+      if (!set) return undefined;
+      const n = set.responses.length;
+      const m = correctSetMatching(policy.slice(row, row + n), reference.slice(row, row + n));
+      row += n;
+      return { ...m, exact: set.exact, texts: set.texts };
+    });
+  }
+
+  /**
    * Validation on the val split with rollout.val_kwargs: accuracy (mean correctness over the k
    * samples: Avg@k), pass@k (a prompt counts when any sample is correct), the unbiased pass@j for
    * j = 1, 2, 4, ..., k (Chen et al. 2021) as val/pass@j, distinct correct responses per
@@ -391,6 +450,7 @@ export class RLTrainer implements Trainer {
     const ks = reportedKs(k);
     const passAt = new Array<number>(ks.length).fill(0);
     const perPrompt: Omit<ValPromptRecord, 'step'>[] = [];
+    const sampledCorrect: number[][][] = [];
     for (let p = 0; p < prompts; p++) {
       let correct = 0;
       for (let s = 0; s < k; s++) correct += reward.correct[p * k + s] ? 1 : 0;
@@ -404,6 +464,7 @@ export class RLTrainer implements Trainer {
         const key = ids.join(',');
         counts.set(key, (counts.get(key) ?? 0) + 1);
       }
+      sampledCorrect.push([...counts.keys()].map((key) => key.split(',').map(Number)));
       const promptEntropy = countsEntropy(counts.values());
       const { index, ids } = this.dataset.val[p];
       perPrompt.push({ prompt: index, hash: promptHash(ids), k, correct, distinct: counts.size, entropy: promptEntropy });
@@ -412,10 +473,13 @@ export class RLTrainer implements Trainer {
       distinct += counts.size;
       entropy += promptEntropy;
     }
+    const matching = this.config.trainer.val_matching ? this.correctSetMatching(sampledCorrect) : [];
+    matching.forEach((m, p) => m && (perPrompt[p].matching = matchingRecord(m)));
     this.valPrompts?.append(this.step, perPrompt);
     const lengths = rowSums(mask, mask, generated.size);
     generated.dispose();
     return {
+      ...matchingMetrics(matching.filter((m) => m !== undefined)),
       'val/accuracy': mean(reward.correct.map(Number)),
       'val/pass@k': passed / prompts,
       'val/k': k,

@@ -23,6 +23,26 @@ export interface ValPromptRecord {
   distinct: number;
   /** Entropy (nats) of the empirical distribution over the correct responses; 0 with none. */
   entropy: number;
+  /** Matching over the prompt's correct set (trainer.val_matching; absent when it had none). */
+  matching?: PromptMatchingRecord;
+}
+
+/** How the policy and the reference spread a prompt's correct set (trainer/matching.ts). */
+export interface PromptMatchingRecord {
+  /** true: every correct answer the task lists; false: the distinct correct samples. */
+  exact: boolean;
+  /** KL(pi(.|S) || pi_ref(.|S)) and total variation. */
+  kl: number;
+  tv: number;
+  entropy: number;
+  ref_entropy: number;
+  /** pi(S) and pi_ref(S). */
+  mass: number;
+  ref_mass: number;
+  /** The answers' texts (exact sets only), and each model's share of the set, in that order. */
+  answers?: string[];
+  shares: number[];
+  ref_shares: number[];
 }
 
 /** Entropy (nats) of the distribution given by counts; 0 for no counts. */

@@ -33,8 +33,6 @@ export async function createActorReplica(args: { config: ConfigTree; frozenBases
         case 'log-prob':
           return { result: actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy }) };
         case 'ref-log-prob':
-          // The reference is frozen: load it on first use and keep it.
-          worker.loadReference();
           return { result: worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
         case 'actor-grads': {
           const { grads, metrics } = actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);

@@ -109,7 +109,7 @@ export class ActorRolloutRefWorker implements Worker {
    */
   loadReference(): void {
     if (this.module?.lm.adapters) return;
-    this.reference ??= loadModel(this.modelPath);
+    this.reference ??= loadModel(this.config.actor_rollout_ref.ref.model_path ?? this.modelPath);
   }
 
   /** The policy module alone, attached to the actor (what a data-parallel replica needs). */
@@ -222,11 +222,14 @@ export class ActorRolloutRefWorker implements Worker {
     );
   }
 
-  /** Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. */
+  /**
+   * Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. A run whose
+   * algorithm reads no reference loads it on first use (validation's matching metrics) and keeps it.
+   */
   computeRefLogProbHere(batch: Batch): Float32Array {
+    this.loadReference();
     const lm = this.module.lm;
-    const reference = lm.adapters ? lm : this.reference;
-    if (!reference) throw new Error('computeRefLogProb: this run has no reference policy');
+    const reference = lm.adapters ? lm : this.reference!;
     const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
     const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
     const parts: Float32Array[] = [];
