@@ -47,6 +47,8 @@ function writeRun(root: string, algorithm: string, seed: number, options: { conf
       'val/pass@4': Math.min(1, acc + 0.2),
       'val/distinct_correct': acc * 2,
       'val/correct_entropy': acc * 1.5,
+      'val/matching/kl': algorithm === 'flowrl' ? 0.05 * step : 0.1 * step,
+      'val/matching/entropy': 1 - 0.05 * step,
     };
   };
   const lines: Metrics[] = [{ step: 0, ...validation(0) }];
@@ -73,10 +75,20 @@ function writeRun(root: string, algorithm: string, seed: number, options: { conf
   fs.writeFileSync(path.join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l) + '\n').join(''));
   const correct = FINAL_CORRECT[`${algorithm}-${seed}`];
   if (correct) {
-    const records = correct.map((c, prompt) => ({ step: 10, prompt, hash: `p${prompt}`, k: 4, correct: c, distinct: Math.min(c, 2), entropy: c > 1 ? Math.LN2 : 0 }));
+    const records = correct.map((c, prompt) => ({ step: 10, prompt, hash: `p${prompt}`, k: 4, correct: c, distinct: Math.min(c, 2), entropy: c > 1 ? Math.LN2 : 0, matching: matchingRecord(algorithm, prompt) }));
     fs.writeFileSync(path.join(dir, 'val_prompts.jsonl'), records.map((r) => JSON.stringify(r) + '\n').join(''));
   }
   return dir;
+}
+
+/** Prompt p's correct set: three answers; the reference spreads prompt p less evenly the larger p. */
+const ANSWERS = ['1+2', '2+1', '3*1'];
+function matchingRecord(algorithm: string, prompt: number) {
+  const ref = [0.4 + 0.1 * prompt, 0.35 - 0.05 * prompt, 0.25 - 0.05 * prompt];
+  const shares = algorithm === 'flowrl' ? ref : [0.9, 0.1, 0];
+  const entropy = (p: number[]) => -p.reduce((h, x) => (x > 0 ? h + x * Math.log(x) : h), 0);
+  const kl = shares.reduce((d, x, i) => (x > 0 ? d + x * Math.log(x / ref[i]) : d), 0);
+  return { exact: true, kl, tv: 0, entropy: entropy(shares), ref_entropy: entropy(ref), mass: 0.9, ref_mass: 0.2, answers: ANSWERS, shares, ref_shares: ref };
 }
 
 const ALL_PLOTS = [
@@ -85,6 +97,8 @@ const ALL_PLOTS = [
   'plot-val-pass-at-k',
   'plot-val-distinct-correct',
   'plot-val-correct-entropy',
+  'plot-val-matching-kl',
+  'plot-val-matching-entropy',
   'plot-response-length',
   'plot-actor-loss',
   'plot-log-z',
@@ -92,7 +106,7 @@ const ALL_PLOTS = [
   'plot-grad-norm',
   'plot-throughput',
 ];
-const VALIDATION_PLOTS = ['plot-val-accuracy', 'plot-val-pass-at-k', 'plot-val-distinct-correct', 'plot-val-correct-entropy'];
+const VALIDATION_PLOTS = ['plot-val-accuracy', 'plot-val-pass-at-k', 'plot-val-distinct-correct', 'plot-val-correct-entropy', 'plot-val-matching-kl', 'plot-val-matching-entropy'];
 
 function section(html: string, id: string): string {
   const match = new RegExp(`<section id="${id}"[^>]*>([\\s\\S]*?)</section>`).exec(html);
@@ -134,8 +148,8 @@ describe('flowrl report', () => {
       expect(count(body, /<svg[\s>]/g), `${id} svgs`).to.equal(expected);
       expect(body, id).to.not.include('no run logged');
     }
-    // ... and the pass@k curves.
-    expect(count(html, /<svg[\s>]/g)).to.equal(ALL_PLOTS.length + VALIDATION_PLOTS.length + 1);
+    // ... the pass@k curves, and the correct-answer shares of four prompts (of five).
+    expect(count(html, /<svg[\s>]/g)).to.equal(ALL_PLOTS.length + VALIDATION_PLOTS.length + 1 + 4);
     expect(section(html, 'plot-val-accuracy')).to.include('grpo (2 runs)');
     expect(section(html, 'plot-val-pass-at-k')).to.include('<h2>pass@k (k = 4) <code>val/pass@k</code></h2>');
     // FlowRL-only metrics name the runs that did not log them.
@@ -208,7 +222,8 @@ describe('flowrl report', () => {
       expect(summaryCell('flowrl', 'val/accuracy').attributes).to.include('data-mean="0.65"').and.to.not.include('data-low');
       const summary = /<table id="comparison-summary">([\s\S]*?)<\/table>/.exec(compared)![1];
       const rows = [...summary.matchAll(/<th scope="row" data-key="([^"]+)">([^<]*)<\/th>/g)].map((m) => m[2]);
-      expect(rows).to.deep.equal(['accuracy at step 0', 'Avg@4 (accuracy)', 'pass@1', 'pass@2', 'pass@4', 'distinct correct', 'correct entropy']);
+      expect(rows).to.deep.equal(['accuracy at step 0', 'Avg@4 (accuracy)', 'pass@1', 'pass@2', 'pass@4', 'distinct correct', 'correct entropy', 'entropy over all correct', 'KL to ref (correct set)']);
+      expect(summaryCell('flowrl', 'val/matching/kl').text).to.equal('0.500 (CI n/a)');
     });
 
     it('shows the paired differences against the first config, paired over the shared seed', () => {
@@ -220,6 +235,10 @@ describe('flowrl report', () => {
       expect(Number(/data-difference="([^"]+)"/.exec(row![1])![1])).to.be.closeTo(0.05, 1e-12);
       expect(row![2]).to.include('<td class="num">+0.050</td>').and.to.include('n/a (one seed)');
       expect(row![1]).to.include('data-significant="false"').and.to.not.include('data-t-low');
+      // Paired KL from the per-prompt records: FlowRL keeps the reference's shares (KL 0), grpo does not.
+      const kl = /<tr data-pair="flowrl - grpo" data-key="val\/matching\/kl"([^>]*)>/.exec(table);
+      const grpoKl = [0, 1, 2, 3, 4].reduce((total, p) => total + matchingRecord('grpo', p).kl, 0) / 5;
+      expect(Number(/data-difference="([^"]+)"/.exec(kl![1])![1])).to.be.closeTo(-grpoKl, 1e-12);
       // The pass@k curves follow the compared configs.
       expect(section(compared, 'plot-pass-at-k-curve')).to.include('grpo (2 runs)').and.to.include('One line per config');
     });
@@ -366,6 +385,28 @@ describe('flowrl report', () => {
         expect(curve.bands, 'pass@k interval bands').to.equal(1);
         expect(curve.legend).to.include.members(['grpo (2 runs)', 'flowrl (1 run)']);
         expect(curve.width).to.be.greaterThan(100);
+        // Correct-answer shares: per prompt, a bar per answer for the reference and each config.
+        const shares = await page.evaluate(() =>
+          [...document.querySelectorAll('#correct-answer-shares figure.answer-shares')].map((figure) => {
+            const svg = figure.querySelector('svg')!;
+            return {
+              prompt: figure.getAttribute('data-prompt'),
+              bars: [...svg.querySelectorAll('g.mark-rect path')].filter((p) => p.getBoundingClientRect().height > 0.5).length,
+              legend: [...svg.querySelectorAll('g.role-legend text')].map((t) => t.textContent),
+              axis: [...svg.querySelectorAll('g.role-axis-label text')].map((t) => t.textContent),
+              width: svg.getBoundingClientRect().width,
+            };
+          }),
+        );
+        // The reference spreads prompt 0 most evenly; prompt 4 is left out.
+        expect(shares.map((s) => s.prompt)).to.deep.equal(['0', '1', '2', '3']);
+        for (const s of shares) {
+          expect(s.legend).to.include.members(['reference (base)', 'grpo (2 runs)', 'flowrl (1 run)']);
+          expect(s.axis).to.include.members(ANSWERS);
+          // 3 answers x 3 series, less grpo's empty bar for the third answer.
+          expect(s.bars, `prompt ${s.prompt} bars`).to.equal(8);
+          expect(s.width).to.be.greaterThan(100);
+        }
         const comparison = await page.evaluate(() => document.querySelectorAll('#comparison-summary tbody tr, #comparison-paired tbody tr').length);
         expect(comparison, 'comparison table rows').to.be.greaterThan(10);
         expect(problems).to.deep.equal([]);

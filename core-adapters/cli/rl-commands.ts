@@ -44,6 +44,10 @@ const SUMMARY_ROWS: [string, string][] = [
   ['val/pass@k', 'pass@k'],
   ['val/distinct_correct', 'distinct correct per prompt'],
   ['val/correct_entropy', 'entropy over correct (nats)'],
+  // Over every correct answer (exact where the task lists them, else over the distinct correct samples).
+  ['val/matching/entropy', 'entropy over all correct'],
+  ['val/matching/ref_entropy', "  the reference's"],
+  ['val/matching/kl', 'KL to reference over correct'],
 ];
 
 function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] {
@@ -53,6 +57,7 @@ function summaryTable(summary: { before?: Metrics; after?: Metrics }): string[] 
   const k = before['val/k'];
   const lines = [`${'validation'.padEnd(32)}${`step ${before.step}`.padStart(8)}${after ? `step ${after.step}`.padStart(10) : ''}`];
   for (const [key, label] of SUMMARY_ROWS) {
+    if (!(key in before)) continue;
     lines.push(`${(key === 'val/pass@k' && k ? `pass@${k}` : label).padEnd(32)}${cell(before, key)}${after ? '  ' + cell(after, key) : ''}`);
   }
   return lines;
@@ -65,10 +70,13 @@ function evalTable(metrics: Metrics): string[] {
   const rows: [string, number | undefined][] = [
     [`Avg@${k ?? 'k'} (mean accuracy over k samples)`, metrics['val/accuracy']],
     ...js.map((j): [string, number] => [`pass@${j}`, metrics[`val/pass@${j}`]]),
-    ...SUMMARY_ROWS.filter(([key]) => key === 'val/distinct_correct' || key === 'val/correct_entropy').map(([key, label]): [string, number | undefined] => [label, metrics[key]]),
+    ...SUMMARY_ROWS.filter(([key]) => key !== 'val/accuracy' && key !== 'val/pass@k').map(([key, label]): [string, number | undefined] => [label, metrics[key]]),
   ];
   const lines = [`validation, k = ${k ?? '?'} samples per prompt`];
   for (const [label, value] of rows) if (value !== undefined) lines.push(`${label.padEnd(40)}${value.toFixed(3).padStart(8)}`);
+  if (metrics['val/matching/exact'] !== undefined && metrics['val/matching/exact'] < 1) {
+    lines.push(`(matching over the distinct correct samples for ${((1 - metrics['val/matching/exact']) * 100).toFixed(0)} % of prompts: an estimate, biased low with few samples)`);
+  }
   return lines;
 }
 

@@ -58,6 +58,24 @@ export const PLOTS: PlotDef[] = [
     validation: true,
     help: 'entropy of the distribution over the correct responses (higher: more diverse)',
   },
+  {
+    id: 'plot-val-matching-kl',
+    title: 'Distance to the reference over correct answers',
+    axis: 'KL (nats)',
+    keys: ['val/matching/kl'],
+    validation: true,
+    help:
+      "KL(pi(.|correct) || pi_ref(.|correct)) per validation prompt, averaged: 0 when the policy keeps the reference's shares among its correct answers " +
+      "(FlowRL's target with outcome rewards); exact where the task lists every correct answer (val/matching/exact = 1), else over the distinct correct samples",
+  },
+  {
+    id: 'plot-val-matching-entropy',
+    title: 'Entropy over all correct answers',
+    axis: 'entropy (nats)',
+    keys: ['val/matching/entropy'],
+    validation: true,
+    help: "entropy of the policy's distribution over each prompt's correct answers, computed from their probabilities (not from samples); the reference's is val/matching/ref_entropy",
+  },
   { id: 'plot-response-length', title: 'Response length', axis: 'mean tokens', keys: ['response_length/mean'], validation: false },
   {
     id: 'plot-actor-loss',
@@ -305,4 +323,34 @@ export async function renderSvg(spec: TopLevelSpec, idPrefix: string): Promise<s
   } finally {
     view.finalize();
   }
+}
+
+/** One bar of the correct-answer chart: a model's share of one correct answer of one prompt. */
+export interface AnswerShareRow {
+  answer: string;
+  /** The answer's rank by reference share (the x order). */
+  rank: number;
+  series: string;
+  share: number;
+}
+
+/** Grouped bars: each correct answer's share of the correct set under the reference and under each run's final policy. */
+export function answerSharesSpec(rows: AnswerShareRow[], series: string[], title: string): TopLevelSpec {
+  const answers = new Set(rows.map((r) => r.answer)).size;
+  return {
+    description: `shares of the correct answers of ${title}: ${series.join(', ')}`,
+    title: { text: title, fontSize: 12, anchor: 'start' },
+    width: Math.max(160, answers * (12 * series.length + 14)),
+    height: 160,
+    data: { values: rows as unknown as Record<string, unknown>[] },
+    mark: { type: 'bar' },
+    encoding: {
+      x: { field: 'answer', type: 'nominal', title: null, sort: { field: 'rank', order: 'ascending' }, axis: { labelAngle: -40, labelFont: 'ui-monospace, monospace' } },
+      xOffset: { field: 'series', type: 'nominal', sort: series },
+      y: { field: 'share', type: 'quantitative', title: 'share of the correct set', scale: { domain: [0, 1] } },
+      color: { field: 'series', type: 'nominal', title: null, scale: { domain: series, scheme: palette(series.length) }, legend: { orient: 'bottom', columns: 2 } },
+      tooltip: [{ field: 'series' }, { field: 'answer' }, { field: 'share', format: '.3f' }],
+    },
+    config: BASE_CONFIG,
+  } as TopLevelSpec;
 }

@@ -64,6 +64,14 @@ export interface Comparison {
 
 type Run = ReturnType<typeof readReportRun>;
 
+/** The matching metrics compared (validation averages them over prompts with a correct set). */
+const MATCHING_METRICS = [
+  ['val/matching/entropy', 'entropy over all correct'],
+  ['val/matching/kl', 'KL to ref (correct set)'],
+  ['val/matching/tv', 'TV to ref (correct set)'],
+] as const;
+const MATCHING_FIELDS: Record<string, 'entropy' | 'kl' | 'tv'> = { 'val/matching/entropy': 'entropy', 'val/matching/kl': 'kl', 'val/matching/tv': 'tv' };
+
 /** Metrics in display order: accuracy, pass@j by j (pass@k only when no pass@j was logged), diversity. */
 function comparedMetrics(finals: ReportStepRecord[]): ComparedMetric[] {
   const ks = new Set(finals.map((v) => v.get('val/k')));
@@ -75,6 +83,7 @@ function comparedMetrics(finals: ReportStepRecord[]): ComparedMetric[] {
   if (!js.length && has('val/pass@k')) metrics.push({ key: 'val/pass@k', label: k ? `pass@${k}` : 'pass@k' });
   if (has('val/distinct_correct')) metrics.push({ key: 'val/distinct_correct', label: 'distinct correct' });
   if (has('val/correct_entropy')) metrics.push({ key: 'val/correct_entropy', label: 'correct entropy' });
+  for (const [key, label] of MATCHING_METRICS) if (has(key)) metrics.push({ key, label });
   return metrics;
 }
 
@@ -92,8 +101,11 @@ function perPrompt(key: string, r: ValPromptRecord): [number, number] | null {
     case 'val/correct_entropy':
       // The mean over prompts with a correct response.
       return [r.entropy, r.correct > 0 ? 1 : 0];
-    default:
-      return null;
+    default: {
+      const field = MATCHING_FIELDS[key];
+      if (!field) return null;
+      return r.matching ? [r.matching[field], 1] : [0, 0];
+    }
   }
 }
 

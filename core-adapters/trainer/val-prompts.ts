@@ -80,11 +80,14 @@ export class ValPromptLog {
   }
 }
 
-/** A run's records of one validation step, by prompt index; null when the run has no such file. */
-export function readValPrompts(runDir: string, step: number): Map<number, ValPromptRecord> | null {
+/**
+ * A run's records of one validation step (the last one logged when `step` is 'final'), by prompt
+ * index; null when the run has no such file.
+ */
+export function readValPrompts(runDir: string, step: number | 'final'): Map<number, ValPromptRecord> | null {
   const file = path.join(runDir, VAL_PROMPTS_FILE);
   if (!fs.existsSync(file)) return null;
-  const out = new Map<number, ValPromptRecord>();
+  const records: ValPromptRecord[] = [];
   fs.readFileSync(file, 'utf8')
     .split('\n')
     .forEach((line, i) => {
@@ -98,8 +101,15 @@ export function readValPrompts(runDir: string, step: number): Map<number, ValPro
       const record = (parsed ?? {}) as ValPromptRecord;
       const fields = [record.step, record.prompt, record.k, record.correct, record.distinct, record.entropy];
       if (!fields.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new InputError(`${file}, line ${i + 1}: expected numeric step, prompt, k, correct, distinct and entropy`);
-      // A repeated (step, prompt), as after a resume that re-ran a step: the later record wins.
-      if (record.step === step) out.set(record.prompt, record);
+      const m = record.matching;
+      if (m !== undefined && !(Array.isArray(m.shares) && Array.isArray(m.ref_shares) && m.shares.length === m.ref_shares.length && (m.answers === undefined || m.answers.length === m.shares.length))) {
+        throw new InputError(`${file}, line ${i + 1}: matching needs shares and ref_shares (and answers, when given) of one length`);
+      }
+      records.push(record);
     });
+  const wanted = step === 'final' ? Math.max(-Infinity, ...records.map((r) => r.step)) : step;
+  const out = new Map<number, ValPromptRecord>();
+  // A repeated (step, prompt), as after a resume that re-ran a step: the later record wins.
+  for (const record of records) if (record.step === wanted) out.set(record.prompt, record);
   return out;
 }
