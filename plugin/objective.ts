@@ -4,7 +4,8 @@
 //   w_b     = min(exp(sum_t (log pi - log pi_old)), w_max)      (no gradient; 1 without IS)
 //   loss    = mean_b(w_b * c_b * delta_b^2)
 // where c_b is the engine correction for rollouts sampled elsewhere (sequenceRolloutCorrection:
-// min(exp(sum_t (log pi_old - log pi_rollout)), tis_cap); 1 for local sampling).
+// min(exp(sum_t (log pi_old - log pi_rollout)), tis_cap); 1 for local sampling). With
+// lengthNormalize false the two log-prob terms are sums over tokens (trajectory balance itself).
 import * as tf from '@tensorflow/tfjs';
 import { stopGradient } from '../core-adapters/index.js';
 

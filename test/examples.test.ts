@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import YAML from 'yaml';
 import {
   Batch,
   countdownProblemKey,
@@ -13,6 +14,7 @@ import {
   PPOActor,
   readRows,
   saveModel,
+  solveCountdown,
   TOKENS,
   type CountdownProblem,
   type DataRow,
@@ -258,6 +260,47 @@ describe('examples/countdown: the main job', function () {
     const metrics = JSON.parse(run.stdout);
     expect(metrics['val/k']).to.equal(8);
     expect(metrics['val/accuracy']).to.be.within(0.15, 0.5);
+  });
+});
+
+describe('examples/countdown: FlowRL that matches, and the collapse experiment', function () {
+  this.timeout(120_000);
+  const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
+  const PROMPTS = path.join(COUNTDOWN, 'collapse', 'prompts.jsonl');
+
+  it('the collapse prompts are 24 distinct RL training problems with 16-18 correct answers each', async () => {
+    const key = (row: DataRow) => countdownProblemKey(row.reward_model.ground_truth as CountdownProblem);
+    const train = new Set((await readRows(path.join(COUNTDOWN, 'data', 'train.jsonl'))).map(key));
+    const rows = await readRows(PROMPTS);
+    expect(new Set(rows.map(key)).size).to.equal(24);
+    for (const row of rows) {
+      const { numbers, target } = row.reward_model.ground_truth as CountdownProblem;
+      expect(train.has(key(row)), key(row)).to.equal(true);
+      expect(solveCountdown(numbers, target).length, key(row)).to.be.within(16, 18);
+    }
+  });
+
+  it('flowrl-matching.yaml trains with its flowrl keys: replayed rows, raw-score residuals, the replay in the checkpoint', async () => {
+    const dir = tempDir();
+    const run = await flowrlInProcess([
+      'train',
+      path.join(COUNTDOWN, 'flowrl-matching.yaml'),
+      `trainer.default_local_dir=${dir}`,
+      `data.train_files=${PROMPTS}`,
+      'trainer.total_training_steps=4',
+      'trainer.test_freq=-1',
+      'trainer.val_before_train=false',
+      'trainer.progress=false',
+    ]);
+    expect(run.status, run.stderr).to.equal(0);
+    const saved = YAML.parse(fs.readFileSync(path.join(dir, 'config.yaml'), 'utf8')) as { flowrl: Record<string, unknown> };
+    expect(saved.flowrl).to.include({ reward_source: 'score', length_normalize: false, log_z_lr_scale: 30, replay_samples: 2 });
+    const metrics = readRunMetrics(dir);
+    // 24 prompts at 16 per step: step 2 meets prompts of step 1 again, with their correct answers.
+    expect(metrics.find((m) => m.step === 1)!['flowrl/replay_fraction']).to.equal(0);
+    expect(Math.max(...metrics.map((m) => m['flowrl/replay_fraction']))).to.be.above(0);
+    for (const m of metrics) expect(Number.isFinite(m['actor/log_z']), `step ${m.step}`).to.equal(true);
+    expect(fs.existsSync(path.join(dir, 'checkpoints', 'global_step_4', 'flowrl_replay.json'))).to.equal(true);
   });
 });
 

@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createHost, loadModel, NaiveRewardManager, scoreResponses, solveCountdown, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { correctSetMatching, matchingMetrics } from '../core-adapters/trainer/matching.js';
 import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';
+import { buildReport } from '../core-adapters/report/report.js';
 import { fixture, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 describe('matching over correct answers', function () {
@@ -112,5 +113,9 @@ describe('matching over correct answers', function () {
       m.shares.forEach((s, i) => expect(s).to.be.closeTo(m.ref_shares[i], 1e-4));
       expect(m.shares.reduce((a, b) => a + b, 0)).to.be.closeTo(1, 1e-3);
     }
+    // The run's report draws the shares of the prompts' correct answers.
+    const html = await buildReport([path.join(dir, 'run')]);
+    expect(html.match(/<figure class="chart answer-shares"/g)).to.have.length(4);
+    expect(html).to.include('reference (base)');
   });
 });

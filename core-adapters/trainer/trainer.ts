@@ -62,9 +62,9 @@ function maskedMean(data: ArrayLike<number>, mask: ArrayLike<number>): number {
   return count ? total / count : 0;
 }
 
-/** A prompt's matching as val_prompts.jsonl keeps it (shares to 4 decimals). */
+/** A prompt's matching as val_prompts.jsonl keeps it (shares to 4 significant digits, so small ones survive). */
 function matchingRecord(m: CorrectSetMatching & { exact: boolean; texts?: string[] }): PromptMatchingRecord {
-  const round = (x: number) => Math.round(x * 1e4) / 1e4;
+  const round = (x: number) => Number(x.toPrecision(4));
   return {
     exact: m.exact,
     kl: m.kl,

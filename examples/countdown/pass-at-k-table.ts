@@ -24,6 +24,8 @@ const rows: [string, string][] = [
   ...ks.map((k): [string, string] => [`pass@${k}`, `val/pass@${k}`]),
   ['distinct correct', 'val/distinct_correct'],
   ['correct entropy', 'val/correct_entropy'],
+  // Over every correct answer (trainer.val_matching), when the evaluations logged it.
+  ...(['val/matching/entropy', 'val/matching/kl'] as const).filter((key) => key in first).map((key): [string, string] => [key === 'val/matching/kl' ? 'KL to ref (correct)' : 'entropy, all correct', key]),
 ];
 const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
 const column = Math.max(24, ...headers.map((h) => h.length + 2));
