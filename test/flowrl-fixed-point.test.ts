@@ -43,7 +43,7 @@ function train(options: { lengthNormalize: boolean; groupLogZ: boolean; onPolicy
   const logZ = tf.variable(tf.zeros([1]));
   const optimizer = tf.train.adam(0.1);
   const reduce = (x: tf.Tensor2D) => (options.lengthNormalize ? tf.div(tf.sum(x, 1), tf.tensor1d(LENGTHS)) : tf.sum(x, 1));
-  for (let step = 0; step < 800; step++) {
+  for (let step = 0; step < 300; step++) {
     optimizer.minimize(() => {
       const logPi = tf.logSoftmax(logits) as tf.Tensor1D;
       const logProb = tf.mul(logPi.reshape([K, 1]), tokenShare) as tf.Tensor2D;
