@@ -113,6 +113,11 @@ describe('flowrl compare', function () {
     expect(row('Avg@4 (mean accuracy over k samples)')).to.equal(metrics['val/accuracy'].toFixed(3));
     for (const j of [1, 2, 4]) expect(row(`pass@${j}`)).to.equal(metrics[`val/pass@${j}`].toFixed(3));
     expect(row('distinct correct per prompt')).to.equal(metrics['val/distinct_correct'].toFixed(3));
+    // The matching metrics, exact on countdown (so no estimate note).
+    expect(row('entropy over all correct')).to.equal(metrics['val/matching/entropy'].toFixed(3));
+    expect(row('KL to reference over correct')).to.equal(metrics['val/matching/kl'].toFixed(3));
+    expect(metrics['val/matching/exact']).to.equal(1);
+    expect(run.stderr).to.not.include('an estimate');
     // flowrl eval leaves no per-prompt file behind (only fit writes one).
     expect(fs.existsSync(path.join(dir, 'run', 'val_prompts.jsonl'))).to.equal(false);
   });

@@ -9,7 +9,7 @@ import { createHost, loadModel, NaiveRewardManager, scoreResponses, solveCountdo
 import { correctSetMatching, matchingMetrics } from '../core-adapters/trainer/matching.js';
 import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';
 import { buildReport } from '../core-adapters/report/report.js';
-import { fixture, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { fixture, flowrlInProcess, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 describe('matching over correct answers', function () {
   this.timeout(120_000);
@@ -95,6 +95,22 @@ describe('matching over correct answers', function () {
     policy.dispose();
     reference.dispose();
     worker.dispose();
+  });
+
+  it('without a listed correct set (a custom scorer) matching is estimated over the distinct correct samples, and flowrl eval says so', async () => {
+    const dir = tempDir();
+    const scorer = path.join(dir, 'scorer.mjs');
+    // Correct: any response that starts with a digit.
+    fs.writeFileSync(scorer, 'export function compute_score(_source, text) { return /^[0-9]/.test(text) ? 1 : 0; }\n');
+    const file = writeCountdownConfig(dir, { custom_reward_function: { path: scorer } });
+    const run = await flowrlInProcess(['eval', file, 'data.val_max_samples=8', 'algorithm.name=grpo']);
+    expect(run.status, run.stderr).to.equal(0);
+    const metrics = JSON.parse(run.stdout) as Record<string, number>;
+    expect(metrics['val/matching/exact']).to.equal(0);
+    expect(metrics['val/matching/prompts']).to.be.above(0);
+    // The policy is its own reference before training.
+    expect(metrics['val/matching/kl']).to.be.closeTo(0, 1e-6);
+    expect(run.stderr).to.include('an estimate, biased low with few samples');
   });
 
   it('flowrl train writes each prompt\'s answers and shares to val_prompts.jsonl; at step 0 the policy is its reference', async () => {

@@ -138,10 +138,12 @@ export class ActorRolloutRefWorker implements Worker {
     if (tf.getBackend() === 'wasm') {
       const config = readModelConfig(path.join(this.modelPath, 'config.json'));
       const bytes = [...expectedTensors(config).values()].reduce((n, shape) => n + 4 * shape.reduce((a, b) => a * b, 1), 0);
-      // Full fine-tuning holds the policy, its gradients, AdamW's two moments and the reference.
-      const copies = m.lora_rank > 0 ? 1 : 4 + (this.requirements.useReference ? 1 : 0);
+      // Full fine-tuning holds the policy, its gradients, AdamW's two moments and the reference
+      // (which validation's matching metrics load for every algorithm).
+      const withReference = this.requirements.useReference || this.config.trainer.val_matching;
+      const copies = m.lora_rank > 0 ? 1 : 4 + (withReference ? 1 : 0);
       if (bytes * copies > WASM_HEAP_BUDGET) {
-        const what = m.lora_rank > 0 ? 'the frozen base' : `${copies} float32 copies of this model (policy, gradients, AdamW's two moments${copies > 4 ? ', reference' : ''})`;
+        const what = m.lora_rank > 0 ? 'the frozen base' : `${copies} float32 copies of this model (policy, gradients, AdamW's two moments${copies > 4 ? `, reference${this.requirements.useReference ? '' : ' for trainer.val_matching'}` : ''})`;
         throw new InputError(
           `${this.modelPath}: ${what} take ${((bytes * copies) / 2 ** 30).toFixed(2)} GiB of the wasm heap, which stops at 4 GiB. ` +
             'Train it with LoRA (actor_rollout_ref.model.lora_rank > 0) and the native addon (the base then stays outside the heap), or on tfjs-node.',
