@@ -280,7 +280,7 @@ describe('examples/countdown: FlowRL that matches, and the collapse experiment',
     }
   });
 
-  it('flowrl-matching.yaml trains with its flowrl keys: replayed and reference rows, raw-score residuals, the replay in the checkpoint', async () => {
+  it('flowrl-matching.yaml trains with its flowrl keys: replayed rows, raw-score residuals, the replay in the checkpoint', async () => {
     const dir = tempDir();
     const run = await flowrlInProcess([
       'train',
@@ -294,15 +294,12 @@ describe('examples/countdown: FlowRL that matches, and the collapse experiment',
     ]);
     expect(run.status, run.stderr).to.equal(0);
     const saved = YAML.parse(fs.readFileSync(path.join(dir, 'config.yaml'), 'utf8')) as { flowrl: Record<string, unknown> };
-    expect(saved.flowrl).to.include({ reward_source: 'score', length_normalize: false, log_z_lr_scale: 30, replay_samples: 2, reference_samples: 1 });
+    expect(saved.flowrl).to.include({ reward_source: 'score', length_normalize: false, log_z_lr_scale: 30, replay_samples: 2 });
     const metrics = readRunMetrics(dir);
     // 24 prompts at 16 per step: step 2 meets prompts of step 1 again, with their correct answers.
     expect(metrics.find((m) => m.step === 1)!['flowrl/replay_fraction']).to.equal(0);
     expect(Math.max(...metrics.map((m) => m['flowrl/replay_fraction']))).to.be.above(0);
-    for (const m of metrics) {
-      expect(Number.isFinite(m['actor/log_z']), `step ${m.step}`).to.equal(true);
-      expect(m['flowrl/reference_fraction'], `step ${m.step}`).to.equal(1 / 8);
-    }
+    for (const m of metrics) expect(Number.isFinite(m['actor/log_z']), `step ${m.step}`).to.equal(true);
     expect(fs.existsSync(path.join(dir, 'checkpoints', 'global_step_4', 'flowrl_replay.json'))).to.equal(true);
   });
 });
