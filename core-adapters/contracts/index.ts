@@ -88,6 +88,7 @@ export interface Worker {
   /** Samples responses for a batch of prompts (already repeated rollout.n times) through the rollout role. */
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
+  /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
   computeRefLogProb(batch: Batch): Float32Array;
   updateActor(batch: Batch, listeners?: ActorStepListener[]): Metrics;
   /** Writes the actor (HF directory), its heads and optimizer state into dir. */
