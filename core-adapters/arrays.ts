@@ -9,6 +9,17 @@ export function concatFloat32(parts: ArrayLike<number>[]): Float32Array {
   return out;
 }
 
+/** Row indices by group id (the prompt groups of a batch's uid column), in first-seen order. */
+export function rowsByGroup(ids: readonly string[]): number[][] {
+  const groups = new Map<string, number[]>();
+  ids.forEach((id, row) => {
+    const rows = groups.get(id);
+    if (rows) rows.push(row);
+    else groups.set(id, [row]);
+  });
+  return [...groups.values()];
+}
+
 /** Contiguous row ranges splitting `rows` into `parts` near-equal shards (empty ones dropped). */
 export function shardRanges(rows: number, parts: number): [number, number][] {
   const out: [number, number][] = [];

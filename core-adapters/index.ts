@@ -109,6 +109,7 @@ export { uniqueVariableName } from './model/variables.js';
 export { TextTokenizer } from './model/tokenizer.js';
 export { packSequences, responseMask, scoreResponses, type SequenceBatch } from './model/logprobs.js';
 export { sequenceBatch, sequencesFromSamples } from './workers/sequences.js';
+export { rowsByGroup } from './arrays.js';
 export { generate, type SamplingOptions } from './model/generate.js';
 
 // Optimisation: AdamW as PyTorch's, verl's lr schedules, and the one clipped optimizer step.
@@ -121,6 +122,8 @@ export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from '.
 // Statistics over seeds, as flowrl compare reports them.
 export { tInterval, type Interval } from './report/statistics.js';
 export { formatInterval } from './report/comparison.js';
+// Per-prompt validation records (val_prompts.jsonl), with the matching over each prompt's correct set.
+export { readValPrompts, type PromptMatchingRecord, type ValPromptRecord } from './trainer/val-prompts.js';
 
 // Data: verl's rows, supervised examples, and the countdown task the examples use.
 export { fileList } from './data/dataset.js';

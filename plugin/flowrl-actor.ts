@@ -6,6 +6,7 @@ import { injectable, injectFromBase } from 'inversify';
 import {
   PPOActor,
   Rng,
+  rowsByGroup,
   scoreResponses,
   sequenceBatch,
   sequenceRolloutCorrection,
@@ -64,10 +65,8 @@ export class FlowRLActor extends PPOActor {
       const r = flowrl.reward_source === 'score' ? rewardSum : rewardSum / (tokens + 1e-8);
       residual[b] = norm * (lp - lpRef) - flowrl.beta * r;
     }
-    const groups = new Map<string, number[]>();
-    batch.column<string>('uid').forEach((uid, b) => groups.set(uid, [...(groups.get(uid) ?? []), b]));
     const out = new Float32Array(B);
-    for (const rows of groups.values()) {
+    for (const rows of rowsByGroup(batch.column<string>('uid'))) {
       const logZ = -rows.reduce((total, b) => total + residual[b], 0) / rows.length;
       for (const b of rows) out[b] = logZ;
     }

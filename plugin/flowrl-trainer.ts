@@ -2,7 +2,7 @@
 // and (flowrl.replay_samples) some rows of each prompt group taken from the replay of past correct
 // answers instead of being sampled.
 import { inject, injectable, injectFromBase } from 'inversify';
-import { InputError, RLTrainer, Rng, sequencesFromSamples, type Batch, type SamplingSettings } from '../core-adapters/index.js';
+import { InputError, RLTrainer, Rng, rowsByGroup, sequencesFromSamples, type Batch, type SamplingSettings } from '../core-adapters/index.js';
 import { flowrlConfig } from './config.js';
 import type { FlowRLWorker } from './flowrl-worker.js';
 import { FLOWRL_REPLAY, type CorrectReplay } from './replay.js';
@@ -38,11 +38,9 @@ export class FlowRLTrainer extends RLTrainer {
     if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0) return await super.generateRollouts(prompts, sampling);
     const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.step);
     const promptIds = prompts.column<number[]>('prompt_ids');
-    const groups = new Map<string, number[]>();
-    prompts.column<string>('uid').forEach((uid, row) => groups.set(uid, [...(groups.get(uid) ?? []), row]));
     const source: RowSource[] = promptIds.map(() => 'policy');
     const responses: number[][] = new Array(prompts.size);
-    for (const rows of groups.values()) {
+    for (const rows of rowsByGroup(prompts.column<string>('uid'))) {
       rows.slice(0, flowrl.reference_samples).forEach((row) => (source[row] = 'reference'));
       for (const row of rows.slice(rows.length - flowrl.replay_samples)) {
         const answer = this.replay.draw(promptIds[row], rng);

@@ -60,12 +60,12 @@ describe('FlowRL matching options', function () {
     expectInputError(() => restored.load(dir), 'flowrl_replay.json', 'entry 0');
   });
 
-  it('replayed and reference rows: the set fractions per step, only correct answers replayed, the replay checkpointed, the group log Z centring each group', async () => {
+  it('replayed and reference rows (two threads): the set fractions per step, only correct answers replayed, the replay checkpointed, the group log Z centring each group', async () => {
     const dir = tempDir();
     // 24 prompts with many correct answers each: at 8 per step, every prompt comes back from step 4 on.
     const file = writeConfig(dir, { data: { train_files: path.join(ROOT, 'examples', 'countdown', 'collapse', 'prompts.jsonl') } });
     const host = await createHost(file, {
-      overrides: ['flowrl.replay_samples=2', 'flowrl.reference_samples=1', 'flowrl.log_z=group', 'flowrl.reward_source=score', 'flowrl.length_normalize=false', 'trainer.total_training_steps=6', 'trainer.test_freq=-1', 'trainer.val_before_train=false'],
+      overrides: ['flowrl.replay_samples=2', 'flowrl.reference_samples=1', 'flowrl.log_z=group', 'flowrl.reward_source=score', 'flowrl.length_normalize=false', 'trainer.total_training_steps=6', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'engine.workers=2'],
       quiet: true,
     });
     await host.container.get<Trainer>(TOKENS.Trainer).fit();

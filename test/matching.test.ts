@@ -58,10 +58,11 @@ describe('matching over correct answers', function () {
 
   it('validation scores every listed answer under the policy and the reference, as scoring each directly does', async () => {
     const dir = tempDir();
-    // The policy is the fixture's base; the reference another model with the same tokenizer (the example's base).
+    // The policy is the fixture's base; the reference another model with the same tokenizer (the
+    // example's base). Two threads: the replicas load that reference on first use and score shards.
     const referenceDir = path.join(ROOT, 'examples', 'countdown', 'base-model');
     const host = await createHost(writeCountdownConfig(dir), {
-      overrides: ['algorithm.name=grpo', `actor_rollout_ref.ref.model_path=${referenceDir}`, 'data.val_max_samples=6'],
+      overrides: ['algorithm.name=grpo', `actor_rollout_ref.ref.model_path=${referenceDir}`, 'data.val_max_samples=6', 'engine.workers=2'],
       quiet: true,
     });
     const trainer = host.container.get<Trainer>(TOKENS.Trainer);

@@ -9,6 +9,11 @@ import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
 import { defaultScorer, enumerateCorrectAnswers, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
 
+/** Whether a scored response counts as correct: the scorer's acc when it gives one, else a positive score. */
+function isCorrect(result: ReturnType<typeof scoreValue>): boolean {
+  return typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0;
+}
+
 /** verl's naive reward manager: each response scored alone by its data_source's scorer or the custom one. */
 @injectable()
 export class NaiveRewardManager implements RewardManager {
@@ -62,10 +67,7 @@ export class NaiveRewardManager implements RewardManager {
     const texts = enumerateCorrectAnswers(prompt.dataSource, prompt.groundTruth);
     if (!texts) return undefined;
     const scorer = this.scorerFor(prompt.dataSource);
-    const correct = texts.filter((text) => {
-      const result = scoreValue(scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource));
-      return typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0;
-    });
+    const correct = texts.filter((text) => isCorrect(scoreValue(scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource))));
     return correct.map((text) => ({ text, ids: [...this.tokenizer.encode(text, false), eos] }));
   }
 
@@ -83,7 +85,7 @@ export class NaiveRewardManager implements RewardManager {
     texts.forEach((text, b) => {
       const result = scoreValue(this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b]));
       scores.push(result.score);
-      correct.push(typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0);
+      correct.push(isCorrect(result));
       for (const [k, v] of Object.entries(result.extras)) {
         if (typeof v === 'number' || typeof v === 'boolean') extraSums.set(k, (extraSums.get(k) ?? 0) + Number(v));
       }

@@ -12,8 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { createHost, scoreResponses, TOKENS, type Config, type Dataset, type Worker } from '../../../core-adapters/index.js';
-import { readValPrompts, type PromptMatchingRecord } from '../../../core-adapters/trainer/val-prompts.js';
+import { createHost, readValPrompts, scoreResponses, TOKENS, type Config, type Dataset, type PromptMatchingRecord, type Worker } from '../../../core-adapters/index.js';
 import { PROJ_Z, poolPromptStates, type ProjZ } from '../../../plugin/index.js';
 
 const DROPPED = 1e-3;
