@@ -9,6 +9,7 @@ import { restartStepLog } from './metrics.js';
 
 export const VAL_PROMPTS_FILE = 'val_prompts.jsonl';
 
+/** One prompt's results at one validation step, as val_prompts.jsonl holds them. */
 export interface ValPromptRecord {
   step: number;
   /** The prompt's row index in the validation split. */
