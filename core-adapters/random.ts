@@ -17,6 +17,18 @@ export class Rng {
     return Math.imul(Math.floor(seed) ^ 0x85ebca6b, 0x27d4eb2f) ^ Math.imul(index + 1, 0x165667b1);
   }
 
+  /**
+   * A 32-bit seed for an integer seed of up to 53 bits (a request's 64-bit seed, as JSON carries
+   * it): seeds that fit 32 bits are kept, larger ones mix their high bits in, so seeds that differ
+   * only above bit 32 draw different streams instead of the same one.
+   */
+  static foldSeed(seed: number): number {
+    if (seed >= -(2 ** 31) && seed < 2 ** 32) return seed;
+    const high = Math.floor(seed / 2 ** 32);
+    const low = seed - high * 2 ** 32;
+    return (Math.imul(high ^ 0x5bd1e995, 0x27d4eb2f) ^ low) >>> 0;
+  }
+
   /** Uniform in [0, 1). */
   next(): number {
     this.state = (this.state + 0x6d2b79f5) >>> 0;

@@ -10,6 +10,7 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { CausalLM } from '../core-adapters/model/causal-lm.js';
 import { loadModel, saveModel } from '../core-adapters/model/checkpoint.js';
@@ -18,6 +19,7 @@ import { loadAdapters } from '../core-adapters/model/lora.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleRequest, type SampleResult } from '../core-adapters/rollout/clients.js';
 import { FlowrlServer, type ServeOptions } from '../core-adapters/rollout/serve.js';
+import { installFaults } from '../core-adapters/rollout/serve-faults.js';
 import type { SampleSpec } from '../core-adapters/rollout/serving-engine.js';
 import { CLI_MAIN, expectClose, fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
 
@@ -26,12 +28,14 @@ const TINY_ADAPTER = fixture('lora-tiny-qwen2');
 // Prompts of several lengths (tiny-qwen2 has 128 tokens; any real vocabulary holds these ids).
 const PROMPTS = [[5, 17, 42, 9], [3, 8], [77, 12, 40, 51, 6, 99, 23]];
 
+/** Admin routes on, weights loadable from the temporary directories and the fixtures. */
 function serveOptions(extra: Partial<ServeOptions> = {}): ServeOptions {
-  return { modelDir: TINY, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 64, maxBodyBytes: 1 << 20, logprobsMode: 'processed_logprobs', ...extra };
+  return { modelDir: TINY, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 64, maxBodyBytes: 1 << 20, logprobsMode: 'processed_logprobs', enableAdmin: true, weightsRoots: [os.tmpdir(), fixture()], ...extra };
 }
 
-async function startServer(extra: Partial<ServeOptions> = {}): Promise<{ server: FlowrlServer; url: string }> {
+async function startServer(extra: Partial<ServeOptions> = {}, faults = false): Promise<{ server: FlowrlServer; url: string }> {
   const server = new FlowrlServer(serveOptions(extra));
+  if (faults) installFaults(server);
   return { server, url: await server.listen() };
 }
 
@@ -45,11 +49,12 @@ interface Answer {
   body: unknown;
 }
 
-/** One HTTP call with plain fetch; a string body is sent as is (for malformed JSON). */
-async function call(url: string, route: string, body?: unknown, method?: 'GET' | 'POST'): Promise<Answer> {
+/** One HTTP call with plain fetch (a POST as application/json); a string body is sent as is (for malformed JSON). */
+async function call(url: string, route: string, body?: unknown, method?: 'GET' | 'POST', headers: Record<string, string> = {}): Promise<Answer> {
+  const verb = method ?? (body === undefined ? 'GET' : 'POST');
   const res = await fetch(url + route, {
-    method: method ?? (body === undefined ? 'GET' : 'POST'),
-    headers: body === undefined ? undefined : { 'content-type': 'application/json' },
+    method: verb,
+    headers: verb === 'POST' ? { 'content-type': 'application/json', ...headers } : headers,
     body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await res.text();
@@ -249,7 +254,7 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       expect(maxDiff(r.logProbs, responseLogProbs(m, [PROMPTS[2]], [r.outputIds], 1)[0])).to.be.above(1e-2);
     });
 
-    (info.adapter ? it : it.skip)("loadWeights(adapter, 'v1', true): requests naming v1 sample from base + adapter, others from the base; an unknown adapter is a non-retryable error", async () => {
+    (info.adapter ? it : it.skip)("loadWeights(adapter, 'v1', true): requests naming v1 sample from base + adapter, others from the base; an unknown adapter is lost weights (retried after a resync)", async () => {
       await t.client.loadWeights(t.adapterDir!, 'v1', true);
       const adapted = await t.client.generate(sample({ maxNewTokens: 12, adapter: 'v1' }));
       expectFinish(adapted, 12);
@@ -260,11 +265,15 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
         // The adapter changes the scores, so the parity above tells the two apart.
         expect(maxDiff(adapted.logProbs, responseLogProbs(model(t.modelDir!), [PROMPTS[0]], [adapted.outputIds])[0])).to.be.above(1e-3);
       }
+      // An adapter the server does not have: it lost our weights (a restart), so the rollout resyncs it.
       const e = await callError(t.client.generate(sample({ adapter: 'no-such-adapter' })));
-      expect(e.retryable, e.message).to.equal(false);
+      expect([e.retryable, e.lostWeights], e.message).to.deep.equal([true, true]);
       expect(e.status).to.be.within(400, 499);
+      expect(await t.client.holds('v1', true)).to.equal(true);
       await t.client.unloadAdapter('v1');
-      expect((await callError(t.client.generate(sample({ adapter: 'v1' })))).retryable).to.equal(false);
+      // vLLM lists its adapters; SGLang tells a lost adapter by its weight version (a restart resets it).
+      if (t.client.dialect === 'vllm') expect(await t.client.holds('v1', true)).to.equal(false);
+      expect((await callError(t.client.generate(sample({ adapter: 'v1' })))).lostWeights).to.equal(true);
     });
 
     (info.weights ? it : it.skip)('loadWeights of a bad directory is a non-retryable 400, and the old weights keep serving', async () => {
@@ -298,9 +307,9 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
 for (const dialect of ['sglang', 'vllm'] as const) {
   contractSuite(`rollout contract: ${dialect === 'sglang' ? 'SglangClient' : 'VllmClient'} against flowrl serve`, { flowrl: true, model: true, weights: true, adapter: true }, async () => {
     const { server, url } = await startServer();
-    const client = dialect === 'sglang' ? new SglangClient(url, 10_000) : new VllmClient(url, 10_000);
-    // SGLang reports it at /get_weight_version; for vLLM, /finish_weight_update must have carried it to the engine.
-    const version = async () => (dialect === 'sglang' ? ((await call(url, '/get_weight_version')).body as { weight_version: string }).weight_version : server.engine.weightVersion);
+    const client = dialect === 'sglang' ? new SglangClient(url, { timeoutMs: 10_000 }) : new VllmClient(url, { timeoutMs: 10_000 });
+    // SGLang reports it at /model_info; vLLM reports none.
+    const version = async () => (dialect === 'sglang' ? ((await call(url, '/model_info')).body as { weight_version: string }).weight_version : undefined);
     return { client, server, modelDir: TINY, weightsDir: perturbedDir(), adapterDir: TINY_ADAPTER, version };
   });
 }
@@ -311,8 +320,9 @@ for (const [dialect, variable] of [['sglang', 'FLOWRL_SGLANG_URL'], ['vllm', 'FL
   if (!url) continue;
   const env = { modelDir: process.env.FLOWRL_SERVER_MODEL, weightsDir: process.env.FLOWRL_SERVER_WEIGHTS_DIR, adapterDir: process.env.FLOWRL_SERVER_ADAPTER_DIR };
   contractSuite(`rollout contract: ${dialect} server at ${url}`, { flowrl: false, model: !!env.modelDir, weights: !!env.weightsDir, adapter: !!env.adapterDir }, async () => {
-    const client = dialect === 'sglang' ? new SglangClient(url, 120_000) : new VllmClient(url, 120_000, process.env.FLOWRL_VLLM_MODEL_NAME);
-    const version = async () => (dialect === 'sglang' ? String(((await call(url, '/get_weight_version')).body as { weight_version: unknown }).weight_version) : undefined);
+    const options = { timeoutMs: 120_000, apiKey: process.env.FLOWRL_ROLLOUT_API_KEY, modelName: process.env.FLOWRL_VLLM_MODEL_NAME };
+    const client = dialect === 'sglang' ? new SglangClient(url, options) : new VllmClient(url, options);
+    const version = async () => (dialect === 'sglang' ? String(((await call(url, '/model_info')).body as { weight_version: unknown }).weight_version) : undefined);
     return { client, ...env, version };
   });
 }
@@ -324,7 +334,7 @@ describe('flowrl serve: the HTTP server', () => {
   let base: CausalLM;
 
   before(async () => {
-    main = await startServer({ testFaults: true });
+    main = await startServer({}, true);
     small = await startServer({ maxQueue: 1, maxBodyBytes: 4096 });
     base = loadModel(TINY);
   });
@@ -387,7 +397,7 @@ describe('flowrl serve: the HTTP server', () => {
     await call(main.url, '/pause_generation', { mode: 'in_place' });
     const pending = [call(main.url, '/generate', generateBody()), call(main.url, '/generate', generateBody({ input_ids: PROMPTS[1] }))];
     await waitFor('two requests to queue', async () => (await waiting(main.url)) === 2);
-    expectError(await call(main.url, '/flush_cache', {}), 400, 'running or waiting');
+    expect(await call(main.url, '/flush_cache', {})).to.deep.equal({ status: 400, body: 'Flush cache failed.\n' });
     expect((await call(main.url, '/pause_generation', { mode: 'abort' })).status).to.equal(200);
     for (const answer of await Promise.all(pending)) {
       expect(answer.status).to.equal(200);
@@ -407,8 +417,8 @@ describe('flowrl serve: the HTTP server', () => {
     const spec = (seed: number): SampleSpec => ({ inputIds: PROMPTS[0], maxNewTokens: 6, temperature: 1, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed });
     // Submitted, not yet started (batches start a macrotask later), then the update runs.
     const pending = [engine.submit(spec(1)), engine.submit(spec(2))];
-    engine.pause('wait');
-    engine.loadWeights(perturbedDir(), 'after-wait');
+    await engine.pause('wait');
+    await engine.loadWeights(perturbedDir(), 'after-wait');
     engine.resume();
     try {
       for (const out of await Promise.all(pending)) {
@@ -416,7 +426,7 @@ describe('flowrl serve: the HTTP server', () => {
         expectClose(out.logProbs, responseLogProbs(base, [PROMPTS[0]], [out.outputIds])[0], 1e-4, 'old weights');
       }
     } finally {
-      engine.restartToBase();
+      await engine.restartToBase();
     }
   });
 
@@ -465,15 +475,19 @@ describe('flowrl serve: the HTTP server', () => {
     expect(vllm.choices.map((c) => c.token_ids)).to.deep.equal((((await call(main.url, '/generate', generateBody({}, { n: 3, max_new_tokens: 4 }))).body as SglangItem[]).map((s) => s.output_ids)));
   });
 
-  it('--logprobs-mode raw_logprobs: at T = 2 the logprobs are the T = 1 scores, not the processed ones', async () => {
+  it("vLLM's --logprobs-mode raw_logprobs: at T = 2 the logprobs are the T = 1 scores, not the processed ones (SGLang's stay at T)", async () => {
     const raw = await startServer({ logprobsMode: 'raw_logprobs' });
     try {
-      const item = (await call(raw.url, '/generate', generateBody({}, { temperature: 2, max_new_tokens: 10 }))).body as SglangItem;
-      const got = item.meta_info.output_token_logprobs.map((p) => p[0]);
-      expectClose(got, responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 1)[0], 1e-4, 'raw');
-      expect(maxDiff(got, responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 2)[0])).to.be.above(1e-2);
+      const body = { prompt: PROMPTS[0], max_tokens: 10, temperature: 2, seed: 3, logprobs: 0, return_token_ids: true };
+      const choice = ((await call(raw.url, '/v1/completions', body)).body as VllmAnswer).choices[0];
+      const got = choice.logprobs.token_logprobs;
+      expectClose(got, responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 1)[0], 1e-4, 'raw');
+      expect(maxDiff(got, responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 2)[0])).to.be.above(1e-2);
       // The ids are still drawn at T = 2: the processed server draws the same ones.
-      expect(((await call(main.url, '/generate', generateBody({}, { temperature: 2, max_new_tokens: 10 }))).body as SglangItem).output_ids).to.deep.equal(item.output_ids);
+      expect(((await call(main.url, '/v1/completions', body)).body as VllmAnswer).choices[0].token_ids).to.deep.equal(choice.token_ids);
+      // The SGLang dialect of the same server reports after temperature.
+      const item = (await call(raw.url, '/generate', generateBody({}, { temperature: 2, max_new_tokens: 10 }))).body as SglangItem;
+      expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 2)[0], 1e-4, 'SGLang at T');
     } finally {
       await raw.server.close();
     }
@@ -488,17 +502,17 @@ describe('flowrl serve: the HTTP server', () => {
     });
 
     it('fail_next answers the next generations with its status: 5xx retryable, 4xx not', async () => {
-      const client = new SglangClient(main.url, 10_000);
+      const client = new SglangClient(main.url, { timeoutMs: 10_000 });
       expect((await faults({ fail_next: 1, status: 500 })).status).to.equal(200);
       const e = await callError(client.generate(sample()));
       expect([e.retryable, e.status]).to.deep.equal([true, 500]);
       expect((await client.generate(sample())).outputIds).to.have.length(8);
       await faults({ fail_next: 1, status: 400 });
-      expect((await callError(new VllmClient(main.url, 10_000).generate(sample()))).retryable).to.equal(false);
+      expect((await callError(new VllmClient(main.url, { timeoutMs: 10_000 }).generate(sample()))).retryable).to.equal(false);
     });
 
     it('drop_next and hang_next (past the client timeout) are retryable errors', async () => {
-      for (const client of [new SglangClient(main.url, 300), new VllmClient(main.url, 300)]) {
+      for (const client of [new SglangClient(main.url, { timeoutMs: 300 }), new VllmClient(main.url, { timeoutMs: 300 })]) {
         await faults({ drop_next: 1 });
         const dropped = await callError(client.generate(sample()));
         expect([dropped.retryable, dropped.status], dropped.message).to.deep.equal([true, undefined]);
@@ -520,7 +534,7 @@ describe('flowrl serve: the HTTP server', () => {
     });
 
     it('health_fail makes health() false in both dialects', async () => {
-      const clients = [new SglangClient(main.url, 10_000), new VllmClient(main.url, 10_000)];
+      const clients = [new SglangClient(main.url, { timeoutMs: 10_000 }), new VllmClient(main.url, { timeoutMs: 10_000 })];
       await faults({ health_fail: true });
       expect(await Promise.all(clients.map((c) => c.health()))).to.deep.equal([false, false]);
       expectError(await call(main.url, '/health'), 503);
@@ -531,16 +545,16 @@ describe('flowrl serve: the HTTP server', () => {
     it('restart serves the base weights again under version "0"', async () => {
       const loaded = await call(main.url, '/update_weights_from_disk', { model_path: perturbedDir(), weight_version: '9' });
       expect(loaded.body).to.include({ success: true });
-      expect((await call(main.url, '/get_weight_version')).body).to.deep.equal({ weight_version: '9' });
+      expect((await call(main.url, '/model_info')).body).to.include({ weight_version: '9' });
       expect(((await faults({ restart: true })).body as { weight_version: string }).weight_version).to.equal('0');
-      expect((await call(main.url, '/get_weight_version')).body).to.deep.equal({ weight_version: '0' });
-      const r = await new SglangClient(main.url, 10_000).generate(sample({ maxNewTokens: 10 }));
+      expect((await call(main.url, '/model_info')).body).to.include({ weight_version: '0' });
+      const r = await new SglangClient(main.url, { timeoutMs: 10_000 }).generate(sample({ maxNewTokens: 10 }));
       expect(r.weightVersion).to.equal('0');
       expectClose(r.logProbs, responseLogProbs(base, [PROMPTS[0]], [r.outputIds])[0], 1e-4, 'base weights');
     });
 
     it('logprob_skew shifts every returned logprob by exactly that amount, until reset', async () => {
-      const client = new VllmClient(main.url, 10_000);
+      const client = new VllmClient(main.url, { timeoutMs: 10_000 });
       const plain = await client.generate(sample({ maxNewTokens: 10 }));
       await faults({ logprob_skew: 0.25 });
       const skewed = await client.generate(sample({ maxNewTokens: 10 }));
@@ -585,13 +599,14 @@ describe('flowrl serve: the HTTP server', () => {
     it('/v1/models lists the model and the loaded adapters', async () => {
       const ids = async () => ((await call(main.url, '/v1/models')).body as { data: { id: string; parent?: string }[] }).data;
       expect(await ids()).to.deep.include.members([{ id: 'tiny-qwen2', object: 'model', owned_by: 'flowrl', root: TINY, max_model_len: 128 }]);
+      expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: path.join(tempDir(), 'nothing') }), 404, 'No adapter found');
       expect((await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: TINY_ADAPTER })).status).to.equal(200);
       expect((await ids()).map((m) => [m.id, m.parent])).to.deep.equal([
         ['tiny-qwen2', undefined],
         ['a1', 'tiny-qwen2'],
       ]);
       // vLLM refuses a same-name load without load_inplace.
-      expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: TINY_ADAPTER }), 400, 'already loaded');
+      expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: TINY_ADAPTER }), 400, 'has already been loaded', 'load_inplace');
       expect((await call(main.url, '/v1/unload_lora_adapter', { lora_name: 'a1' })).status).to.equal(200);
       expect((await ids()).map((m) => m.id)).to.deep.equal(['tiny-qwen2']);
       expectError(await call(main.url, '/v1/unload_lora_adapter', { lora_name: 'a1' }), 404, 'a1');

@@ -3,9 +3,11 @@
 // server, a server that lost its weights, and LoRA adapters per version.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
 import { FlowrlServer } from '../core-adapters/rollout/serve.js';
+import { installFaults } from '../core-adapters/rollout/serve-faults.js';
 import { main } from '../core-adapters/cli/commands.js';
 import { CLI_MAIN, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
@@ -15,7 +17,9 @@ const FLOWRL = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: '
 type Metrics = Record<string, number>;
 
 function startServer(): FlowrlServer {
-  return new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', testFaults: true });
+  const server = new FlowrlServer({ modelDir: BASE_MODEL, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 1024, maxBodyBytes: 1 << 24, logprobsMode: 'processed_logprobs', enableAdmin: true, weightsRoots: [os.tmpdir()] });
+  installFaults(server);
+  return server;
 }
 
 /** Runs `test` with two in-process servers (faults enabled), closing them whatever happens. */
@@ -31,7 +35,7 @@ async function withTwoServers(test: (started: { servers: FlowrlServer[]; urls: s
 /** A `flowrl serve` process (faults enabled) on `port` (0: a free one); resolves once it listens. */
 function spawnServe(port = 0): Promise<{ url: string; child: ChildProcess }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults', '--enable-admin', '--weights-root', os.tmpdir()], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -45,7 +49,7 @@ function spawnServe(port = 0): Promise<{ url: string; child: ChildProcess }> {
 }
 
 async function weightVersion(url: string): Promise<string> {
-  return ((await (await fetch(`${url}/get_weight_version`)).json()) as { weight_version: string }).weight_version;
+  return ((await (await fetch(`${url}/model_info`)).json()) as { weight_version: string }).weight_version;
 }
 
 function serverConfig(dir: string, urls: string[], extra: Record<string, unknown> = {}, dialect = 'sglang'): string {
@@ -167,7 +171,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       const runDir = path.join(dir, 'run');
       const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, async (step) => {
         // Restarts just as step 2's samples arrive, after the weight sync: those samples come back at version 0.
-        if (step === 1) await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ restart_next: 1 }) });
+        if (step === 1) await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ restart_next: 1 }) });
       }, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
       expect(code, stderr).to.equal(0);
       const steps = stepMetrics(runDir);
@@ -184,7 +188,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
   it('a server whose log-probs are skewed shows in the TIS metrics', async () => {
     await withTwoServers(async ({ urls }) => {
       // One server reports log-probs 1 nat low: old - rollout = 1 on its tokens, exp(1) > tis_cap 2.
-      await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ logprob_skew: -1 }) });
+      await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ logprob_skew: -1 }) });
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, () => {}, ['trainer.total_training_steps=2', 'trainer.val_before_train=false']);
@@ -235,7 +239,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       procs.push(...started.map((p) => p.child));
       const urls = started.map((p) => p.url);
       // Slow answers, so the kill lands while the step's samples are in flight.
-      for (const url of urls) await fetch(`${url}/_flowrl/faults`, { method: 'POST', body: JSON.stringify({ delay_ms: 150 }) });
+      for (const url of urls) await fetch(`${url}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ delay_ms: 150 }) });
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, async (step) => {

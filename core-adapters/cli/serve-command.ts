@@ -1,14 +1,16 @@
 // flowrl serve: a model behind SGLang's and vLLM's rollout routes (and OpenAI chat completions)
-// until SIGINT or SIGTERM.
+// until SIGINT or SIGTERM, which drain it: requests taken are answered, new ones get 503.
 import fs from 'node:fs';
 import path from 'node:path';
 import { initEngine, type BackendChoice } from '../engine/backend.js';
-import { InputError } from '../errors.js';
+import { InputError, RunStopped } from '../errors.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { FlowrlServer } from '../rollout/serve.js';
+import { RequestRefused } from '../rollout/serving-engine.js';
 import { BACKEND_FLAG, numberFlag, parseFlags, requiredString } from './args.js';
 
 const LOGPROBS_MODES = ['processed_logprobs', 'raw_logprobs'] as const;
+const DIALECTS = ['both', 'sglang', 'vllm'] as const;
 
 export async function serveCommand(argv: string[]): Promise<void> {
   const { values } = parseFlags('serve', argv, {
@@ -16,8 +18,14 @@ export async function serveCommand(argv: string[]): Promise<void> {
     adapter: { type: 'string' },
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'string' },
+    dialect: { type: 'string', default: 'both' },
+    'api-key': { type: 'string' },
+    'enable-admin': { type: 'boolean', default: false },
+    'weights-root': { type: 'string', multiple: true },
     'max-batch': { type: 'string' },
     'max-queue': { type: 'string' },
+    'max-model-len': { type: 'string' },
+    'max-total-tokens': { type: 'string' },
     'max-body-mb': { type: 'string' },
     'logprobs-mode': { type: 'string', default: 'processed_logprobs' },
     'test-faults': { type: 'boolean', default: false },
@@ -27,20 +35,39 @@ export async function serveCommand(argv: string[]): Promise<void> {
   if (!fs.existsSync(path.join(modelDir, 'config.json'))) throw new InputError(`${modelDir}: no config.json; --model must be a Hugging Face model directory`);
   const logprobsMode = values['logprobs-mode'] as (typeof LOGPROBS_MODES)[number];
   if (!LOGPROBS_MODES.includes(logprobsMode)) throw new InputError(`--logprobs-mode must be one of ${LOGPROBS_MODES.join(', ')}; got '${logprobsMode}'`);
+  const dialect = values.dialect as (typeof DIALECTS)[number];
+  if (!DIALECTS.includes(dialect)) throw new InputError(`--dialect must be one of ${DIALECTS.join(', ')}; got '${dialect}'`);
+  const roots = (values['weights-root'] as string[] | undefined) ?? [];
+  for (const root of roots) if (!fs.statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new InputError(`--weights-root ${root}: no such directory`);
+  if (roots.length && !values['enable-admin']) throw new InputError('--weights-root needs --enable-admin (weights are loaded through the admin routes)');
+  // A key on the command line shows in the process list; the environment does not.
+  const apiKey = (values['api-key'] as string | undefined) ?? process.env.FLOWRL_SERVE_API_KEY;
   await initEngine(values.backend as BackendChoice, { quiet: true });
   const tokenizer = fs.existsSync(path.join(modelDir, 'tokenizer.json')) ? TextTokenizer.load(modelDir) : undefined;
-  const server = new FlowrlServer({
-    modelDir: path.resolve(modelDir),
-    adapterDir: values.adapter as string | undefined,
-    host: values.host as string,
-    port: numberFlag('serve', values, 'port', 30000, { integer: true, min: 0, max: 65535 }),
-    maxBatch: numberFlag('serve', values, 'max-batch', 64, { integer: true, min: 1 }),
-    maxQueue: numberFlag('serve', values, 'max-queue', 1024, { integer: true, min: 1 }),
-    maxBodyBytes: numberFlag('serve', values, 'max-body-mb', 16, { min: 0.001 }) * 2 ** 20,
-    logprobsMode,
-    tokenizer,
-    testFaults: values['test-faults'] as boolean,
-  });
+  let server: FlowrlServer;
+  try {
+    server = new FlowrlServer({
+      modelDir: path.resolve(modelDir),
+      adapterDir: values.adapter as string | undefined,
+      host: values.host as string,
+      port: numberFlag('serve', values, 'port', 30000, { integer: true, min: 0, max: 65535 }),
+      dialect,
+      apiKey: apiKey || undefined,
+      enableAdmin: values['enable-admin'] as boolean,
+      weightsRoots: roots,
+      maxBatch: numberFlag('serve', values, 'max-batch', 64, { integer: true, min: 1 }),
+      maxQueue: numberFlag('serve', values, 'max-queue', 1024, { integer: true, min: 1 }),
+      maxModelLen: values['max-model-len'] === undefined ? undefined : numberFlag('serve', values, 'max-model-len', 0, { integer: true, min: 2 }),
+      maxTotalTokens: values['max-total-tokens'] === undefined ? undefined : numberFlag('serve', values, 'max-total-tokens', 0, { integer: true, min: 2 }),
+      maxBodyBytes: numberFlag('serve', values, 'max-body-mb', 16, { min: 0.001 }) * 2 ** 20,
+      logprobsMode,
+      tokenizer,
+    });
+  } catch (e) {
+    if (e instanceof RequestRefused) throw new InputError(e.message);
+    throw e;
+  }
+  if (values['test-faults']) (await import('../rollout/serve-faults.js')).installFaults(server);
   let url: string;
   try {
     url = await server.listen();
@@ -48,12 +75,17 @@ export async function serveCommand(argv: string[]): Promise<void> {
     server.engine.dispose();
     throw new InputError(`cannot listen on ${values.host as string}:${values.port ?? 30000}: ${(e as Error).message}`);
   }
+  const engine = server.engine;
   // One line on stdout, so a launcher can wait for it and read the port.
-  console.log(`flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; SGLang /generate, vLLM /v1/completions, OpenAI /v1/chat/completions)`);
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
+  console.log(
+    `flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; ${dialect === 'vllm' ? '' : 'SGLang /generate, '}${dialect === 'sglang' ? '' : 'vLLM /v1/completions, OpenAI /v1/chat/completions, '}context ${engine.maxModelLen}, KV budget ${engine.maxTotalTokens} tokens; admin routes ${values['enable-admin'] ? 'on' : 'off'}${apiKey ? ', API key required' : ''})`,
+  );
+  const stopped = await new Promise<'signal' | 'fault'>((resolve) => {
+    process.once('SIGINT', () => resolve('signal'));
+    process.once('SIGTERM', () => resolve('signal'));
+    engine.onFault = () => resolve('fault');
   });
-  await server.close();
+  await server.drain();
+  // A broken engine cannot be trusted again in this process: exit non-zero so a supervisor restarts it.
+  if (stopped === 'fault') throw new RunStopped(`the server stopped: ${engine.fault?.message}`, 1);
 }

@@ -156,6 +156,8 @@ export const CORE_DEFAULTS = {
         max_staleness: 0,
         /** Samples in flight per server at most. */
         max_inflight: 64,
+        /** The servers' API key (sent as Authorization: Bearer); null: the FLOWRL_ROLLOUT_API_KEY environment variable, else none. */
+        api_key: null as string | null,
       },
     },
   },

@@ -40,6 +40,7 @@ const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = {
   'sft.init_config': 'string',
   'sft.total_steps': 'number',
   'sft.output_dir': 'string',
+  'actor_rollout_ref.rollout.server.api_key': 'string',
 };
 
 export function isTree(value: unknown): value is ConfigTree {

@@ -30,6 +30,8 @@ export interface SamplingOptions {
   rowMaxNewTokens?: number[];
   /** Also return each sampled token's log-probability under the sampling distribution (log-softmax of logits / T). */
   withLogProbs?: boolean;
+  /** Also return, per token, the log of the softmax share top-k and top-p kept (vLLM's processed logprobs subtract it). */
+  withKeptMass?: boolean;
 }
 
 export interface Generation {
@@ -39,6 +41,8 @@ export interface Generation {
   stopped: boolean[];
   /** With withLogProbs: per token, log-softmax(logits / T) of the sampled id (T = 1 when greedy), before top-k/top-p as SGLang reports it. */
   logProbs?: number[][];
+  /** With withKeptMass: per token, log of the share of the softmax the filters kept (0 without top-k/top-p). */
+  keptLogMass?: number[][];
 }
 
 /** log-softmax(logits / T)[token] over the whole vocabulary, in float64. */
@@ -60,6 +64,11 @@ export function sampleSeed(seed: number, row: number, chunk: number): number {
   return Rng.deriveSeed(seed + start, row - start);
 }
 
+/** Filled by sampleToken: log of the share of the temperature softmax that top-k and top-p kept (0 without filtering). */
+export interface KeptMass {
+  logMass: number;
+}
+
 /** Tokens whose probability is at least this share of the total are the first candidates for top-p. */
 const NUCLEUS_CANDIDATE_SHARE = 1e-6;
 
@@ -79,8 +88,9 @@ function draw(probs: Float64Array, order: ArrayLike<number>, total: number, rng:
  * top-p first sorts only the tokens above a tiny share of the mass, which holds the nucleus unless
  * the distribution is nearly flat (then it sorts everything).
  */
-export function sampleToken(logits: Float32Array, options: SamplingOptions, rng: Rng): number {
+export function sampleToken(logits: Float32Array, options: SamplingOptions, rng: Rng, kept?: KeptMass): number {
   const V = logits.length;
+  if (kept) kept.logMass = 0;
   if (options.greedy || options.temperature === 0) {
     let best = 0;
     for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
@@ -100,7 +110,18 @@ export function sampleToken(logits: Float32Array, options: SamplingOptions, rng:
   let total = 0;
   for (let j = 0; j < count; j++) total += probs[j] = Math.exp(logits[id(j)] * invT - max);
   const topP = options.topP ?? 1;
+  // The kept set's share of the whole softmax at T (log), for engines that renormalise over it.
+  const keep = (mass: number) => {
+    if (!kept) return;
+    let all = total;
+    if (ids) {
+      all = 0;
+      for (let i = 0; i < V; i++) all += Math.exp(logits[i] * invT - max);
+    }
+    kept.logMass = Math.log(mass / all);
+  };
   if (topP >= 1) {
+    keep(total);
     let u = rng.next() * total;
     for (let j = 0; j < count; j++) {
       u -= probs[j];
@@ -117,15 +138,17 @@ export function sampleToken(logits: Float32Array, options: SamplingOptions, rng:
   const byProbability = (a: number, b: number) => probs[b] - probs[a] || a - b;
   order.sort(byProbability);
   let mass = 0;
-  let keep = 0;
-  while (keep < order.length && mass < topP * total) mass += probs[order[keep++]];
+  let size = 0;
+  while (size < order.length && mass < topP * total) mass += probs[order[size++]];
   if (mass < topP * total) {
     order = Array.from({ length: count }, (_, j) => j).sort(byProbability);
     mass = 0;
-    keep = 0;
-    while (keep < order.length && mass < topP * total) mass += probs[order[keep++]];
+    size = 0;
+    while (size < order.length && mass < topP * total) mass += probs[order[size++]];
   }
-  return id(draw(probs, order.slice(0, Math.max(1, keep)), mass, rng));
+  const nucleus = order.slice(0, Math.max(1, size));
+  keep(nucleus.reduce((sum, j) => sum + probs[j], 0));
+  return id(draw(probs, nucleus, mass, rng));
 }
 
 /** Logits of the last position of each row, [B, V]. */
@@ -136,90 +159,169 @@ function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Ten
   return model.logits(last);
 }
 
-/** Samples up to maxNewTokens per prompt. Prompts are token ids without padding. */
-export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
-  const batch = prompts.length;
-  // One stream per row: a row's samples do not depend on when other rows stop.
-  const rngs = prompts.map((_, b) => (options.rowSeeds ? new Rng(options.rowSeeds[b]) : Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b)));
-  const limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
-  const logProbs: number[][] | undefined = options.withLogProbs ? prompts.map(() => []) : undefined;
-  const temperature = options.greedy ? 1 : (options.temperature ?? 1);
-  const stop = new Set(options.stopTokenIds ?? []);
-  const pad = options.padTokenId ?? 0;
-  const P = Math.max(...prompts.map((p) => p.length));
-  if (prompts.some((p) => p.length === 0)) throw new Error('generate: every prompt needs at least one token');
-
+/**
+ * One batch of sampling, a token at a time: the constructor runs the prefill, each step() samples a
+ * token for every live row and runs one decode step. A server steps it between other work; generate()
+ * runs it to the end. dispose() frees the KV cache (whether or not it finished).
+ */
+export class Decoding {
+  readonly tokens: number[][];
+  readonly stopped: boolean[];
+  readonly logProbs?: number[][];
+  readonly keptLogMass?: number[][];
+  private readonly batch: number;
+  private readonly rngs: Rng[];
+  private readonly limits: number[];
+  /** Rows done: stopped on a stop token, or at their own length limit. */
+  private readonly done: boolean[];
+  private readonly temperature: number;
+  private readonly stop: Set<number>;
+  private readonly pad: number;
+  private readonly seen: number[];
   // Left-padded ids and mask for everything seen so far; grown one column per step.
-  let width = P;
-  let ids = new Int32Array(batch * P).fill(pad);
-  let mask = new Int32Array(batch * P);
-  prompts.forEach((p, b) => {
-    ids.set(p, b * P + P - p.length);
-    mask.fill(1, b * P + P - p.length, (b + 1) * P);
-  });
-  const seen = prompts.map((p) => p.length);
-  const tokens: number[][] = prompts.map(() => []);
-  const stopped = prompts.map(() => false);
-  // Rows done: stopped on a stop token, or at their own length limit.
-  const done = limits.map((limit) => limit <= 0);
+  private ids: Int32Array;
+  private mask: Int32Array;
+  private width: number;
+  private logits?: tf.Tensor2D;
+  private cache?: KVCache;
+  private stepsTaken = 0;
 
-  // tidy keeps only what it returns, so the new cache travels out with the logits.
-  let { logits, cache } = tf.tidy(() => {
-    // A cache preallocated for the whole sample grows in place instead of being copied per token.
-    const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
-    const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
-    return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
-  }) as { logits: tf.Tensor2D; cache?: KVCache };
+  constructor(
+    private readonly model: CausalLM,
+    prompts: number[][],
+    private readonly options: SamplingOptions,
+  ) {
+    if (prompts.some((p) => p.length === 0)) throw new Error('generate: every prompt needs at least one token');
+    const batch = (this.batch = prompts.length);
+    // One stream per row: a row's samples do not depend on when other rows stop.
+    this.rngs = prompts.map((_, b) => (options.rowSeeds ? new Rng(options.rowSeeds[b]) : Rng.derive(options.seed ?? 0, (options.firstRow ?? 0) + b)));
+    this.limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
+    this.logProbs = options.withLogProbs ? prompts.map(() => []) : undefined;
+    this.keptLogMass = options.withKeptMass ? prompts.map(() => []) : undefined;
+    this.temperature = options.greedy ? 1 : (options.temperature ?? 1);
+    this.stop = new Set(options.stopTokenIds ?? []);
+    this.pad = options.padTokenId ?? 0;
+    const P = Math.max(...prompts.map((p) => p.length));
+    this.width = P;
+    this.ids = new Int32Array(batch * P).fill(this.pad);
+    this.mask = new Int32Array(batch * P);
+    prompts.forEach((p, b) => {
+      this.ids.set(p, b * P + P - p.length);
+      this.mask.fill(1, b * P + P - p.length, (b + 1) * P);
+    });
+    this.seen = prompts.map((p) => p.length);
+    this.tokens = prompts.map(() => []);
+    this.stopped = prompts.map(() => false);
+    this.done = this.limits.map((limit) => limit <= 0);
+    if (options.maxNewTokens <= 0 || this.done.every(Boolean)) return;
+    const { ids, mask } = this;
+    // tidy keeps only what it returns, so the new cache travels out with the logits.
+    ({ logits: this.logits, cache: this.cache } = tf.tidy(() => {
+      // A cache preallocated for the whole sample grows in place instead of being copied per token.
+      const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
+      const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
+      return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
+    }) as { logits: tf.Tensor2D; cache?: KVCache });
+  }
 
-  try {
-    for (let step = 0; step < options.maxNewTokens; step++) {
-      const values = logits.dataSync() as Float32Array;
-      const V = logits.shape[1];
-      const next = new Int32Array(batch);
-      for (let b = 0; b < batch; b++) {
-        if (done[b]) {
-          next[b] = pad;
-          continue;
-        }
-        const row = values.subarray(b * V, (b + 1) * V);
-        next[b] = sampleToken(row, options, rngs[b]);
-        tokens[b].push(next[b]);
-        logProbs?.[b].push(tokenLogProb(row, next[b], temperature));
-        if (stop.has(next[b])) stopped[b] = done[b] = true;
-        if (tokens[b].length >= limits[b]) done[b] = true;
+  /** Whether every row has ended. */
+  get finished(): boolean {
+    return !this.logits;
+  }
+
+  /** Samples one token per live row and, unless every row has ended, runs the next decode step; false once finished. */
+  step(): boolean {
+    const logits = this.logits;
+    if (!logits) return false;
+    const { batch, done, tokens, options } = this;
+    const values = logits.dataSync() as Float32Array;
+    const V = logits.shape[1];
+    const next = new Int32Array(batch);
+    const kept: KeptMass | undefined = this.keptLogMass ? { logMass: 0 } : undefined;
+    for (let b = 0; b < batch; b++) {
+      if (done[b]) {
+        next[b] = this.pad;
+        continue;
       }
-      if (done.every(Boolean) || step === options.maxNewTokens - 1) break;
+      const row = values.subarray(b * V, (b + 1) * V);
+      next[b] = sampleToken(row, options, this.rngs[b], kept);
+      if (kept) this.keptLogMass![b].push(kept.logMass);
+      tokens[b].push(next[b]);
+      this.logProbs?.[b].push(tokenLogProb(row, next[b], this.temperature));
+      if (this.stop.has(next[b])) this.stopped[b] = done[b] = true;
+      if (tokens[b].length >= this.limits[b]) done[b] = true;
+    }
+    this.stepsTaken += 1;
+    if (done.every(Boolean) || this.stepsTaken >= options.maxNewTokens) {
+      this.dispose();
+      return false;
+    }
 
-      const grownIds = new Int32Array(batch * (width + 1));
-      const grownMask = new Int32Array(batch * (width + 1));
-      const positions = new Int32Array(batch);
-      for (let b = 0; b < batch; b++) {
-        grownIds.set(ids.subarray(b * width, (b + 1) * width), b * (width + 1));
-        grownMask.set(mask.subarray(b * width, (b + 1) * width), b * (width + 1));
-        grownIds[b * (width + 1) + width] = next[b];
-        grownMask[b * (width + 1) + width] = 1;
-        positions[b] = seen[b]++;
-      }
-      ids = grownIds;
-      mask = grownMask;
-      width += 1;
+    const width = this.width;
+    const grownIds = new Int32Array(batch * (width + 1));
+    const grownMask = new Int32Array(batch * (width + 1));
+    const positions = new Int32Array(batch);
+    for (let b = 0; b < batch; b++) {
+      grownIds.set(this.ids.subarray(b * width, (b + 1) * width), b * (width + 1));
+      grownMask.set(this.mask.subarray(b * width, (b + 1) * width), b * (width + 1));
+      grownIds[b * (width + 1) + width] = next[b];
+      grownMask[b * (width + 1) + width] = 1;
+      positions[b] = this.seen[b]++;
+    }
+    const ids = (this.ids = grownIds);
+    const mask = (this.mask = grownMask);
+    this.width += 1;
 
-      const previous = cache;
-      const previousLogits = logits;
-      ({ logits, cache } = tf.tidy(() => {
-        const out = options.noCache
+    const previous = this.cache;
+    const model = this.model;
+    // Cleared first: a failing step leaves nothing for dispose() to free twice.
+    this.logits = undefined;
+    this.cache = undefined;
+    let out: { logits: tf.Tensor2D; cache?: KVCache };
+    try {
+      out = tf.tidy(() => {
+        const step = options.noCache
           ? model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch) })
           : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true });
-        return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
-      }) as { logits: tf.Tensor2D; cache?: KVCache });
-      previousLogits.dispose();
-      if (previous && previous.keys[0] !== cache?.keys[0]) tf.dispose([...previous.keys, ...previous.values]);
+        return { logits: lastLogits(model, step.hidden, batch), cache: step.cache };
+      }) as { logits: tf.Tensor2D; cache?: KVCache };
+    } catch (e) {
+      logits.dispose();
+      if (previous) tf.dispose([...previous.keys, ...previous.values]);
+      throw e;
     }
-  } finally {
     logits.dispose();
-    if (cache) tf.dispose([...cache.keys, ...cache.values]);
+    // A cache written in place is the same tensors; otherwise the old one is garbage now.
+    if (previous && previous.keys[0] !== out.cache?.keys[0]) tf.dispose([...previous.keys, ...previous.values]);
+    this.logits = out.logits;
+    this.cache = out.cache;
+    return true;
   }
-  return logProbs ? { tokens, stopped, logProbs } : { tokens, stopped };
+
+  /** What was sampled so far (everything, once finished). */
+  result(): Generation {
+    const { tokens, stopped, logProbs, keptLogMass } = this;
+    return { tokens, stopped, ...(logProbs ? { logProbs } : {}), ...(keptLogMass ? { keptLogMass } : {}) };
+  }
+
+  /** Frees the logits and the KV cache; the rows sampled so far stay readable. */
+  dispose(): void {
+    this.logits?.dispose();
+    this.logits = undefined;
+    if (this.cache) tf.dispose([...this.cache.keys, ...this.cache.values]);
+    this.cache = undefined;
+  }
+}
+
+/** Samples up to maxNewTokens per prompt. Prompts are token ids without padding. */
+export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
+  const decoding = new Decoding(model, prompts, options);
+  try {
+    while (decoding.step());
+    return decoding.result();
+  } finally {
+    decoding.dispose();
+  }
 }
 
 /**

@@ -1,6 +1,9 @@
-// The two wire dialects a rollout server speaks: SGLang's native routes and vLLM's OpenAI routes
-// plus its dev-mode RL routes. Token ids go in and come back with per-token logprobs; nothing is
-// re-tokenized. Admin calls (pause, weights, resume) go to each server directly, never a router.
+// The two wire dialects a rollout server speaks: SGLang's native routes (as of SGLang v0.5.18) and
+// vLLM's OpenAI routes plus its dev-mode routes (as of vLLM v0.20.2; VLLM_SERVER_DEV_MODE=1). Token
+// ids go in and come back with per-token logprobs; nothing is re-tokenized. Every sampling field is
+// sent explicitly: vLLM (and SGLang's chat route) fill omitted ones from the model's
+// generation_config.json, which would make the logprobs those of a penalised distribution. Admin
+// calls (pause, weights, resume) go to each server directly, never a router.
 import type { SampleSpec } from './serving-engine.js';
 
 /** One sample to draw on a server: what flowrl serve's engine takes (the model's eos always stops), and an id. */
@@ -13,19 +16,22 @@ export interface SampleResult {
   outputIds: number[];
   logProbs: number[];
   finish: 'stop' | 'length' | 'abort';
-  /** The weight version that sampled it, when the server reports one (SGLang does). */
+  /** The weight version that sampled it, when the server says (SGLang does; with LoRA, the adapter named). */
   weightVersion?: string;
 }
 
 /**
  * A failed call. `retryable`: a connect error, a dropped connection, a timeout or a 5xx (the
  * sample goes to another server); otherwise the request itself is wrong (a 4xx) and the run stops.
+ * `lostWeights`: the server no longer holds the weights the request named (a restart dropped our
+ * adapter); it must take the current weights again before it serves.
  */
 export class ServerCallError extends Error {
   constructor(
     message: string,
     readonly retryable: boolean,
     readonly status?: number,
+    readonly lostWeights = false,
   ) {
     super(message);
     this.name = 'ServerCallError';
@@ -41,21 +47,50 @@ export interface RolloutServerClient {
   health(): Promise<boolean>;
   /**
    * Pauses generation, loads the weights in `dir` (an HF directory, or a PEFT adapter loaded under
-   * the name `version`), clears cached prefixes, resumes, and checks the version where it can.
+   * the name `version`), resumes, and checks that the server reports them.
    */
   loadWeights(dir: string, version: string, adapter: boolean): Promise<void>;
+  /** Whether the server still holds what loadWeights(…, version, …) loaded (false after a restart to its launch weights). */
+  holds(version: string, adapter: boolean): Promise<boolean>;
   /** Unloads the adapter loaded under `name`, if any (best effort). */
   unloadAdapter(name: string): Promise<void>;
 }
 
-/** JSON over HTTP with a timeout; every transport failure becomes a ServerCallError. */
-export async function callJson(url: string, route: string, init: { method?: 'GET' | 'POST'; body?: unknown; timeoutMs: number }): Promise<unknown> {
+/** How a client reaches its server. */
+export interface ClientOptions {
+  /** Per-call timeout of a sample. */
+  timeoutMs: number;
+  /** Sent as Authorization: Bearer on every call (vLLM's and SGLang's --api-key). */
+  apiKey?: string;
+  /** Per-call timeout of an admin call (a weight load can take minutes). */
+  adminTimeoutMs?: number;
+  /** vLLM: the `model` to name when no adapter is used. */
+  modelName?: string;
+  /** Pause between retries of a transient admin failure. */
+  retryDelayMs?: number;
+}
+
+interface CallInit {
+  method?: 'GET' | 'POST';
+  body?: unknown;
+  timeoutMs: number;
+  apiKey?: string;
+}
+
+/**
+ * JSON over HTTP with a timeout; every transport failure becomes a ServerCallError. A POST always
+ * carries a JSON body ({} when it has none), as a server that refuses other content types needs.
+ */
+export async function callJson(url: string, route: string, init: CallInit): Promise<unknown> {
   let response: Response;
+  const method = init.method ?? (init.body === undefined ? 'GET' : 'POST');
+  const headers: Record<string, string> = init.apiKey ? { authorization: `Bearer ${init.apiKey}` } : {};
+  if (method === 'POST') headers['content-type'] = 'application/json';
   try {
     response = await fetch(url + route, {
-      method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
-      headers: init.body === undefined ? undefined : { 'content-type': 'application/json' },
-      body: init.body === undefined ? undefined : JSON.stringify(init.body),
+      method,
+      headers,
+      body: method === 'POST' ? JSON.stringify(init.body ?? {}) : undefined,
       signal: AbortSignal.timeout(init.timeoutMs),
     });
   } catch (e) {
@@ -88,12 +123,27 @@ export async function callJson(url: string, route: string, init: { method?: 'GET
 }
 
 /** Whether `route` answers 2xx within the timeout (at most 30 s: a probe, not a sample). */
-async function answers(url: string, route: string, timeoutMs: number): Promise<boolean> {
+async function answers(url: string, route: string, timeoutMs: number, apiKey?: string): Promise<boolean> {
   try {
-    await callJson(url, route, { timeoutMs: Math.min(timeoutMs, 30_000) });
+    await callJson(url, route, { timeoutMs: Math.min(timeoutMs, 30_000), apiKey });
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Transient failures of an admin call retried at most this many times (SGLang answers 400 to a weight load whose files are not visible yet). */
+const ADMIN_RETRIES = 5;
+
+/** Runs an admin call, again after `delayMs` while `transient(error)` says the failure can pass. */
+async function withRetries<T>(call: () => Promise<T>, transient: (e: ServerCallError) => boolean, delayMs: number): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await call();
+    } catch (e) {
+      if (!(e instanceof ServerCallError) || attempt >= ADMIN_RETRIES || !(e.retryable || transient(e))) throw e;
+      await new Promise((r) => setTimeout(r, delayMs * 2 ** attempt));
+    }
   }
 }
 
@@ -112,125 +162,216 @@ function finishOf(type: unknown): SampleResult['finish'] {
   return type === 'stop' || type === 'length' || type === 'abort' ? type : 'stop';
 }
 
-/** SGLang: /generate with input_ids and return_logprob; /update_weights_from_disk; /load_lora_adapter. */
+/**
+ * SGLang (v0.5.18): /generate with input_ids and return_logprob; /update_weights_from_disk (which
+ * flushes the cache itself); /load_lora_adapter plus /update_weight_version, since loading an adapter
+ * leaves the version alone; the version read back from /model_info (/get_weight_version is gone).
+ * SGLang ignores sampling_seed unless started with --enable-deterministic-inference, so a retried
+ * sample is another draw there.
+ */
 export class SglangClient implements RolloutServerClient {
   readonly dialect = 'sglang';
+  private readonly admin: CallInit;
   constructor(
     readonly url: string,
-    private readonly timeoutMs: number,
-    private readonly adminTimeoutMs = Math.max(timeoutMs, 600_000),
-  ) {}
+    private readonly options: ClientOptions,
+  ) {
+    this.admin = { timeoutMs: Math.max(options.timeoutMs, options.adminTimeoutMs ?? 600_000), apiKey: options.apiKey };
+  }
 
   async generate(r: SampleRequest): Promise<SampleResult> {
     const body = {
       input_ids: r.inputIds,
-      sampling_params: { max_new_tokens: r.maxNewTokens, temperature: r.temperature, top_p: r.topP, top_k: r.topK > 0 ? r.topK : -1, stop_token_ids: r.stopTokenIds, sampling_seed: r.seed, skip_special_tokens: false, no_stop_trim: true },
+      sampling_params: {
+        max_new_tokens: r.maxNewTokens,
+        temperature: r.temperature,
+        top_p: r.topP,
+        top_k: r.topK > 0 ? r.topK : -1,
+        min_p: 0,
+        repetition_penalty: 1,
+        frequency_penalty: 0,
+        presence_penalty: 0,
+        stop_token_ids: r.stopTokenIds,
+        sampling_seed: r.seed,
+        skip_special_tokens: false,
+        no_stop_trim: true,
+      },
       return_logprob: true,
       rid: r.requestId,
       ...(r.adapter ? { lora_path: r.adapter } : {}),
     };
-    const out = (await callJson(this.url, '/generate', { body, timeoutMs: this.timeoutMs })) as { output_ids?: unknown; meta_info?: { finish_reason?: { type?: string }; weight_version?: unknown; output_token_logprobs?: unknown[] } };
+    let out: { output_ids?: unknown; meta_info?: { finish_reason?: { type?: string }; weight_version?: unknown; output_token_logprobs?: unknown[] } };
+    try {
+      out = (await callJson(this.url, '/generate', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as typeof out;
+    } catch (e) {
+      // A 400 naming our adapter: the server lost it (a restart), not a bad request.
+      if (r.adapter && e instanceof ServerCallError && e.status === 400 && /lora|adapter/i.test(e.message)) throw new ServerCallError(e.message, true, 400, true);
+      throw e;
+    }
     const meta = out.meta_info ?? {};
     const pairs = Array.isArray(meta.output_token_logprobs) ? meta.output_token_logprobs : undefined;
     const ids = out.output_ids ?? pairs?.map((p) => (p as unknown[])[1]);
     const { ids: outputIds, logProbs } = checkSample(this.url, '/generate', ids, pairs?.map((p) => (p as unknown[])[0]));
-    return { outputIds, logProbs, finish: finishOf(meta.finish_reason?.type), weightVersion: meta.weight_version === undefined ? undefined : String(meta.weight_version) };
+    // With LoRA the adapter named is the version (the server-wide version says nothing about it).
+    const weightVersion = r.adapter ?? (meta.weight_version === undefined ? undefined : String(meta.weight_version));
+    return { outputIds, logProbs, finish: finishOf(meta.finish_reason?.type), weightVersion };
   }
 
   health(): Promise<boolean> {
-    return answers(this.url, '/health_generate', this.timeoutMs);
+    return answers(this.url, '/health_generate', this.options.timeoutMs, this.options.apiKey);
   }
 
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
-    const admin = { timeoutMs: this.adminTimeoutMs };
+    const admin = this.admin;
+    const delay = this.options.retryDelayMs ?? 1000;
     if (adapter) {
       // An adapter per version: requests name it, so no pause is needed and nothing stale can run.
-      await callJson(this.url, '/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir } });
-      return;
+      await withRetries(
+        () => callJson(this.url, '/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir } }),
+        (e) => e.status === 400 && !/already loaded/i.test(e.message),
+        delay,
+      ).catch((e: unknown) => {
+        // Loaded by an earlier attempt whose answer was lost.
+        if (!(e instanceof ServerCallError && /already loaded/i.test(e.message))) throw e;
+      });
+      await callJson(this.url, '/update_weight_version', { ...admin, body: { new_version: version, abort_all_requests: false } });
+    } else {
+      await callJson(this.url, '/pause_generation', { ...admin, body: { mode: 'abort' } });
+      try {
+        // A 400 here is most often files not visible yet on a shared file system: retried, as verl does.
+        await withRetries(
+          () => callJson(this.url, '/update_weights_from_disk', { ...admin, body: { model_path: dir, weight_version: version, flush_cache: true, abort_all_requests: true } }),
+          (e) => e.status === 400,
+          delay,
+        );
+      } finally {
+        await callJson(this.url, '/continue_generation', { ...admin, body: {} });
+      }
     }
-    await callJson(this.url, '/pause_generation', { ...admin, body: { mode: 'abort' } });
-    try {
-      await callJson(this.url, '/update_weights_from_disk', { ...admin, body: { model_path: dir, weight_version: version, flush_cache: true, abort_all_requests: true } });
-      await callJson(this.url, '/flush_cache', { ...admin, method: 'POST' });
-    } finally {
-      await callJson(this.url, '/continue_generation', { ...admin, body: {} });
-    }
-    const reported = ((await callJson(this.url, '/get_weight_version', admin)) as { weight_version?: unknown }).weight_version;
-    if (String(reported) !== version) throw new ServerCallError(`${this.url}: reports weight version ${String(reported)} after loading ${version}`, true);
+    const reported = await this.reportedVersion();
+    if (reported !== version) throw new ServerCallError(`${this.url}: reports weight version ${reported} after loading ${version}`, true);
+  }
+
+  private async reportedVersion(): Promise<string> {
+    return String(((await callJson(this.url, '/model_info', this.admin)) as { weight_version?: unknown }).weight_version);
+  }
+
+  async holds(version: string): Promise<boolean> {
+    return (await this.reportedVersion()) === version;
   }
 
   /** Unloads an older adapter version (best effort: a server may have restarted without it). */
   async unloadAdapter(name: string): Promise<void> {
-    await callJson(this.url, '/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.timeoutMs }).catch(() => undefined);
+    await callJson(this.url, '/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey }).catch(() => undefined);
   }
 }
 
+/** Prompt ids whose log-probs fingerprint a vLLM server's weights (vLLM reports no weight version). */
+const PROBE_IDS = Array.from({ length: 24 }, (_, i) => 1 + ((i * 37) % 97));
+/** Mean |difference| of the probe's log-probs above which the weights are not the ones loaded. */
+const PROBE_TOLERANCE = 1e-2;
+
 /**
- * vLLM: /v1/completions with an id prompt, logprobs 0 and return_token_ids; weights through the
- * disk weight-transfer backend (dev mode) or /v1/load_lora_adapter for adapters.
+ * vLLM (v0.20.2): /v1/completions with an id prompt, logprobs 0 and return_token_ids; full weights
+ * through the dev-mode /collective_rpc reload_weights (with /pause and /resume around it), adapters
+ * through /v1/load_lora_adapter. vLLM reports no weight version, so after a full load the client keeps
+ * the probe prompt's log-probs as a fingerprint, and a server whose fingerprint changed (a restart
+ * to its launch weights) is caught. Its --api-key covers the /v1 routes only; the dev routes stay open.
  */
 export class VllmClient implements RolloutServerClient {
   readonly dialect = 'vllm';
-  private transferReady = false;
+  private readonly admin: CallInit;
+  /** Fingerprints of the full-weight versions loaded here. */
+  private readonly fingerprints = new Map<string, number[]>();
   constructor(
     readonly url: string,
-    private readonly timeoutMs: number,
-    private readonly modelName?: string,
-    private readonly adminTimeoutMs = Math.max(timeoutMs, 600_000),
-  ) {}
+    private readonly options: ClientOptions,
+  ) {
+    this.admin = { timeoutMs: Math.max(options.timeoutMs, options.adminTimeoutMs ?? 600_000), apiKey: options.apiKey };
+  }
 
   async generate(r: SampleRequest): Promise<SampleResult> {
     const body = {
-      ...(r.adapter ? { model: r.adapter } : this.modelName ? { model: this.modelName } : {}),
+      ...(r.adapter ? { model: r.adapter } : this.options.modelName ? { model: this.options.modelName } : {}),
       prompt: r.inputIds,
       max_tokens: r.maxNewTokens,
       temperature: r.temperature,
       top_p: r.topP,
-      top_k: r.topK > 0 ? r.topK : -1,
+      top_k: r.topK > 0 ? r.topK : 0,
+      min_p: 0,
+      repetition_penalty: 1,
+      frequency_penalty: 0,
+      presence_penalty: 0,
       stop_token_ids: r.stopTokenIds,
-      seed: r.seed,
+      // vLLM reads -1 as no seed; the stream only depends on the low 32 bits, so this is the same seed.
+      seed: r.seed >>> 0,
       logprobs: 0,
       return_token_ids: true,
       skip_special_tokens: false,
       request_id: r.requestId,
     };
-    const out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.timeoutMs })) as { choices?: { token_ids?: unknown; logprobs?: { token_logprobs?: unknown } | null; finish_reason?: string }[] };
+    let out: { choices?: { token_ids?: unknown; logprobs?: { token_logprobs?: unknown } | null; finish_reason?: string }[] };
+    try {
+      out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as typeof out;
+    } catch (e) {
+      // Our adapter is unknown: the server lost it (a restart), not a bad request.
+      if (r.adapter && e instanceof ServerCallError && e.status === 404) throw new ServerCallError(e.message, true, 404, true);
+      throw e;
+    }
     const choice = out.choices?.[0];
     if (!choice) throw malformed(this.url, '/v1/completions', 'no choices');
     const { ids, logProbs } = checkSample(this.url, '/v1/completions', choice.token_ids, choice.logprobs?.token_logprobs);
-    return { outputIds: ids, logProbs, finish: finishOf(choice.finish_reason) };
+    return { outputIds: ids, logProbs, finish: finishOf(choice.finish_reason), weightVersion: r.adapter };
   }
 
   health(): Promise<boolean> {
-    return answers(this.url, '/health', this.timeoutMs);
+    return answers(this.url, '/health', this.options.timeoutMs, this.options.apiKey);
   }
 
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
-    const admin = { timeoutMs: this.adminTimeoutMs };
+    const admin = this.admin;
     if (adapter) {
-      await callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } });
+      await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), (e) => e.status === 404, this.options.retryDelayMs ?? 1000);
+      if (!(await this.holds(version, true))) throw new ServerCallError(`${this.url}: does not list adapter ${version} after loading it`, true);
       return;
     }
-    if (!this.transferReady) {
-      await callJson(this.url, '/init_weight_transfer_engine', { ...admin, body: { init_info: {} } });
-      this.transferReady = true;
-    }
+    // 'wait': samples already running finish on the weights they started with.
     await callJson(this.url, '/pause?mode=wait', { ...admin, method: 'POST' });
     try {
-      await callJson(this.url, '/start_weight_update', { ...admin, body: {} });
-      await callJson(this.url, '/update_weights', { ...admin, body: { update_info: { path: dir } } });
-      await callJson(this.url, '/finish_weight_update', { ...admin, body: { weight_version: version } });
+      await callJson(this.url, '/collective_rpc', { ...admin, body: { method: 'reload_weights', kwargs: { weights_path: dir, is_checkpoint_format: true } } });
       await callJson(this.url, '/reset_prefix_cache', { ...admin, method: 'POST' });
-    } catch (e) {
-      // A restarted server needs its transfer engine set up again.
-      this.transferReady = false;
-      throw e;
     } finally {
       await callJson(this.url, '/resume', { ...admin, method: 'POST' }).catch(() => undefined);
     }
+    this.fingerprints.clear();
+    this.fingerprints.set(version, await this.fingerprint());
+  }
+
+  /** The probe prompt's log-probs (vLLM's prompt_logprobs: T = 1, before any filter). */
+  private async fingerprint(): Promise<number[]> {
+    const body = { ...(this.options.modelName ? { model: this.options.modelName } : {}), prompt: PROBE_IDS, max_tokens: 1, temperature: 0, prompt_logprobs: 0, return_token_ids: true };
+    const out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { choices?: { prompt_logprobs?: unknown }[] };
+    const entries = out.choices?.[0]?.prompt_logprobs;
+    if (!Array.isArray(entries) || entries.length !== PROBE_IDS.length) throw malformed(this.url, '/v1/completions', 'no prompt_logprobs for the weight check');
+    return PROBE_IDS.slice(1).map((id, i) => {
+      const entry = (entries[i + 1] as Record<string, { logprob?: unknown }> | null)?.[String(id)];
+      if (typeof entry?.logprob !== 'number') throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] has no entry for token ${id}`);
+      return entry.logprob;
+    });
+  }
+
+  async holds(version: string, adapter: boolean): Promise<boolean> {
+    if (adapter) {
+      const models = (await callJson(this.url, '/v1/models', { timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { data?: { id?: unknown }[] };
+      return (models.data ?? []).some((m) => m.id === version);
+    }
+    const expected = this.fingerprints.get(version);
+    if (!expected) return false;
+    const now = await this.fingerprint();
+    return now.reduce((sum, v, i) => sum + Math.abs(v - expected[i]), 0) / now.length <= PROBE_TOLERANCE;
   }
 
   async unloadAdapter(name: string): Promise<void> {
-    await callJson(this.url, '/v1/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.timeoutMs }).catch(() => undefined);
+    await callJson(this.url, '/v1/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey }).catch(() => undefined);
   }
 }

@@ -1,14 +1,20 @@
-// `flowrl serve`: the serving engine behind the subsets of SGLang's and vLLM's HTTP routes that RL
-// rollouts use (ids in, ids and logprobs out, pause, disk weight updates, LoRA), plus OpenAI chat
-// completions for text. Localhost by default; request bodies are capped; bad requests get a 400
-// with a JSON error; a full queue answers 503. With testFaults, POST /_flowrl/faults injects
-// failures for the tests of the rollout clients.
+// `flowrl serve`: the serving engine behind the routes of SGLang and vLLM that RL rollouts use (ids
+// in, ids and logprobs out, pause, disk weight updates, LoRA), plus OpenAI chat completions. Each
+// dialect's routes are a table in its own file (serve-sglang.ts, serve-vllm.ts) naming the release
+// it mirrors. This file is what a hostile client meets first: an API key on every route, JSON bodies
+// only (a web page cannot send one without a CORS preflight, which is never granted), a size and a
+// nesting cap on bodies, admin routes off unless enabled, loaded paths confined to allowed roots,
+// and engine faults as 5xx (a 4xx stops a training run) with /health failing once the engine broke.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
-import { EngineOverloaded, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
+import { sglangRoutes } from './serve-sglang.js';
+import { vllmRoutes } from './serve-vllm.js';
+import { EngineFault, EngineOverloaded, RequestRefused, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
 
 export interface ServeOptions extends ServingEngineOptions {
   modelDir: string;
@@ -20,69 +26,163 @@ export interface ServeOptions extends ServingEngineOptions {
   maxBodyBytes: number;
   /** For text routes (chat completions, SGLang's text); ids-only without one. */
   tokenizer?: TextTokenizer;
-  /** Enables POST /_flowrl/faults (tests only). */
-  testFaults?: boolean;
+  /** Which engine's routes to serve (default both: their paths do not collide). */
+  dialect?: 'sglang' | 'vllm' | 'both';
+  /** When set, every route needs `Authorization: Bearer <apiKey>` (401 otherwise), as vLLM's and SGLang's --api-key. */
+  apiKey?: string;
+  /** Serve the admin routes (weights, adapters, pause, abort, versions); off, they answer 404 as on a vLLM without dev mode. */
+  enableAdmin?: boolean;
+  /** Directories weights and adapters may be loaded from (403 for any other path); none: loading is refused. */
+  weightsRoots?: string[];
 }
 
-/** Injected failures (tests only): each *_next counts down over generation requests. */
-interface Faults {
-  /** Answer the next N generation requests with `status`. */
-  fail_next: number;
-  status: number;
-  /** Sample, then drop the connection without an answer, for the next N. */
-  drop_next: number;
-  /** Never answer the next N (the client's timeout ends them). */
-  hang_next: number;
-  /** /health and /health_generate answer 503. */
-  health_fail: boolean;
-  /** Milliseconds added before each generation answer. */
-  delay_ms: number;
-  /** Go back to the base weights (version '0') just before the next N generation requests: a restart the client did not see. */
-  restart_next: number;
-}
-
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0 };
-
-/** A request the server refuses: its HTTP status and message. */
-class HttpError extends Error {
+/** A request the server refuses: its HTTP status, message, and fields a dialect adds to its error body. */
+export class HttpError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    readonly extra: Json = {},
   ) {
     super(message);
   }
 }
 
-const bad = (message: string) => new HttpError(400, message);
+export const bad = (message: string) => new HttpError(400, message);
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 
-function isObject(v: unknown): v is Json {
+export function isObject(v: unknown): v is Json {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function readNumber(body: Json, key: string, fallback: number, check: { integer?: boolean; min?: number; max?: number } = {}, where = ''): number {
+/** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
+const MAX_JSON_DEPTH = 32;
+
+/** Seeds are 64-bit integers in vLLM's protocol; beyond this a JSON number is no longer exact. */
+const MAX_EXACT_SEED = Number.MAX_SAFE_INTEGER;
+
+export function readNumber(body: Json, key: string, fallback: number, check: { integer?: boolean; min?: number; max?: number } = {}, where = ''): number {
   const v = body[key];
   if (v === undefined || v === null) return fallback;
   const ok = typeof v === 'number' && Number.isFinite(v) && (!check.integer || Number.isInteger(v)) && (check.min === undefined || v >= check.min) && (check.max === undefined || v <= check.max);
-  if (!ok) throw bad(`'${where}${key}' must be ${check.integer ? 'an integer' : 'a number'}${check.min !== undefined ? ` >= ${check.min}` : ''}${check.max !== undefined ? ` <= ${check.max}` : ''}; got ${JSON.stringify(v)}`);
+  if (!ok) throw bad(`'${where}${key}' must be ${check.integer ? 'an integer' : 'a number'}${check.min !== undefined ? ` >= ${check.min}` : ''}${check.max !== undefined ? ` <= ${check.max}` : ''}; got ${preview(v)}`);
   return v;
 }
 
-/** The served model, the HTTP server and what it was told to break. */
+/** A short rendering of a client's value for an error message (never the whole of a huge one). */
+export function preview(v: unknown): string {
+  if (Array.isArray(v)) return `a list of ${v.length}`;
+  if (isObject(v)) return 'an object';
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 60 ? `${text.slice(0, 60)}...` : text;
+}
+
+/** How deep `text`'s brackets nest (outside strings), stopping early past `limit`. */
+function jsonDepth(text: string, limit: number): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i += 1; // backslash: skip the escaped character
+      else if (c === 34) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 || c === 91) {
+      deepest = Math.max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c === 125 || c === 93) depth -= 1;
+  }
+  return deepest;
+}
+
+/** What a route handler gets. */
+export interface RouteCall {
+  body: Json;
+  url: URL;
+  res: http.ServerResponse;
+}
+
+/** A route: its handler; admin routes are served only with enableAdmin. */
+export interface Route {
+  handler: (call: RouteCall) => unknown;
+  admin?: boolean;
+}
+
+/** Routes by 'METHOD /path'. */
+export type RouteTable = Record<string, Route>;
+
+/** Sampling settings as a request gives them (in either dialect's field names). */
+export interface RequestSampling {
+  maxNewTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+  n: number;
+  seed?: number;
+}
+
+/** How a dialect names and bounds its sampling fields. */
+export interface SamplingRules {
+  maxTokens: string;
+  seed: string;
+  /** Prefix of the fields in error messages ('sampling_params.' for SGLang). */
+  where: string;
+  maxTokensDefault: number | 'rest';
+  /** vLLM takes top_k 0 as off; SGLang refuses it (-1 is off there). */
+  topKZeroIsOff: boolean;
+  /** The engine's message for a request longer than the context. */
+  contextError: (promptTokens: number, newTokens: number, context: number) => string;
+}
+
+/** Sampling fields this engine does not implement, with the values that leave sampling unchanged. */
+const NEUTRAL_PENALTIES: Record<string, number> = { min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 };
+
+/** What a generation answer may be replaced with (the test-only fault layer decides). */
+export type GenerationFate = 'answer' | 'drop' | 'hang';
+
+/** Test-only hooks (serve-faults.ts installs them). */
+export interface ServerHooks {
+  /** Called before each generation request runs; may throw an HttpError or ask to drop or hang it. */
+  beforeGeneration?: (res: http.ServerResponse) => Promise<GenerationFate>;
+  /** Extra routes (never admin-gated: only tests install them). */
+  routes?: RouteTable;
+  /** Makes /health and /health_generate fail. */
+  unhealthy?: () => boolean;
+}
+
+/** The served model, the HTTP server and its routes. */
 export class FlowrlServer {
   readonly engine: ServingEngine;
   private server?: http.Server;
-  private faults: Faults = { ...NO_FAULTS };
-  /** Hung requests, answered on close so the process can exit. */
-  private readonly hung = new Set<http.ServerResponse>();
-  private weightUpdateOpen = false;
+  private routes: RouteTable;
+  readonly hooks: ServerHooks = {};
+  /** Requests held open by a hook (answered on close so the process can exit). */
+  readonly held = new Set<http.ServerResponse>();
   private requestCount = 0;
+  private draining = false;
+  private readonly apiKeyDigest?: Buffer;
+  private readonly roots: string[];
   readonly modelName: string;
 
-  constructor(private readonly options: ServeOptions) {
+  constructor(readonly options: ServeOptions) {
     this.engine = new ServingEngine(options.modelDir, options, options.adapterDir);
     this.modelName = path.basename(path.resolve(options.modelDir));
+    this.apiKeyDigest = options.apiKey ? digest(options.apiKey) : undefined;
+    this.roots = (options.weightsRoots ?? []).map((root) => realDirectory(root));
+    const dialect = options.dialect ?? 'both';
+    this.routes = {
+      ...this.commonRoutes(),
+      ...(dialect !== 'vllm' ? sglangRoutes(this) : {}),
+      ...(dialect !== 'sglang' ? vllmRoutes(this) : {}),
+    };
+  }
+
+  /** Adds routes (the test-only fault layer's). */
+  addRoutes(routes: RouteTable): void {
+    this.routes = { ...this.routes, ...routes };
   }
 
   /** Starts listening; resolves with the base URL. */
@@ -98,37 +198,60 @@ export class FlowrlServer {
     return `http://${host}:${port}`;
   }
 
-  async close(): Promise<void> {
-    for (const res of this.hung) res.destroy();
-    this.hung.clear();
-    // Waiting samples end with finish 'abort' first: on a paused engine they would keep their
-    // connections open, and server.close() would wait for them forever.
-    this.engine.abortQueued();
-    const closed = new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
-    // Their answers are written by then; their keep-alive connections need not wait for a timeout.
+  /**
+   * Stops taking requests and finishes the ones taken: new requests get 503, queued and running
+   * samples are answered (aborted when the engine is paused or broken), then connections close.
+   */
+  async drain(): Promise<void> {
+    this.draining = true;
+    const closed = new Promise<void>((resolve) => (this.server?.listening ? this.server.close(() => resolve()) : resolve()));
+    await this.engine.drain();
+    for (const res of this.held) res.destroy();
+    this.held.clear();
+    // The last answers are written by now; keep-alive connections need not wait for their timeout.
     await new Promise((resolve) => setImmediate(resolve));
     this.server?.closeIdleConnections?.();
-    await closed;
+    await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 2000))]);
     this.server?.closeAllConnections?.();
     this.engine.dispose();
+  }
+
+  /** Ends every request at once (queued and running samples finish 'abort'), then drains. */
+  async close(): Promise<void> {
+    this.engine.paused = true;
+    this.engine.abortAll();
+    await this.drain();
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     try {
+      if (this.draining) {
+        res.setHeader('connection', 'close');
+        throw new HttpError(503, 'the server is shutting down');
+      }
+      this.authorize(req);
       const body = req.method === 'POST' ? await this.readBody(req) : {};
       const out = await this.route(req.method ?? 'GET', url, body, res);
       if (out !== undefined) send(res, 200, out);
     } catch (e) {
       if (res.headersSent || res.destroyed) return;
-      if (e instanceof HttpError) send(res, e.status, errorBody(e.status, e.message));
-      else if (e instanceof EngineOverloaded) send(res, 503, errorBody(503, e.message));
-      else send(res, 500, errorBody(500, (e as Error).message ?? String(e)));
+      send(res, ...errorAnswer(e));
     }
+  }
+
+  /** Checks the API key in constant time (401 without it, as both engines answer). */
+  private authorize(req: http.IncomingMessage): void {
+    if (!this.apiKeyDigest) return;
+    const header = req.headers.authorization ?? '';
+    const given = header.startsWith('Bearer ') ? header.slice(7) : '';
+    if (!crypto.timingSafeEqual(digest(given), this.apiKeyDigest)) throw new HttpError(401, 'Unauthorized: send the API key as "Authorization: Bearer <key>"');
   }
 
   private readBody(req: http.IncomingMessage): Promise<Json> {
     const limit = this.options.maxBodyBytes;
+    // Only JSON: a web page can send text/plain or a form cross-origin without asking first.
+    const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -146,7 +269,9 @@ export class FlowrlServer {
       req.on('end', () => {
         if (size > limit) return;
         const text = Buffer.concat(chunks).toString('utf8').trim();
+        if (type !== 'application/json' && (text || type)) return reject(new HttpError(415, `the request body must be sent as application/json; got ${type ? `'${type}'` : 'no content-type'}`));
         if (!text) return resolve({});
+        if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) return reject(bad(`the request body nests deeper than ${MAX_JSON_DEPTH} levels`));
         try {
           const parsed: unknown = JSON.parse(text);
           if (!isObject(parsed)) return reject(bad('the request body must be a JSON object'));
@@ -158,364 +283,194 @@ export class FlowrlServer {
     });
   }
 
-  /** Applies injected faults to a generation request; returns false when it must not be answered. */
-  private async generationFault(res: http.ServerResponse): Promise<'answer' | 'drop' | 'hang'> {
-    const f = this.faults;
-    if (f.fail_next > 0) {
-      f.fail_next -= 1;
-      throw new HttpError(f.status, `injected failure (status ${f.status})`);
-    }
-    if (f.hang_next > 0) {
-      f.hang_next -= 1;
-      this.hung.add(res);
-      return 'hang';
-    }
-    if (f.restart_next > 0) {
-      f.restart_next -= 1;
-      this.engine.restartToBase();
-    }
-    if (f.delay_ms > 0) await new Promise((r) => setTimeout(r, f.delay_ms));
-    if (f.drop_next > 0) {
-      f.drop_next -= 1;
-      return 'drop';
-    }
-    return 'answer';
-  }
-
-  /** Runs samples through the engine under the injected faults; undefined when the request is dropped or hung. */
-  private async sampleWithFaults(res: http.ServerResponse, specs: SampleSpec[]): Promise<SampleOutput[] | undefined> {
-    const fault = await this.generationFault(res);
-    if (fault === 'hang') return undefined;
-    const outputs = await Promise.all(specs.map((s) => this.engine.submit(s).catch((e: Error) => Promise.reject(e instanceof EngineOverloaded ? e : bad(e.message)))));
-    if (fault === 'drop') {
-      res.socket?.destroy();
-      return undefined;
-    }
-    return outputs;
-  }
-
   private async route(method: string, url: URL, body: Json, res: http.ServerResponse): Promise<unknown> {
-    const route = `${method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
+    const key = `${method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
     this.requestCount += 1;
-    switch (route) {
-      // Both dialects.
-      case 'GET /health':
-        if (this.faults.health_fail) throw new HttpError(503, 'unhealthy (injected)');
-        return {};
-      case 'GET /v1/models':
-        return {
+    const route = Object.hasOwn(this.routes, key) ? this.routes[key] : undefined;
+    if (route && (!route.admin || this.options.enableAdmin)) return route.handler({ body, url, res });
+    throw new HttpError(404, `no route ${method} ${url.pathname}${route ? ' (an admin route: start flowrl serve with --enable-admin)' : ''}`);
+  }
+
+  private commonRoutes(): RouteTable {
+    return {
+      'GET /health': { handler: () => this.checkHealth() },
+      'GET /v1/models': {
+        handler: () => ({
           object: 'list',
           data: [
-            { id: this.modelName, object: 'model', owned_by: 'flowrl', root: this.options.modelDir, max_model_len: this.engine.config.maxPositions },
-            ...this.engine.adapterNames().map((name) => ({ id: name, object: 'model', owned_by: 'flowrl', parent: this.modelName })),
+            { id: this.modelName, object: 'model', owned_by: 'flowrl', root: this.options.modelDir, max_model_len: this.engine.maxModelLen },
+            ...this.engine.adapterNames().map((name) => ({ id: name, object: 'model', owned_by: 'flowrl', root: name, parent: this.modelName })),
           ],
-        };
-      // SGLang.
-      case 'GET /health_generate': {
-        if (this.faults.health_fail) throw new HttpError(503, 'unhealthy (injected)');
-        await this.engine.submit({ inputIds: [0], maxNewTokens: 1, temperature: 0, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed: 0 });
-        return {};
-      }
-      case 'GET /get_weight_version':
-        return { weight_version: this.engine.weightVersion };
-      case 'GET /get_model_info':
-        return { model_path: this.engine.weightsPath, tokenizer_path: this.options.tokenizer ? this.options.modelDir : null, is_generation: true, weight_version: this.engine.weightVersion };
-      case 'GET /v1/loads':
-      case 'GET /get_load':
-        return { num_running_reqs: this.engine.busy, num_waiting_reqs: this.engine.waiting };
-      case 'POST /generate':
-        return this.sglangGenerate(body, res);
-      case 'POST /update_weights_from_disk': {
-        const dir = body.model_path;
-        if (typeof dir !== 'string' || !dir) throw bad("'model_path' must be a directory path");
-        // As SGLang: the version changes only when the request gives one.
-        const version = body.weight_version === undefined || body.weight_version === null ? this.engine.weightVersion : String(body.weight_version);
-        const aborted = body.abort_all_requests === true ? this.engine.abortQueued() : 0;
-        try {
-          this.engine.loadWeights(path.resolve(dir), version);
-        } catch (e) {
-          return send(res, 400, { success: false, message: `failed to load ${dir}: ${(e as Error).message}`, num_paused_requests: aborted });
-        }
-        return { success: true, message: `loaded ${dir} as weight version ${version}`, num_paused_requests: aborted };
-      }
-      case 'POST /update_weight_version':
-        if (body.new_version === undefined) throw bad("'new_version' is required");
-        this.engine.weightVersion = String(body.new_version);
-        return { success: true, message: `weight version ${this.engine.weightVersion}` };
-      case 'POST /pause_generation': {
-        const mode = body.mode ?? 'abort';
-        if (mode !== 'abort' && mode !== 'retract' && mode !== 'in_place') throw bad(`'mode' must be abort, retract or in_place; got ${JSON.stringify(mode)}`);
-        this.engine.pause(mode === 'abort' ? 'abort' : 'keep');
-        return { message: 'Generation paused successfully.' };
-      }
-      case 'POST /continue_generation':
-        this.engine.resume();
-        return { message: 'Generation continued successfully.' };
-      case 'GET /flush_cache':
-      case 'POST /flush_cache':
-        // No prefix cache to clear; refused while requests run or wait, as SGLang does.
-        if (this.engine.busy || this.engine.waiting) throw bad('cannot flush the cache while requests are running or waiting');
-        return send(res, 200, 'Cache flushed.\n', 'text/plain');
-      case 'POST /load_lora_adapter':
-        return this.loadAdapter(body, true);
-      case 'POST /unload_lora_adapter':
-        return this.unloadAdapter(body);
-      // vLLM.
-      case 'POST /v1/completions':
-        return this.vllmCompletions(body, res);
-      case 'POST /v1/chat/completions':
-        return this.chatCompletions(body, res);
-      case 'POST /v1/load_lora_adapter':
-        return this.loadAdapter(body, body.load_inplace === true);
-      case 'POST /v1/unload_lora_adapter':
-        return this.unloadAdapter(body);
-      case 'POST /pause': {
-        const mode = url.searchParams.get('mode') ?? 'abort';
-        if (mode !== 'abort' && mode !== 'wait' && mode !== 'keep') throw bad(`'mode' must be abort, wait or keep; got '${mode}'`);
-        this.engine.pause(mode);
-        return { status: 'paused' };
-      }
-      case 'POST /resume':
-        this.engine.resume();
-        return { status: 'resumed' };
-      case 'GET /is_paused':
-        return { is_paused: this.engine.paused };
-      case 'POST /abort_request':
-      case 'POST /abort_requests':
-        // Queued samples end with finish 'abort'; a running batch always finishes (sampling is synchronous).
-        return { num_aborted: this.engine.abortQueued() };
-      case 'POST /reset_prefix_cache':
-        return {};
-      case 'POST /init_weight_transfer_engine':
-        return {};
-      case 'POST /start_weight_update':
-        this.weightUpdateOpen = true;
-        return {};
-      case 'POST /update_weights': {
-        if (!this.weightUpdateOpen) throw bad('call /start_weight_update first');
-        const info = body.update_info;
-        const dir = isObject(info) ? info.path : undefined;
-        if (typeof dir !== 'string' || !dir) throw bad("'update_info.path' must be a directory path");
-        try {
-          this.engine.loadWeights(path.resolve(dir), this.engine.weightVersion);
-        } catch (e) {
-          throw bad(`failed to load ${dir}: ${(e as Error).message}`);
-        }
-        return {};
-      }
-      case 'POST /finish_weight_update':
-        if (!this.weightUpdateOpen) throw bad('call /start_weight_update first');
-        this.weightUpdateOpen = false;
-        if (body.weight_version !== undefined && body.weight_version !== null) this.engine.weightVersion = String(body.weight_version);
-        return { weight_version: this.engine.weightVersion };
-      case 'POST /_flowrl/faults':
-        if (!this.options.testFaults) break;
-        return this.setFaults(body);
-    }
-    throw new HttpError(404, `no route ${method} ${url.pathname}`);
+        }),
+      },
+    };
   }
 
-  private setFaults(body: Json): Json {
-    if (body.reset === true) {
-      this.faults = { ...NO_FAULTS };
-      // The skew is an injected fault too; reset clears it back to the configured one.
-      this.engine.logprobSkew = this.options.logprobSkew ?? 0;
-    }
-    for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next'] as const) this.faults[key] = readNumber(body, key, this.faults[key], { integer: true, min: 0 });
-    if (body.health_fail !== undefined) this.faults.health_fail = body.health_fail === true;
-    if (body.logprob_skew !== undefined) this.engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
-    if (body.restart === true) this.engine.restartToBase();
-    return { faults: this.faults, logprob_skew: this.engine.logprobSkew, weight_version: this.engine.weightVersion };
+  /** Healthy unless the engine broke (or a test says otherwise). */
+  checkHealth(): Json {
+    if (this.engine.fault) throw new HttpError(503, this.engine.fault.message);
+    if (this.hooks.unhealthy?.()) throw new HttpError(503, 'unhealthy (injected)');
+    return {};
   }
 
-  private loadAdapter(body: Json, inPlace: boolean): unknown {
-    const { lora_name: name, lora_path: dir } = body;
-    if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
-    if (typeof dir !== 'string' || !dir) throw bad("'lora_path' must be a directory path");
+  private defaults?: Json;
+  /** The sampling defaults in the model's generation_config.json (read once; none without the file). */
+  generationDefaults(): Json {
+    if (!this.defaults) {
+      const file = path.join(this.options.modelDir, 'generation_config.json');
+      let parsed: unknown = {};
+      try {
+        parsed = fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : {};
+      } catch (e) {
+        throw new HttpError(500, `${file}: ${(e as Error).message}`);
+      }
+      this.defaults = isObject(parsed) ? parsed : {};
+    }
+    return this.defaults;
+  }
+
+  /** Sequential id for answers without a client id. */
+  nextId(): number {
+    return this.requestCount;
+  }
+
+  /**
+   * The absolute path of a directory a client asks to load, if it lies under an allowed root
+   * (symbolic links resolved): 403 otherwise, 400 when it does not exist.
+   */
+  loadablePath(value: unknown, key: string): string {
+    if (typeof value !== 'string' || !value) throw bad(`'${key}' must be a directory path`);
+    if (!this.roots.length) throw new HttpError(403, `loading weights is off: start flowrl serve with --weights-root DIR naming where the trainer writes them`);
+    let real: string;
     try {
-      this.engine.loadAdapter(name, path.resolve(dir), inPlace);
-    } catch (e) {
-      throw bad((e as Error).message);
+      real = fs.realpathSync(path.resolve(value));
+    } catch {
+      throw bad(`failed to load ${value}: no such directory`);
     }
-    return { success: true, message: `Success: LoRA adapter '${name}' added successfully.` };
+    if (!this.roots.some((root) => real === root || real.startsWith(root + path.sep))) throw new HttpError(403, `'${key}' ${value} is outside the allowed roots (--weights-root ${this.roots.join(', ')})`);
+    return real;
   }
 
-  private unloadAdapter(body: Json): unknown {
-    const name = body.lora_name;
-    if (typeof name !== 'string' || !this.engine.unloadAdapter(name)) throw new HttpError(404, `LoRA adapter ${JSON.stringify(name)} is not loaded`);
-    return { success: true, message: `Success: LoRA adapter '${name}' removed successfully.` };
-  }
-
-  /** Prompt ids from `value` (ids, or text with a tokenizer), checked against the vocabulary. */
-  private promptIds(value: unknown, key: string): number[][] {
+  /** Prompt ids from token ids (one list or a list of lists), checked against the vocabulary. */
+  promptIds(value: unknown, key: string): number[][] {
     const vocab = this.engine.config.vocabSize;
     const checkIds = (ids: unknown, where: string): number[] => {
       if (!Array.isArray(ids) || !ids.length) throw bad(`'${where}' must be a non-empty list of token ids`);
-      for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocab) throw bad(`'${where}' holds ${JSON.stringify(id)}, not a token id in [0, ${vocab})`);
+      if (ids.length > this.engine.maxModelLen) throw bad(`'${where}' holds ${ids.length} tokens; this model's maximum context length is ${this.engine.maxModelLen}`);
+      for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocab) throw bad(`'${where}' holds ${preview(id)}, not a token id in [0, ${vocab})`);
       return ids as number[];
     };
-    if (typeof value === 'string' || (Array.isArray(value) && value.length && typeof value[0] === 'string')) {
-      if (!this.options.tokenizer) throw bad(`'${key}' is text but this server has no tokenizer; send token ids`);
-      const texts = typeof value === 'string' ? [value] : (value as unknown[]);
-      return texts.map((t, i) => {
-        if (typeof t !== 'string') throw bad(`'${key}[${i}]' must be a string`);
-        return checkIds(this.options.tokenizer!.encode(t), `${key}[${i}] (encoded)`);
-      });
-    }
     if (Array.isArray(value) && value.length && Array.isArray(value[0])) return value.map((ids, i) => checkIds(ids, `${key}[${i}]`));
     return [checkIds(value, key)];
   }
 
+  /** Prompt ids from text (one string or a list), through the tokenizer. */
+  textPromptIds(value: unknown, key: string): number[][] {
+    const tokenizer = this.options.tokenizer;
+    if (!tokenizer) throw bad(`'${key}' is text but this server has no tokenizer; send token ids`);
+    const texts = typeof value === 'string' ? [value] : Array.isArray(value) && value.length ? value : undefined;
+    if (!texts) throw bad(`'${key}' must be a string or a non-empty list of strings`);
+    return texts.map((t, i) => {
+      if (typeof t !== 'string') throw bad(`'${key}[${i}]' must be a string`);
+      if (t.length > this.engine.maxModelLen * 64) throw bad(`'${key}[${i}]' is longer than any prompt this model's context holds`);
+      return this.promptIds(tokenizer.encode(t), `${key}[${i}] (encoded)`)[0];
+    });
+  }
+
   private stopIds(value: unknown, key: string): number[] {
     if (value === undefined || value === null) return [];
-    if (!Array.isArray(value) || value.some((id) => !Number.isInteger(id) || id < 0)) throw bad(`'${key}' must be a list of token ids`);
+    if (!Array.isArray(value) || value.length > 1024 || value.some((id) => !Number.isInteger(id) || id < 0)) throw bad(`'${key}' must be a list of token ids`);
     return value as number[];
   }
 
-  /** Sampling settings in SGLang's or vLLM's field names. */
-  private samplingSpec(p: Json, names: { maxTokens: string; seed: string }, where: string, maxTokensDefault: number) {
+  /**
+   * Sampling settings in a dialect's field names and rules. Max new tokens defaults to
+   * `rules.maxTokensDefault`, or with 'rest' to what the context leaves after the longest prompt.
+   * Penalties and min_p are accepted at their neutral values only: this engine does not apply them.
+   */
+  samplingSpec(p: Json, prompts: number[][], rules: SamplingRules): RequestSampling {
+    const where = rules.where;
     const temperature = readNumber(p, 'temperature', 1, { min: 0 }, where);
     const topK = readNumber(p, 'top_k', -1, { integer: true, min: -1 }, where);
+    if (topK === 0 && !rules.topKZeroIsOff) throw bad(`'${where}top_k' must be -1 (off) or at least 1; got 0`);
+    for (const [key, neutral] of Object.entries(NEUTRAL_PENALTIES)) {
+      if (readNumber(p, key, neutral, {}, where) !== neutral) throw bad(`'${where}${key}' must be ${neutral}: flowrl serve does not apply ${key}`);
+    }
+    const longest = Math.max(...prompts.map((ids) => ids.length));
+    const context = this.engine.maxModelLen;
+    const maxNewTokens = readNumber(p, rules.maxTokens, rules.maxTokensDefault === 'rest' ? context - longest : rules.maxTokensDefault, { integer: true, min: 0 }, where);
+    // Both engines refuse a request the context cannot hold, before any work.
+    if (longest + maxNewTokens > context) throw bad(rules.contextError(longest, maxNewTokens, context));
+    const seed = p[rules.seed] === undefined || p[rules.seed] === null ? undefined : readNumber(p, rules.seed, 0, { integer: true, min: -MAX_EXACT_SEED, max: MAX_EXACT_SEED }, where);
     return {
-      maxNewTokens: readNumber(p, names.maxTokens, maxTokensDefault, { integer: true, min: 0, max: 1 << 20 }, where),
+      maxNewTokens,
       temperature,
       topP: readNumber(p, 'top_p', 1, { min: Number.MIN_VALUE, max: 1 }, where),
       topK: topK <= 0 ? 0 : topK,
       stopTokenIds: this.stopIds(p.stop_token_ids, `${where}stop_token_ids`),
       ignoreEos: p.ignore_eos === true,
       n: readNumber(p, 'n', 1, { integer: true, min: 1, max: 1024 }, where),
-      seed: p[names.seed] === undefined || p[names.seed] === null ? undefined : readNumber(p, names.seed, 0, { integer: true }, where),
+      seed,
     };
   }
 
   /** One SampleSpec per prompt and sample: the first draws from the request's seed itself, sample i > 0 from stream (seed, i). */
-  private specs(prompts: number[][], s: ReturnType<FlowrlServer['samplingSpec']>, adapter?: string): SampleSpec[] {
-    const seed = s.seed ?? ServingEngine.freshSeed();
+  specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[] {
+    const seed = s.seed === undefined ? ServingEngine.freshSeed() : Rng.foldSeed(s.seed);
     return prompts.flatMap((inputIds, p) =>
       Array.from({ length: s.n }, (_, i) => ({ inputIds, maxNewTokens: s.maxNewTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stopTokenIds: s.stopTokenIds, ignoreEos: s.ignoreEos, seed: p * s.n + i === 0 ? seed : Rng.deriveSeed(seed, p * s.n + i), adapter })),
     );
   }
 
-  private async sglangGenerate(body: Json, res: http.ServerResponse): Promise<unknown> {
-    const source = body.input_ids ?? body.text;
-    if (source === undefined) throw bad("'input_ids' (or 'text') is required");
-    const prompts = this.promptIds(source, body.input_ids !== undefined ? 'input_ids' : 'text');
-    const params = body.sampling_params ?? {};
-    if (!isObject(params)) throw bad("'sampling_params' must be an object");
-    const s = this.samplingSpec(params, { maxTokens: 'max_new_tokens', seed: 'sampling_seed' }, 'sampling_params.', 128);
-    const adapter = body.lora_path === undefined || body.lora_path === null ? undefined : String(body.lora_path);
-    const outputs = await this.sampleWithFaults(res, this.specs(prompts, s, adapter));
-    if (!outputs) return undefined;
-    const rid = typeof body.rid === 'string' ? body.rid : `flowrl-${this.requestCount}`;
-    const items = outputs.map((o, i) => ({
-      text: this.decode(o.outputIds),
-      output_ids: o.outputIds,
-      meta_info: {
-        id: outputs.length > 1 ? `${rid}-${i}` : rid,
-        finish_reason: o.finish === 'stop' ? { type: 'stop', matched: o.matchedStop } : o.finish === 'length' ? { type: 'length', length: o.outputIds.length } : { type: 'abort', message: 'paused' },
-        prompt_tokens: prompts[Math.floor(i / s.n)].length,
-        completion_tokens: o.outputIds.length,
-        cached_tokens: 0,
-        weight_version: o.weightVersion,
-        ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
-      },
-    }));
-    // SGLang answers one object for one prompt and one sample, else a list.
-    const single = prompts.length === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
-    return single && s.n === 1 ? items[0] : items;
+  /** Runs samples through the engine (all queued or none); undefined when a test hook dropped or held the request. */
+  async sample(res: http.ServerResponse, specs: SampleSpec[]): Promise<SampleOutput[] | undefined> {
+    const fate = (await this.hooks.beforeGeneration?.(res)) ?? 'answer';
+    if (fate === 'hang') {
+      this.held.add(res);
+      return undefined;
+    }
+    const outputs = await Promise.all(this.engine.submitAll(specs));
+    if (fate === 'drop') {
+      res.socket?.destroy();
+      return undefined;
+    }
+    return outputs;
   }
 
-  private async vllmCompletions(body: Json, res: http.ServerResponse): Promise<unknown> {
-    if (body.prompt === undefined) throw bad("'prompt' is required");
-    const prompts = this.promptIds(body.prompt, 'prompt');
-    const s = this.samplingSpec(body, { maxTokens: 'max_tokens', seed: 'seed' }, '', 16);
-    const adapter = this.adapterFor(body.model);
-    const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: 20 });
-    const outputs = await this.sampleWithFaults(res, this.specs(prompts, s, adapter));
-    if (!outputs) return undefined;
-    const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : this.decode([id])));
-    const promptTotal = prompts.reduce((n, p) => n + p.length * s.n, 0);
-    return this.completion(
-      'text_completion',
-      body.model,
-      promptTotal,
-      outputs,
-      outputs.map((o, i) => ({
-        index: i,
-        text: this.decode(o.outputIds),
-        ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompts[Math.floor(i / s.n)] } : {}),
-        logprobs:
-          logprobs === undefined
-            ? null
-            : { tokens: tokens(o.outputIds), token_logprobs: o.logProbs, top_logprobs: logprobs > 0 ? o.outputIds.map((id, t) => ({ [tokens([id])[0]]: o.logProbs[t] })) : null, text_offset: o.outputIds.map(() => 0) },
-        finish_reason: o.finish,
-        // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
-        stop_reason: o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null,
-      })),
-    );
-  }
-
-  private async chatCompletions(body: Json, res: http.ServerResponse): Promise<unknown> {
-    const tokenizer = this.options.tokenizer;
-    if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
-    if (!tokenizer.hasChatTemplate) throw bad(`${this.options.modelDir}: the tokenizer has no chat template`);
-    const messages = body.messages;
-    if (!Array.isArray(messages) || !messages.length) throw bad("'messages' must be a non-empty list");
-    messages.forEach((m, i) => {
-      if (!isObject(m) || typeof m.role !== 'string' || typeof m.content !== 'string') throw bad(`'messages[${i}]' must be {role, content} strings`);
-    });
-    const text = tokenizer.applyChatTemplate(messages as { role: string; content: string }[]);
-    const s = this.samplingSpec({ ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens }, { maxTokens: 'max_tokens', seed: 'seed' }, '', 256);
-    const prompt = this.promptIds(text, 'messages');
-    const outputs = await this.sampleWithFaults(res, this.specs(prompt, s, this.adapterFor(body.model)));
-    if (!outputs) return undefined;
-    const stops = new Set([...this.engine.config.eosTokenIds, ...s.stopTokenIds]);
-    return this.completion(
-      'chat.completion',
-      body.model,
-      prompt[0].length,
-      outputs,
-      outputs.map((o, i) => ({
-        index: i,
-        message: { role: 'assistant', content: tokenizer.decode(o.outputIds.filter((id) => !stops.has(id)), true) },
-        logprobs: body.logprobs === true ? { content: o.outputIds.map((id, t) => ({ token: tokenizer.decode([id]), logprob: o.logProbs[t] })) } : null,
-        finish_reason: o.finish,
-      })),
-    );
-  }
-
-  /** What OpenAI's completion objects hold around their choices: ids, model and token usage. */
-  private completion(object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
-    const completionTokens = outputs.reduce((n, o) => n + o.outputIds.length, 0);
-    return {
-      id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${this.requestCount}`,
-      object,
-      created: Math.floor(Date.now() / 1000),
-      model: typeof model === 'string' ? model : this.modelName,
-      choices,
-      usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
-    };
-  }
-
-  /** vLLM selects a LoRA adapter by naming it as the model. */
-  private adapterFor(model: unknown): string | undefined {
-    if (model === undefined || model === null || model === this.modelName) return undefined;
-    if (typeof model !== 'string') throw bad("'model' must be a string");
-    if (this.engine.adapterNames().includes(model)) return model;
-    throw new HttpError(404, `The model \`${model}\` does not exist.`);
-  }
-
-  private decode(ids: number[]): string {
+  decode(ids: number[]): string {
     return this.options.tokenizer ? this.options.tokenizer.decode(ids) : '';
   }
 }
 
-function errorBody(status: number, message: string): Json {
-  const type = status === 400 ? 'BadRequestError' : status === 404 ? 'NotFoundError' : status === 413 ? 'RequestTooLarge' : status === 503 ? 'ServiceUnavailable' : 'InternalServerError';
+function digest(text: string): Buffer {
+  return crypto.createHash('sha256').update(text).digest();
+}
+
+/** The real path of an allowed root (it must exist: a typo would otherwise refuse every load). */
+function realDirectory(root: string): string {
+  try {
+    return fs.realpathSync(path.resolve(root));
+  } catch {
+    throw new RequestRefused(`--weights-root ${root}: no such directory`);
+  }
+}
+
+/** The status and JSON body for a failure. */
+function errorAnswer(e: unknown): [number, Json] {
+  const status =
+    e instanceof HttpError ? e.status : e instanceof RequestRefused ? 400 : e instanceof EngineOverloaded ? 503 : e instanceof EngineFault ? 500 : e instanceof RangeError ? 400 : 500;
+  return [status, { ...errorBody(status, (e as Error).message ?? String(e)), ...(e instanceof HttpError ? e.extra : {}) }];
+}
+
+const ERROR_TYPES: Record<number, string> = { 400: 'BadRequestError', 401: 'AuthenticationError', 403: 'PermissionDeniedError', 404: 'NotFoundError', 413: 'RequestTooLarge', 415: 'UnsupportedMediaType', 503: 'ServiceUnavailable' };
+
+/** Both engines' error shapes at once: vLLM's {error: {message, type, code}} and SGLang's {object, message, code}. */
+export function errorBody(status: number, message: string): Json {
+  const type = ERROR_TYPES[status] ?? 'InternalServerError';
   return { object: 'error', message, type, code: status, error: { message, type, code: status } };
 }
 
-function send(res: http.ServerResponse, status: number, body: unknown, type = 'application/json'): undefined {
+export function send(res: http.ServerResponse, status: number, body: unknown, type = 'application/json'): undefined {
   const text = type === 'application/json' ? JSON.stringify(body) : String(body);
   res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(text) });
   res.end(text);

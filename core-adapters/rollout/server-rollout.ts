@@ -44,6 +44,8 @@ interface RoundCounters {
   staleDropped: number;
   ejections: number;
   rejoins: number;
+  /** Servers that had lost the current weights (a restart) and took them again. */
+  resyncs: number;
 }
 
 /** Rollouts on SGLang or vLLM servers (or `flowrl serve`, which speaks both). */
@@ -87,9 +89,10 @@ export class ServerRollout implements Rollout {
     if (!Number.isInteger(s.max_retries) || s.max_retries < 0) throw new InputError(`${key('max_retries')} must be a whole number >= 0; got ${s.max_retries}`);
     if (!Number.isInteger(s.max_staleness) || s.max_staleness < 0) throw new InputError(`${key('max_staleness')} must be a whole number >= 0; got ${s.max_staleness}`);
     if (!Number.isInteger(s.max_inflight) || s.max_inflight < 1) throw new InputError(`${key('max_inflight')} must be a whole number >= 1; got ${s.max_inflight}`);
-    const timeoutMs = s.timeout_s * 1000;
+    if (s.api_key !== null && (typeof s.api_key !== 'string' || !s.api_key)) throw new InputError(`${key('api_key')} must be a non-empty string or null`);
+    const options = { timeoutMs: s.timeout_s * 1000, apiKey: s.api_key ?? (process.env.FLOWRL_ROLLOUT_API_KEY || undefined) };
     this.servers = urls.map((url) => ({
-      client: dialect === 'vllm' ? new VllmClient(url.replace(/\/+$/, ''), timeoutMs) : new SglangClient(url.replace(/\/+$/, ''), timeoutMs),
+      client: dialect === 'vllm' ? new VllmClient(url.replace(/\/+$/, ''), options) : new SglangClient(url.replace(/\/+$/, ''), options),
       live: true,
       version: -1,
       failures: 0,
@@ -120,7 +123,15 @@ export class ServerRollout implements Rollout {
   }
 
   async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
-    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
+    const dialect = this.config.actor_rollout_ref.rollout.name;
+    if (dialect === 'vllm' && !sampling.greedy && sampling.temperature !== 0 && (sampling.topP < 1 || sampling.topK > 0)) {
+      // vLLM's processed logprobs are renormalised over the kept tokens; the trainer's cover the whole
+      // vocabulary, so every TIS weight would carry the kept mass. SGLang's are before filtering.
+      throw new InputError(
+        `rollout.name vllm with top_p ${sampling.topP} and top_k ${sampling.topK}: vLLM returns log-probs after top-k/top-p renormalisation while the trainer scores over the whole vocabulary, so the TIS weights would be wrong. Sample with top_p 1.0 and top_k -1 on vLLM, or use SGLang (its log-probs are taken before filtering, as the trainer's)`,
+      );
+    }
+    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0, resyncs: 0 };
     const syncStarted = performance.now();
     await this.sync(counters);
     const syncSeconds = (performance.now() - syncStarted) / 1000;
@@ -154,6 +165,7 @@ export class ServerRollout implements Rollout {
       'rollout/stale_dropped': counters.staleDropped,
       'rollout/ejections': counters.ejections,
       'rollout/rejoins': counters.rejoins,
+      'rollout/resyncs': counters.resyncs,
       'rollout/weight_version': this.version,
       'timing_s/weight_sync': syncSeconds,
     };
@@ -198,6 +210,12 @@ export class ServerRollout implements Rollout {
       } catch (e) {
         if (!(e instanceof ServerCallError) || !e.retryable) throw e instanceof ServerCallError ? new InputError(`rollout server ${e.message}`) : e;
         lastError = e.message;
+        if (e.lostWeights) {
+          // It answers, but without our weights: it rejoins once it has taken them again.
+          attempt += 1;
+          this.eject(server, counters);
+          continue;
+        }
         counters.retries += 1;
         attempt += 1;
         tried.add(server);
@@ -279,9 +297,14 @@ export class ServerRollout implements Rollout {
     await this.rejoin(counters);
     await Promise.all(
       this.servers
-        .filter((s) => s.live && s.version !== this.version)
+        .filter((s) => s.live)
         .map(async (s) => {
           try {
+            // One believed current is asked: a restart to its launch weights shows here, not in its samples.
+            if (s.version === this.version && this.version > 0) {
+              if (await s.client.holds(this.label(this.version), this.isAdapter)) return;
+              counters.resyncs += 1;
+            } else if (s.version === this.version) return;
             await this.push(s);
           } catch (e) {
             if (e instanceof ServerCallError && !e.retryable) throw new InputError(`rollout server ${e.message}`);

@@ -1,10 +1,12 @@
 // The engine behind `flowrl serve`: a policy that batches concurrent sampling requests, swaps its
 // weights (a whole HF directory or a LoRA adapter) between batches, and pauses for weight syncs.
-// Sampling is synchronous, so a batch runs to the end before any other request is looked at.
+// A batch decodes a token at a time and yields to the event loop between tokens, so the server
+// keeps answering (health, pause, abort) while the model computes. Every request is checked against
+// the context length and the KV-cache budget before it is queued; a batch is sized to fit the budget.
 import crypto from 'node:crypto';
 import type { CausalLM } from '../model/causal-lm.js';
 import { loadModel } from '../model/checkpoint.js';
-import { generate } from '../model/generate.js';
+import { Decoding } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { isAdapterDir, loadAdapters, type LoraAdapters } from '../model/lora.js';
 
@@ -32,8 +34,12 @@ export type FinishReason = 'stop' | 'length' | 'abort';
 /** A drawn sample: exactly the sampled ids (the stop token included) and their log-probs. */
 export interface SampleOutput {
   outputIds: number[];
-  /** log-softmax(logits / T) of each id (processed logprobs), or at T = 1 with raw logprobs. */
+  /** log-softmax(logits / T) of each id over the whole vocabulary: before top-k/top-p, as SGLang and the trainer score. */
   logProbs: number[];
+  /** Per id, the log of the softmax share top-k/top-p kept (absent without them): vLLM's processed logprobs are logProbs minus this. */
+  keptLogMass?: number[];
+  /** With logprobsMode raw_logprobs: each id scored at T = 1 before any filter (vLLM's default). */
+  rawLogProbs?: number[];
   finish: FinishReason;
   /** The stop token that ended it, for finish 'stop'. */
   matchedStop?: number;
@@ -44,30 +50,56 @@ export interface SampleOutput {
 /** Raised when the bounded queue is full (the server answers 503). */
 export class EngineOverloaded extends Error {}
 
+/** A request the engine can never run as asked (too long, an adapter not loaded): the server answers 400. */
+export class RequestRefused extends Error {}
+
+/** The engine failed while computing; it is broken until the process restarts (the server answers 5xx and /health 503). */
+export class EngineFault extends Error {}
+
 export interface ServingEngineOptions {
   /** Rows per batch. */
   maxBatch: number;
   /** Samples waiting at most; beyond it submit throws EngineOverloaded. */
   maxQueue: number;
-  /** processed_logprobs (after temperature, the default) or raw_logprobs (vLLM's default: T = 1). */
+  /** vLLM's --logprobs-mode: processed_logprobs (after temperature and top-k/top-p) or raw_logprobs (vLLM's default: T = 1, unfiltered). */
   logprobsMode: 'processed_logprobs' | 'raw_logprobs';
+  /** Prompt plus new tokens of one sample at most (default: the model's max_position_embeddings). */
+  maxModelLen?: number;
+  /** KV-cache slots of one batch (rows x (longest prompt + most new tokens)); default: what 1 GiB holds, at least one full-length sample. */
+  maxTotalTokens?: number;
   /** Added to every returned log-prob (a test-only skew between engine and trainer). */
   logprobSkew?: number;
 }
+
+/** KV-cache bytes the default token budget may use. */
+const DEFAULT_KV_BYTES = 2 ** 30;
 
 interface Pending {
   spec: SampleSpec;
   resolve: (out: SampleOutput) => void;
   reject: (e: Error) => void;
+  /** Settles with the sample (pause 'wait' waits for it). */
+  settled: Promise<unknown>;
+}
+
+/** The batch now decoding. */
+interface RunningBatch {
+  rows: Pending[];
+  aborted: boolean;
 }
 
 /** The serving engine: a model, its loaded adapters, a queue and a weight version. */
 export class ServingEngine {
   private model: CausalLM;
   private readonly adapters = new Map<string, LoraAdapters>();
+  private readonly adapterDirs = new Map<string, string>();
   private queue: Pending[] = [];
   private scheduled = false;
-  private running = 0;
+  private looping = false;
+  private running?: RunningBatch;
+  /** Weight and adapter changes waiting for the running batch to end (no batch starts meanwhile). */
+  private locks = 0;
+  private idleWaiters: (() => void)[] = [];
   paused = false;
   weightVersion = '0';
   /** Batches run so far (tests check that concurrent requests share batches). */
@@ -75,6 +107,14 @@ export class ServingEngine {
   /** Directory of the weights now served. */
   weightsPath: string;
   logprobSkew: number;
+  /** Why the engine is broken, once a batch failed while computing. */
+  fault?: EngineFault;
+  /** Runs before every decode step (the test-only fault layer breaks the engine here). */
+  beforeStep?: () => void;
+  /** Called once when the engine breaks (flowrl serve exits so that a supervisor restarts it). */
+  onFault?: (fault: EngineFault) => void;
+  readonly maxModelLen: number;
+  readonly maxTotalTokens: number;
 
   constructor(
     readonly baseDir: string,
@@ -84,7 +124,11 @@ export class ServingEngine {
     this.model = loadModel(baseDir);
     this.weightsPath = baseDir;
     this.logprobSkew = options.logprobSkew ?? 0;
-    if (adapterDir) this.loadWeights(adapterDir, '0');
+    const c = this.model.config;
+    this.maxModelLen = Math.min(options.maxModelLen ?? c.maxPositions, c.maxPositions);
+    const kvBytesPerToken = c.numLayers * 2 * c.numKVHeads * c.headDim * 4;
+    this.maxTotalTokens = options.maxTotalTokens ?? Math.min(options.maxBatch * this.maxModelLen, Math.max(this.maxModelLen, Math.floor(DEFAULT_KV_BYTES / kvBytesPerToken)));
+    if (adapterDir) this.swapWeights(adapterDir, '0');
   }
 
   get config() {
@@ -96,13 +140,18 @@ export class ServingEngine {
     return this.queue.length;
   }
 
-  /** Samples in the batch now running (0 or the batch size). */
+  /** Samples in the batch now running (0 when none). */
   get busy(): number {
-    return this.running;
+    return this.running?.rows.length ?? 0;
   }
 
   adapterNames(): string[] {
     return [...this.adapters.keys()];
+  }
+
+  /** The directory the adapter `name` was loaded from. */
+  adapterPath(name: string): string | undefined {
+    return this.adapterDirs.get(name);
   }
 
   /** A seed for a request that gives none. */
@@ -110,79 +159,168 @@ export class ServingEngine {
     return crypto.randomInt(2 ** 31);
   }
 
-  /** Queues one sample; resolves when its batch has run (or with finish 'abort' on pause abort). */
-  submit(spec: SampleSpec): Promise<SampleOutput> {
-    if (spec.adapter !== undefined && !this.adapters.has(spec.adapter)) return Promise.reject(new Error(`LoRA adapter '${spec.adapter}' is not loaded`));
-    if (this.queue.length >= this.options.maxQueue) return Promise.reject(new EngineOverloaded(`the queue holds ${this.queue.length} samples (at most ${this.options.maxQueue}); retry later`));
-    return new Promise((resolve, reject) => {
-      this.queue.push({ spec, resolve, reject });
-      this.schedule();
+  /** Why `spec` can never run here, or undefined. */
+  private refusal(spec: SampleSpec): string | undefined {
+    if (spec.adapter !== undefined && !this.adapters.has(spec.adapter)) return `LoRA adapter '${spec.adapter}' is not loaded`;
+    const length = spec.inputIds.length + spec.maxNewTokens;
+    if (length > this.maxModelLen) {
+      return `this model's maximum context length is ${this.maxModelLen} tokens; the request asks for ${length} (${spec.inputIds.length} in the prompt, ${spec.maxNewTokens} new). Shorten the prompt or lower the new-token limit`;
+    }
+    if (length > this.maxTotalTokens) return `the request needs ${length} KV-cache slots; this server has ${this.maxTotalTokens} (--max-total-tokens)`;
+    return undefined;
+  }
+
+  /**
+   * Queues samples, all or none: one that can never run is a RequestRefused, a queue without room
+   * for all of them an EngineOverloaded, a broken engine its EngineFault (nothing is queued then).
+   * Each promise resolves when its batch has run (or with finish 'abort' when aborted).
+   */
+  submitAll(specs: SampleSpec[]): Promise<SampleOutput>[] {
+    if (this.fault) throw this.fault;
+    for (const spec of specs) {
+      const why = this.refusal(spec);
+      if (why) throw new RequestRefused(why);
+    }
+    if (this.queue.length + specs.length > this.options.maxQueue) {
+      throw new EngineOverloaded(`the queue holds ${this.queue.length} samples (at most ${this.options.maxQueue}); ${specs.length} more do not fit; retry later`);
+    }
+    const promises = specs.map((spec) => {
+      let pending!: Pending;
+      const promise = new Promise<SampleOutput>((resolve, reject) => {
+        pending = { spec, resolve, reject, settled: Promise.resolve() };
+      });
+      pending.settled = promise.catch(() => undefined);
+      this.queue.push(pending);
+      return promise;
     });
+    this.schedule();
+    return promises;
+  }
+
+  /** Queues one sample (submitAll of one, as a promise). */
+  submit(spec: SampleSpec): Promise<SampleOutput> {
+    try {
+      return this.submitAll([spec])[0];
+    } catch (e) {
+      return Promise.reject(e as Error);
+    }
   }
 
   private schedule(): void {
-    if (this.scheduled || this.paused || !this.queue.length) return;
+    if (this.scheduled || this.looping || !this.canStart()) return;
     this.scheduled = true;
     // One macrotask later: requests that arrived together are batched together.
     setTimeout(() => {
       this.scheduled = false;
-      this.runBatch();
-      this.schedule();
+      void this.loop();
     }, 1);
   }
 
-  /** Runs the first queued sample with every queued sample that can share its batch. */
-  private runBatch(): void {
-    if (this.paused || !this.queue.length) return;
+  private canStart(): boolean {
+    return !this.paused && !this.locks && !this.fault && this.queue.length > 0;
+  }
+
+  private async loop(): Promise<void> {
+    if (this.looping) return;
+    this.looping = true;
+    try {
+      while (this.canStart()) await this.runBatch();
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** The first queued sample with every queued sample that can share its batch within the budgets. */
+  private takeBatch(): Pending[] {
     const key = batchKey(this.queue[0].spec);
     const batch: Pending[] = [];
     const rest: Pending[] = [];
-    for (const p of this.queue) (batch.length < this.options.maxBatch && batchKey(p.spec) === key ? batch : rest).push(p);
+    let longestPrompt = 0;
+    let mostNew = 0;
+    for (const p of this.queue) {
+      const prompt = Math.max(longestPrompt, p.spec.inputIds.length);
+      const fresh = Math.max(mostNew, p.spec.maxNewTokens);
+      if (batch.length < this.options.maxBatch && batchKey(p.spec) === key && (batch.length + 1) * (prompt + fresh) <= this.maxTotalTokens) {
+        batch.push(p);
+        longestPrompt = prompt;
+        mostNew = fresh;
+      } else rest.push(p);
+    }
     this.queue = rest;
-    const first = batch[0].spec;
+    return batch;
+  }
+
+  /** Decodes one batch, yielding between tokens; a failure while computing breaks the engine. */
+  private async runBatch(): Promise<void> {
+    const rows = this.takeBatch();
+    const first = rows[0].spec;
     const adapters = first.adapter === undefined ? this.model.adapters : this.adapters.get(first.adapter);
     if (first.adapter !== undefined && !adapters) {
-      batch.forEach((p) => p.reject(new Error(`LoRA adapter '${first.adapter}' was unloaded`)));
+      rows.forEach((p) => p.reject(new RequestRefused(`LoRA adapter '${first.adapter}' was unloaded`)));
       return;
     }
-    const current = this.model.adapters;
-    this.running = batch.length;
+    const model = this.model;
+    const current = model.adapters;
+    const batch: RunningBatch = { rows, aborted: false };
+    this.running = batch;
     this.batchesRun += 1;
+    let decoding: Decoding | undefined;
     try {
-      this.model.adapters = adapters;
-      const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...this.model.config.eosTokenIds])];
-      const { tokens, stopped, logProbs } = generate(
-        this.model,
-        batch.map((p) => p.spec.inputIds),
+      model.adapters = adapters;
+      const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...model.config.eosTokenIds])];
+      decoding = new Decoding(
+        model,
+        rows.map((p) => p.spec.inputIds),
         {
-          maxNewTokens: Math.max(...batch.map((p) => p.spec.maxNewTokens)),
-          rowMaxNewTokens: batch.map((p) => p.spec.maxNewTokens),
-          rowSeeds: batch.map((p) => p.spec.seed),
+          maxNewTokens: Math.max(...rows.map((p) => p.spec.maxNewTokens)),
+          rowMaxNewTokens: rows.map((p) => p.spec.maxNewTokens),
+          rowSeeds: rows.map((p) => p.spec.seed),
           temperature: first.temperature,
           topP: first.topP,
           topK: first.topK,
           greedy: first.temperature === 0,
           stopTokenIds: stops,
           withLogProbs: true,
+          withKeptMass: first.temperature !== 0 && (first.topP < 1 || first.topK > 0),
         },
       );
-      const raw = this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && first.temperature !== 0;
-      batch.forEach((p, b) => {
-        const lps = raw ? this.rawLogProbs(p.spec, tokens[b]) : logProbs![b];
+      for (;;) {
+        this.beforeStep?.();
+        if (batch.aborted || !decoding.step()) break;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      const { tokens, stopped, logProbs, keptLogMass } = decoding.result();
+      // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
+      const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && first.temperature !== 0;
+      const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
+      rows.forEach((p, b) => {
+        const finish: FinishReason = batch.aborted ? 'abort' : stopped[b] ? 'stop' : 'length';
         p.resolve({
           outputIds: tokens[b],
-          logProbs: lps.map((v) => v + this.logprobSkew),
-          finish: stopped[b] ? 'stop' : 'length',
-          matchedStop: stopped[b] ? tokens[b][tokens[b].length - 1] : undefined,
+          logProbs: skew(logProbs![b]),
+          ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
+          ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: skew(rescore ? this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]) } : {}),
+          finish,
+          matchedStop: finish === 'stop' ? tokens[b][tokens[b].length - 1] : undefined,
           weightVersion: this.weightVersion,
         });
       });
     } catch (e) {
-      batch.forEach((p) => p.reject(e as Error));
+      this.breakDown(e as Error, rows);
     } finally {
-      this.model.adapters = current;
-      this.running = 0;
+      decoding?.dispose();
+      model.adapters = current;
+      this.running = undefined;
+      this.idleWaiters.splice(0).forEach((w) => w());
     }
+  }
+
+  /** Marks the engine broken: the batch and everything queued fail with the fault. */
+  private breakDown(error: Error, rows: Pending[]): void {
+    const fault = new EngineFault(`the engine failed while sampling and must be restarted: ${error.message}`);
+    this.fault = fault;
+    for (const p of [...rows, ...this.queue.splice(0)]) p.reject(fault);
+    this.onFault?.(fault);
   }
 
   /** vLLM's default logprobs: the sampled ids scored at T = 1 (before temperature). */
@@ -190,17 +328,62 @@ export class ServingEngine {
     return ids.length ? responseLogProbs(this.model, [spec.inputIds], [ids], 1)[0] : [];
   }
 
-  /** Stops starting batches; 'abort' also ends every queued sample with finish 'abort', 'wait' first runs them. Returns how many were waiting. */
-  pause(mode: 'abort' | 'wait' | 'keep'): number {
-    // vLLM's 'wait' lets the requests already submitted finish (on the current weights) before
-    // pausing; without the drain they would wait and then sample from the next weights.
-    if (mode === 'wait') while (!this.paused && this.queue.length) this.runBatch();
-    this.paused = true;
-    return mode === 'abort' ? this.abortQueued() : this.queue.length;
+  /** Log-probs of prompt ids 1.. given the ones before, at T = 1 (vLLM's prompt_logprobs), computed between batches. */
+  scorePrompt(ids: number[], adapter?: string): Promise<number[]> {
+    return this.exclusive(() => {
+      if (ids.length < 2) return [];
+      const adapters = adapter === undefined ? this.model.adapters : this.adapters.get(adapter);
+      if (adapter !== undefined && !adapters) throw new RequestRefused(`LoRA adapter '${adapter}' is not loaded`);
+      const current = this.model.adapters;
+      this.model.adapters = adapters;
+      try {
+        return responseLogProbs(this.model, [ids.slice(0, 1)], [ids.slice(1)], 1)[0];
+      } finally {
+        this.model.adapters = current;
+      }
+    });
   }
 
-  /** Ends every queued sample with finish 'abort' (no ids); returns how many there were. */
-  abortQueued(): number {
+  /** Resolves once no batch is running. */
+  private idle(): Promise<void> {
+    return this.running ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
+  }
+
+  /** Runs `change` between batches: no batch starts until it is done; the running one is aborted first when `abortRunning`. */
+  private async exclusive<T>(change: () => T, abortRunning = false): Promise<T> {
+    this.locks += 1;
+    try {
+      if (abortRunning && this.running) this.running.aborted = true;
+      await this.idle();
+      return change();
+    } finally {
+      this.locks -= 1;
+      this.schedule();
+    }
+  }
+
+  /**
+   * Stops starting batches. 'abort' also ends the running batch and every queued sample with finish
+   * 'abort' (with the ids sampled so far); 'wait' first lets every sample already submitted finish
+   * on the current weights; 'keep' leaves queued samples waiting (a running batch completes).
+   * Resolves with how many samples were waiting.
+   */
+  async pause(mode: 'abort' | 'wait' | 'keep'): Promise<number> {
+    if (mode === 'wait') {
+      // vLLM's 'wait': without the drain the submitted samples would sample from the next weights.
+      const submitted = [...(this.running?.rows ?? []), ...this.queue].map((p) => p.settled);
+      await Promise.all(submitted);
+      await this.idle();
+    }
+    this.paused = true;
+    if (mode === 'abort') return this.abortAll();
+    await this.idle();
+    return this.queue.length;
+  }
+
+  /** Ends the running batch and every queued sample with finish 'abort'; returns how many were queued. */
+  abortAll(): number {
+    if (this.running) this.running.aborted = true;
     const waiting = this.queue.length;
     for (const p of this.queue) p.resolve({ outputIds: [], logProbs: [], finish: 'abort', weightVersion: this.weightVersion });
     this.queue = [];
@@ -212,11 +395,25 @@ export class ServingEngine {
     this.schedule();
   }
 
+  /** Resolves once nothing is queued or running (queued samples of a paused engine are aborted). */
+  async drain(): Promise<void> {
+    while (this.queue.length || this.running) {
+      if (this.paused || this.fault) this.abortAll();
+      await Promise.all([...(this.running?.rows ?? []), ...this.queue].map((p) => p.settled));
+      await this.idle();
+    }
+  }
+
   /**
    * Loads `dir` (an HF model directory, or a PEFT adapter for this base) as the weights served,
-   * under `version`. A bad directory throws and leaves the served weights as they were.
+   * under `version`, once the running batch has ended (aborted first when `abortRunning`). A bad
+   * directory throws and leaves the served weights as they were.
    */
-  loadWeights(dir: string, version: string): void {
+  loadWeights(dir: string, version: string, abortRunning = false): Promise<void> {
+    return this.exclusive(() => this.swapWeights(dir, version), abortRunning);
+  }
+
+  private swapWeights(dir: string, version: string): void {
     if (isAdapterDir(dir)) {
       const adapters = loadAdapters(this.model.config, dir);
       this.model.attachAdapters(adapters);
@@ -231,36 +428,48 @@ export class ServingEngine {
       // Adapters belong to a base; a new base drops them.
       this.adapters.forEach((a) => a.dispose());
       this.adapters.clear();
+      this.adapterDirs.clear();
     }
     this.weightsPath = dir;
     this.weightVersion = version;
   }
 
-  /** Loads a PEFT adapter under `name`; a name in use is replaced only when `inPlace`. */
-  loadAdapter(name: string, dir: string, inPlace: boolean): void {
-    if (this.adapters.has(name) && !inPlace) throw new Error(`LoRA adapter '${name}' is already loaded; unload it first or pass load_inplace`);
-    const adapters = loadAdapters(this.model.config, dir);
-    this.adapters.get(name)?.dispose();
-    this.adapters.set(name, adapters);
+  /** Loads a PEFT adapter under `name` between batches; a name in use is replaced only when `inPlace`. */
+  loadAdapter(name: string, dir: string, inPlace: boolean): Promise<void> {
+    return this.exclusive(() => {
+      if (this.adapters.has(name) && !inPlace) throw new Error(`LoRA adapter '${name}' is already loaded; unload it first or pass load_inplace`);
+      const adapters = loadAdapters(this.model.config, dir);
+      this.adapters.get(name)?.dispose();
+      this.adapters.set(name, adapters);
+      this.adapterDirs.set(name, dir);
+    });
   }
 
-  unloadAdapter(name: string): boolean {
-    const adapters = this.adapters.get(name);
-    if (!adapters) return false;
-    adapters.dispose();
-    this.adapters.delete(name);
-    return true;
+  /** Unloads an adapter between batches; false when none has that name. */
+  unloadAdapter(name: string): Promise<boolean> {
+    return this.exclusive(() => {
+      const adapters = this.adapters.get(name);
+      if (!adapters) return false;
+      adapters.dispose();
+      this.adapters.delete(name);
+      this.adapterDirs.delete(name);
+      return true;
+    });
   }
 
   /** Back to the base weights as started, version '0' (a test's simulated restart). */
-  restartToBase(): void {
-    this.loadWeights(this.baseDir, '0');
-    this.model.adapters?.dispose();
-    this.model.adapters = undefined;
+  restartToBase(): Promise<void> {
+    return this.exclusive(() => {
+      this.swapWeights(this.baseDir, '0');
+      this.model.adapters?.dispose();
+      this.model.adapters = undefined;
+    });
   }
 
+  /** Aborts everything and frees the model (call after the running batch has ended: drain()). */
   dispose(): void {
-    this.pause('abort');
+    this.paused = true;
+    this.abortAll();
     this.model.dispose();
     this.adapters.forEach((a) => a.dispose());
   }

@@ -1,0 +1,74 @@
+// Test-only fault injection for flowrl serve (`--test-faults`): POST /_flowrl/faults makes the next
+// generation requests fail, drop, hang or slow down, fails health, simulates a restart to the base
+// weights, skews logprobs or breaks the engine, so the tests of the rollout clients and of the server
+// can see every failure a real server shows. Kept apart from serve.ts, which never imports it.
+import { readNumber, type FlowrlServer, HttpError, type Json } from './serve.js';
+
+/** Injected failures: each *_next counts down over generation requests. */
+interface Faults {
+  /** Answer the next N generation requests with `status`. */
+  fail_next: number;
+  status: number;
+  /** Sample, then drop the connection without an answer, for the next N. */
+  drop_next: number;
+  /** Never answer the next N (the client's timeout ends them). */
+  hang_next: number;
+  /** /health and /health_generate answer 503. */
+  health_fail: boolean;
+  /** Milliseconds added before each generation answer. */
+  delay_ms: number;
+  /** Go back to the base weights (version '0') just before the next N generation requests: a restart the client did not see. */
+  restart_next: number;
+  /** The next N decode steps throw, as a failing kernel would: the engine breaks. */
+  break_next: number;
+}
+
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0 };
+
+/** Installs the fault hooks and the /_flowrl/faults route on `server`. */
+export function installFaults(server: FlowrlServer): void {
+  let faults: Faults = { ...NO_FAULTS };
+  const engine = server.engine;
+  server.hooks.unhealthy = () => faults.health_fail;
+  engine.beforeStep = () => {
+    if (faults.break_next <= 0) return;
+    faults.break_next -= 1;
+    throw new Error('memory access out of bounds (injected)');
+  };
+  server.hooks.beforeGeneration = async () => {
+    if (faults.fail_next > 0) {
+      faults.fail_next -= 1;
+      throw new HttpError(faults.status, `injected failure (status ${faults.status})`);
+    }
+    if (faults.hang_next > 0) {
+      faults.hang_next -= 1;
+      return 'hang';
+    }
+    if (faults.restart_next > 0) {
+      faults.restart_next -= 1;
+      await engine.restartToBase();
+    }
+    if (faults.delay_ms > 0) await new Promise((r) => setTimeout(r, faults.delay_ms));
+    if (faults.drop_next > 0) {
+      faults.drop_next -= 1;
+      return 'drop';
+    }
+    return 'answer';
+  };
+  server.addRoutes({
+    'POST /_flowrl/faults': {
+      handler: async ({ body }): Promise<Json> => {
+        if (body.reset === true) {
+          faults = { ...NO_FAULTS };
+          // The skew is an injected fault too; reset clears it back to the configured one.
+          engine.logprobSkew = server.options.logprobSkew ?? 0;
+        }
+        for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
+        if (body.health_fail !== undefined) faults.health_fail = body.health_fail === true;
+        if (body.logprob_skew !== undefined) engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
+        if (body.restart === true) await engine.restartToBase();
+        return { faults, logprob_skew: engine.logprobSkew, weight_version: engine.weightVersion };
+      },
+    },
+  });
+}

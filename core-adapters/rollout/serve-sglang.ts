@@ -1,0 +1,173 @@
+// flowrl serve's SGLang dialect: the native routes RL rollouts use, as SGLang v0.5.18 serves them
+// (python/sglang/srt/entrypoints/http_server.py, managers/io_struct.py, tokenizer_manager.py and
+// sampling/sampling_params.py at that tag): the weight version read from /model_info (the old
+// version routes answer 404), a disk update that waits for running requests unless told to abort
+// them and flushes the cache itself, /update_weight_version aborting by default, LoRA loads that
+// leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
+// and logprobs after temperature, before top-k/top-p (the trainer's convention).
+import type http from 'node:http';
+import { bad, HttpError, isObject, send, type FlowrlServer, type Json, type RouteTable, type SamplingRules } from './serve.js';
+
+/** The SGLang release whose routes, fields and status codes this dialect mirrors. */
+export const SGLANG_RELEASE = 'v0.5.18';
+
+const SAMPLING: SamplingRules = {
+  maxTokens: 'max_new_tokens',
+  seed: 'sampling_seed',
+  where: 'sampling_params.',
+  maxTokensDefault: 128,
+  topKZeroIsOff: false,
+  contextError: (prompt, fresh, context) =>
+    prompt >= context
+      ? `The input (${prompt} tokens) is longer than the model's context length (${context} tokens).`
+      : `Requested token count exceeds the model's maximum context length of ${context} tokens. You requested a total of ${prompt + fresh} tokens: ${prompt} tokens from the input messages and ${fresh} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.`,
+};
+
+/** The routes SGLang retired in favour of /model_info: 404, as there. */
+const retired = () => {
+  throw new HttpError(404, "This endpoint is deprecated. Please use '/model_info' instead.");
+};
+
+export function sglangRoutes(server: FlowrlServer): RouteTable {
+  const engine = server.engine;
+  return {
+    'GET /health_generate': {
+      handler: async () => {
+        server.checkHealth();
+        await engine.submit({ inputIds: [0], maxNewTokens: 1, temperature: 0, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed: 0 });
+        return {};
+      },
+    },
+    'GET /get_weight_version': { handler: retired },
+    'GET /weight_version': { handler: retired },
+    'GET /get_model_info': { handler: () => modelInfo(server) },
+    'GET /model_info': { handler: () => modelInfo(server) },
+    'GET /v1/loads': { handler: () => ({ num_running_reqs: engine.busy, num_waiting_reqs: engine.waiting }) },
+    'GET /get_load': { handler: () => ({ num_running_reqs: engine.busy, num_waiting_reqs: engine.waiting }) },
+    'POST /generate': { handler: ({ body, res }) => generate(server, body, res) },
+    'POST /update_weights_from_disk': {
+      admin: true,
+      handler: async ({ body }) => {
+        // As SGLang: the version changes only when the request gives one.
+        const version = body.weight_version === undefined || body.weight_version === null ? engine.weightVersion : String(body.weight_version);
+        const dir = server.loadablePath(body.model_path, 'model_path');
+        const aborted = body.abort_all_requests === true ? engine.abortAll() : 0;
+        try {
+          await engine.loadWeights(dir, version, body.abort_all_requests === true);
+        } catch (e) {
+          throw new HttpError(400, `failed to load ${String(body.model_path)}: ${(e as Error).message}`, { success: false, num_paused_requests: aborted });
+        }
+        return { success: true, message: `loaded ${String(body.model_path)} as weight version ${version}`, num_paused_requests: aborted };
+      },
+    },
+    'POST /update_weight_version': {
+      admin: true,
+      handler: ({ body }) => {
+        if (body.new_version === undefined || body.new_version === null) throw bad("'new_version' is required");
+        // SGLang aborts every request here unless told not to.
+        if (body.abort_all_requests !== false) engine.abortAll();
+        engine.weightVersion = String(body.new_version);
+        return { success: true, message: `Weight version updated to ${engine.weightVersion}`, new_version: engine.weightVersion };
+      },
+    },
+    'POST /pause_generation': {
+      admin: true,
+      handler: async ({ body }) => {
+        const mode = body.mode ?? 'abort';
+        if (mode !== 'abort' && mode !== 'retract' && mode !== 'in_place') throw bad(`'mode' must be abort, retract or in_place; got ${JSON.stringify(mode)}`);
+        await engine.pause(mode === 'abort' ? 'abort' : 'keep');
+        return { message: 'Generation paused successfully.', status: 'ok' };
+      },
+    },
+    'POST /continue_generation': {
+      admin: true,
+      handler: () => {
+        engine.resume();
+        return { message: 'Generation continued successfully.', status: 'ok' };
+      },
+    },
+    'GET /flush_cache': { admin: true, handler: ({ res }) => flushCache(server, res) },
+    'POST /flush_cache': { admin: true, handler: ({ res }) => flushCache(server, res) },
+    'POST /abort_request': {
+      admin: true,
+      handler: () => {
+        engine.abortAll();
+        return {};
+      },
+    },
+    'POST /load_lora_adapter': { admin: true, handler: ({ body }) => loadAdapter(server, body) },
+    'POST /unload_lora_adapter': { admin: true, handler: ({ body }) => unloadAdapter(server, body) },
+  };
+}
+
+function modelInfo(server: FlowrlServer): Json {
+  return {
+    model_path: server.engine.weightsPath,
+    tokenizer_path: server.options.tokenizer ? server.options.modelDir : null,
+    served_model_name: server.modelName,
+    is_generation: true,
+    weight_version: server.engine.weightVersion,
+  };
+}
+
+/** No prefix cache to clear; refused while requests run or wait, in plain text, as SGLang does. */
+function flushCache(server: FlowrlServer, res: http.ServerResponse): undefined {
+  if (server.engine.busy || server.engine.waiting) return send(res, 400, 'Flush cache failed.\n', 'text/plain');
+  return send(res, 200, 'Cache flushed.\n', 'text/plain');
+}
+
+/** SGLang's LoRA answers: {success, error_message, loaded_adapters}, 400 on failure. Loading leaves the weight version alone. */
+function adapterAnswer(server: FlowrlServer, error?: string): Json {
+  const answer = { success: !error, error_message: error ?? null, loaded_adapters: Object.fromEntries(server.engine.adapterNames().map((n) => [n, server.engine.adapterPath(n)])) };
+  if (error) throw new HttpError(400, error, answer);
+  return answer;
+}
+
+async function loadAdapter(server: FlowrlServer, body: Json): Promise<Json> {
+  const { lora_name: name } = body;
+  if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
+  const dir = server.loadablePath(body.lora_path, 'lora_path');
+  try {
+    await server.engine.loadAdapter(name, dir, false);
+  } catch (e) {
+    return adapterAnswer(server, (e as Error).message);
+  }
+  return adapterAnswer(server);
+}
+
+async function unloadAdapter(server: FlowrlServer, body: Json): Promise<Json> {
+  const name = body.lora_name;
+  if (typeof name !== 'string' || !(await server.engine.unloadAdapter(name))) return adapterAnswer(server, `LoRA adapter ${JSON.stringify(name)} is not loaded`);
+  return adapterAnswer(server);
+}
+
+async function generate(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+  // input_ids are ids only (a string there is a mistake, not a prompt); text is the text route.
+  const byIds = body.input_ids !== undefined && body.input_ids !== null;
+  if (!byIds && (body.text === undefined || body.text === null)) throw bad("'input_ids' (or 'text') is required");
+  const prompts = byIds ? server.promptIds(body.input_ids, 'input_ids') : server.textPromptIds(body.text, 'text');
+  const params = body.sampling_params ?? {};
+  if (!isObject(params)) throw bad("'sampling_params' must be an object");
+  const s = server.samplingSpec(params, prompts, SAMPLING);
+  const adapter = body.lora_path === undefined || body.lora_path === null ? undefined : String(body.lora_path);
+  const outputs = await server.sample(res, server.specs(prompts, s, adapter));
+  if (!outputs) return undefined;
+  const rid = typeof body.rid === 'string' ? body.rid : `flowrl-${server.nextId()}`;
+  const items = outputs.map((o, i) => ({
+    text: server.decode(o.outputIds),
+    output_ids: o.outputIds,
+    meta_info: {
+      id: outputs.length > 1 ? `${rid}-${i}` : rid,
+      finish_reason: o.finish === 'stop' ? { type: 'stop', matched: o.matchedStop } : o.finish === 'length' ? { type: 'length', length: o.outputIds.length } : { type: 'abort', message: 'Abort before prefill' },
+      prompt_tokens: prompts[Math.floor(i / s.n)].length,
+      completion_tokens: o.outputIds.length,
+      cached_tokens: 0,
+      weight_version: o.weightVersion,
+      ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
+    },
+  }));
+  // SGLang answers one object for one prompt and one sample, else a list.
+  const source = byIds ? body.input_ids : body.text;
+  const single = prompts.length === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
+  return single && s.n === 1 ? items[0] : items;
+}

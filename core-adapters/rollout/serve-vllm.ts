@@ -1,0 +1,223 @@
+// flowrl serve's vLLM dialect: the OpenAI routes with vLLM's extensions and the dev-mode routes
+// (VLLM_SERVER_DEV_MODE=1) RL rollouts use, as vLLM v0.20.2 serves them
+// (vllm/entrypoints/openai/completion/protocol.py, serve/rpc/api_router.py, serve/rlhf/api_router.py,
+// serve/cache/api_router.py, v1/sample/sampler.py at that tag): full weights reloaded from a
+// directory through /collective_rpc reload_weights (the release has no disk weight-transfer
+// backend and no weight-version route), sampling defaults taken from the model's
+// generation_config.json when a request omits them, logprobs raw (T = 1, unfiltered) or processed
+// (after temperature and top-k/top-p, renormalised over the kept tokens) by --logprobs-mode, and
+// max_tokens 16 by default, cut to what the context leaves.
+import type http from 'node:http';
+import { bad, HttpError, isObject, readNumber, send, type FlowrlServer, type Json, type RouteTable, type SamplingRules } from './serve.js';
+import type { SampleOutput } from './serving-engine.js';
+
+/** The vLLM release whose routes, fields and status codes this dialect mirrors. */
+export const VLLM_RELEASE = 'v0.20.2';
+
+/** Default max_tokens of /v1/completions when a request omits it. */
+const COMPLETION_MAX_TOKENS = 16;
+
+const contextError = (prompt: number, fresh: number, context: number) =>
+  `This model's maximum context length is ${context} tokens. However, you requested ${fresh} output tokens and your prompt contains ${prompt} input tokens, for a total of ${prompt + fresh} tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=${prompt})`;
+
+/** Sampling fields vLLM fills from the model's generation_config.json when a request omits them. */
+const GENERATION_CONFIG_FIELDS = ['temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty'] as const;
+
+export function vllmRoutes(server: FlowrlServer): RouteTable {
+  const engine = server.engine;
+  return {
+    'POST /v1/completions': { handler: ({ body, res }) => completions(server, body, res) },
+    'POST /v1/chat/completions': { handler: ({ body, res }) => chatCompletions(server, body, res) },
+    'POST /v1/load_lora_adapter': {
+      admin: true,
+      handler: async ({ body, res }) => {
+        const name = body.lora_name;
+        if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
+        const inPlace = body.load_inplace === true;
+        if (engine.adapterNames().includes(name) && !inPlace) throw new HttpError(400, `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`);
+        let dir: string;
+        try {
+          dir = server.loadablePath(body.lora_path, 'lora_path');
+        } catch (e) {
+          // vLLM: a path with no adapter is a 404.
+          if (e instanceof HttpError && e.status === 400) throw new HttpError(404, `Loading lora ${name} failed: No adapter found for ${String(body.lora_path)}`);
+          throw e;
+        }
+        try {
+          await engine.loadAdapter(name, dir, inPlace);
+        } catch (e) {
+          throw new HttpError(404, `Loading lora ${name} failed: ${(e as Error).message}`);
+        }
+        return send(res, 200, `Success: LoRA adapter '${name}' added successfully.`, 'text/plain');
+      },
+    },
+    'POST /v1/unload_lora_adapter': {
+      admin: true,
+      handler: async ({ body, res }) => {
+        const name = body.lora_name;
+        if (typeof name !== 'string' || !(await engine.unloadAdapter(name))) throw new HttpError(404, `The lora adapter '${String(name)}' cannot be found.`);
+        return send(res, 200, `Success: LoRA adapter '${name}' removed successfully.`, 'text/plain');
+      },
+    },
+    // Dev mode.
+    'POST /pause': {
+      admin: true,
+      handler: async ({ url }) => {
+        const mode = url.searchParams.get('mode') ?? 'abort';
+        if (mode !== 'abort' && mode !== 'wait' && mode !== 'keep') throw bad(`'mode' must be abort, wait or keep; got '${mode}'`);
+        await engine.pause(mode);
+        return { status: 'paused' };
+      },
+    },
+    'POST /resume': {
+      admin: true,
+      handler: () => {
+        engine.resume();
+        return { status: 'resumed' };
+      },
+    },
+    'GET /is_paused': { admin: true, handler: () => ({ is_paused: engine.paused }) },
+    // No prefix cache here: nothing to reset.
+    'POST /reset_prefix_cache': { admin: true, handler: ({ res }) => send(res, 200, '', 'text/plain') },
+    'POST /collective_rpc': {
+      admin: true,
+      handler: async ({ body }) => {
+        if (typeof body.method !== 'string') throw bad("'method' is required");
+        if (body.method !== 'reload_weights') throw bad(`flowrl serve runs only reload_weights through /collective_rpc; got '${body.method}'`);
+        const kwargs = body.kwargs ?? {};
+        if (!isObject(kwargs)) throw bad("'kwargs' must be an object");
+        if (kwargs.is_checkpoint_format === false) throw bad("'kwargs.is_checkpoint_format' false is not supported: send an HF checkpoint directory");
+        const dir = server.loadablePath(kwargs.weights_path, 'kwargs.weights_path');
+        try {
+          // vLLM has no weight version; flowrl serve keeps the directory's name as one for its logs.
+          await engine.loadWeights(dir, engine.weightVersion);
+        } catch (e) {
+          throw new HttpError(500, `reload_weights failed: ${(e as Error).message}`);
+        }
+        return { results: [null] };
+      },
+    },
+  };
+}
+
+/** A request's sampling fields with the model's generation_config.json defaults under them, as vLLM reads them. */
+function withGenerationDefaults(server: FlowrlServer, body: Json): Json {
+  const defaults = server.generationDefaults();
+  const filled: Json = { ...body };
+  for (const key of GENERATION_CONFIG_FIELDS) if ((body[key] === undefined || body[key] === null) && defaults[key] !== undefined) filled[key] = defaults[key];
+  return filled;
+}
+
+function samplingRules(maxTokensDefault: number | 'rest'): SamplingRules {
+  return { maxTokens: 'max_tokens', seed: 'seed', where: '', maxTokensDefault, topKZeroIsOff: true, contextError };
+}
+
+/** The logprobs this server reports for a sample, by --logprobs-mode. */
+function reportedLogProbs(server: FlowrlServer, o: SampleOutput): number[] {
+  if (server.options.logprobsMode === 'raw_logprobs') return o.rawLogProbs ?? o.logProbs;
+  // Renormalised over the tokens top-k/top-p kept.
+  return o.keptLogMass ? o.logProbs.map((v, t) => v - o.keptLogMass![t]) : o.logProbs;
+}
+
+/** vLLM selects a LoRA adapter by naming it as the model. */
+function adapterFor(server: FlowrlServer, model: unknown): string | undefined {
+  if (model === undefined || model === null || model === server.modelName) return undefined;
+  if (typeof model !== 'string') throw bad("'model' must be a string");
+  if (server.engine.adapterNames().includes(model)) return model;
+  throw new HttpError(404, `The model \`${model}\` does not exist.`);
+}
+
+/** A prompt as vLLM takes it: ids, a list of id lists, a string or a list of strings (never ids and text mixed). */
+function promptsOf(server: FlowrlServer, prompt: unknown): number[][] {
+  if (typeof prompt === 'string' || (Array.isArray(prompt) && prompt.length && prompt.every((p) => typeof p === 'string'))) return server.textPromptIds(prompt, 'prompt');
+  return server.promptIds(prompt, 'prompt');
+}
+
+async function completions(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+  if (body.prompt === undefined) throw bad("'prompt' is required");
+  const prompts = promptsOf(server, body.prompt);
+  const adapter = adapterFor(server, body.model);
+  const p = withGenerationDefaults(server, body);
+  const longest = Math.max(...prompts.map((ids) => ids.length));
+  // Omitted, max_tokens is 16 cut to what the context leaves; given, a request past the context is a 400.
+  const s = server.samplingSpec(p, prompts, samplingRules(Math.max(0, Math.min(COMPLETION_MAX_TOKENS, server.engine.maxModelLen - longest))));
+  // vLLM: seed -1 means none.
+  if (s.seed === -1) s.seed = undefined;
+  const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: 20 });
+  const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
+  const outputs = await server.sample(res, server.specs(prompts, s, adapter));
+  if (!outputs) return undefined;
+  const scored = promptLogprobs === undefined ? undefined : await Promise.all(prompts.map((ids) => server.engine.scorePrompt(ids, adapter)));
+  const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id])));
+  const promptTotal = prompts.reduce((n, ids) => n + ids.length * s.n, 0);
+  return completion(
+    server,
+    'text_completion',
+    body.model,
+    promptTotal,
+    outputs,
+    outputs.map((o, i) => {
+      const prompt = prompts[Math.floor(i / s.n)];
+      const lps = reportedLogProbs(server, o);
+      return {
+        index: i,
+        text: server.decode(o.outputIds),
+        ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompt } : {}),
+        logprobs:
+          logprobs === undefined ? null : { tokens: tokens(o.outputIds), token_logprobs: lps, top_logprobs: o.outputIds.map((id, t) => ({ [tokens([id])[0]]: lps[t] })), text_offset: o.outputIds.map(() => 0) },
+        ...(scored ? { prompt_logprobs: [null, ...scored[Math.floor(i / s.n)].map((lp, t) => ({ [String(prompt[t + 1])]: { logprob: lp, rank: null, decoded_token: server.decode([prompt[t + 1]]) } }))] } : {}),
+        finish_reason: o.finish,
+        // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
+        stop_reason: o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null,
+      };
+    }),
+  );
+}
+
+async function chatCompletions(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+  const tokenizer = server.options.tokenizer;
+  if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
+  if (!tokenizer.hasChatTemplate) throw bad(`${server.options.modelDir}: the tokenizer has no chat template`);
+  const messages = body.messages;
+  if (!Array.isArray(messages) || !messages.length) throw bad("'messages' must be a non-empty list");
+  messages.forEach((m, i) => {
+    if (!isObject(m) || typeof m.role !== 'string' || typeof m.content !== 'string') throw bad(`'messages[${i}]' must be {role, content} strings`);
+  });
+  const text = tokenizer.applyChatTemplate(messages as { role: string; content: string }[]);
+  const prompt = server.textPromptIds(text, 'messages');
+  const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
+  const s = server.samplingSpec(p, prompt, samplingRules('rest'));
+  if (s.seed === -1) s.seed = undefined;
+  const outputs = await server.sample(res, server.specs(prompt, s, adapterFor(server, body.model)));
+  if (!outputs) return undefined;
+  const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
+  return completion(
+    server,
+    'chat.completion',
+    body.model,
+    prompt[0].length,
+    outputs,
+    outputs.map((o, i) => {
+      const lps = reportedLogProbs(server, o);
+      return {
+        index: i,
+        message: { role: 'assistant', content: tokenizer.decode(o.outputIds.filter((id) => !stops.has(id)), true) },
+        logprobs: body.logprobs === true ? { content: o.outputIds.map((id, t) => ({ token: tokenizer.decode([id]), logprob: lps[t] })) } : null,
+        finish_reason: o.finish,
+      };
+    }),
+  );
+}
+
+/** What OpenAI's completion objects hold around their choices: ids, model and token usage. */
+function completion(server: FlowrlServer, object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
+  const completionTokens = outputs.reduce((n, o) => n + o.outputIds.length, 0);
+  return {
+    id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${server.nextId()}`,
+    object,
+    created: Math.floor(Date.now() / 1000),
+    model: typeof model === 'string' ? model : server.modelName,
+    choices,
+    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+  };
+}
