@@ -10,119 +10,17 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import type { CausalLM } from '../core-adapters/model/causal-lm.js';
 import { loadModel, saveModel } from '../core-adapters/model/checkpoint.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
-import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleRequest, type SampleResult } from '../core-adapters/rollout/clients.js';
-import { FlowrlServer, type ServeOptions } from '../core-adapters/rollout/serve.js';
-import { installFaults } from '../core-adapters/rollout/serve-faults.js';
+import { SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from '../core-adapters/rollout/clients.js';
+import type { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import type { SampleSpec } from '../core-adapters/rollout/serving-engine.js';
 import { CLI_MAIN, expectClose, fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
-
-const TINY = fixture('tiny-qwen2');
-const TINY_ADAPTER = fixture('lora-tiny-qwen2');
-// Prompts of several lengths (tiny-qwen2 has 128 tokens; any real vocabulary holds these ids).
-const PROMPTS = [[5, 17, 42, 9], [3, 8], [77, 12, 40, 51, 6, 99, 23]];
-
-/** Admin routes on, weights loadable from the temporary directories and the fixtures. */
-function serveOptions(extra: Partial<ServeOptions> = {}): ServeOptions {
-  return { modelDir: TINY, host: '127.0.0.1', port: 0, maxBatch: 64, maxQueue: 64, maxBodyBytes: 1 << 20, logprobsMode: 'processed_logprobs', enableAdmin: true, weightsRoots: [os.tmpdir(), fixture()], ...extra };
-}
-
-async function startServer(extra: Partial<ServeOptions> = {}, faults = false): Promise<{ server: FlowrlServer; url: string }> {
-  const server = new FlowrlServer(serveOptions(extra));
-  if (faults) installFaults(server);
-  return { server, url: await server.listen() };
-}
-
-let requestNumber = 0;
-function sample(over: Partial<SampleRequest> = {}): SampleRequest {
-  return { inputIds: PROMPTS[0], maxNewTokens: 8, temperature: 1, topP: 1, topK: 0, stopTokenIds: [], seed: 11, requestId: `test-${++requestNumber}`, ...over };
-}
-
-interface Answer {
-  status: number;
-  body: unknown;
-}
-
-/** One HTTP call with plain fetch (a POST as application/json); a string body is sent as is (for malformed JSON). */
-async function call(url: string, route: string, body?: unknown, method?: 'GET' | 'POST', headers: Record<string, string> = {}): Promise<Answer> {
-  const verb = method ?? (body === undefined ? 'GET' : 'POST');
-  const res = await fetch(url + route, {
-    method: verb,
-    headers: verb === 'POST' ? { 'content-type': 'application/json', ...headers } : headers,
-    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  try {
-    return { status: res.status, body: JSON.parse(text) as unknown };
-  } catch {
-    return { status: res.status, body: text };
-  }
-}
-
-interface ErrorBody {
-  object: string;
-  message: string;
-  code: number;
-  error: { message: string; code: number };
-}
-
-interface SglangItem {
-  output_ids: number[];
-  meta_info: { id: string; finish_reason: { type: string }; weight_version: string; output_token_logprobs: [number, number, null][] };
-}
-
-interface VllmAnswer {
-  choices: { index: number; text: string; token_ids: number[]; logprobs: { token_logprobs: number[] }; finish_reason: string }[];
-}
-
-interface ChatAnswer {
-  choices: { message: { role: string; content: string }; logprobs: { content: { logprob: number }[] }; finish_reason: string }[];
-  usage: { prompt_tokens: number; completion_tokens: number };
-}
-
-/** Checks an error answer: status, the JSON error body, and fragments of its message. */
-function expectError(answer: Answer, status: number, ...fragments: string[]): ErrorBody {
-  expect(answer.status, JSON.stringify(answer.body)).to.equal(status);
-  const body = answer.body as ErrorBody;
-  expect(body.code).to.equal(status);
-  expect(body.error.message).to.equal(body.message);
-  for (const f of fragments) expect(body.message).to.include(f);
-  return body;
-}
-
-/** Awaits a rejected call and returns its ServerCallError. */
-async function callError(promise: Promise<unknown>): Promise<ServerCallError> {
-  try {
-    await promise;
-  } catch (e) {
-    expect(e, String(e)).to.be.instanceOf(ServerCallError);
-    return e as ServerCallError;
-  }
-  return expect.fail('expected a ServerCallError') as never;
-}
-
-async function waitFor(what: string, done: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await done())) {
-    if (Date.now() > end) expect.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
-async function waiting(url: string): Promise<number> {
-  return ((await call(url, '/v1/loads')).body as { num_waiting_reqs: number }).num_waiting_reqs;
-}
-
-/** The largest |a - b| over two equal-length arrays. */
-function maxDiff(a: number[], b: number[]): number {
-  return Math.max(...a.map((v, i) => Math.abs(v - b[i])));
-}
+import { call, callError, expectError, maxDiff, PROMPTS, sample, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type ChatAnswer, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 /** An HF directory with tiny-qwen2's architecture and perturbed weights (another policy version). */
 function writePerturbedModel(dir: string): void {
@@ -232,7 +130,7 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       const firsts = ids.map((_, i) => i).filter((i) => !ids.slice(0, i).includes(ids[i]));
       const k = firsts.find((i) => i >= 2) ?? firsts.at(-1)!;
       if (info.flowrl) expect(k).to.be.at.least(2);
-      const stopped = await t.client.generate({ ...base, stopTokenIds: [ids[k]], requestId: `test-${++requestNumber}` });
+      const stopped = await t.client.generate({ ...base, stopTokenIds: [ids[k]], requestId: sample().requestId });
       expect(stopped.finish).to.equal('stop');
       expect(stopped.outputIds.at(-1)).to.equal(ids[k]);
       expect(stopped.outputIds).to.deep.equal(ids.slice(0, k + 1));
@@ -269,10 +167,10 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       const e = await callError(t.client.generate(sample({ adapter: 'no-such-adapter' })));
       expect([e.retryable, e.lostWeights], e.message).to.deep.equal([true, true]);
       expect(e.status).to.be.within(400, 499);
-      expect(await t.client.holds('v1', true)).to.equal(true);
+      expect(await t.client.holds('v1')).to.equal(true);
       await t.client.unloadAdapter('v1');
       // vLLM lists its adapters; SGLang tells a lost adapter by its weight version (a restart resets it).
-      if (t.client.dialect === 'vllm') expect(await t.client.holds('v1', true)).to.equal(false);
+      if (t.client.dialect === 'vllm') expect(await t.client.holds('v1')).to.equal(false);
       expect((await callError(t.client.generate(sample({ adapter: 'v1' })))).lostWeights).to.equal(true);
     });
 

@@ -148,20 +148,45 @@ describe('rollouts on inference servers (flowrl serve)', function () {
     });
   });
 
-  it('the vllm dialect trains too (LoRA adapters loaded per version), with log-probs equal to the trainer', async () => {
-    await withTwoServers(async ({ servers, urls }) => {
+  for (const dialect of ['vllm', 'sglang'] as const) {
+    it(`the ${dialect} dialect trains with LoRA (an adapter per version), with log-probs equal to the trainer and no sample taken for stale`, async () => {
+      await withTwoServers(async ({ servers, urls }) => {
+        const dir = tempDir();
+        const runDir = path.join(dir, 'run');
+        const file = serverConfig(dir, urls, { actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32 } } }, dialect);
+        const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
+        expect(code, stderr).to.equal(0);
+        const steps = stepMetrics(runDir);
+        expect(steps).to.have.length(4);
+        for (const m of steps) {
+          expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
+          // SGLang leaves its weight version alone when an adapter loads: the adapter named is the version.
+          expect(m['rollout/stale_dropped'] + m['rollout/ejections'], `step ${m.step}`).to.equal(0);
+        }
+        // Step 4 sampled with version 3: the adapters of versions 2 and 3 stay loaded, older ones were unloaded.
+        for (const s of servers) expect(s.engine.adapterNames().map((n) => n.split('.')[1]).sort()).to.deep.equal(['2', '3']);
+        // SGLang was told the version with /update_weight_version.
+        if (dialect === 'sglang') for (const url of urls) expect(await weightVersion(url)).to.match(/\.3$/);
+        expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v2', 'v3']);
+        expect(fs.existsSync(path.join(runDir, 'rollout_weights', 'v3', 'adapter_config.json'))).to.equal(true);
+      });
+    });
+  }
+
+  it('vllm full weights (reload_weights through /collective_rpc): a server restarted to its launch weights is caught by its log-probs on a probe and given the current weights; no step trains on its samples', async () => {
+    await withTwoServers(async ({ urls }) => {
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
-      const file = serverConfig(dir, urls, { actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32 } } }, 'vllm');
-      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
+      const { code, stderr } = await trainWatching(serverConfig(dir, urls, {}, 'vllm'), runDir, async (step) => {
+        // Just as step 3's samples arrive, after its weight load: vLLM tags no sample with a version.
+        if (step === 2) await fetch(`${urls[0]}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ restart_next: 1 }) });
+      }, ['trainer.total_training_steps=5', 'trainer.val_before_train=false']);
       expect(code, stderr).to.equal(0);
       const steps = stepMetrics(runDir);
-      expect(steps).to.have.length(4);
+      // Caught after its load (by the check of what it loaded) or after its samples (they are drawn again).
+      expect(steps.reduce((n, m) => n + m['rollout/stale_dropped'] + m['rollout/ejections'], 0)).to.be.greaterThan(0);
+      // No step trained on the base weights' samples.
       for (const m of steps) expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
-      // Step 4 sampled with version 3: the adapters of versions 2 and 3 stay loaded, older ones were unloaded.
-      for (const s of servers) expect(s.engine.adapterNames().map((n) => n.split('.')[1]).sort()).to.deep.equal(['2', '3']);
-      expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v2', 'v3']);
-      expect(fs.existsSync(path.join(runDir, 'rollout_weights', 'v3', 'adapter_config.json'))).to.equal(true);
     });
   });
 

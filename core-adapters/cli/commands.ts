@@ -29,7 +29,7 @@ const COMMANDS: Record<string, Command> = {
   score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: scoreCommand },
   serve: {
     usage:
-      'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--max-batch 64] [--max-queue 1024] [--max-body-mb 16] [--logprobs-mode processed_logprobs|raw_logprobs]   (SGLang and vLLM rollout routes, OpenAI chat completions)',
+      'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--dialect both|sglang|vllm] [--api-key KEY] [--enable-admin --weights-root DIR ...] [--max-batch 64] [--max-queue 1024] [--max-model-len N] [--max-total-tokens N] [--max-body-mb 16] [--logprobs-mode processed_logprobs|raw_logprobs]   (SGLang v0.5.18 and vLLM v0.20.2 rollout routes, OpenAI chat completions; admin routes (weights, adapters, pause) only with --enable-admin; SIGTERM drains)',
     run: serveCommand,
   },
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },
@@ -61,6 +61,10 @@ export async function main(argv: string[]): Promise<number> {
     return name ? 0 : 2;
   }
   const command = COMMANDS[name];
+  if (command && (rest.includes('--help') || rest.includes('-h'))) {
+    console.log(`usage: flowrl ${command.usage}`);
+    return 0;
+  }
   try {
     const run = command ? () => command.run(rest) : pluginCommand(name, rest);
     if (!run) {

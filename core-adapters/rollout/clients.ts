@@ -50,8 +50,8 @@ export interface RolloutServerClient {
    * the name `version`), resumes, and checks that the server reports them.
    */
   loadWeights(dir: string, version: string, adapter: boolean): Promise<void>;
-  /** Whether the server still holds what loadWeights(…, version, …) loaded (false after a restart to its launch weights). */
-  holds(version: string, adapter: boolean): Promise<boolean>;
+  /** Whether the server still holds what loadWeights loaded as `version` (SGLang: the version it reports; vLLM: the adapter it lists). */
+  holds(version: string): Promise<boolean>;
   /** Unloads the adapter loaded under `name`, if any (best effort). */
   unloadAdapter(name: string): Promise<void>;
 }
@@ -135,13 +135,14 @@ async function answers(url: string, route: string, timeoutMs: number, apiKey?: s
 /** Transient failures of an admin call retried at most this many times (SGLang answers 400 to a weight load whose files are not visible yet). */
 const ADMIN_RETRIES = 5;
 
-/** Runs an admin call, again after `delayMs` while `transient(error)` says the failure can pass. */
+/** Runs an admin call, again after `delayMs` (doubling) while `transient(error)` says the failure can pass. */
 async function withRetries<T>(call: () => Promise<T>, transient: (e: ServerCallError) => boolean, delayMs: number): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await call();
     } catch (e) {
-      if (!(e instanceof ServerCallError) || attempt >= ADMIN_RETRIES || !(e.retryable || transient(e))) throw e;
+      // A server that is down is the rollout's to eject, not this loop's to wait for.
+      if (!(e instanceof ServerCallError) || attempt >= ADMIN_RETRIES || !transient(e)) throw e;
       await new Promise((r) => setTimeout(r, delayMs * 2 ** attempt));
     }
   }
@@ -266,23 +267,16 @@ export class SglangClient implements RolloutServerClient {
   }
 }
 
-/** Prompt ids whose log-probs fingerprint a vLLM server's weights (vLLM reports no weight version). */
-const PROBE_IDS = Array.from({ length: 24 }, (_, i) => 1 + ((i * 37) % 97));
-/** Mean |difference| of the probe's log-probs above which the weights are not the ones loaded. */
-const PROBE_TOLERANCE = 1e-2;
-
 /**
  * vLLM (v0.20.2): /v1/completions with an id prompt, logprobs 0 and return_token_ids; full weights
  * through the dev-mode /collective_rpc reload_weights (with /pause and /resume around it), adapters
- * through /v1/load_lora_adapter. vLLM reports no weight version, so after a full load the client keeps
- * the probe prompt's log-probs as a fingerprint, and a server whose fingerprint changed (a restart
- * to its launch weights) is caught. Its --api-key covers the /v1 routes only; the dev routes stay open.
+ * through /v1/load_lora_adapter. vLLM reports no weight version: with full weights the rollout
+ * compares promptLogProbs of a probe with its own (ServerRollout). Its --api-key covers the /v1
+ * routes only; the dev routes stay open.
  */
 export class VllmClient implements RolloutServerClient {
   readonly dialect = 'vllm';
   private readonly admin: CallInit;
-  /** Fingerprints of the full-weight versions loaded here. */
-  private readonly fingerprints = new Map<string, number[]>();
   constructor(
     readonly url: string,
     private readonly options: ClientOptions,
@@ -332,7 +326,7 @@ export class VllmClient implements RolloutServerClient {
     const admin = this.admin;
     if (adapter) {
       await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), (e) => e.status === 404, this.options.retryDelayMs ?? 1000);
-      if (!(await this.holds(version, true))) throw new ServerCallError(`${this.url}: does not list adapter ${version} after loading it`, true);
+      if (!(await this.holds(version))) throw new ServerCallError(`${this.url}: does not list adapter ${version} after loading it`, true);
       return;
     }
     // 'wait': samples already running finish on the weights they started with.
@@ -343,32 +337,25 @@ export class VllmClient implements RolloutServerClient {
     } finally {
       await callJson(this.url, '/resume', { ...admin, method: 'POST' }).catch(() => undefined);
     }
-    this.fingerprints.clear();
-    this.fingerprints.set(version, await this.fingerprint());
   }
 
-  /** The probe prompt's log-probs (vLLM's prompt_logprobs: T = 1, before any filter). */
-  private async fingerprint(): Promise<number[]> {
-    const body = { ...(this.options.modelName ? { model: this.options.modelName } : {}), prompt: PROBE_IDS, max_tokens: 1, temperature: 0, prompt_logprobs: 0, return_token_ids: true };
+  /** Log-probs of ids 1.. given the ones before, at T = 1 (vLLM's prompt_logprobs: raw, whatever --logprobs-mode says). */
+  async promptLogProbs(ids: number[]): Promise<number[]> {
+    const body = { ...(this.options.modelName ? { model: this.options.modelName } : {}), prompt: ids, max_tokens: 1, temperature: 0, prompt_logprobs: 0, return_token_ids: true };
     const out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { choices?: { prompt_logprobs?: unknown }[] };
     const entries = out.choices?.[0]?.prompt_logprobs;
-    if (!Array.isArray(entries) || entries.length !== PROBE_IDS.length) throw malformed(this.url, '/v1/completions', 'no prompt_logprobs for the weight check');
-    return PROBE_IDS.slice(1).map((id, i) => {
+    if (!Array.isArray(entries) || entries.length !== ids.length) throw malformed(this.url, '/v1/completions', 'no prompt_logprobs');
+    return ids.slice(1).map((id, i) => {
       const entry = (entries[i + 1] as Record<string, { logprob?: unknown }> | null)?.[String(id)];
       if (typeof entry?.logprob !== 'number') throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] has no entry for token ${id}`);
       return entry.logprob;
     });
   }
 
-  async holds(version: string, adapter: boolean): Promise<boolean> {
-    if (adapter) {
-      const models = (await callJson(this.url, '/v1/models', { timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { data?: { id?: unknown }[] };
-      return (models.data ?? []).some((m) => m.id === version);
-    }
-    const expected = this.fingerprints.get(version);
-    if (!expected) return false;
-    const now = await this.fingerprint();
-    return now.reduce((sum, v, i) => sum + Math.abs(v - expected[i]), 0) / now.length <= PROBE_TOLERANCE;
+  /** Whether the server lists the adapter `version` (full weights: ServerRollout compares promptLogProbs). */
+  async holds(version: string): Promise<boolean> {
+    const models = (await callJson(this.url, '/v1/models', { timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { data?: { id?: unknown }[] };
+    return (models.data ?? []).some((m) => m.id === version);
   }
 
   async unloadAdapter(name: string): Promise<void> {

@@ -21,14 +21,27 @@ interface Faults {
   restart_next: number;
   /** The next N decode steps throw, as a failing kernel would: the engine breaks. */
   break_next: number;
+  /** Answer the next `route_fail_next` calls of `route_fail` ('METHOD /path') with `status`. */
+  route_fail: string;
+  route_fail_next: number;
 }
 
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0 };
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0 };
 
 /** Installs the fault hooks and the /_flowrl/faults route on `server`. */
 export function installFaults(server: FlowrlServer): void {
   let faults: Faults = { ...NO_FAULTS };
+  /** Calls per route since the last reset (tests check which calls a client makes). */
+  let calls: Record<string, number> = {};
   const engine = server.engine;
+  server.hooks.beforeRoute = (route) => {
+    if (route === 'POST /_flowrl/faults') return;
+    calls[route] = (calls[route] ?? 0) + 1;
+    if (route === faults.route_fail && faults.route_fail_next > 0) {
+      faults.route_fail_next -= 1;
+      throw new HttpError(faults.status, `injected failure of ${route} (status ${faults.status})`);
+    }
+  };
   server.hooks.unhealthy = () => faults.health_fail;
   engine.beforeStep = () => {
     if (faults.break_next <= 0) return;
@@ -60,14 +73,16 @@ export function installFaults(server: FlowrlServer): void {
       handler: async ({ body }): Promise<Json> => {
         if (body.reset === true) {
           faults = { ...NO_FAULTS };
+          calls = {};
           // The skew is an injected fault too; reset clears it back to the configured one.
           engine.logprobSkew = server.options.logprobSkew ?? 0;
         }
-        for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
+        for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next', 'route_fail_next'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
+        if (typeof body.route_fail === 'string') faults.route_fail = body.route_fail;
         if (body.health_fail !== undefined) faults.health_fail = body.health_fail === true;
         if (body.logprob_skew !== undefined) engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
         if (body.restart === true) await engine.restartToBase();
-        return { faults, logprob_skew: engine.logprobSkew, weight_version: engine.weightVersion };
+        return { faults, calls, logprob_skew: engine.logprobSkew, weight_version: engine.weightVersion };
       },
     },
   });

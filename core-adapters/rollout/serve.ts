@@ -147,8 +147,8 @@ export type GenerationFate = 'answer' | 'drop' | 'hang';
 export interface ServerHooks {
   /** Called before each generation request runs; may throw an HttpError or ask to drop or hang it. */
   beforeGeneration?: (res: http.ServerResponse) => Promise<GenerationFate>;
-  /** Extra routes (never admin-gated: only tests install them). */
-  routes?: RouteTable;
+  /** Called with 'METHOD /path' before every routed request; may throw an HttpError. */
+  beforeRoute?: (route: string) => void;
   /** Makes /health and /health_generate fail. */
   unhealthy?: () => boolean;
 }
@@ -269,7 +269,8 @@ export class FlowrlServer {
       req.on('end', () => {
         if (size > limit) return;
         const text = Buffer.concat(chunks).toString('utf8').trim();
-        if (type !== 'application/json' && (text || type)) return reject(new HttpError(415, `the request body must be sent as application/json; got ${type ? `'${type}'` : 'no content-type'}`));
+        // Empty bodies too: a page can POST an empty text/plain or typeless request to /pause or /resume.
+        if (type !== 'application/json') return reject(new HttpError(415, `a POST must be sent as application/json; got ${type ? `'${type}'` : 'no content-type'}`));
         if (!text) return resolve({});
         if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) return reject(bad(`the request body nests deeper than ${MAX_JSON_DEPTH} levels`));
         try {
@@ -287,7 +288,10 @@ export class FlowrlServer {
     const key = `${method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
     this.requestCount += 1;
     const route = Object.hasOwn(this.routes, key) ? this.routes[key] : undefined;
-    if (route && (!route.admin || this.options.enableAdmin)) return route.handler({ body, url, res });
+    if (route && (!route.admin || this.options.enableAdmin)) {
+      this.hooks.beforeRoute?.(key);
+      return route.handler({ body, url, res });
+    }
     throw new HttpError(404, `no route ${method} ${url.pathname}${route ? ' (an admin route: start flowrl serve with --enable-admin)' : ''}`);
   }
 

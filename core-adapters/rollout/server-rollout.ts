@@ -13,6 +13,7 @@ import type { Metrics, Rollout, RolloutPolicy, SamplingSettings } from '../contr
 import { InputError, RolloutUnavailable } from '../errors.js';
 import { writeDirectoryAtomically } from '../model/checkpoint.js';
 import { sampleSeed } from '../model/generate.js';
+import { responseLogProbs } from '../model/logprobs.js';
 import { TOKENS } from '../tokens.js';
 import { sequencesFromSamples } from '../workers/sequences.js';
 import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from './clients.js';
@@ -21,6 +22,8 @@ import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, ty
 const EJECT_AFTER_FAILURES = 2;
 /** Weight versions kept on disk (a server may still be reading the previous one). */
 const KEPT_VERSIONS = 2;
+/** Mean |log-prob difference| on the probe above which a vLLM server is taken not to hold the policy's weights. */
+const WEIGHT_CHECK_TOLERANCE = 0.02;
 /** Probe rounds, one second apart, before a step gives up when no server is live. */
 const PROBE_ROUNDS = 3;
 
@@ -38,14 +41,17 @@ interface ServerState {
   waiters: (() => void)[];
 }
 
+/** A sample and the server that drew it. */
+interface ServedSample extends SampleResult {
+  server: ServerState;
+}
+
 /** Counters of one generateSequences call. */
 interface RoundCounters {
   retries: number;
   staleDropped: number;
   ejections: number;
   rejoins: number;
-  /** Servers that had lost the current weights (a restart) and took them again. */
-  resyncs: number;
 }
 
 /** Rollouts on SGLang or vLLM servers (or `flowrl serve`, which speaks both). */
@@ -59,8 +65,10 @@ export class ServerRollout implements Rollout {
   private pushedVersion = -1;
   /** Tells this process's versions from those another run left on a server. */
   private readonly runTag = Date.now().toString(36);
-  private lastAdapterName?: string;
   private isAdapter = false;
+  /** The prompt vLLM's weights are checked with, and the trainer's log-probs of it at a version. */
+  private probeIds?: number[];
+  private expectedProbe?: { version: number; logProbs: number[] };
 
   constructor(@inject(TOKENS.Config) private readonly config: Config) {}
 
@@ -131,16 +139,18 @@ export class ServerRollout implements Rollout {
         `rollout.name vllm with top_p ${sampling.topP} and top_k ${sampling.topK}: vLLM returns log-probs after top-k/top-p renormalisation while the trainer scores over the whole vocabulary, so the TIS weights would be wrong. Sample with top_p 1.0 and top_k -1 on vLLM, or use SGLang (its log-probs are taken before filtering, as the trainer's)`,
       );
     }
-    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0, resyncs: 0 };
+    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
+    const promptIds = prompts.column<number[]>('prompt_ids');
+    // vLLM's weight check scores one of the run's own prompts (ids its vocabulary surely holds).
+    this.probeIds ??= promptIds[0].slice(0, 32);
     const syncStarted = performance.now();
     await this.sync(counters);
     const syncSeconds = (performance.now() - syncStarted) / 1000;
 
-    const promptIds = prompts.column<number[]>('prompt_ids');
     const uids = prompts.has('uid') ? prompts.column<string>('uid') : promptIds.map((_, i) => String(i));
     const groups = new Map<string, number[]>();
     uids.forEach((uid, row) => (groups.get(uid) ?? groups.set(uid, []).get(uid)!).push(row));
-    const results: SampleResult[] = new Array(promptIds.length);
+    const results: ServedSample[] = new Array(promptIds.length);
     this.servers.forEach((s) => (s.assigned = 0));
     const work = [...groups.values()].map((rows) => {
       const home = this.leastLoaded(new Set());
@@ -150,6 +160,7 @@ export class ServerRollout implements Rollout {
       });
     });
     await Promise.all(work.flat());
+    await this.confirmWeights(results, promptIds, sampling, counters);
 
     const responses = results.map((r) => r.outputIds.slice(0, sampling.maxNewTokens));
     const out = prompts.select([]);
@@ -165,7 +176,6 @@ export class ServerRollout implements Rollout {
       'rollout/stale_dropped': counters.staleDropped,
       'rollout/ejections': counters.ejections,
       'rollout/rejoins': counters.rejoins,
-      'rollout/resyncs': counters.resyncs,
       'rollout/weight_version': this.version,
       'timing_s/weight_sync': syncSeconds,
     };
@@ -174,7 +184,7 @@ export class ServerRollout implements Rollout {
   }
 
   /** Draws one sample, again on another server for as long as retries and servers last. */
-  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<SampleResult> {
+  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<ServedSample> {
     // The seed belongs to the sample, not the server: a retry elsewhere draws the same stream, and
     // flowrl serve draws what local sampling would.
     const seed = sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
@@ -206,7 +216,7 @@ export class ServerRollout implements Rollout {
           lastError = `${server.client.url} sampled with weight version ${result.weightVersion ?? 'unknown'}; the policy is at ${this.label(this.version)}`;
           continue;
         }
-        return result;
+        return { ...result, server };
       } catch (e) {
         if (!(e instanceof ServerCallError) || !e.retryable) throw e instanceof ServerCallError ? new InputError(`rollout server ${e.message}`) : e;
         lastError = e.message;
@@ -226,6 +236,47 @@ export class ServerRollout implements Rollout {
       }
     }
     throw new RolloutUnavailable(`sample ${row} failed ${this.settings.max_retries + 1} times (actor_rollout_ref.rollout.server.max_retries ${this.settings.max_retries}); last: ${lastError}`);
+  }
+
+  /**
+   * vLLM tags no sample with the weights that drew it: after a round with full weights, each server
+   * that answered is asked whether it still holds them (its probe fingerprint); the samples of one
+   * that lost them (a restart to its launch weights) are dropped and drawn again elsewhere.
+   */
+  private async confirmWeights(results: ServedSample[], promptIds: number[][], sampling: SamplingSettings, counters: RoundCounters): Promise<void> {
+    if (!this.checksByProbe()) return;
+    const answered = [...new Set(results.map((r) => r.server))];
+    const lost = new Set<ServerState>();
+    await Promise.all(
+      answered.map(async (server) => {
+        if (!(await this.holdsPolicy(server).catch(() => false))) lost.add(server);
+      }),
+    );
+    if (!lost.size) return;
+    lost.forEach((server) => this.eject(server, counters));
+    const rows = results.flatMap((r, row) => (lost.has(r.server) ? [row] : []));
+    counters.staleDropped += rows.length;
+    await Promise.all(rows.map(async (row) => (results[row] = await this.sample(row, promptIds[row], sampling, undefined, counters))));
+  }
+
+  /** vLLM with full weights: no version to read, so the weights are checked by their log-probs. */
+  private checksByProbe(): boolean {
+    return this.config.actor_rollout_ref.rollout.name === 'vllm' && !this.isAdapter;
+  }
+
+  /**
+   * Whether a vLLM server serves the policy's current weights: its prompt log-probs of a probe (one
+   * of the run's prompts) within WEIGHT_CHECK_TOLERANCE of the trainer's own, on average.
+   */
+  private async holdsPolicy(server: ServerState): Promise<boolean> {
+    const probe = this.probeIds;
+    if (!probe || probe.length < 2) return true;
+    if (this.expectedProbe?.version !== this.version) {
+      this.expectedProbe = { version: this.version, logProbs: responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1)[0] };
+    }
+    const expected = this.expectedProbe.logProbs;
+    const got = await (server.client as VllmClient).promptLogProbs(probe);
+    return got.reduce((sum, v, i) => sum + Math.abs(v - expected[i]), 0) / got.length <= WEIGHT_CHECK_TOLERANCE;
   }
 
   /** The live server with the fewest samples assigned and in flight, not in `exclude`. */
@@ -300,11 +351,7 @@ export class ServerRollout implements Rollout {
         .filter((s) => s.live)
         .map(async (s) => {
           try {
-            // One believed current is asked: a restart to its launch weights shows here, not in its samples.
-            if (s.version === this.version && this.version > 0) {
-              if (await s.client.holds(this.label(this.version), this.isAdapter)) return;
-              counters.resyncs += 1;
-            } else if (s.version === this.version) return;
+            if (s.version === this.version) return;
             await this.push(s);
           } catch (e) {
             if (e instanceof ServerCallError && !e.retryable) throw new InputError(`rollout server ${e.message}`);
@@ -320,6 +367,8 @@ export class ServerRollout implements Rollout {
     const dir = path.join(this.weightsDir, `v${this.version}`);
     const label = this.label(this.version);
     await server.client.loadWeights(dir, label, this.isAdapter);
+    // vLLM cannot report what it loaded (reload_weights only logs weights it skipped): check.
+    if (this.checksByProbe() && !(await this.holdsPolicy(server))) throw new ServerCallError(`${server.client.url}: after loading ${dir} its log-probs are not the policy's`, true);
     // Adapters are loaded per version: the one before the previous is no longer named by any request.
     if (this.isAdapter) await server.client.unloadAdapter(this.label(this.version - KEPT_VERSIONS));
     server.version = this.version;
