@@ -199,13 +199,15 @@ export class FlowrlServer {
   }
 
   /**
-   * Stops taking requests and finishes the ones taken: new requests get 503, queued and running
-   * samples are answered (aborted when the engine is paused or broken), then connections close.
+   * Stops taking requests and finishes the ones taken: queued and running samples are answered
+   * (aborted when the engine is paused or broken), and requests arriving meanwhile get 503. The
+   * listener closes only then: closed earlier, connections still waiting to be accepted would be
+   * reset instead of answered.
    */
   async drain(): Promise<void> {
     this.draining = true;
-    const closed = new Promise<void>((resolve) => (this.server?.listening ? this.server.close(() => resolve()) : resolve()));
     await this.engine.drain();
+    const closed = new Promise<void>((resolve) => (this.server?.listening ? this.server.close(() => resolve()) : resolve()));
     for (const res of this.held) res.destroy();
     this.held.clear();
     // The last answers are written by now; keep-alive connections need not wait for their timeout.
