@@ -19,6 +19,12 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
   let s: Started;
   let base: CausalLM;
   const faults = (body: Record<string, unknown>) => call(s.url, '/_flowrl/faults', body);
+  /** The calls per route a client makes while `run` runs. */
+  const callsDuring = async (run: () => Promise<unknown>) => {
+    await faults({ reset: true });
+    await run();
+    return ((await faults({})).body as { calls: Record<string, number> }).calls;
+  };
   before(async () => {
     s = await startServer({}, true);
     base = loadModel(TINY);
@@ -40,10 +46,9 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
       expect((await call(s.url, '/model_info')).body).to.include({ weight_version: '0' });
       await call(s.url, '/unload_lora_adapter', { lora_name: 'raw' });
       const client = new SglangClient(s.url, { timeoutMs: 10_000 });
-      await client.loadWeights(TINY_ADAPTER, 'run.1', true);
-      expect(await client.holds('run.1')).to.equal(true);
-      const calls = ((await faults({})).body as { calls: Record<string, number> }).calls;
+      const calls = await callsDuring(() => client.loadWeights(TINY_ADAPTER, 'run.1', true));
       expect(calls['POST /update_weight_version']).to.equal(1);
+      expect(await client.holds('run.1')).to.equal(true);
       // A sample naming the adapter is of that version, whatever the server-wide one says.
       expect((await client.generate(sample({ adapter: 'run.1' }))).weightVersion).to.equal('run.1');
       await client.unloadAdapter('run.1');
@@ -51,10 +56,7 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
 
     it('a full-weight load pauses, loads (which flushes the cache itself: no /flush_cache), continues, and reads the version back', async () => {
       const client = new SglangClient(s.url, { timeoutMs: 10_000 });
-      await faults({ reset: true });
-      await client.loadWeights(TINY, 'full.1', false);
-      const calls = ((await faults({})).body as { calls: Record<string, number> }).calls;
-      expect(calls).to.deep.equal({ 'POST /pause_generation': 1, 'POST /update_weights_from_disk': 1, 'POST /continue_generation': 1, 'GET /model_info': 1 });
+      expect(await callsDuring(() => client.loadWeights(TINY, 'full.1', false))).to.deep.equal({ 'POST /pause_generation': 1, 'POST /update_weights_from_disk': 1, 'POST /continue_generation': 1, 'GET /model_info': 1 });
     });
 
     it('a transient 400 from /update_weights_from_disk (files not visible yet) is retried; a lasting one stops the run', async () => {
@@ -87,10 +89,7 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
   describe('vLLM', () => {
     it('full weights go through /pause, /collective_rpc reload_weights, /reset_prefix_cache and /resume; the draft disk-transfer routes do not exist', async () => {
       const client = new VllmClient(s.url, { timeoutMs: 10_000 });
-      await faults({ reset: true });
-      await client.loadWeights(TINY, 'ignored', false);
-      const calls = ((await faults({})).body as { calls: Record<string, number> }).calls;
-      expect(calls).to.deep.equal({ 'POST /pause': 1, 'POST /collective_rpc': 1, 'POST /reset_prefix_cache': 1, 'POST /resume': 1 });
+      expect(await callsDuring(() => client.loadWeights(TINY, 'ignored', false))).to.deep.equal({ 'POST /pause': 1, 'POST /collective_rpc': 1, 'POST /reset_prefix_cache': 1, 'POST /resume': 1 });
       for (const route of ['/init_weight_transfer_engine', '/start_weight_update', '/update_weights', '/finish_weight_update']) expectError(await call(s.url, route, {}), 404);
       expectError(await call(s.url, '/collective_rpc', { method: 'sleep' }), 400, 'only reload_weights');
     });

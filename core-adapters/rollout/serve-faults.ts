@@ -2,7 +2,8 @@
 // generation requests fail, drop, hang or slow down, fails health, simulates a restart to the base
 // weights, skews logprobs or breaks the engine, so the tests of the rollout clients and of the server
 // can see every failure a real server shows. Kept apart from serve.ts, which never imports it.
-import { readNumber, type FlowrlServer, HttpError, type Json } from './serve.js';
+import { HttpError, readNumber, type Json } from './serve-http.js';
+import type { FlowrlServer } from './serve.js';
 
 /** Injected failures: each *_next counts down over generation requests. */
 interface Faults {

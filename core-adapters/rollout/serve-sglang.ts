@@ -6,7 +6,7 @@
 // leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
-import { bad, HttpError, isObject, send, type FlowrlServer, type Json, type RouteTable, type SamplingRules } from './serve.js';
+import { bad, HttpError, isObject, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
 export const SGLANG_RELEASE = 'v0.5.18';
@@ -28,7 +28,7 @@ const retired = () => {
   throw new HttpError(404, "This endpoint is deprecated. Please use '/model_info' instead.");
 };
 
-export function sglangRoutes(server: FlowrlServer): RouteTable {
+export function sglangRoutes(server: DialectHost): RouteTable {
   const engine = server.engine;
   return {
     'GET /health_generate': {
@@ -100,7 +100,7 @@ export function sglangRoutes(server: FlowrlServer): RouteTable {
   };
 }
 
-function modelInfo(server: FlowrlServer): Json {
+function modelInfo(server: DialectHost): Json {
   return {
     model_path: server.engine.weightsPath,
     tokenizer_path: server.options.tokenizer ? server.options.modelDir : null,
@@ -111,19 +111,19 @@ function modelInfo(server: FlowrlServer): Json {
 }
 
 /** No prefix cache to clear; refused while requests run or wait, in plain text, as SGLang does. */
-function flushCache(server: FlowrlServer, res: http.ServerResponse): undefined {
+function flushCache(server: DialectHost, res: http.ServerResponse): undefined {
   if (server.engine.busy || server.engine.waiting) return send(res, 400, 'Flush cache failed.\n', 'text/plain');
   return send(res, 200, 'Cache flushed.\n', 'text/plain');
 }
 
 /** SGLang's LoRA answers: {success, error_message, loaded_adapters}, 400 on failure. Loading leaves the weight version alone. */
-function adapterAnswer(server: FlowrlServer, error?: string): Json {
+function adapterAnswer(server: DialectHost, error?: string): Json {
   const answer = { success: !error, error_message: error ?? null, loaded_adapters: Object.fromEntries(server.engine.adapterNames().map((n) => [n, server.engine.adapterPath(n)])) };
   if (error) throw new HttpError(400, error, answer);
   return answer;
 }
 
-async function loadAdapter(server: FlowrlServer, body: Json): Promise<Json> {
+async function loadAdapter(server: DialectHost, body: Json): Promise<Json> {
   const { lora_name: name } = body;
   if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
   const dir = server.loadablePath(body.lora_path, 'lora_path');
@@ -135,13 +135,13 @@ async function loadAdapter(server: FlowrlServer, body: Json): Promise<Json> {
   return adapterAnswer(server);
 }
 
-async function unloadAdapter(server: FlowrlServer, body: Json): Promise<Json> {
+async function unloadAdapter(server: DialectHost, body: Json): Promise<Json> {
   const name = body.lora_name;
   if (typeof name !== 'string' || !(await server.engine.unloadAdapter(name))) return adapterAnswer(server, `LoRA adapter ${JSON.stringify(name)} is not loaded`);
   return adapterAnswer(server);
 }
 
-async function generate(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+async function generate(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   // input_ids are ids only (a string there is a mistake, not a prompt); text is the text route.
   const byIds = body.input_ids !== undefined && body.input_ids !== null;
   if (!byIds && (body.text === undefined || body.text === null)) throw bad("'input_ids' (or 'text') is required");

@@ -8,7 +8,7 @@
 // (after temperature and top-k/top-p, renormalised over the kept tokens) by --logprobs-mode, and
 // max_tokens 16 by default, cut to what the context leaves.
 import type http from 'node:http';
-import { bad, HttpError, isObject, readNumber, send, type FlowrlServer, type Json, type RouteTable, type SamplingRules } from './serve.js';
+import { bad, HttpError, isObject, readNumber, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 import type { SampleOutput } from './serving-engine.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
@@ -23,7 +23,7 @@ const contextError = (prompt: number, fresh: number, context: number) =>
 /** Sampling fields vLLM fills from the model's generation_config.json when a request omits them. */
 const GENERATION_CONFIG_FIELDS = ['temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty'] as const;
 
-export function vllmRoutes(server: FlowrlServer): RouteTable {
+export function vllmRoutes(server: DialectHost): RouteTable {
   const engine = server.engine;
   return {
     'POST /v1/completions': { handler: ({ body, res }) => completions(server, body, res) },
@@ -101,7 +101,7 @@ export function vllmRoutes(server: FlowrlServer): RouteTable {
 }
 
 /** A request's sampling fields with the model's generation_config.json defaults under them, as vLLM reads them. */
-function withGenerationDefaults(server: FlowrlServer, body: Json): Json {
+function withGenerationDefaults(server: DialectHost, body: Json): Json {
   const defaults = server.generationDefaults();
   const filled: Json = { ...body };
   for (const key of GENERATION_CONFIG_FIELDS) if ((body[key] === undefined || body[key] === null) && defaults[key] !== undefined) filled[key] = defaults[key];
@@ -113,14 +113,14 @@ function samplingRules(maxTokensDefault: number | 'rest'): SamplingRules {
 }
 
 /** The logprobs this server reports for a sample, by --logprobs-mode. */
-function reportedLogProbs(server: FlowrlServer, o: SampleOutput): number[] {
+function reportedLogProbs(server: DialectHost, o: SampleOutput): number[] {
   if (server.options.logprobsMode === 'raw_logprobs') return o.rawLogProbs ?? o.logProbs;
   // Renormalised over the tokens top-k/top-p kept.
   return o.keptLogMass ? o.logProbs.map((v, t) => v - o.keptLogMass![t]) : o.logProbs;
 }
 
 /** vLLM selects a LoRA adapter by naming it as the model. */
-function adapterFor(server: FlowrlServer, model: unknown): string | undefined {
+function adapterFor(server: DialectHost, model: unknown): string | undefined {
   if (model === undefined || model === null || model === server.modelName) return undefined;
   if (typeof model !== 'string') throw bad("'model' must be a string");
   if (server.engine.adapterNames().includes(model)) return model;
@@ -128,12 +128,12 @@ function adapterFor(server: FlowrlServer, model: unknown): string | undefined {
 }
 
 /** A prompt as vLLM takes it: ids, a list of id lists, a string or a list of strings (never ids and text mixed). */
-function promptsOf(server: FlowrlServer, prompt: unknown): number[][] {
+function promptsOf(server: DialectHost, prompt: unknown): number[][] {
   if (typeof prompt === 'string' || (Array.isArray(prompt) && prompt.length && prompt.every((p) => typeof p === 'string'))) return server.textPromptIds(prompt, 'prompt');
   return server.promptIds(prompt, 'prompt');
 }
 
-async function completions(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+async function completions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   if (body.prompt === undefined) throw bad("'prompt' is required");
   const prompts = promptsOf(server, body.prompt);
   const adapter = adapterFor(server, body.model);
@@ -174,7 +174,7 @@ async function completions(server: FlowrlServer, body: Json, res: http.ServerRes
   );
 }
 
-async function chatCompletions(server: FlowrlServer, body: Json, res: http.ServerResponse): Promise<unknown> {
+async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   const tokenizer = server.options.tokenizer;
   if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
   if (!tokenizer.hasChatTemplate) throw bad(`${server.options.modelDir}: the tokenizer has no chat template`);
@@ -210,7 +210,7 @@ async function chatCompletions(server: FlowrlServer, body: Json, res: http.Serve
 }
 
 /** What OpenAI's completion objects hold around their choices: ids, model and token usage. */
-function completion(server: FlowrlServer, object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
+function completion(server: DialectHost, object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
   const completionTokens = outputs.reduce((n, o) => n + o.outputIds.length, 0);
   return {
     id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${server.nextId()}`,

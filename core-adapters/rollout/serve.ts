@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
+import { bad, errorBody, HttpError, isObject, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type RouteTable, type SamplingRules } from './serve-http.js';
 import { sglangRoutes } from './serve-sglang.js';
 import { vllmRoutes } from './serve-vllm.js';
 import { EngineFault, EngineOverloaded, RequestRefused, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
@@ -36,46 +37,11 @@ export interface ServeOptions extends ServingEngineOptions {
   weightsRoots?: string[];
 }
 
-/** A request the server refuses: its HTTP status, message, and fields a dialect adds to its error body. */
-export class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly extra: Json = {},
-  ) {
-    super(message);
-  }
-}
-
-export const bad = (message: string) => new HttpError(400, message);
-
-export type Json = Record<string, unknown>;
-
-export function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
 const MAX_JSON_DEPTH = 32;
 
 /** Seeds are 64-bit integers in vLLM's protocol; beyond this a JSON number is no longer exact. */
 const MAX_EXACT_SEED = Number.MAX_SAFE_INTEGER;
-
-export function readNumber(body: Json, key: string, fallback: number, check: { integer?: boolean; min?: number; max?: number } = {}, where = ''): number {
-  const v = body[key];
-  if (v === undefined || v === null) return fallback;
-  const ok = typeof v === 'number' && Number.isFinite(v) && (!check.integer || Number.isInteger(v)) && (check.min === undefined || v >= check.min) && (check.max === undefined || v <= check.max);
-  if (!ok) throw bad(`'${where}${key}' must be ${check.integer ? 'an integer' : 'a number'}${check.min !== undefined ? ` >= ${check.min}` : ''}${check.max !== undefined ? ` <= ${check.max}` : ''}; got ${preview(v)}`);
-  return v;
-}
-
-/** A short rendering of a client's value for an error message (never the whole of a huge one). */
-export function preview(v: unknown): string {
-  if (Array.isArray(v)) return `a list of ${v.length}`;
-  if (isObject(v)) return 'an object';
-  const text = JSON.stringify(v) ?? String(v);
-  return text.length > 60 ? `${text.slice(0, 60)}...` : text;
-}
 
 /** How deep `text`'s brackets nest (outside strings), stopping early past `limit`. */
 function jsonDepth(text: string, limit: number): number {
@@ -96,47 +62,6 @@ function jsonDepth(text: string, limit: number): number {
   return deepest;
 }
 
-/** What a route handler gets. */
-export interface RouteCall {
-  body: Json;
-  url: URL;
-  res: http.ServerResponse;
-}
-
-/** A route: its handler; admin routes are served only with enableAdmin. */
-export interface Route {
-  handler: (call: RouteCall) => unknown;
-  admin?: boolean;
-}
-
-/** Routes by 'METHOD /path'. */
-export type RouteTable = Record<string, Route>;
-
-/** Sampling settings as a request gives them (in either dialect's field names). */
-export interface RequestSampling {
-  maxNewTokens: number;
-  temperature: number;
-  topP: number;
-  topK: number;
-  stopTokenIds: number[];
-  ignoreEos: boolean;
-  n: number;
-  seed?: number;
-}
-
-/** How a dialect names and bounds its sampling fields. */
-export interface SamplingRules {
-  maxTokens: string;
-  seed: string;
-  /** Prefix of the fields in error messages ('sampling_params.' for SGLang). */
-  where: string;
-  maxTokensDefault: number | 'rest';
-  /** vLLM takes top_k 0 as off; SGLang refuses it (-1 is off there). */
-  topKZeroIsOff: boolean;
-  /** The engine's message for a request longer than the context. */
-  contextError: (promptTokens: number, newTokens: number, context: number) => string;
-}
-
 /** Sampling fields this engine does not implement, with the values that leave sampling unchanged. */
 const NEUTRAL_PENALTIES: Record<string, number> = { min_p: 0, repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 };
 
@@ -154,7 +79,7 @@ export interface ServerHooks {
 }
 
 /** The served model, the HTTP server and its routes. */
-export class FlowrlServer {
+export class FlowrlServer implements DialectHost {
   readonly engine: ServingEngine;
   private server?: http.Server;
   private routes: RouteTable;
@@ -466,19 +391,4 @@ function errorAnswer(e: unknown): [number, Json] {
   const status =
     e instanceof HttpError ? e.status : e instanceof RequestRefused ? 400 : e instanceof EngineOverloaded ? 503 : e instanceof EngineFault ? 500 : e instanceof RangeError ? 400 : 500;
   return [status, { ...errorBody(status, (e as Error).message ?? String(e)), ...(e instanceof HttpError ? e.extra : {}) }];
-}
-
-const ERROR_TYPES: Record<number, string> = { 400: 'BadRequestError', 401: 'AuthenticationError', 403: 'PermissionDeniedError', 404: 'NotFoundError', 413: 'RequestTooLarge', 415: 'UnsupportedMediaType', 503: 'ServiceUnavailable' };
-
-/** Both engines' error shapes at once: vLLM's {error: {message, type, code}} and SGLang's {object, message, code}. */
-export function errorBody(status: number, message: string): Json {
-  const type = ERROR_TYPES[status] ?? 'InternalServerError';
-  return { object: 'error', message, type, code: status, error: { message, type, code: status } };
-}
-
-export function send(res: http.ServerResponse, status: number, body: unknown, type = 'application/json'): undefined {
-  const text = type === 'application/json' ? JSON.stringify(body) : String(body);
-  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-  return undefined;
 }

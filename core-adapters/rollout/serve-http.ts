@@ -1,0 +1,107 @@
+// The HTTP vocabulary flowrl serve and its dialect route tables share: errors with a status, JSON
+// helpers, route tables, sampling rules, and the DialectHost a dialect's routes call back into.
+import type http from 'node:http';
+import type { TextTokenizer } from '../model/tokenizer.js';
+import type { SampleOutput, SampleSpec, ServingEngine } from './serving-engine.js';
+
+/** A request the server refuses: its HTTP status, message, and fields a dialect adds to its error body. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly extra: Json = {},
+  ) {
+    super(message);
+  }
+}
+
+export const bad = (message: string) => new HttpError(400, message);
+
+export type Json = Record<string, unknown>;
+
+export function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+export function readNumber(body: Json, key: string, fallback: number, check: { integer?: boolean; min?: number; max?: number } = {}, where = ''): number {
+  const v = body[key];
+  if (v === undefined || v === null) return fallback;
+  const ok = typeof v === 'number' && Number.isFinite(v) && (!check.integer || Number.isInteger(v)) && (check.min === undefined || v >= check.min) && (check.max === undefined || v <= check.max);
+  if (!ok) throw bad(`'${where}${key}' must be ${check.integer ? 'an integer' : 'a number'}${check.min !== undefined ? ` >= ${check.min}` : ''}${check.max !== undefined ? ` <= ${check.max}` : ''}; got ${preview(v)}`);
+  return v;
+}
+
+/** A short rendering of a client's value for an error message (never the whole of a huge one). */
+export function preview(v: unknown): string {
+  if (Array.isArray(v)) return `a list of ${v.length}`;
+  if (isObject(v)) return 'an object';
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 60 ? `${text.slice(0, 60)}...` : text;
+}
+
+/** What a route handler gets. */
+export interface RouteCall {
+  body: Json;
+  url: URL;
+  res: http.ServerResponse;
+}
+
+/** A route: its handler; admin routes are served only with enableAdmin. */
+export interface Route {
+  handler: (call: RouteCall) => unknown;
+  admin?: boolean;
+}
+
+/** Routes by 'METHOD /path'. */
+export type RouteTable = Record<string, Route>;
+
+/** Sampling settings as a request gives them (in either dialect's field names): a sample's spec without its prompt, n samples, seed optional. */
+export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 'adapter'> {
+  n: number;
+  seed?: number;
+}
+
+/** How a dialect names and bounds its sampling fields. */
+export interface SamplingRules {
+  maxTokens: string;
+  seed: string;
+  /** Prefix of the fields in error messages ('sampling_params.' for SGLang). */
+  where: string;
+  maxTokensDefault: number | 'rest';
+  /** vLLM takes top_k 0 as off; SGLang refuses it (-1 is off there). */
+  topKZeroIsOff: boolean;
+  /** The engine's message for a request longer than the context. */
+  contextError: (promptTokens: number, newTokens: number, context: number) => string;
+}
+
+/** What a dialect's routes use of the server (FlowrlServer implements it). */
+export interface DialectHost {
+  readonly engine: ServingEngine;
+  readonly options: { modelDir: string; tokenizer?: TextTokenizer; logprobsMode: 'processed_logprobs' | 'raw_logprobs' };
+  readonly modelName: string;
+  checkHealth(): Json;
+  loadablePath(value: unknown, key: string): string;
+  promptIds(value: unknown, key: string): number[][];
+  textPromptIds(value: unknown, key: string): number[][];
+  samplingSpec(p: Json, prompts: number[][], rules: SamplingRules): RequestSampling;
+  specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[];
+  sample(res: http.ServerResponse, specs: SampleSpec[]): Promise<SampleOutput[] | undefined>;
+  generationDefaults(): Json;
+  decode(ids: number[]): string;
+  nextId(): number;
+}
+
+const ERROR_TYPES: Record<number, string> = { 400: 'BadRequestError', 401: 'AuthenticationError', 403: 'PermissionDeniedError', 404: 'NotFoundError', 413: 'RequestTooLarge', 415: 'UnsupportedMediaType', 503: 'ServiceUnavailable' };
+
+/** Both engines' error shapes at once: vLLM's {error: {message, type, code}} and SGLang's {object, message, code}. */
+export function errorBody(status: number, message: string): Json {
+  const type = ERROR_TYPES[status] ?? 'InternalServerError';
+  return { object: 'error', message, type, code: status, error: { message, type, code: status } };
+}
+
+export function send(res: http.ServerResponse, status: number, body: unknown, type = 'application/json'): undefined {
+  const text = type === 'application/json' ? JSON.stringify(body) : String(body);
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+  return undefined;
+}
