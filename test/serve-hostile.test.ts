@@ -208,8 +208,9 @@ describe('flowrl serve under hostile clients', () => {
       }
     });
 
-    it('hostile traffic leaves no tensors behind and the server answering correctly', async () => {
+    it('hostile traffic leaves no tensors behind, memory within 200 MB of where it was, and the server answering correctly', async () => {
       const tensors = tf.memory().numTensors;
+      const rss = process.memoryUsage().rss;
       const before = ((await call(s.url, '/generate', gen())).body as SglangItem).output_ids;
       await Promise.all([
         call(s.url, '/generate', '{"a":'.repeat(5000)),
@@ -221,6 +222,7 @@ describe('flowrl serve under hostile clients', () => {
       await call(s.url, '/continue_generation', {});
       expect(((await call(s.url, '/generate', gen())).body as SglangItem).output_ids).to.deep.equal(before);
       expect(tf.memory().numTensors).to.equal(tensors);
+      expect((process.memoryUsage().rss - rss) / 2 ** 20).to.be.below(200);
     });
   });
 });

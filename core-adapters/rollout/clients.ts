@@ -132,18 +132,24 @@ async function answers(url: string, route: string, timeoutMs: number, apiKey?: s
   }
 }
 
-/** Transient failures of an admin call retried at most this many times (SGLang answers 400 to a weight load whose files are not visible yet). */
-const ADMIN_RETRIES = 5;
+/**
+ * Attempts of an admin call whose failure can pass, and the pause between them: verl's SGLang
+ * adapter retries /flush_cache (400 while requests are pending) 6 times, 2 s apart
+ * (verl/workers/rollout/sglang_rollout/http_server_engine.py, max_attempts * 2 with retry_delay 2.0);
+ * a disk load whose files are not visible yet gets the same.
+ */
+const ADMIN_ATTEMPTS = 6;
+const ADMIN_RETRY_DELAY_MS = 2000;
 
-/** Runs an admin call, again after `delayMs` (doubling) while `transient(error)` says the failure can pass. */
+/** Runs an admin call again while `transient(error)` says the failure can pass, ADMIN_ATTEMPTS times at most. */
 async function withRetries<T>(call: () => Promise<T>, transient: (e: ServerCallError) => boolean, delayMs: number): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
+  for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (e) {
       // A server that is down is the rollout's to eject, not this loop's to wait for.
-      if (!(e instanceof ServerCallError) || attempt >= ADMIN_RETRIES || !transient(e)) throw e;
-      await new Promise((r) => setTimeout(r, delayMs * 2 ** attempt));
+      if (!(e instanceof ServerCallError) || attempt >= ADMIN_ATTEMPTS || !transient(e)) throw e;
+      await new Promise((r) => setTimeout(r, delayMs));
     }
   }
 }
@@ -224,7 +230,7 @@ export class SglangClient implements RolloutServerClient {
 
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
     const admin = this.admin;
-    const delay = this.options.retryDelayMs ?? 1000;
+    const delay = this.options.retryDelayMs ?? ADMIN_RETRY_DELAY_MS;
     if (adapter) {
       // An adapter per version: requests name it, so no pause is needed and nothing stale can run.
       await withRetries(
@@ -325,7 +331,7 @@ export class VllmClient implements RolloutServerClient {
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
     const admin = this.admin;
     if (adapter) {
-      await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), (e) => e.status === 404, this.options.retryDelayMs ?? 1000);
+      await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), (e) => e.status === 404, this.options.retryDelayMs ?? ADMIN_RETRY_DELAY_MS);
       if (!(await this.holds(version))) throw new ServerCallError(`${this.url}: does not list adapter ${version} after loading it`, true);
       return;
     }

@@ -185,8 +185,9 @@ export class ServerRollout implements Rollout {
 
   /** Draws one sample, again on another server for as long as retries and servers last. */
   private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<ServedSample> {
-    // The seed belongs to the sample, not the server: a retry elsewhere draws the same stream, and
-    // flowrl serve draws what local sampling would.
+    // The seed belongs to the sample, not the server: on vLLM and flowrl serve a retry elsewhere
+    // draws the same stream (and flowrl serve what local sampling would); SGLang honours it only
+    // when started with --enable-deterministic-inference, so there a retry is another draw.
     const seed = sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
     const tried = new Set<ServerState>();
     let lastError = '';
