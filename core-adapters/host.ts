@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Container, ContainerModule } from 'inversify';
 import { AdvantageEstimatorRegistry } from './algorithms/advantages.js';
 import { PolicyLossRegistry } from './algorithms/policy-loss.js';
+import { ScorerRegistry } from './rewards/registry.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
 import type { ConfigTree } from './config/defaults.js';
@@ -55,6 +56,7 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.Engine).toConstantValue(engine ?? { backend: 'none' });
     bind(TOKENS.RunRequirements).toConstantValue(requirements);
     bind(TOKENS.AlgorithmRegistry).toConstantValue(registry);
+    bind(TOKENS.ScorerRegistry).toConstantValue(registries.scorers);
     bind(TOKENS.Tokenizer)
       .toDynamicValue(() => {
         const dir = config.actor_rollout_ref.model.tokenizer_path ?? config.actor_rollout_ref.model.path;
@@ -118,7 +120,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   // Plugin entries run first: they may register the estimators and losses the config names.
-  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry() };
+  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry() };
   const pluginModules: ContainerModule[] = [];
   for (const manifest of plugins) pluginModules.push(await importPluginModule(manifest, { config, manifest, registries }));
   const requirements = runRequirements(config, registry, registries.advantageEstimators);

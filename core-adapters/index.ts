@@ -53,6 +53,7 @@ export { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 export { ValueCritic } from './workers/critic.js';
 export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
+export { ScorerRegistry, type Scorer, type ScoreResult } from './rewards/registry.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
 export { LocalRollout, samplePolicy } from './rollout/local.js';
@@ -62,6 +63,7 @@ export { ServerRollout } from './rollout/server-rollout.js';
 // math they hold (verl's core_algos): estimators, policy losses, KL, the rollout correction (TIS).
 export {
   AdvantageEstimatorRegistry,
+  computeGrpoOutcomeAdvantages,
   maskedWhiten,
   type AdvantageEstimator,
   type AdvantageInput,
@@ -71,6 +73,7 @@ export {
 export {
   aggregateLoss,
   PolicyLossRegistry,
+  vanillaPolicyLoss,
   type AggregateLossOptions,
   type LossAggMode,
   type PolicyLoss,

@@ -29,6 +29,8 @@ export const TOKENS = {
   /** What the run needs (advantage estimator, critic, reference), from algorithm.name. */
   RunRequirements: Symbol.for('flowrl.RunRequirements'),
   AlgorithmRegistry: Symbol.for('flowrl.AlgorithmRegistry'),
+  /** Scorers by data_source: the built-ins and what plugins registered (the reward manager reads it). */
+  ScorerRegistry: Symbol.for('flowrl.ScorerRegistry'),
 } as const;
 
 /** The name of a binding in TOKENS. */

@@ -76,6 +76,17 @@ function writeManifest(edit: (m: Record<string, unknown>) => void, raw?: string)
   return file;
 }
 
+/** A plugin whose JavaScript entry runs `body` with `registries` in scope, then provides an empty ContainerModule. */
+function writeEntryPlugin(body: string): string {
+  const file = writeManifest((m) => {
+    m.entry = 'entry.mjs';
+    delete m.source;
+  });
+  const inversify = import.meta.resolve('inversify');
+  fs.writeFileSync(path.join(path.dirname(file), 'entry.mjs'), `import { ContainerModule } from ${JSON.stringify(inversify)};\nexport default ({ registries }) => { ${body} return new ContainerModule(() => {}); };\n`);
+  return file;
+}
+
 /** createHost (without an engine) must fail with an InputError whose message holds every fragment. */
 function expectHostError(configFile: string, options: HostOptions, ...fragments: string[]): Promise<InputError> {
   return expectInputErrorAsync(createHost(configFile, { skipEngine: true, ...options }), ...fragments);
@@ -283,6 +294,27 @@ describe('plugins', () => {
       await expectHostError(configWith([taken]), {}, "algorithm 'grpo'", 'tmp-plugin', 'core');
       const clash = writeManifest((m) => (m.algorithms = [{ name: 'toy', adv_estimator: 'gae', needs_reference_policy: true }]));
       await expectHostError(configWith([TOY_DIR, clash]), {}, "algorithm 'toy'", 'tmp-plugin', 'already provided by toy');
+    });
+
+    it('an estimator, loss or scorer registered under a taken name is one InputError naming the manifest and both providers', async () => {
+      for (const [registry, call, fragment] of [
+        ['advantageEstimators', "register('grpo', () => ({}))", "advantage estimator 'grpo'"],
+        ['policyLosses', "register('vanilla', () => ({}))", "policy loss 'vanilla'"],
+        ['scorers', "register('gsm8k', () => 0)", "scorer for data_source 'gsm8k'"],
+      ] as const) {
+        const file = writeEntryPlugin(`registries.${registry}.${call};`);
+        await expectHostError(configWith([file]), {}, file, fragment, 'from plugin tmp-plugin', 'already registered by core');
+      }
+    });
+
+    it('a scorer a plugin registers by data_source scores that data_source: the dataset accepts its rows, the reward manager uses it, flowrl plugins names its provider', async () => {
+      const file = writeEntryPlugin("registries.scorers.register('acme/yes-no', (solution) => (solution.includes('yes') ? 1 : 0));");
+      const host = await createHost(configWith([file]), { skipEngine: true });
+      expect(host.registries.scorers.providers().get('acme/yes-no')).to.include('plugin tmp-plugin');
+      const scorer = host.container.get<import('../core-adapters/index.js').ScorerRegistry>(TOKENS.ScorerRegistry).scorer('acme/yes-no')!;
+      expect([scorer('yes', null), scorer('no', null)]).to.deep.equal([1, 0]);
+      const listed = await runFlowrl(['plugins', configWith([file])], 60_000);
+      expect(listed.stdout).to.include('acme/yes-no [plugin tmp-plugin]').and.include('advantage estimators: gae, grpo, reinforce_plus_plus');
     });
 
     it('rejects the same plugin registered twice', async () => {

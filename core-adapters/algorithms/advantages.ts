@@ -49,7 +49,9 @@ export interface EstimatorTraits {
  * never leak from one host (or test) to the next.
  */
 export class AdvantageEstimatorRegistry {
-  private readonly entries = new Map<string, { estimator: AdvantageEstimator; traits: EstimatorTraits }>();
+  private readonly entries = new Map<string, { estimator: AdvantageEstimator; traits: EstimatorTraits; provider: string }>();
+  /** Who registrations come from now: 'core', or the plugin whose entry is running (the host sets it). */
+  provider = 'core';
 
   /** A registry holding gae, grpo and reinforce_plus_plus. */
   constructor() {
@@ -58,11 +60,16 @@ export class AdvantageEstimatorRegistry {
     this.register('reinforce_plus_plus', computeReinforcePlusPlusAdvantages);
   }
 
-  /** Adds an estimator; another function under a taken name throws, the same one again is a no-op. */
+  /** Adds an estimator; another function under a taken name is an InputError naming both providers, the same one again a no-op. */
   register(name: string, estimator: AdvantageEstimator, traits: EstimatorTraits = {}): void {
     const existing = this.entries.get(name);
-    if (existing && existing.estimator !== estimator) throw new Error(`advantage estimator '${name}' is already registered`);
-    this.entries.set(name, { estimator, traits });
+    if (existing && existing.estimator !== estimator) throw new InputError(`advantage estimator '${name}' from ${this.provider} is already registered by ${existing.provider}; pick another name`);
+    this.entries.set(name, { estimator, traits, provider: existing?.provider ?? this.provider });
+  }
+
+  /** Who registered each estimator ('core' or a plugin's name). */
+  providers(): Map<string, string> {
+    return new Map([...this.entries].map(([name, e]) => [name, e.provider]));
   }
 
   /** The estimator of this name (InputError naming `key` and listing the names if none). */

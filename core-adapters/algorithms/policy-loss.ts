@@ -123,25 +123,32 @@ export type PolicyLoss = (input: PolicyLossInput, options: PolicyLossOptions) =>
 
 /** Policy losses by name (verl's register_policy_loss), one registry per host, like the estimators. */
 export class PolicyLossRegistry {
-  private readonly losses = new Map<string, PolicyLoss>();
+  private readonly losses = new Map<string, { fn: PolicyLoss; provider: string }>();
+  /** Who registrations come from now: 'core', or the plugin whose entry is running (the host sets it). */
+  provider = 'core';
 
   /** A registry holding vanilla. */
   constructor() {
     this.register('vanilla', vanillaPolicyLoss);
   }
 
-  /** Adds a policy loss; another function under a taken name throws, the same one again is a no-op. */
+  /** Adds a policy loss; another function under a taken name is an InputError naming both providers, the same one again a no-op. */
   register(name: string, fn: PolicyLoss): void {
     const existing = this.losses.get(name);
-    if (existing && existing !== fn) throw new Error(`policy loss '${name}' is already registered`);
-    this.losses.set(name, fn);
+    if (existing && existing.fn !== fn) throw new InputError(`policy loss '${name}' from ${this.provider} is already registered by ${existing.provider}; pick another name`);
+    this.losses.set(name, { fn, provider: existing?.provider ?? this.provider });
   }
 
   /** The loss of this name (InputError naming `key` and listing the names if none). */
   get(name: string, key = 'actor_rollout_ref.actor.policy_loss'): PolicyLoss {
-    const fn = this.losses.get(name);
-    if (!fn) throw new InputError(`${key}: unknown policy loss '${name}'; available: ${this.names().join(', ')}`);
-    return fn;
+    const entry = this.losses.get(name);
+    if (!entry) throw new InputError(`${key}: unknown policy loss '${name}'; available: ${this.names().join(', ')}`);
+    return entry.fn;
+  }
+
+  /** Who registered each loss ('core' or a plugin's name). */
+  providers(): Map<string, string> {
+    return new Map([...this.losses].map(([name, e]) => [name, e.provider]));
   }
 
   names(): string[] {

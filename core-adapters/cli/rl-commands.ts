@@ -183,6 +183,13 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
   const { target, overrides } = configAndOverrides('plugins', argv);
   const host = await createHost(target, { overrides, skipEngine: true });
   console.log(`algorithms: ${host.registry.names().join(', ')} (selected: ${host.config.algorithm.name})`);
+  // Each registry by name, with who provided each entry.
+  const listing = (providers: Map<string, string>) => [...providers].map(([name, by]) => (by === 'core' ? name : `${name} [${by.replace(/ \(.*\)$/, '')}]`)).join(', ');
+  console.log(`advantage estimators: ${listing(host.registries.advantageEstimators.providers())}`);
+  console.log(`policy losses: ${listing(host.registries.policyLosses.providers())}`);
+  console.log(`scorers (data_source): ${listing(host.registries.scorers.providers())}`);
+  const commands = host.plugins.flatMap((p) => p.commands.map((c) => `${c.name} [plugin ${p.name}]`));
+  console.log(`plugin commands: ${commands.join(', ') || 'none'}`);
   if (!host.plugins.length) console.log('no plugins registered');
   for (const p of host.plugins) {
     console.log(`${p.name} ${p.version} (host ${p.host}) from ${p.file}`);

@@ -1,14 +1,14 @@
 // Prompts from verl rows: rendered with the tokenizer's chat template when it has one (plain
 // concatenation of the messages otherwise), tokenized, filtered by length, and served in a
 // seeded, resumable order.
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { Config } from '../config/load.js';
 import type { DataPosition, Dataset, PromptRecord } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
-import { defaultScorer } from '../rewards/registry.js';
+import { ScorerRegistry } from '../rewards/registry.js';
 import { readRows, type DataRow } from './rows.js';
 
 /** The prompt text of a row: the chat template when the tokenizer has one, else the contents joined. */
@@ -36,6 +36,9 @@ export class PromptDataset implements Dataset {
     @inject(TOKENS.Tokenizer) private readonly tokenizer: TextTokenizer,
   ) {}
 
+  /** The host's scorers (plugins' included); the built-ins alone when constructed outside a container. */
+  @inject(TOKENS.ScorerRegistry) @optional() protected readonly scorers: ScorerRegistry = new ScorerRegistry();
+
   async init(): Promise<void> {
     this.train = await this.load(fileList(this.config.data.train_files), 'train');
     this.val = await this.load(fileList(this.config.data.val_files), 'val');
@@ -52,8 +55,8 @@ export class PromptDataset implements Dataset {
         const ids = this.tokenizer.encode(renderPrompt(row, this.tokenizer));
         if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
         // Found now rather than when the row is first scored, possibly hours into a run.
-        if (!this.config.custom_reward_function.path && !defaultScorer(row.data_source)) {
-          throw new InputError(`${file} row ${i + 1}: no scorer for data_source '${row.data_source}' (built in: countdown, gsm8k, math; or set custom_reward_function.path)`);
+        if (!this.config.custom_reward_function.path && !this.scorers.scorer(row.data_source)) {
+          throw new InputError(`${file} row ${i + 1}: no scorer for data_source '${row.data_source}' (registered: ${this.scorers.describe()}; or set custom_reward_function.path)`);
         }
         if (ids.length > max) {
           if (!this.config.data.filter_overlong_prompts) {

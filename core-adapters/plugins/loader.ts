@@ -6,13 +6,15 @@ import type { ContainerModule } from 'inversify';
 import type { AdvantageEstimatorRegistry } from '../algorithms/advantages.js';
 import type { PolicyLossRegistry } from '../algorithms/policy-loss.js';
 import type { Config } from '../config/load.js';
+import type { ScorerRegistry } from '../rewards/registry.js';
 import { InputError } from '../errors.js';
 import type { PluginManifest } from './manifest.js';
 
-/** The host's registries by name, where a plugin entry function adds its estimators and losses. */
+/** The host's registries by name, where a plugin entry function adds its estimators, losses and scorers. */
 export interface PluginRegistries {
   advantageEstimators: AdvantageEstimatorRegistry;
   policyLosses: PolicyLossRegistry;
+  scorers: ScorerRegistry;
 }
 
 /** What a plugin entry function receives: the resolved config, its own manifest, the registries. */
@@ -52,7 +54,18 @@ export async function importPluginModule(manifest: PluginManifest, context: Plug
     throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}${hint}`);
   }
   const entry = imported.default as PluginEntry | undefined;
-  const module = typeof entry === 'function' ? await entry(context) : entry;
+  // What the entry registers is recorded as this plugin's (a clash then names both providers).
+  const registries = Object.values(context.registries);
+  registries.forEach((r) => (r.provider = `plugin ${manifest.name} (${manifest.file})`));
+  let module: unknown;
+  try {
+    module = typeof entry === 'function' ? await entry(context) : entry;
+  } catch (e) {
+    if (e instanceof InputError) throw new InputError(`${manifest.file}: ${e.message}`);
+    throw e;
+  } finally {
+    registries.forEach((r) => (r.provider = 'core'));
+  }
   if (!isContainerModule(module)) {
     throw new InputError(`${manifest.file}: entry ${file} provides no ContainerModule (its default export must be one, or a function returning one)`);
   }

@@ -1,13 +1,13 @@
 // The naive reward manager (verl's NaiveRewardManager): decode each response, score it by its
 // data_source (or with the configured custom scorer), and put the score on the last valid token.
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { CorrectResponse, Metrics, PromptRecord, RewardManager, RewardResult } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
-import { defaultScorer, enumerateCorrectAnswers, loadCustomScorer, scoreValue, type Scorer } from './registry.js';
+import { loadCustomScorer, ScorerRegistry, scoreValue, type Scorer } from './registry.js';
 
 /** Whether a scored response counts as correct: the scorer's acc when it gives one, else a positive score. */
 function isCorrect(result: ReturnType<typeof scoreValue>): boolean {
@@ -18,6 +18,8 @@ function isCorrect(result: ReturnType<typeof scoreValue>): boolean {
 @injectable()
 export class NaiveRewardManager implements RewardManager {
   private custom?: Scorer;
+  /** The host's scorers (plugins' included); the built-ins alone when constructed outside a container. */
+  @inject(TOKENS.ScorerRegistry) @optional() protected readonly scorers: ScorerRegistry = new ScorerRegistry();
 
   constructor(
     @inject(TOKENS.Config) private readonly config: Config,
@@ -34,11 +36,11 @@ export class NaiveRewardManager implements RewardManager {
   private scorerFor(dataSource: string): Scorer {
     if (!this.custom && !this.builtIn.has(dataSource)) {
       const kwargs = this.config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
-      this.builtIn.set(dataSource, defaultScorer(dataSource, kwargs[dataSource] ?? {}));
+      this.builtIn.set(dataSource, this.scorers.scorer(dataSource, kwargs[dataSource] ?? {}));
     }
     const scorer = this.custom ?? this.builtIn.get(dataSource);
     if (!scorer) {
-      throw new InputError(`no scorer for data_source '${dataSource}'; set custom_reward_function.path (built in: countdown, gsm8k, math)`);
+      throw new InputError(`no scorer for data_source '${dataSource}'; set custom_reward_function.path (registered: ${this.scorers.describe()})`);
     }
     return scorer;
   }
@@ -64,7 +66,7 @@ export class NaiveRewardManager implements RewardManager {
   correctResponses(prompt: PromptRecord): CorrectResponse[] | undefined {
     const eos = this.tokenizer.eosTokenId;
     if (this.custom || eos === undefined) return undefined;
-    const texts = enumerateCorrectAnswers(prompt.dataSource, prompt.groundTruth);
+    const texts = this.scorers.correctAnswers(prompt.dataSource, prompt.groundTruth);
     if (!texts) return undefined;
     const scorer = this.scorerFor(prompt.dataSource);
     const correct = texts.filter((text) => isCorrect(scoreValue(scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource))));

@@ -21,30 +21,76 @@ const MATH_SOURCES = new Set([
   'HuggingFaceH4/MATH-500',
 ]);
 
-/** The built-in scorers and the data_source values each one scores (verl's default_compute_score). */
-const BUILT_IN_SCORERS: {
+/** One scorer in a ScorerRegistry: the data_source values it scores, how, and who registered it. */
+interface ScorerEntry {
+  /** The data_source values, for listings ('countdown', 'gsm8k, openai/gsm8k', ...). */
+  label: string;
   scores: (dataSource: string) => boolean;
-  score: (solution: string, groundTruth: unknown, options: Record<string, unknown>) => ScoreResult;
+  score: (solution: string, groundTruth: unknown, options: Record<string, unknown>, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult;
   /** Every correct answer, where the task can list them (for exact matching metrics). */
   correctAnswers?: (groundTruth: unknown) => string[] | undefined;
-}[] = [
-  { scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers },
-  { scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k },
-  { scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath },
-];
-
-/**
- * The built-in scorer for a data_source, or undefined when there is none. `options` are the
- * scorer's settings (reward_model.reward_kwargs.<data_source>), e.g. countdown's correct/incorrect.
- */
-export function defaultScorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
-  const builtIn = BUILT_IN_SCORERS.find((entry) => entry.scores(dataSource));
-  return builtIn && ((solution, groundTruth) => builtIn.score(solution, groundTruth, options));
+  provider: string;
 }
 
-/** Every correct answer text for a prompt of a built-in task that can list them; undefined otherwise. */
-export function enumerateCorrectAnswers(dataSource: string, groundTruth: unknown): string[] | undefined {
-  return BUILT_IN_SCORERS.find((entry) => entry.scores(dataSource))?.correctAnswers?.(groundTruth);
+/**
+ * Scorers by data_source (verl's default_compute_score), one registry per host: the built-ins
+ * (countdown, gsm8k, math), then what plugins register through their PluginContext, by exact
+ * data_source name. The reward manager and the dataset's check of each row read it.
+ */
+export class ScorerRegistry {
+  private readonly entries: ScorerEntry[] = [];
+  /** Who registrations come from now: 'core', or the plugin whose entry is running (the host sets it). */
+  provider = 'core';
+
+  constructor() {
+    this.entries.push(
+      { label: 'countdown', scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers, provider: 'core' },
+      { label: [...GSM8K_SOURCES].join(', '), scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k, provider: 'core' },
+      { label: `${[...MATH_SOURCES].join(', ')}, aime*`, scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath, provider: 'core' },
+    );
+  }
+
+  /**
+   * Adds a scorer for `dataSource` (exact name). A name another provider scores already is an
+   * InputError naming both; `correctAnswers`, where the task can list every correct answer, enables
+   * the exact matching metrics.
+   */
+  register(dataSource: string, scorer: Scorer, options: { correctAnswers?: (groundTruth: unknown) => string[] | undefined } = {}): void {
+    const taken = this.entries.find((e) => e.scores(dataSource));
+    if (taken) throw new InputError(`scorer for data_source '${dataSource}' from ${this.provider} is already registered by ${taken.provider}`);
+    this.entries.push({ label: dataSource, scores: (source) => source === dataSource, score: (solution, gt, _options, extraInfo, source) => scorer(solution, gt, extraInfo, source), correctAnswers: options.correctAnswers, provider: this.provider });
+  }
+
+  /**
+   * The scorer for a data_source, or undefined when there is none. `options` are the scorer's
+   * settings (reward_model.reward_kwargs.<data_source>), e.g. countdown's correct/incorrect.
+   */
+  scorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
+    const entry = this.entries.find((e) => e.scores(dataSource));
+    return entry && ((solution, groundTruth, extraInfo) => entry.score(solution, groundTruth, options, extraInfo, dataSource));
+  }
+
+  /** Every correct answer text for a prompt of a task that can list them; undefined otherwise. */
+  correctAnswers(dataSource: string, groundTruth: unknown): string[] | undefined {
+    return this.entries.find((e) => e.scores(dataSource))?.correctAnswers?.(groundTruth);
+  }
+
+  /** The data_source values scored and who registered each scorer. */
+  providers(): Map<string, string> {
+    return new Map(this.entries.map((e) => [e.label, e.provider]));
+  }
+
+  /** The data_source values, for messages. */
+  describe(): string {
+    return this.entries.map((e) => e.label.split(', ')[0]).join(', ');
+  }
+}
+
+const CORE_SCORERS = new ScorerRegistry();
+
+/** The built-in scorer for a data_source, or undefined (ScorerRegistry.scorer on the built-ins). */
+export function defaultScorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
+  return CORE_SCORERS.scorer(dataSource, options);
 }
 
 /** Splits a scorer's result into its score and its extra metrics; a non-finite or missing score is an error. */
