@@ -76,14 +76,17 @@ function writeManifest(edit: (m: Record<string, unknown>) => void, raw?: string)
   return file;
 }
 
-/** A plugin whose JavaScript entry runs `body` with `registries` in scope, then provides an empty ContainerModule. */
-function writeEntryPlugin(body: string): string {
+/** A plugin whose JavaScript entry (`prelude`, then a default export) runs `body` with `registries` in scope and provides an empty ContainerModule. */
+function writeEntryPlugin(body: string, prelude = ''): string {
   const file = writeManifest((m) => {
     m.entry = 'entry.mjs';
     delete m.source;
   });
   const inversify = import.meta.resolve('inversify');
-  fs.writeFileSync(path.join(path.dirname(file), 'entry.mjs'), `import { ContainerModule } from ${JSON.stringify(inversify)};\nexport default ({ registries }) => { ${body} return new ContainerModule(() => {}); };\n`);
+  fs.writeFileSync(
+    path.join(path.dirname(file), 'entry.mjs'),
+    `${prelude}import { ContainerModule } from ${JSON.stringify(inversify)};\nexport default ({ registries }) => { ${body} return new ContainerModule(() => {}); };\n`,
+  );
   return file;
 }
 
@@ -315,6 +318,33 @@ describe('plugins', () => {
       expect([scorer('yes', null), scorer('no', null)]).to.deep.equal([1, 0]);
       const listed = await runFlowrl(['plugins', configWith([file])], 60_000);
       expect(listed.stdout).to.include('acme/yes-no [plugin tmp-plugin]').and.include('advantage estimators: gae, grpo, reinforce_plus_plus');
+    });
+
+    it('an exported subclass of an injected base without @injectFromBase() is refused when the plugin loads, naming the class and the fix', async () => {
+      const core = pathToFileURL(path.resolve('core-adapters/index.ts')).href;
+      const entry = (decorate: string) =>
+        `import { injectable, injectFromBase } from ${JSON.stringify(import.meta.resolve('inversify'))};\nimport { NaiveRewardManager } from ${JSON.stringify(core)};\nexport class LoudRewards extends NaiveRewardManager {}\n${decorate}\n`;
+      const forgot = writeEntryPlugin('', entry('injectable()(LoudRewards);'));
+      await expectHostError(configWith([forgot]), {}, forgot, 'class LoudRewards', 'extends NaiveRewardManager', '@injectFromBase()');
+      const fine = writeEntryPlugin('', entry('injectFromBase()(LoudRewards);\ninjectable()(LoudRewards);'));
+      await createHost(configWith([fine]), { skipEngine: true });
+    });
+
+    it("an installed plugin package whose exports map omits './plugin.json' is named with the fix; with it, the package loads", async () => {
+      // A project with the package installed (Node caches each package.json it reads, so one project per case).
+      const project = (exports: Record<string, string>): string => {
+        const dir = path.join(work, `package-${++counter}`);
+        const pkg = path.join(dir, 'node_modules', 'acme-plugin');
+        fs.mkdirSync(pkg, { recursive: true });
+        fs.cpSync(path.dirname(writeEntryPlugin('')), pkg, { recursive: true });
+        fs.writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'acme-plugin', version: '1.0.0', type: 'module', exports }));
+        const config = path.join(dir, 'config.yaml');
+        fs.writeFileSync(config, `plugins: [acme-plugin]\nactor_rollout_ref:\n  model:\n    path: ${JSON.stringify(tokenizerDir)}\n`);
+        return config;
+      };
+      await expectHostError(project({ '.': './entry.mjs' }), {}, "package 'acme-plugin'", "does not export './plugin.json'", '"./plugin.json": "./plugin.json"');
+      const host = await createHost(project({ '.': './entry.mjs', './plugin.json': './plugin.json' }), { skipEngine: true });
+      expect(host.plugins.map((p) => p.name)).to.deep.equal(['tmp-plugin']);
     });
 
     it('rejects the same plugin registered twice', async () => {

@@ -44,6 +44,33 @@ function isContainerModule(value: unknown): value is ContainerModule {
   return typeof value === 'object' && value !== null && typeof (value as { load?: unknown }).load === 'function';
 }
 
+// inversify 8 keeps a class's injection metadata under these reflect-metadata keys.
+const CLASS_METADATA = '@inversifyjs/core/classMetadataReflectKey';
+const INJECTABLE_FLAG = '@inversifyjs/core/classIsInjectableFlagReflectKey';
+
+/** The nearest base class (not `cls`) whose constructor takes injected arguments. */
+function injectedBase(cls: object): { name: string } | undefined {
+  for (let base = Object.getPrototypeOf(cls) as object | null; base && base !== Function.prototype; base = Object.getPrototypeOf(base) as object | null) {
+    const metadata = Reflect.getOwnMetadata(CLASS_METADATA, base) as { constructorArguments?: unknown[] } | undefined;
+    if (metadata?.constructorArguments?.length) return base as { name: string };
+  }
+  return undefined;
+}
+
+/**
+ * An exported @injectable() subclass of a base with injected constructor arguments that has no
+ * metadata of its own forgot @injectFromBase(): inversify would construct it with no arguments and
+ * the run would fail at its first step with a TypeError. Found here, when the plugin loads.
+ */
+function checkSubclasses(manifest: PluginManifest, file: string, exported: Record<string, unknown>): void {
+  for (const [name, value] of Object.entries(exported)) {
+    if (typeof value !== 'function' || !Reflect.getOwnMetadata(INJECTABLE_FLAG, value)) continue;
+    if (Reflect.getOwnMetadata(CLASS_METADATA, value)) continue;
+    const base = injectedBase(value);
+    if (base) throw new InputError(`${manifest.file}: class ${name} in ${file} extends ${base.name} but has no @injectFromBase(); add it under @injectable() so ${base.name}'s constructor gets its dependencies`);
+  }
+}
+
 export async function importPluginModule(manifest: PluginManifest, context: PluginContext): Promise<ContainerModule> {
   const file = entryFile(manifest);
   let imported: { default?: unknown };
@@ -53,6 +80,7 @@ export async function importPluginModule(manifest: PluginManifest, context: Plug
     const hint = file.endsWith('.ts') && !HOST_RUNS_FROM_SOURCE ? ' (a TypeScript entry needs NODE_OPTIONS=--import=tsx, or build the plugin and point entry at the .js)' : '';
     throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}${hint}`);
   }
+  checkSubclasses(manifest, file, imported as Record<string, unknown>);
   const entry = imported.default as PluginEntry | undefined;
   // What the entry registers is recorded as this plugin's (a clash then names both providers).
   const registries = Object.values(context.registries);

@@ -37,10 +37,20 @@ export function locateManifest(entry: string, baseDir: string): string {
   const candidates = [path.resolve(baseDir, entry), path.resolve(baseDir, entry, 'plugin.json')];
   for (const file of candidates) if (fs.existsSync(file) && fs.statSync(file).isFile()) return file;
   if (!entry.startsWith('.') && !path.isAbsolute(entry)) {
+    const require = createRequire(path.join(baseDir, 'noop.js'));
     try {
-      return createRequire(path.join(baseDir, 'noop.js')).resolve(`${entry}/plugin.json`);
-    } catch {
-      // fall through to the error below
+      return require.resolve(`${entry}/plugin.json`);
+    } catch (e) {
+      // An installed package whose "exports" hides plugin.json: say so, not "not installed".
+      if ((e as { code?: string }).code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') {
+        let packageFile = '';
+        try {
+          packageFile = require.resolve(`${entry}/package.json`);
+        } catch {
+          packageFile = `${entry}'s package.json`;
+        }
+        throw new InputError(`plugins: package '${entry}' is installed but its exports map does not export './plugin.json'; add "./plugin.json": "./plugin.json" to "exports" in ${packageFile}`);
+      }
     }
   }
   throw new InputError(`plugins: '${entry}' is neither a plugin.json file, a directory holding one, nor an installed package with one`);
