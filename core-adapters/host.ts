@@ -41,17 +41,24 @@ export interface Host {
   engine?: EngineInfo;
 }
 
+/** How createHost builds a host: command-line overrides, whether to start tfjs, quiet, where replica threads build their replica. */
 export interface HostOptions {
   /** Dotted key=value overrides from the command line. */
   overrides?: string[];
   /** Skip initialising tfjs (listing plugins needs no engine). */
   skipEngine?: boolean;
   quiet?: boolean;
+  /**
+   * URL of the module whose createActorReplica builds a replica thread (composition.ts passes its
+   * own); without it the worker runs on one thread.
+   */
+  replicaEntry?: string;
 }
 
 /** The core bindings: every role the trainer needs, as singletons. */
-export function coreModule(config: Config, requirements: RunRequirements, registry: AlgorithmRegistry, registries: PluginRegistries, engine?: EngineInfo): ContainerModule {
+export function coreModule(config: Config, requirements: RunRequirements, registry: AlgorithmRegistry, registries: PluginRegistries, engine?: EngineInfo, replicaEntry?: string): ContainerModule {
   return new ContainerModule(({ bind }) => {
+    bind(TOKENS.ReplicaEntry).toConstantValue(replicaEntry ?? '');
     bind(TOKENS.Config).toConstantValue(config);
     bind(TOKENS.Engine).toConstantValue(engine ?? { backend: 'none' });
     bind(TOKENS.RunRequirements).toConstantValue(requirements);
@@ -126,7 +133,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const requirements = runRequirements(config, registry, registries.advantageEstimators);
   const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });
   const container = new Container({ defaultScope: 'Singleton' });
-  await container.loadAsync(coreModule(config, requirements, registry, registries, engine));
+  await container.loadAsync(coreModule(config, requirements, registry, registries, engine, options.replicaEntry));
   for (const module of pluginModules) await container.loadAsync(module);
   return { container, config, plugins, registry, registries, requirements, engine };
 }

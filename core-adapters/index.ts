@@ -44,7 +44,8 @@ export { CORE_DEFAULTS, KEY_CHOICES, type Choice, type ChoiceKey, type ConfigTre
 export { readConfigFile, resolveConfig, writeConfig, type Config } from './config/load.js';
 
 // The host: a container built from a config (plugins loaded, bindings made) and the tfjs engine.
-export { createHost, type Host } from './host.js';
+export { createHost } from './composition.js';
+export type { Host, HostOptions } from './host.js';
 export { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
 
 // Base roles, meant for subclassing (verl's recipe style): override a method, rebind the token.
@@ -53,7 +54,8 @@ export { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 export { ValueCritic } from './workers/critic.js';
 export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
-export { ScorerRegistry, type Scorer, type ScoreResult } from './rewards/registry.js';
+export { ScorerRegistry } from './rewards/registry.js';
+export type { Scorer, ScoreResult } from './rewards/types.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';
 export { LocalRollout, samplePolicy } from './rollout/local.js';

@@ -31,6 +31,8 @@ export const TOKENS = {
   AlgorithmRegistry: Symbol.for('flowrl.AlgorithmRegistry'),
   /** Scorers by data_source: the built-ins and what plugins registered (the reward manager reads it). */
   ScorerRegistry: Symbol.for('flowrl.ScorerRegistry'),
+  /** URL of the module a replica thread imports (composition.ts), or '' when the host was made without threads. */
+  ReplicaEntry: Symbol.for('flowrl.ReplicaEntry'),
 } as const;
 
 /** The name of a binding in TOKENS. */

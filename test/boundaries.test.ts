@@ -18,7 +18,12 @@ export interface Violation {
   problem: string;
 }
 
-/** Module specifiers of static imports and re-exports (multi-line too), side-effect imports and import(). */
+/**
+ * Module specifiers of static imports and re-exports (multi-line too), side-effect imports,
+ * import(), and modules named by `new URL('./x.js', import.meta.url)` (a worker's entry, a replica
+ * module): those load a module as surely as an import does. A URL built from anything but one
+ * string literal is returned as `computed: <its source>` (the rules refuse it: it cannot be followed).
+ */
 export function importSpecifiers(text: string): string[] {
   // Drop comments so prose that mentions "import ... from '...'" is not read as code. Line comments
   // are only taken from the start of a line or after whitespace, which keeps 'https://...' strings.
@@ -30,6 +35,10 @@ export function importSpecifiers(text: string): string[] {
   ];
   const out: string[] = [];
   for (const pattern of patterns) for (const match of code.matchAll(pattern)) out.push(match[1]);
+  for (const [, argument] of code.matchAll(/\bnew\s+URL\s*\(([^,()]*(?:\([^()]*\)[^,()]*)*),\s*import\.meta\.url\s*\)/g)) {
+    const literal = /^\s*(['"])([^'"]+)\1\s*$/.exec(argument) ?? /^\s*`([^`$]+)`\s*$/.exec(argument);
+    out.push(literal ? literal[literal.length - 1] : `computed: ${argument.trim()}`);
+  }
   return out;
 }
 
@@ -53,6 +62,10 @@ export function checkBoundaries(files: SourceFile[], root: string): Violation[] 
     const inPlugin = inside(pluginDir, file);
     if (!inCore && !inPlugin) continue;
     for (const specifier of importSpecifiers(text)) {
+      if (specifier.startsWith('computed: ')) {
+        violations.push({ file, specifier, problem: 'a module named by a computed URL (name it with one string literal, so these rules can follow it)' });
+        continue;
+      }
       const relative = specifier.startsWith('./') || specifier.startsWith('../');
       const target = relative ? path.resolve(path.dirname(file), specifier) : undefined;
       if (inCore) {
@@ -206,8 +219,37 @@ describe('import boundaries', () => {
         "/* export * from './block-commented.js'; */",
         "const url = 'https://example.com/x';",
         "const items = Array.from('abc');",
+        "const worker = new URL('./worker-entry.js', import.meta.url);",
+        'const replica = new URL(`../replica.js`, import.meta.url).href;',
+        "const other = new URL('https://example.com/page');",
+        'const hidden = new URL(`./entry${extension}`, import.meta.url);',
+        "const chosen = new URL(fromSource ? './a.ts' : './a.js', import.meta.url);",
       ].join('\n');
-      expect(importSpecifiers(text)).to.have.members(['node:fs', '../x/a.js', './c.js', 'reflect-metadata', './d.js', './e.js', './f.js', './g.js']);
+      expect(importSpecifiers(text)).to.have.members([
+        'node:fs',
+        '../x/a.js',
+        './c.js',
+        'reflect-metadata',
+        './d.js',
+        './e.js',
+        './f.js',
+        './g.js',
+        './worker-entry.js',
+        '../replica.js',
+        'computed: `./entry${extension}`',
+        "computed: fromSource ? './a.ts' : './a.js'",
+      ]);
+    });
+
+    it('follows a module named by a URL into the cycle check, and refuses a computed one', () => {
+      const cycles = importCycles([
+        { file: '/repo/workers/worker.ts', text: "const spec = { module: new URL('../composition.js', import.meta.url).href };" },
+        { file: '/repo/composition.ts', text: "import { createHost } from './host.js';" },
+        { file: '/repo/host.ts', text: "import { Worker } from './workers/worker.js';" },
+      ]);
+      expect(cycles).to.deep.equal([['/repo/composition.ts', '/repo/host.ts', '/repo/workers/worker.ts']]);
+      const violations = checkBoundaries([core('workers/w.ts', 'const m = new URL(`./replica${ext}`, import.meta.url);')], root);
+      expect(violations.map((v) => v.problem)).to.deep.equal(['a module named by a computed URL (name it with one string literal, so these rules can follow it)']);
     });
 
     it('accepts allowed imports', () => {

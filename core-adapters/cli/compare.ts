@@ -5,7 +5,7 @@
 import path from 'node:path';
 import type { Trainer } from '../contracts/index.js';
 import { InputError } from '../errors.js';
-import { createHost } from '../host.js';
+import { createHost } from '../composition.js';
 import { compareRuns, comparisonText, type CompareGroup } from '../report/comparison.js';
 import { writeReport } from '../report/report.js';
 import { TOKENS } from '../tokens.js';

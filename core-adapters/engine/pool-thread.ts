@@ -5,7 +5,7 @@ import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_
 import * as tf from '@tensorflow/tfjs';
 import { initEngine, type NativeChoice } from './backend.js';
 import { loadNativeKernels } from './native.js';
-import type { Replica, ReplicaSpec } from './thread-pool.js';
+import type { Replica, ReplicaSpec } from './replica.js';
 
 interface WorkerInit {
   index: number;

@@ -12,24 +12,12 @@ import { pathToFileURL } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from './backend.js';
+import type { ReplicaSpec } from './replica.js';
+
+export type { Replica, ReplicaSpec } from './replica.js';
 import { shardRanges } from '../arrays.js';
 import { accumulateGradients } from './ops.js';
 import { blasThreads, loadNativeKernels } from './native.js';
-
-/** What a worker builds its replica from: a module exporting `factory(args)`. */
-export interface ReplicaSpec {
-  /** File URL of the module (import.meta.url of the caller, usually). */
-  module: string;
-  factory: string;
-  args: unknown;
-}
-
-/** A worker's replica: parameters by stable name, and a task runner. */
-export interface Replica {
-  params: Map<string, tf.Variable>;
-  /** Runs one task; gradients (if any) are returned as tensors the pool frees after copying. */
-  run(task: unknown): { grads?: Map<string, tf.Tensor>; result?: unknown };
-}
 
 export interface PoolOptions {
   /** Threads in all, the main one included (>= 2). */
@@ -93,7 +81,8 @@ function tsxApi(): string {
  */
 function workerEntry(): string {
   const fromSource = import.meta.url.endsWith('.ts');
-  const target = JSON.stringify(new URL(fromSource ? './pool-thread.ts' : './pool-thread.js', import.meta.url).href);
+  const entry = new URL('./pool-thread.js', import.meta.url).href;
+  const target = JSON.stringify(fromSource ? entry.replace(/\.js$/, '.ts') : entry);
   const preloads = parentPreloads();
   const isTsx = (p: string) => p === 'tsx' || p === 'tsx/esm';
   const others = preloads.filter((p) => !isTsx(p)).map((p) => `await import(${JSON.stringify(p)});`);

@@ -2,6 +2,7 @@
 // returns a number or a dict with 'score' plus extra metrics.
 
 export type ScoreExtra = number | string | boolean;
+/** What a scorer returns: a score, or a score with extra metrics (verl's dict form). */
 export type ScoreResult = number | { score: number; [extra: string]: ScoreExtra };
 
 /**

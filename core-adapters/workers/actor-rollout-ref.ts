@@ -4,7 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import { concatFloat32 } from '../arrays.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -39,13 +39,12 @@ import { sequenceBatch } from './sequences.js';
 const WASM_HEAP_BUDGET = 3 * 2 ** 30;
 
 /**
- * What a worker thread builds as this worker's replica: workers/actor-replica.ts, named here rather
- * than imported, because it builds a whole host (and the host binds this class).
+ * What a worker thread builds as this worker's replica: createActorReplica in `entry` (the
+ * composition root, which the host names through TOKENS.ReplicaEntry: it builds a whole host).
  */
-function actorReplicaSpec(config: Config): ReplicaSpec {
-  const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+function actorReplicaSpec(config: Config, entry: string): ReplicaSpec {
   // A frozen LoRA base goes to the threads as shared memory: one copy for all of them.
-  return { module: new URL(`./actor-replica${extension}`, import.meta.url).href, factory: 'createActorReplica', args: { config: structuredClone(config), frozenBases: shareFrozenBases() } };
+  return { module: entry, factory: 'createActorReplica', args: { config: structuredClone(config), frozenBases: shareFrozenBases() } };
 }
 
 /** The policy worker (verl's ActorRolloutRefWorker): sampling, log-probs, the reference, checkpoints; subclasses attach heads in buildPolicyModule. */
@@ -53,6 +52,9 @@ function actorReplicaSpec(config: Config): ReplicaSpec {
 export class ActorRolloutRefWorker implements Worker {
   module!: PolicyModule;
   protected reference?: CausalLM;
+
+  /** Where replica threads build their replica (composition.ts); '' for a host made without threads. */
+  @inject(TOKENS.ReplicaEntry) @optional() protected readonly replicaEntry: string = '';
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -72,10 +74,13 @@ export class ActorRolloutRefWorker implements Worker {
     await this.initReplica();
     if (this.requirements.useReference) this.loadReference();
     const threads = resolveThreadCount(this.config.engine.workers);
-    if (threads > 1 && tf.getBackend() === 'wasm') {
+    if (threads > 1 && tf.getBackend() === 'wasm' && !this.replicaEntry && this.config.trainer.progress) {
+      process.stderr.write('[flowrl] one thread: this host was made without a replica entry (create it with createHost from flowrl/core)\n');
+    }
+    if (threads > 1 && tf.getBackend() === 'wasm' && this.replicaEntry) {
       this.module.pool = await ThreadPool.create({
         size: threads,
-        spec: actorReplicaSpec(this.config),
+        spec: actorReplicaSpec(this.config, this.replicaEntry),
         params: this.module.params,
         native: this.config.engine.native,
       });
