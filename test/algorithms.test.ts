@@ -468,7 +468,7 @@ describe('algorithm registries', () => {
     expect(mine.names()).to.include('test_zero');
     expect(mine.get('test_zero')(advantageInput()).advantages.length).to.equal(35);
     expect(new AdvantageEstimatorRegistry().names(), 'a fresh registry').to.not.include('test_zero');
-    throwsWith(() => mine.register('grpo', zero), "'grpo' is already registered");
+    throwsWith(() => mine.register('grpo', zero), "'grpo' from core is already registered by core");
     // A plugin estimator that reads values asks for a critic through its trait.
     mine.register('test_valued', zero, { needsValues: true });
     const registry = new AlgorithmRegistry();
@@ -481,7 +481,7 @@ describe('algorithm registries', () => {
     const vanilla = myLosses.get('vanilla');
     myLosses.register('test_vanilla_alias', vanilla);
     expect(myLosses.get('test_vanilla_alias')).to.equal(vanilla);
-    throwsWith(() => myLosses.register('vanilla', (i, o) => vanilla(i, o)), "'vanilla' is already registered");
+    throwsWith(() => myLosses.register('vanilla', (i, o) => vanilla(i, o)), "'vanilla' from core is already registered by core");
   });
 });
 
