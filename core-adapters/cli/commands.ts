@@ -21,7 +21,7 @@ const COMMANDS: Record<string, Command> = {
   compare: { usage: 'compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: compareCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
   export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter)', run: exportCommand },
-  plugins: { usage: 'plugins CONFIG   (registered plugins, their algorithms and overridden bindings)', run: pluginsCommand },
+  plugins: { usage: 'plugins CONFIG   (registered plugins; algorithms, advantage estimators, policy losses, scorers and commands with their providers; overridden bindings)', run: pluginsCommand },
   generate: {
     usage: 'generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--greedy] [--chat] [--seed S] [--adapter DIR] [--json]',
     run: generateCommand,
