@@ -253,3 +253,23 @@ export const FLAT_ROW_SCHEMA = [
   { name: 'style', ...PARQUET_STRING },
   { name: 'ground_truth', ...PARQUET_STRING },
 ] as const;
+
+/** Sources newer than their compiled file: a stale dist/ would test old code. */
+export function staleOutputs(): string[] {
+  const stale: string[] = [];
+  for (const dir of ['core-adapters', 'plugin']) {
+    for (const entry of fs.readdirSync(path.join(ROOT, dir), { recursive: true, encoding: 'utf8' })) {
+      if (!entry.endsWith('.ts') || entry.endsWith('.d.ts')) continue;
+      const source = path.join(ROOT, dir, entry);
+      const compiled = path.join(ROOT, 'dist', dir, entry.replace(/\.ts$/, '.js'));
+      if (!fs.existsSync(compiled) || fs.statSync(compiled).mtimeMs < fs.statSync(source).mtimeMs) stale.push(path.relative(ROOT, source));
+    }
+  }
+  return stale;
+}
+
+/** Fails (a before hook) when dist/ is missing or older than a source: a stale dist/ would test old code. */
+export function expectFreshDist(): void {
+  const stale = staleOutputs();
+  if (stale.length) throw new Error(`dist/ is missing or older than ${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', ...' : ''}; run \`npm run build\` (npm test does)`);
+}

@@ -1,0 +1,69 @@
+// What a plugin author does with the published package, from nothing: pack it, install the tarball
+// into a fresh project, scaffold a plugin there with `flowrl new-plugin`, type-check it with the
+// project's own TypeScript, run its test, and train 2 steps with it from TypeScript source on two
+// worker threads. npm's cache (filled by npm ci) serves the dependencies.
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { pluginFiles } from '../core-adapters/cli/new-plugin.js';
+import { expectFreshDist, fixture, ROOT, tempDir, type CliResult } from './helpers.js';
+
+/** Runs a command in `cwd` with npm's and Node's settings cleared of this test run's. */
+function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}, timeoutMs = 120_000): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd, timeout: timeoutMs, env: { ...process.env, NODE_OPTIONS: '', ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
+  });
+}
+
+const expectOk = (r: CliResult, what: string) => expect(r.status, `${what}\n${r.stdout.slice(-1500)}\n${r.stderr.slice(-1500)}`).to.equal(0);
+
+describe('the packed package, installed into a fresh project, with a scaffolded plugin', function () {
+  this.timeout(240_000);
+  before(expectFreshDist);
+
+  it('packs, installs, scaffolds a plugin that type-checks and passes its test, and trains 2 steps with it from TypeScript on two threads', async () => {
+    const dir = tempDir('flowrl-package-');
+    // dist/ is fresh (npm test builds it first), so packing need not build again.
+    const packed = await run('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], ROOT);
+    expectOk(packed, 'npm pack');
+    const tarball = path.join(dir, packed.stdout.trim().split('\n').at(-1)!);
+    const project = path.join(dir, 'acme-rloo');
+    fs.mkdirSync(project);
+    fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'scratch', private: true, type: 'module' }));
+    expectOk(await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball], project), 'npm install the tarball');
+    // The scaffold, from the installed command; then its own dependencies.
+    expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['new-plugin', '.', '--name', 'acme-rloo'], project), 'flowrl new-plugin');
+    // The project's package.json was completed (its name kept), the plugin's files written.
+    const manifest = JSON.parse(fs.readFileSync(path.join(project, 'package.json'), 'utf8')) as { name: string; dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    expect(manifest.name).to.equal('scratch');
+    expect(manifest.dependencies).to.include.keys('flowrl', 'inversify');
+    expect(manifest.devDependencies).to.include.keys('typescript', 'tsx');
+    expect(fs.readdirSync(project)).to.include.members(Object.keys(pluginFiles('acme-rloo')).filter((f) => !f.includes('/')));
+    expectOk(await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], project), 'npm install (the scaffold dependencies)');
+    expectOk(await run(path.join(project, 'node_modules', '.bin', 'tsc'), ['--noEmit'], project), 'tsc --noEmit');
+    expectOk(await run(process.execPath, ['--import', 'tsx', '--test', 'test/acme-rloo.test.ts'], project), 'the scaffold test');
+    const countdown = fixture('countdown');
+    fs.writeFileSync(
+      path.join(project, 'config.yaml'),
+      [
+        'plugins: [./plugin.json]',
+        'algorithm: { name: acme_rloo_rloo }',
+        `data: { train_files: ${path.join(countdown, 'data', 'train.jsonl')}, val_files: ${path.join(countdown, 'data', 'val.jsonl')}, train_batch_size: 4, max_prompt_length: 32, max_response_length: 16, val_max_samples: 8 }`,
+        `actor_rollout_ref: { model: { path: ${path.join(countdown, 'base-model')} }, actor: { ppo_mini_batch_size: 4, ppo_micro_batch_size: 16 }, rollout: { n: 4 } }`,
+        'trainer: { total_training_steps: 2, test_freq: 2, default_local_dir: ./run }',
+        'engine: { workers: 2 }',
+      ].join('\n'),
+    );
+    const trained = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'config.yaml'], project, { NODE_OPTIONS: '--import=tsx' });
+    expectOk(trained, 'flowrl train with the plugin');
+    expect(trained.stderr).to.include('acme-rloo').and.include('2 threads');
+    expect(fs.readFileSync(path.join(project, 'run', 'metrics.jsonl'), 'utf8').trim().split('\n')).to.have.length(3);
+  });
+});
