@@ -32,8 +32,8 @@ export class PromptDataset implements Dataset {
   readonly dropped = { train: 0, val: 0 };
 
   constructor(
-    @inject(TOKENS.Config) private readonly config: Config,
-    @inject(TOKENS.Tokenizer) private readonly tokenizer: TextTokenizer,
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(TOKENS.Tokenizer) protected readonly tokenizer: TextTokenizer,
   ) {}
 
   /** The host's scorers (plugins' included); the built-ins alone when constructed outside a container. */

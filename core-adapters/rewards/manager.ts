@@ -22,8 +22,8 @@ export class NaiveRewardManager implements RewardManager {
   @inject(TOKENS.ScorerRegistry) @optional() protected readonly scorers: ScorerRegistry = new ScorerRegistry();
 
   constructor(
-    @inject(TOKENS.Config) private readonly config: Config,
-    @inject(TOKENS.Tokenizer) private readonly tokenizer: TextTokenizer,
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(TOKENS.Tokenizer) protected readonly tokenizer: TextTokenizer,
   ) {}
 
   async init(): Promise<void> {
@@ -33,7 +33,8 @@ export class NaiveRewardManager implements RewardManager {
 
   private readonly builtIn = new Map<string, Scorer | undefined>();
 
-  private scorerFor(dataSource: string): Scorer {
+  /** The scorer of a data_source: the custom one when set, else the registered one (InputError naming the data_source if none). */
+  protected scorerFor(dataSource: string): Scorer {
     if (!this.custom && !this.builtIn.has(dataSource)) {
       const kwargs = this.config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
       this.builtIn.set(dataSource, this.scorers.scorer(dataSource, kwargs[dataSource] ?? {}));

@@ -12,9 +12,9 @@ import { sequencesFromSamples } from '../workers/sequences.js';
 /** The in-process sampler (rollout.name local). */
 @injectable()
 export class LocalRollout implements Rollout {
-  private policy!: RolloutPolicy;
+  protected policy!: RolloutPolicy;
 
-  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
   async attach(policy: RolloutPolicy): Promise<void> {
     this.policy = policy;

@@ -70,7 +70,7 @@ export class ServerRollout implements Rollout {
   private probeIds?: number[];
   private expectedProbe?: { version: number; logProbs: number[] };
 
-  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
   private get settings() {
     return this.config.actor_rollout_ref.rollout.server;

@@ -98,7 +98,7 @@ export function checkpointDamage(dir: string): string | undefined {
 /** Checkpoints as global_step_N directories under the run directory, written atomically. */
 @injectable()
 export class LocalCheckpointStore implements CheckpointStore {
-  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
   get root(): string {
     return path.join(this.config.trainer.default_local_dir!, 'checkpoints');

@@ -37,12 +37,12 @@ export const VALUE_HEAD_FILE = 'value_head.safetensors';
 /** The value critic for gae: the LM trunk with a linear value head, trained by the clipped value loss. */
 @injectable()
 export class ValueCritic implements Critic {
-  private lm!: CausalLM;
-  private params = new Map<string, tf.Variable>();
-  private optimizer!: AdamW;
-  private lrScheduler!: LrScheduler;
+  protected lm!: CausalLM;
+  protected params = new Map<string, tf.Variable>();
+  protected optimizer!: AdamW;
+  protected lrScheduler!: LrScheduler;
 
-  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
   async init(): Promise<void> {
     const source = this.config.critic.model.path ?? this.config.actor_rollout_ref.model.path;
@@ -61,12 +61,12 @@ export class ValueCritic implements Critic {
     this.lrScheduler = new LrScheduler(verlLrSchedule(o, 'critic.optim'));
   }
 
-  private headParams(): Map<string, tf.Variable> {
+  protected headParams(): Map<string, tf.Variable> {
     return new Map([...this.params].filter(([k]) => k.startsWith('value_head.')));
   }
 
   /** Values [B, R]: the value head on the state before each response token. */
-  private values(seq: SequenceBatch): tf.Tensor2D {
+  protected values(seq: SequenceBatch): tf.Tensor2D {
     const { batch, promptLength: P, responseLength: R } = seq;
     const H = this.lm.config.hiddenSize;
     const out = this.lm.forward({ ids: seq.inputIds, batch, attentionMask: seq.attentionMask, positions: positionsFromMask(seq.attentionMask, batch) });

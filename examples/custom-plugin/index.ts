@@ -4,7 +4,7 @@
 //
 // A plugin imports the host only through its public surface. An installed package writes
 // `from 'flowrl/core'`; inside the flowrl repository that module is ../../core-adapters/index.js.
-import { ContainerModule, inject, injectable, injectFromBase } from 'inversify';
+import { ContainerModule, injectable, injectFromBase } from 'inversify';
 import { InputError, NaiveRewardManager, TOKENS, type Batch, type Config, type PluginContext, type RewardResult } from '../../core-adapters/index.js';
 
 /** This plugin's config section (its defaults come from plugin.json). */
@@ -25,17 +25,15 @@ export function shortAnswersConfig(config: Config): ShortAnswersConfig {
 
 /**
  * The host's NaiveRewardManager with a length penalty. The constructor (config, tokenizer) is the
- * base class's, injected as declared there (injectFromBase); the config is also injected as a
- * property, because the base class keeps its own copy private.
+ * base class's, injected as declared there (injectFromBase); the base keeps them protected, so
+ * this.config is the resolved run config.
  */
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
 export class ShortAnswersRewardManager extends NaiveRewardManager {
-  @inject(TOKENS.Config) private readonly hostConfig!: Config;
-
   override compute(batch: Batch): RewardResult {
     const result = super.compute(batch);
-    const { penalty_per_token: perToken } = shortAnswersConfig(this.hostConfig);
+    const { penalty_per_token: perToken } = shortAnswersConfig(this.config);
     const mask = batch.tensor('response_mask').data;
     const R = batch.tensor('responses').shape[1];
     let total = 0;
