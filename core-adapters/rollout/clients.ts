@@ -133,10 +133,11 @@ async function answers(url: string, route: string, timeoutMs: number, apiKey?: s
 }
 
 /**
- * Attempts of an admin call whose failure can pass, and the pause between them: verl's SGLang
+ * Attempts of an admin call whose failure can pass, and the pause between them: verl v0.7.0's SGLang
  * adapter retries /flush_cache (400 while requests are pending) 6 times, 2 s apart
- * (verl/workers/rollout/sglang_rollout/http_server_engine.py, max_attempts * 2 with retry_delay 2.0);
- * a disk load whose files are not visible yet gets the same.
+ * (verl/workers/rollout/sglang_rollout/http_server_engine.py: flush_cache loops max_attempts * 2 with
+ * DEFAULT_MAX_ATTEMPTS 3, sleeping DEFAULT_RETRY_DELAY 2.0); a disk load whose files are not visible
+ * yet gets the same.
  */
 const ADMIN_ATTEMPTS = 6;
 const ADMIN_RETRY_DELAY_MS = 2000;
