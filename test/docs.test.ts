@@ -4,6 +4,8 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { main } from '../core-adapters/cli/commands.js';
+import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
+import { CONFIG_DOC, configReference, keyComments } from '../scripts/config-reference.js';
 import { ROOT } from './helpers.js';
 
 interface LinkChecker {
@@ -56,5 +58,25 @@ describe('documentation', () => {
     expect(commands).to.include.members(['train', 'serve', 'plugins']);
     const cli = fs.readFileSync(path.join(ROOT, 'docs', 'cli.md'), 'utf8');
     for (const command of commands) expect(cli, command).to.include(`npx flowrl ${command} `);
+  });
+
+  it('docs/config.md is what scripts/config-reference.ts generates: every key, its default, what it accepts and a meaning', () => {
+    const committed = fs.readFileSync(CONFIG_DOC, 'utf8');
+    expect(committed === configReference(), 'docs/config.md is stale: run `node --import tsx scripts/config-reference.ts --write`').to.equal(true);
+    // Cells hold escaped pipes (\\|) in choice lists.
+    const rows = [...committed.matchAll(/^\| `([a-z_.]+)` \| ((?:\\\||[^|])*) \| ((?:\\\||[^|])*) \| ((?:\\\||[^|])*) \|$/gm)];
+    expect(rows.map((r) => r[1])).to.include.members(['data.train_batch_size', 'actor_rollout_ref.rollout.server.api_key', 'engine.workers', 'trainer.val_matching']);
+    expect(rows.filter((r) => !r[4].trim()).map((r) => r[1]), 'keys without a doc comment in defaults.ts').to.deep.equal([]);
+    expect(committed).to.include('| `actor_rollout_ref.actor.loss_agg_mode` | `"token-mean"` | token-mean');
+    expect(committed).to.include('| `flowrl.beta` | `15` |');
+  });
+
+  it('keyComments reads one-line and multi-line doc comments by dotted key, inside nested sections', () => {
+    const source = ['export const CORE_DEFAULTS = {', '  a: {', '    /** One line. */', '    b: 1,', '    /**', '     * Two', '     * lines.', '     */', '    c: { d: 2 },', '  },', '  e: 3,', '};'].join('\n');
+    expect([...keyComments(source)]).to.deep.equal([
+      ['a.b', 'One line.'],
+      ['a.c', 'Two lines.'],
+    ]);
+    expect(CORE_DEFAULTS.data.train_batch_size).to.be.a('number');
   });
 });

@@ -43,8 +43,10 @@ const choice = <K extends ChoiceKey>(_key: K, value: Choice<K>): Choice<K> => va
 
 /** Every core config key with its default (verl's names); validation rejects keys not here or in a plugin's defaults. */
 export const CORE_DEFAULTS = {
+  /** Plugin manifests: plugin.json files, directories holding one, or installed package names (relative to the config file). */
   plugins: [] as string[],
   engine: {
+    /** The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then wasm, then cpu), or one by name. */
     backend: choice('engine.backend', 'auto'),
     /** The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off). */
     native: choice('engine.native', 'auto'),
@@ -52,21 +54,28 @@ export const CORE_DEFAULTS = {
     workers: 'auto' as string | number,
   },
   data: {
+    /** Training prompts: .jsonl or .parquet files of verl rows (prompt, data_source, reward_model.ground_truth). */
     train_files: null as string | string[] | null,
+    /** Validation prompts, in the same format. */
     val_files: null as string | string[] | null,
     /** Prompts per training step (each sampled rollout.n times). */
     train_batch_size: 8,
     /** Validation prompts used per evaluation; null uses them all. */
     val_max_samples: null as number | null,
+    /** Longest prompt in tokens; longer rows are dropped (filter_overlong_prompts) or an error. */
     max_prompt_length: 256,
+    /** New tokens sampled per response at most. */
     max_response_length: 64,
+    /** Drop prompts over max_prompt_length (counted in the run summary) instead of stopping. */
     filter_overlong_prompts: true,
+    /** Shuffle the training prompts each epoch (seeded). */
     shuffle: true,
     /** Seed of the data order; null uses trainer.seed. */
     seed: null as number | null,
   },
   actor_rollout_ref: {
     model: {
+      /** The policy: a Hugging Face model directory (Llama or Qwen2). */
       path: null as string | null,
       /** Tokenizer directory; null reads it from model.path. */
       tokenizer_path: null as string | null,
@@ -85,18 +94,25 @@ export const CORE_DEFAULTS = {
     },
     actor: {
       optim: {
+        /** AdamW learning rate. */
         lr: 1e-6,
+        /** AdamW decoupled weight decay. */
         weight_decay: 0.01,
+        /** AdamW moment decay rates [beta1, beta2]. */
         betas: [0.9, 0.999],
+        /** AdamW epsilon. */
         eps: 1e-8,
         /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
         lr_warmup_steps: -1,
+        /** Warm-up as a share of the run when lr_warmup_steps is negative. */
         lr_warmup_steps_ratio: 0.0,
         /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
         lr_scheduler_type: choice('actor_rollout_ref.actor.optim.lr_scheduler_type', 'constant'),
         /** verl's deprecated name for lr_scheduler_type; wins when set. */
         warmup_style: null as string | null,
+        /** Cosine schedule: the final lr as a share of lr. */
         min_lr_ratio: 0.0,
+        /** Cosine schedule: periods over the run (0.5: one half-cosine down). */
         num_cycles: 0.5,
         /** Filled in by the trainer with the run's training steps, as verl does. */
         total_training_steps: -1,
@@ -105,17 +121,27 @@ export const CORE_DEFAULTS = {
       ppo_mini_batch_size: 8,
       /** Responses per forward/backward pass; gradients accumulate over a mini-batch. */
       ppo_micro_batch_size: 16,
+      /** Passes over each batch of rollouts. */
       ppo_epochs: 1,
+      /** Policy loss by name: vanilla (PPO clip) or one a plugin registers. */
       policy_loss: 'vanilla',
+      /** PPO clip: ratios below 1 - clip_ratio_low are clipped. */
       clip_ratio_low: 0.2,
+      /** PPO clip: ratios above 1 + clip_ratio_high are clipped. */
       clip_ratio_high: 0.2,
       /** Dual-clip bound for negative advantages. */
       clip_ratio_c: 3.0,
+      /** Global gradient-norm clip. */
       grad_clip: 1.0,
+      /** How per-token losses become one (verl's modes): token-mean over all tokens, or per-sequence then over sequences. */
       loss_agg_mode: choice('actor_rollout_ref.actor.loss_agg_mode', 'token-mean'),
+      /** Add a KL-to-reference term to the actor loss (loads the reference policy). */
       use_kl_loss: false,
+      /** Weight of the KL loss. */
       kl_loss_coef: 0.001,
+      /** The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3). */
       kl_loss_type: choice('actor_rollout_ref.actor.kl_loss_type', 'low_var_kl'),
+      /** Weight of the entropy bonus (0: off). */
       entropy_coeff: 0,
     },
     ref: {
@@ -127,19 +153,28 @@ export const CORE_DEFAULTS = {
     rollout: {
       /** Where sampling runs: local (this process) | sglang | vllm (the inference servers at server.urls). */
       name: choice('actor_rollout_ref.rollout.name', 'local'),
+      /** Responses sampled per prompt (a group, for GRPO and FlowRL). */
       n: 1,
+      /** Sampling temperature of training rollouts. */
       temperature: 1.0,
+      /** Nucleus sampling (1.0: off). With rollout.name vllm it must stay 1.0. */
       top_p: 1.0,
+      /** Top-k sampling (-1: off). With rollout.name vllm it must stay -1. */
       top_k: -1,
       /** Responses per old-log-prob forward pass. */
       log_prob_micro_batch_size: 32,
       /** Sequences sampled together (prompts times rollout.n are split into batches of this many). */
       generation_batch_size: 64,
       val_kwargs: {
+        /** Samples per validation prompt (Avg@n, pass@k). */
         n: 1,
+        /** Validation sampling temperature. */
         temperature: 0,
+        /** Validation nucleus sampling. */
         top_p: 1.0,
+        /** Validation top-k (-1: off). */
         top_k: -1,
+        /** false: greedy validation. */
         do_sample: false,
       },
       /** Inference servers (rollout.name sglang or vllm). */
@@ -167,27 +202,40 @@ export const CORE_DEFAULTS = {
       path: null as string | null,
     },
     optim: {
+      /** Critic AdamW learning rate (PPO). */
       lr: 1e-5,
+      /** Critic AdamW weight decay. */
       weight_decay: 0.01,
+      /** Critic AdamW moment decay rates. */
       betas: [0.9, 0.999],
+      /** Critic AdamW epsilon. */
       eps: 1e-8,
       /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
       lr_warmup_steps: -1,
+      /** As the actor's. */
       lr_warmup_steps_ratio: 0.0,
       /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
       lr_scheduler_type: choice('critic.optim.lr_scheduler_type', 'constant'),
       /** verl's deprecated name for lr_scheduler_type; wins when set. */
       warmup_style: null as string | null,
+      /** As the actor's. */
       min_lr_ratio: 0.0,
+      /** As the actor's. */
       num_cycles: 0.5,
       /** Filled in by the trainer with the run's training steps, as verl does. */
       total_training_steps: -1,
     },
+    /** Prompts per critic optimizer step. */
     ppo_mini_batch_size: 8,
+    /** Responses per critic forward/backward pass. */
     ppo_micro_batch_size: 16,
+    /** Critic passes over each batch. */
     ppo_epochs: 1,
+    /** Value clip around the old values. */
     cliprange_value: 0.5,
+    /** Critic gradient-norm clip. */
     grad_clip: 1.0,
+    /** As the actor's, for the value loss. */
     loss_agg_mode: choice('critic.loss_agg_mode', 'token-mean'),
     /** Steps that train only the critic before the actor starts. */
     warmup: 0,
@@ -197,15 +245,24 @@ export const CORE_DEFAULTS = {
     name: 'grpo',
     /** null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...). */
     adv_estimator: null as string | null,
+    /** Discount factor (GAE, REINFORCE++). */
     gamma: 1.0,
+    /** GAE lambda. */
     lam: 1.0,
+    /** GRPO: divide group-centred scores by the group's standard deviation. */
     norm_adv_by_std_in_grpo: true,
+    /** Subtract a KL penalty from the token rewards (loads the reference policy). */
     use_kl_in_reward: false,
+    /** The KL estimator of the KL-in-reward penalty (as kl_loss_type). */
     kl_penalty: choice('algorithm.kl_penalty', 'kl'),
     kl_ctrl: {
+      /** fixed (kl_coef throughout) or adaptive (towards target_kl over horizon). */
       type: choice('algorithm.kl_ctrl.type', 'fixed'),
+      /** KL-in-reward coefficient (the adaptive controller's start). */
       kl_coef: 0.001,
+      /** Adaptive KL controller horizon. */
       horizon: 10000,
+      /** Adaptive KL controller target. */
       target_kl: 0.1,
     },
     /** Off-policy correction for rollouts sampled by another engine (batches carrying rollout_log_probs). */
@@ -215,12 +272,15 @@ export const CORE_DEFAULTS = {
     },
   },
   reward_model: {
+    /** How responses are scored: naive (each alone, by data_source). */
     reward_manager: choice('reward_model.reward_manager', 'naive'),
     /** Extra keyword options passed to the scorer of each data_source. */
     reward_kwargs: {} as Record<string, unknown>,
   },
   custom_reward_function: {
+    /** A module with a verl-shaped scorer (data_source, solution, ground_truth, extra_info); null: by data_source. */
     path: null as string | null,
+    /** The scorer's exported name in that module. */
     name: 'compute_score',
   },
   /** Supervised fine-tuning (flowrl sft) on data.train_files rows that carry a response. */
@@ -229,28 +289,41 @@ export const CORE_DEFAULTS = {
     response_key: 'extra_info.response',
     /** A config.json to initialise a new model from (random weights, seeded); null fine-tunes model.path. */
     init_config: null as string | null,
+    /** Passes over the SFT rows. */
     epochs: 1,
+    /** SFT optimizer steps; null: from epochs. */
     total_steps: null as number | null,
+    /** SFT rows per optimizer step. */
     batch_size: 32,
+    /** SFT learning rate. */
     lr: 1e-3,
+    /** SFT AdamW weight decay. */
     weight_decay: 0.01,
+    /** SFT linear warm-up steps. */
     warmup_steps: 0,
     /** constant, or cosine decay to min_lr_ratio * lr over the steps after warm-up. */
     lr_scheduler_type: choice('sft.lr_scheduler_type', 'constant'),
+    /** SFT cosine schedule: the final lr as a share of lr. */
     min_lr_ratio: 0,
+    /** SFT gradient-norm clip. */
     grad_clip: 1.0,
     /** Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model. */
     output_dir: null as string | null,
   },
   trainer: {
+    /** Project name (metrics and reports). */
     project_name: 'flowrl',
+    /** Run name: the default run directory is runs/<experiment_name>. */
     experiment_name: 'default',
+    /** Passes over the training prompts (when total_training_steps is null). */
     total_epochs: 1,
+    /** Training steps; null: from total_epochs. */
     total_training_steps: null as number | null,
     /** Validate every N steps and after the last one; -1 never (val_before_train is separate). */
     test_freq: -1,
     /** Checkpoint every N steps (and after the last); -1 only at the end. */
     save_freq: -1,
+    /** Validate once before the first step. */
     val_before_train: true,
     /**
      * Validation also measures distribution matching over each prompt's correct responses
@@ -264,6 +337,7 @@ export const CORE_DEFAULTS = {
     resume_mode: 'auto',
     /** Checkpoints kept on disk (oldest removed first); null keeps all. */
     max_checkpoints_to_keep: null as number | null,
+    /** Seed of sampling, initialisation and (unless data.seed) the data order. */
     seed: 1,
     /** Console progress bar and summary lines. */
     progress: true,
