@@ -87,8 +87,13 @@ export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<strin
 
 /** Runs `node ...nodeArgs` in the repository root, capturing what it prints. */
 export function runNode(nodeArgs: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
+  return runCommand(process.execPath, nodeArgs, ROOT, timeoutMs, env);
+}
+
+/** Runs `command ...args` in `cwd`, capturing what it prints (`env` over this process's). */
+export function runCommand(command: string, args: string[], cwd: string, timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
   return new Promise<CliResult>((resolve, reject) => {
-    const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, timeout: timeoutMs, env: { ...process.env, ...env } });
+    const child = spawn(command, args, { cwd, timeout: timeoutMs, env: { ...process.env, ...env } });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

@@ -3,24 +3,13 @@
 // project's own TypeScript, run its test, and train 2 steps with it from TypeScript source on two
 // worker threads. npm's cache (filled by npm ci) serves the dependencies.
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { pluginFiles } from '../core-adapters/cli/new-plugin.js';
-import { expectFreshDist, fixture, ROOT, tempDir, type CliResult } from './helpers.js';
+import { expectFreshDist, fixture, ROOT, runCommand, tempDir, type CliResult } from './helpers.js';
 
-/** Runs a command in `cwd` with npm's and Node's settings cleared of this test run's. */
-function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}, timeoutMs = 120_000): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd, timeout: timeoutMs, env: { ...process.env, NODE_OPTIONS: '', ...env } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
-  });
-}
+/** Runs a command in `cwd` with Node's options cleared of this test run's. */
+const run = (command: string, args: string[], cwd: string, env: Record<string, string> = {}) => runCommand(command, args, cwd, 120_000, { NODE_OPTIONS: '', ...env });
 
 const expectOk = (r: CliResult, what: string) => expect(r.status, `${what}\n${r.stdout.slice(-1500)}\n${r.stderr.slice(-1500)}`).to.equal(0);
 

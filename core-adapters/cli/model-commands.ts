@@ -6,7 +6,7 @@ import { loadAdapters } from '../model/lora.js';
 import { readModelConfig } from '../model/config.js';
 import { generate } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
-import { TextTokenizer } from '../model/tokenizer.js';
+import { stopTokenIds, TextTokenizer } from '../model/tokenizer.js';
 import { BACKEND_FLAG, numberFlag, parseFlags, requiredString } from './args.js';
 
 /** The model of DIR, with the PEFT adapter of `adapterDir` attached when given. */
@@ -22,13 +22,6 @@ function loadModelAndTokenizer(dir: string, adapterDir?: string) {
     }
   }
   return { model, tokenizer };
-}
-
-/** Stop tokens: the model config's eos ids plus the tokenizer's eos token. */
-export function stopTokenIds(configEos: number[], tokenizer: TextTokenizer): number[] {
-  const ids = new Set(configEos);
-  if (tokenizer.eosTokenId !== undefined) ids.add(tokenizer.eosTokenId);
-  return [...ids];
 }
 
 export async function generateCommand(argv: string[]): Promise<void> {

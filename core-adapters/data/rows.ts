@@ -1,4 +1,5 @@
 // verl-format dataset rows: reading (.jsonl or .parquet), validation and atomic jsonl writing.
+import { readJsonLines } from '../jsonl.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -96,21 +97,7 @@ function toJsonValue(value: unknown): unknown {
 }
 
 function readJsonlRows(file: string): DataRow[] {
-  const lines = fs.readFileSync(file, 'utf8').split('\n');
-  const rows: DataRow[] = [];
-  lines.forEach((raw, i) => {
-    const line = raw.trim();
-    if (line === '') return;
-    const where = `${file} line ${i + 1}`;
-    let value: unknown;
-    try {
-      value = JSON.parse(line);
-    } catch (e) {
-      throw new InputError(`${where}: not valid JSON (${(e as Error).message})`);
-    }
-    rows.push(validateRow(value, where));
-  });
-  return rows;
+  return readJsonLines(file).map(({ value, where }) => validateRow(value, where));
 }
 
 /** The parquet reader's own thread may use this much memory: a damaged file cannot take more. */

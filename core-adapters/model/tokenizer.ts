@@ -53,6 +53,13 @@ function checkTokenIds(json: Json, file: string): void {
   }
 }
 
+/** Stop tokens of a model: its config's eos ids plus the tokenizer's eos token (one place for sampling, the CLI and rollouts). */
+export function stopTokenIds(configEos: number[], tokenizer: { eosTokenId?: number }): number[] {
+  const ids = new Set(configEos);
+  if (tokenizer.eosTokenId !== undefined) ids.add(tokenizer.eosTokenId);
+  return [...ids];
+}
+
 /** A Hugging Face tokenizer.json with its chat template and special tokens. */
 export class TextTokenizer {
   private readonly tokenizer: Tokenizer;

@@ -1,5 +1,6 @@
 // Reading run directories for `flowrl report`: metrics.jsonl (one JSON object per line with a
 // `step`) and, when present, config.yaml (the resolved config: algorithm.name, trainer.seed, ...).
+import { readJsonLines } from '../jsonl.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
@@ -28,16 +29,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 
 function readMetrics(file: string): ReportRun['steps'] {
   const byStep = new Map<number, ReportStepRecord>();
-  const lines = fs.readFileSync(file, 'utf8').split('\n');
-  lines.forEach((line, i) => {
-    if (!line.trim()) return;
-    const where = `${file}, line ${i + 1}`;
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(line);
-    } catch (e) {
-      throw new InputError(`${where}: not valid JSON (${(e as Error).message})`);
-    }
+  for (const { value: parsed, where } of readJsonLines(file)) {
     if (!isPlainObject(parsed)) throw new InputError(`${where}: expected a JSON object with a "step" field`);
     const step = parsed.step;
     if (typeof step !== 'number' || !Number.isFinite(step)) throw new InputError(`${where}: no numeric "step" field`);
@@ -47,7 +39,7 @@ function readMetrics(file: string): ReportRun['steps'] {
       // NaN and Infinity are written as null by JSON.stringify: treated as not logged.
       if (key !== 'step' && typeof value === 'number' && Number.isFinite(value)) record.set(key, value);
     }
-  });
+  }
   return [...byStep.entries()].sort((a, b) => a[0] - b[0]).map(([step, values]) => ({ step, values }));
 }
 

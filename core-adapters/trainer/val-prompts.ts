@@ -2,6 +2,7 @@
 // <default_local_dir>/val_prompts.jsonl, so runs that validated the same prompts can be compared
 // prompt by prompt (flowrl compare's paired bootstrap). Every val/* metric of a prompt's counts
 // can be recomputed from a record.
+import { readJsonLines } from '../jsonl.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
@@ -89,25 +90,16 @@ export function readValPrompts(runDir: string, step: number | 'final'): Map<numb
   const file = path.join(runDir, VAL_PROMPTS_FILE);
   if (!fs.existsSync(file)) return null;
   const records: ValPromptRecord[] = [];
-  fs.readFileSync(file, 'utf8')
-    .split('\n')
-    .forEach((line, i) => {
-      if (!line.trim()) return;
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(line);
-      } catch (e) {
-        throw new InputError(`${file}, line ${i + 1}: not valid JSON (${(e as Error).message})`);
-      }
-      const record = (parsed ?? {}) as ValPromptRecord;
-      const fields = [record.step, record.prompt, record.k, record.correct, record.distinct, record.entropy];
-      if (!fields.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new InputError(`${file}, line ${i + 1}: expected numeric step, prompt, k, correct, distinct and entropy`);
-      const m = record.matching;
-      if (m !== undefined && !(Array.isArray(m.shares) && Array.isArray(m.ref_shares) && m.shares.length === m.ref_shares.length && (m.answers === undefined || m.answers.length === m.shares.length))) {
-        throw new InputError(`${file}, line ${i + 1}: matching needs shares and ref_shares (and answers, when given) of one length`);
-      }
-      records.push(record);
-    });
+  for (const { value, where } of readJsonLines(file)) {
+    const record = (value ?? {}) as ValPromptRecord;
+    const fields = [record.step, record.prompt, record.k, record.correct, record.distinct, record.entropy];
+    if (!fields.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new InputError(`${where}: expected numeric step, prompt, k, correct, distinct and entropy`);
+    const m = record.matching;
+    if (m !== undefined && !(Array.isArray(m.shares) && Array.isArray(m.ref_shares) && m.shares.length === m.ref_shares.length && (m.answers === undefined || m.answers.length === m.shares.length))) {
+      throw new InputError(`${where}: matching needs shares and ref_shares (and answers, when given) of one length`);
+    }
+    records.push(record);
+  }
   const wanted = step === 'final' ? Math.max(-Infinity, ...records.map((r) => r.step)) : step;
   const out = new Map<number, ValPromptRecord>();
   // A repeated (step, prompt), as after a resume that re-ran a step: the later record wins.

@@ -30,7 +30,7 @@ import { ADAPTER_CONFIG_FILE, createAdapters, loadAdapterCheckpoint, loadAdapter
 import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { AdamW, LrScheduler, verlLrSchedule } from '../model/optim.js';
-import type { TextTokenizer } from '../model/tokenizer.js';
+import { stopTokenIds, type TextTokenizer } from '../model/tokenizer.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
@@ -202,10 +202,7 @@ export class ActorRolloutRefWorker implements Worker {
 
   /** Stop tokens: the model config's eos ids plus the tokenizer's eos token. */
   stopTokenIds(): number[] {
-    const ids = new Set(this.module.lm.config.eosTokenIds);
-    const eos = this.tokenizer.eosTokenId;
-    if (eos !== undefined) ids.add(eos);
-    return [...ids];
+    return stopTokenIds(this.module.lm.config.eosTokenIds, this.tokenizer);
   }
 
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
