@@ -18,7 +18,6 @@ export type {
   Critic,
   DataPosition,
   Dataset,
-  Metrics,
   MetricsSink,
   ParameterHead,
   PluginCommand,
@@ -39,6 +38,8 @@ export type { PluginContext, PluginEntry, PluginRegistries } from './plugins/loa
 export type { PluginManifest } from './plugins/manifest.js';
 export type { AlgorithmSpec, RunRequirements } from './plugins/algorithms.js';
 
+export type { Metrics } from './metrics.js';
+
 // Configuration: the resolved run config (core sections typed, plugin sections open).
 export { CORE_DEFAULTS, KEY_CHOICES, type Choice, type ChoiceKey, type ConfigTree, type ConfigValue } from './config/defaults.js';
 export { readConfigFile, resolveConfig, writeConfig, type Config } from './config/load.js';
@@ -46,7 +47,8 @@ export { readConfigFile, resolveConfig, writeConfig, type Config } from './confi
 // The host: a container built from a config (plugins loaded, bindings made) and the tfjs engine.
 export { createHost } from './composition.js';
 export type { Host, HostOptions } from './host.js';
-export { initEngine, type BackendChoice, type EngineInfo, type NativeChoice } from './engine/backend.js';
+export { initEngine, type EngineInfo } from './engine/backend.js';
+export type { BackendChoice, NativeChoice } from './config/choices.js';
 
 // Base roles, meant for subclassing (verl's recipe style): override a method, rebind the token.
 export { PPOActor, type MicroBatchShare } from './actor/ppo-actor.js';
@@ -77,13 +79,13 @@ export {
   PolicyLossRegistry,
   vanillaPolicyLoss,
   type AggregateLossOptions,
-  type LossAggMode,
   type PolicyLoss,
   type PolicyLossInput,
   type PolicyLossOptions,
   type PolicyLossResult,
 } from './algorithms/policy-loss.js';
-export { klPenalty, type KlPenaltyType } from './algorithms/kl.js';
+export { klPenalty } from './algorithms/kl.js';
+export type { KlPenaltyType, LossAggMode } from './config/choices.js';
 export { composeAdvantages, type AdvantageComposition, type ComposedAdvantages } from './algorithms/compose.js';
 export {
   sequenceRolloutCorrection,
@@ -135,4 +137,5 @@ export { fileList } from './data/dataset.js';
 export { readRows, writeRowsJsonl, type DataRow } from './data/rows.js';
 export { readSftExamples, runSft, type SftExample } from './trainer/sft.js';
 export { buildTokenizer } from './model/tokenizer.js';
-export { countdownProblemKey, generateCountdown, solveCountdown, writeCountdownDataset, type CountdownOptions, type CountdownProblem } from './data/countdown.js';
+export { countdownProblemKey, generateCountdown, writeCountdownDataset, type CountdownOptions } from './data/countdown.js';
+export { solveCountdown, type CountdownProblem } from './rewards/countdown-solver.js';

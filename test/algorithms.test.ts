@@ -11,13 +11,12 @@ import {
   klPenalty,
   maskedWhiten,
   type AdvantageInput,
-  type KlPenaltyType,
-  type LossAggMode,
   type PolicyLossOptions,
   AdvantageEstimatorRegistry,
   PolicyLossRegistry,
 } from '../core-adapters/algorithms/index.js';
 import { AlgorithmRegistry, runRequirements } from '../core-adapters/plugins/algorithms.js';
+import type { KlPenaltyType, LossAggMode } from '../core-adapters/config/choices.js';
 
 const estimators = new AdvantageEstimatorRegistry();
 const losses = new PolicyLossRegistry();

@@ -1,6 +1,7 @@
 // Import boundaries between the host and the plugin: core-adapters/ never imports plugin/, and
-// plugin/ reaches the host only through its public surface, core-adapters/index.ts. And no import
-// cycles anywhere in either (type-only imports included: they show the same tangle).
+// plugin/ reaches the host only through its public surface, core-adapters/index.ts. Inside the
+// host, imports go only down its layers (LAYERS). And no import cycles anywhere in either
+// (type-only imports and modules named by URL included: they show the same tangle).
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -128,6 +129,55 @@ export function importCycles(files: SourceFile[]): string[][] {
   return cycles;
 }
 
+/**
+ * The host's layers, lowest first: a module may import its own layer and the ones below, never
+ * one above (so config loads without tfjs, the model without the roles, the roles without the host).
+ * Each entry is a directory or a top-level file of core-adapters/.
+ */
+export const LAYERS: string[][] = [
+  ['errors.ts', 'arrays.ts', 'random.ts', 'batch.ts', 'tokens.ts', 'package-root.ts', 'jsonl.ts', 'metrics.ts'],
+  ['config'],
+  ['engine'],
+  ['model'],
+  ['contracts'],
+  ['rewards'],
+  ['data'],
+  ['algorithms'],
+  ['plugins'],
+  ['actor', 'rollout', 'workers', 'trainer'],
+  ['report'],
+  ['host.ts', 'composition.ts', 'index.ts'],
+  ['cli'],
+];
+
+/** The layer index of a file under `coreDir` (its top directory or file name), or -1 when unlisted. */
+function layerOf(coreDir: string, file: string, layers: string[][]): number {
+  const top = path.relative(coreDir, file).split(path.sep)[0];
+  return layers.findIndex((names) => names.includes(top));
+}
+
+/** Imports in core-adapters/ from a lower layer to a higher one (URL-named modules included), and files in no layer. */
+export function checkLayers(files: SourceFile[], root: string, layers = LAYERS): Violation[] {
+  const coreDir = path.join(root, 'core-adapters');
+  const violations: Violation[] = [];
+  for (const { file, text } of files) {
+    if (!inside(coreDir, file)) continue;
+    const own = layerOf(coreDir, file, layers);
+    if (own < 0) {
+      violations.push({ file, specifier: '', problem: 'in no layer (add it to LAYERS)' });
+      continue;
+    }
+    for (const specifier of importSpecifiers(text)) {
+      if (!specifier.startsWith('./') && !specifier.startsWith('../')) continue;
+      const target = path.resolve(path.dirname(file), specifier).replace(/\.js$/, '.ts');
+      if (!inside(coreDir, target)) continue;
+      const theirs = layerOf(coreDir, target, layers);
+      if (theirs > own) violations.push({ file, specifier, problem: `layer ${own} (${layers[own].join(', ')}) imports layer ${theirs} (${layers[theirs].join(', ')})` });
+    }
+  }
+  return violations;
+}
+
 function tsFiles(dir: string): string[] {
   if (!fs.existsSync(dir)) return [];
   return (fs.readdirSync(dir, { recursive: true, encoding: 'utf8' }) as string[])
@@ -174,6 +224,11 @@ describe('import boundaries', () => {
     }
     expect(exports).to.be.within(60, 160);
     expect(undocumented).to.deep.equal([]);
+  });
+
+  it('core-adapters/ imports only down its layers (URL-named modules too)', () => {
+    const violations = checkLayers(coreFiles.map(read), ROOT);
+    expect(violations.map((v) => `${path.relative(ROOT, v.file)}: '${v.specifier}' (${v.problem})`)).to.deep.equal([]);
   });
 
   it('has no import cycle in core-adapters/ or plugin/', () => {
@@ -239,6 +294,26 @@ describe('import boundaries', () => {
         'computed: `./entry${extension}`',
         "computed: fromSource ? './a.ts' : './a.js'",
       ]);
+    });
+
+    it('finds an import up the layers, by path, by URL or type-only, and a file in no layer; imports down or across are fine', () => {
+      const layers = [['errors.ts'], ['config'], ['model'], ['workers', 'actor'], ['host.ts']];
+      const violations = checkLayers(
+        [
+          core('config/load.ts', "import { InputError } from '../errors.js';\nimport type { CausalLM } from '../model/causal-lm.js';"),
+          core('model/x.ts', "const entry = new URL('../host.js', import.meta.url);\nimport { y } from './y.js';"),
+          core('workers/w.ts', "import { a } from '../actor/a.js';\nimport { c } from '../config/load.js';"),
+          core('stray.ts', "import { e } from './errors.js';"),
+        ],
+        root,
+        layers,
+      );
+      expect(violations.map((v) => [path.relative(root, v.file), v.specifier])).to.deep.equal([
+        ['core-adapters/config/load.ts', '../model/causal-lm.js'],
+        ['core-adapters/model/x.ts', '../host.js'],
+        ['core-adapters/stray.ts', ''],
+      ]);
+      expect(violations[0].problem).to.equal('layer 1 (config) imports layer 2 (model)');
     });
 
     it('follows a module named by a URL into the cycle check, and refuses a computed one', () => {

@@ -2,14 +2,8 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { evaluateExpression } from '../core-adapters/rewards/countdown.js';
-import {
-  generateCountdown,
-  readRows,
-  reachableTargets,
-  solveCountdown,
-  writeCountdownDataset,
-  type CountdownProblem,
-} from '../core-adapters/data/index.js';
+import { generateCountdown, readRows, writeCountdownDataset } from '../core-adapters/data/index.js';
+import { reachableTargets, solveCountdown, type CountdownProblem } from '../core-adapters/rewards/countdown-solver.js';
 import { Rng } from '../core-adapters/random.js';
 import { expectInputError, tempDir } from './helpers.js';
 

@@ -8,7 +8,8 @@
 //      A_k += sum_{j >= k} gamma^(j - k) rho_j (RLFR's way into GRPO).
 import type { Metrics } from '../contracts/index.js';
 import { addShapingReturns, type AdvantageEstimator, type EstimatorTraits } from './advantages.js';
-import { applyKlPenalty, type KlController, type KlPenaltyType } from './kl.js';
+import type { KlPenaltyType } from '../config/choices.js';
+import { applyKlPenalty, type KlController } from './kl.js';
 
 /** What composeAdvantages reads: one step's scores, shaping, mask, groups, values and settings. */
 export interface AdvantageComposition {

@@ -3,11 +3,8 @@
 // verl/trainer/ppo/ray_trainer.py). Estimators follow http://joschu.net/blog/kl-approx.html.
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
+import { KL_PENALTY_TYPES, type KlPenaltyType } from '../config/choices.js';
 
-/** verl's KL estimators by name (kl, k1, abs, mse, k2, low_var_kl, k3). */
-export type KlPenaltyType = 'kl' | 'k1' | 'abs' | 'mse' | 'k2' | 'low_var_kl' | 'k3';
-
-export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'];
 
 function checkType(type: string): asserts type is KlPenaltyType {
   if (!(KL_PENALTY_TYPES as readonly string[]).includes(type)) {
@@ -67,8 +64,6 @@ function klPenaltyValue(logProb: number, refLogProb: number, type: KlPenaltyType
   }
 }
 
-/** algorithm.kl_ctrl.type: a fixed coefficient or Ziegler et al.'s adaptive one. */
-export const KL_CONTROLLER_TYPES = ['fixed', 'adaptive'] as const;
 
 /** The KL coefficient (beta) of the in-reward penalty. */
 export interface KlController {

@@ -3,11 +3,8 @@
 // tfjs graphs over [B, T] tensors; metrics are read back as plain numbers.
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
+import { LOSS_AGG_MODES, type LossAggMode } from '../config/choices.js';
 
-/** verl's loss_agg_mode: how token losses become one number. */
-export type LossAggMode = 'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-sum-norm';
-
-export const LOSS_AGG_MODES: readonly LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
 
 /**
  * verl's global_batch_info: denominators taken from the whole mini-batch instead of the micro-batch

@@ -1,6 +1,7 @@
 // The critic's clipped value loss (verl's compute_value_loss in verl/trainer/ppo/core_algos.py).
 import * as tf from '@tensorflow/tfjs';
-import { aggregateLoss, type AggregateLossOptions, type LossAggMode } from './policy-loss.js';
+import type { LossAggMode } from '../config/choices.js';
+import { aggregateLoss, type AggregateLossOptions } from './policy-loss.js';
 
 /**
  * Per token, with V' = clamp(vpreds, oldValues - c, oldValues + c):

@@ -2,7 +2,8 @@
 // learns two-digit addition by supervised fine-tuning, samples before and after, and is saved as a
 // Hugging Face directory that `flowrl generate` and `flowrl score` can read.
 import path from 'node:path';
-import { initEngine, type BackendChoice } from '../engine/backend.js';
+import type { BackendChoice } from '../config/choices.js';
+import { initEngine } from '../engine/backend.js';
 import { initModel, saveModel } from '../model/checkpoint.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import { generate } from '../model/generate.js';

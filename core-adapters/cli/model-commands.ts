@@ -1,5 +1,6 @@
 // flowrl generate | score | init-model: direct use of a Hugging Face model directory.
-import { initEngine, type BackendChoice } from '../engine/backend.js';
+import type { BackendChoice } from '../config/choices.js';
+import { initEngine } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/checkpoint.js';
 import { loadAdapters } from '../model/lora.js';

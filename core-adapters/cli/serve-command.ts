@@ -2,7 +2,8 @@
 // until SIGINT or SIGTERM, which drain it: requests taken are answered, new ones get 503.
 import fs from 'node:fs';
 import path from 'node:path';
-import { initEngine, type BackendChoice } from '../engine/backend.js';
+import type { BackendChoice } from '../config/choices.js';
+import { initEngine } from '../engine/backend.js';
 import { InputError, RunStopped } from '../errors.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { FlowrlServer } from '../rollout/serve.js';

@@ -1,10 +1,6 @@
 // The host's configuration defaults, with verl's section and key names where verl has them.
 // Every key a user may set appears here (or in a plugin's defaults): validation rejects the rest.
-import { KL_CONTROLLER_TYPES, KL_PENALTY_TYPES } from '../algorithms/kl.js';
-import { LOSS_AGG_MODES } from '../algorithms/policy-loss.js';
-import { BACKEND_CHOICES, NATIVE_CHOICES } from '../engine/backend.js';
-import { FROZEN_DTYPES } from '../engine/frozen.js';
-import { LR_SCHEDULER_TYPES } from '../model/optim.js';
+import { BACKEND_CHOICES, FROZEN_DTYPES, KL_CONTROLLER_TYPES, KL_PENALTY_TYPES, LOSS_AGG_MODES, LR_SCHEDULER_TYPES, NATIVE_CHOICES } from './choices.js';
 
 /** A value in a config tree. */
 export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;

@@ -6,8 +6,8 @@ import type { CausalLM } from '../model/causal-lm.js';
 import type { AdamW, LrScheduler } from '../model/optim.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 
-/** Numbers (and the odd label) reported for one step; keys are verl-style `section/name`. */
-export type Metrics = Record<string, number>;
+export type { Metrics } from '../metrics.js';
+import type { Metrics } from '../metrics.js';
 
 /** A set of named parameters beyond the LM's own, such as a plugin's head on the policy. */
 export interface ParameterHead {

@@ -8,18 +8,8 @@ import { InputError } from '../errors.js';
 import { registerFusedKernels } from './fused.js';
 import { installWasmKernelOverrides } from './kernels.js';
 import { blasDisabledByEnv, loadNativeKernels } from './native.js';
+import { BACKEND_CHOICES, NATIVE_CHOICES, type BackendChoice, type NativeChoice } from '../config/choices.js';
 
-export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
-/** engine.backend: auto, tensorflow, wasm or cpu. */
-export type BackendChoice = (typeof BACKEND_CHOICES)[number];
-/**
- * engine.native, the engine path on wasm: auto uses the native addon with an optimised BLAS when
- * one is found; loop uses the addon's compiled loop even where a BLAS is installed; off keeps the
- * stock wasm kernels (plus the TypeScript overrides).
- */
-export const NATIVE_CHOICES = ['auto', 'loop', 'off'] as const;
-/** engine.native: the engine path on wasm (auto, loop or off). */
-export type NativeChoice = (typeof NATIVE_CHOICES)[number];
 
 /** FLOWRL_NATIVE=off (or 0) wins over any setting; FLOWRL_BLAS=none turns auto into loop. */
 function resolveNativeChoice(setting: NativeChoice): NativeChoice {

@@ -4,11 +4,8 @@
 // state. Products go through the FlowrlFrozenMatMul kernel (engine/kernels.ts).
 import * as tf from '@tensorflow/tfjs';
 import { frozenProductsAvailable, runFrozenMatMul, type FrozenWeights } from './kernels.js';
+import type { FrozenDtype } from '../config/choices.js';
 
-/** Storage of a frozen matrix: float32, or bfloat16 (the upper half of each float32). */
-export const FROZEN_DTYPES = ['float32', 'bfloat16'] as const;
-/** One of FROZEN_DTYPES. */
-export type FrozenDtype = (typeof FROZEN_DTYPES)[number];
 
 /** float32 -> bfloat16 bits, rounding to nearest even (as torch's .to(torch.bfloat16)). */
 export function toBfloat16(values: Float32Array, out: Uint16Array): void {

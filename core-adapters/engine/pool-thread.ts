@@ -3,7 +3,8 @@
 import 'reflect-metadata';
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
-import { initEngine, type NativeChoice } from './backend.js';
+import type { NativeChoice } from '../config/choices.js';
+import { initEngine } from './backend.js';
 import { loadNativeKernels } from './native.js';
 import type { Replica, ReplicaSpec } from './replica.js';
 

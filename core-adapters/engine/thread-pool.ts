@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
-import type { NativeChoice } from './backend.js';
+import type { NativeChoice } from '../config/choices.js';
 import type { ReplicaSpec } from './replica.js';
 
 export type { Replica, ReplicaSpec } from './replica.js';

@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { fusedAdamW } from '../engine/kernels.js';
 import { InputError } from '../errors.js';
+import { LR_SCHEDULER_TYPES } from '../config/choices.js';
 
 /** AdamW's settings (PyTorch's names and defaults). */
 export interface AdamWOptions {
@@ -150,7 +151,6 @@ export interface VerlOptimSchedule {
   total_training_steps: number;
 }
 
-export const LR_SCHEDULER_TYPES = ['constant', 'cosine'] as const;
 
 /** A cosine schedule's floor, as a fraction of lr; `key` names it in the error. */
 export function checkMinLrRatio(ratio: number, key: string): void {

@@ -2,7 +2,7 @@
 // epochs x mini-batches, each mini-batch's gradient the sum of its micro-batches', then one clipped
 // optimizer step (a non-finite norm skips it). What a micro-batch's loss is stays with the caller.
 import * as tf from '@tensorflow/tfjs';
-import type { Metrics } from '../contracts/index.js';
+import type { Metrics } from '../metrics.js';
 import type { Rng } from '../random.js';
 import { clippedStep, type AdamW } from './optim.js';
 

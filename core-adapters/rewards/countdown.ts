@@ -2,7 +2,7 @@
 // target exactly (the same rules as the solver in data/countdown.ts).
 import { Fraction } from './fraction.js';
 import { InputError } from '../errors.js';
-import { solveCountdown } from '../data/countdown.js';
+import { solveCountdown } from './countdown-solver.js';
 import type { GradedAnswer } from './types.js';
 
 // Parsing: expr := term (('+' | '-') term)*, term := factor (('*' | '/') factor)*,
