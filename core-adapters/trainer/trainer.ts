@@ -32,8 +32,8 @@ import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
-import { passAtK, reportedKs } from './pass-at-k.js';
-import { countsEntropy, promptHash, ValPromptLog, type PromptMatchingRecord, type ValPromptRecord } from './val-prompts.js';
+import { validationMetrics } from './val-metrics.js';
+import { promptHash, ValPromptLog, type PromptMatchingRecord, type ValPromptRecord } from './val-prompts.js';
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -443,51 +443,20 @@ export class RLTrainer implements Trainer {
     const responses = generated.tensor('responses');
     const mask = generated.tensor('response_mask').data;
     const R = responses.shape[1];
-    const prompts = this.dataset.val.length;
-    let passed = 0;
-    let distinct = 0;
-    let entropy = 0;
-    const ks = reportedKs(k);
-    const passAt = new Array<number>(ks.length).fill(0);
-    const perPrompt: Omit<ValPromptRecord, 'step'>[] = [];
-    const sampledCorrect: number[][][] = [];
-    for (let p = 0; p < prompts; p++) {
-      let correct = 0;
-      for (let s = 0; s < k; s++) correct += reward.correct[p * k + s] ? 1 : 0;
-      ks.forEach((j, i) => (passAt[i] += passAtK(k, correct, j)));
-      const counts = new Map<string, number>();
-      for (let s = 0; s < k; s++) {
-        const row = p * k + s;
-        if (!reward.correct[row]) continue;
-        const ids: number[] = [];
-        for (let t = 0; t < R; t++) if (mask[row * R + t]) ids.push(responses.data[row * R + t]);
-        const key = ids.join(',');
-        counts.set(key, (counts.get(key) ?? 0) + 1);
-      }
-      sampledCorrect.push([...counts.keys()].map((key) => key.split(',').map(Number)));
-      const promptEntropy = countsEntropy(counts.values());
-      const { index, ids } = this.dataset.val[p];
-      perPrompt.push({ prompt: index, hash: promptHash(ids), k, correct, distinct: counts.size, entropy: promptEntropy });
-      if (!counts.size) continue;
-      passed += 1;
-      distinct += counts.size;
-      entropy += promptEntropy;
-    }
-    const matching = this.config.trainer.val_matching ? this.correctSetMatching(sampledCorrect) : [];
+    const ids = Array.from({ length: generated.size }, (_, row) => {
+      const out: number[] = [];
+      for (let t = 0; t < R; t++) if (mask[row * R + t]) out.push(responses.data[row * R + t]);
+      return out;
+    });
+    generated.dispose();
+    const { metrics, prompts } = validationMetrics({ k, correct: reward.correct, responses: ids, scores: reward.scores });
+    const perPrompt: Omit<ValPromptRecord, 'step'>[] = prompts.map((p, i) => {
+      const { index, ids: promptIds } = this.dataset.val[i];
+      return { prompt: index, hash: promptHash(promptIds), k, correct: p.correct, distinct: p.distinct, entropy: p.entropy };
+    });
+    const matching = this.config.trainer.val_matching ? this.correctSetMatching(prompts.map((p) => p.correctResponses)) : [];
     matching.forEach((m, p) => m && (perPrompt[p].matching = matchingRecord(m)));
     this.valPrompts?.append(this.step, perPrompt);
-    const lengths = rowSums(mask, mask, generated.size);
-    generated.dispose();
-    return {
-      ...matchingMetrics(matching.filter((m) => m !== undefined)),
-      'val/accuracy': mean(reward.correct.map(Number)),
-      'val/pass@k': passed / prompts,
-      'val/k': k,
-      ...Object.fromEntries(ks.map((j, i) => [`val/pass@${j}`, passAt[i] / prompts])),
-      'val/distinct_correct': distinct / prompts,
-      'val/correct_entropy': passed ? entropy / passed : 0,
-      'val/score/mean': mean(reward.scores),
-      'val/response_length/mean': mean(lengths),
-    };
+    return { ...matchingMetrics(matching.filter((m) => m !== undefined)), ...metrics };
   }
 }
