@@ -41,7 +41,7 @@ export type { AlgorithmSpec, RunRequirements } from './plugins/algorithms.js';
 export type { Metrics } from './metrics.js';
 
 // Configuration: the resolved run config (core sections typed, plugin sections open).
-export { CORE_DEFAULTS, KEY_CHOICES, type Choice, type ChoiceKey, type ConfigTree, type ConfigValue } from './config/defaults.js';
+export { CORE_DEFAULTS, CORE_SPEC, KEY_CHOICES, keySpecs, type ConfigTree, type ConfigValue, type KeySpec } from './config/defaults.js';
 export { readConfigFile, resolveConfig, writeConfig, type Config } from './config/load.js';
 
 // The host: a container built from a config (plugins loaded, bindings made) and the tfjs engine.

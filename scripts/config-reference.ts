@@ -1,71 +1,33 @@
 // docs/config.md, generated: every config key with its default, what it accepts and what it means,
-// from the sources validation reads (CORE_DEFAULTS and its doc comments in
-// core-adapters/config/defaults.ts, the choice and constraint tables there and in load.ts) and the
-// plugin manifest's defaults. A test fails when the committed file differs from this output.
+// from CORE_SPEC (core-adapters/config/defaults.ts, the one spec validation and the Config type also
+// come from) and the plugin manifest's defaults. A test fails when the committed file differs.
 //   node --import tsx scripts/config-reference.ts --write
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AUTO_OR_COUNT_KEYS, CORE_DEFAULTS, KEY_CHOICES, OPEN_KEYS, POSITIVE_INTEGER_KEYS, POSITIVE_OR_NULL_KEYS, STRING_OR_LIST_KEYS } from '../core-adapters/config/defaults.js';
+import { keySpecs, type KeySpec } from '../core-adapters/config/defaults.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const CONFIG_DOC = path.join(ROOT, 'docs', 'config.md');
-
-/** Doc comments of CORE_DEFAULTS' keys, by dotted key, read from the object literal's source. */
-export function keyComments(source: string): Map<string, string> {
-  const start = source.indexOf('export const CORE_DEFAULTS = {');
-  const lines = source.slice(start).split('\n').slice(1);
-  const docs = new Map<string, string>();
-  const trail: string[] = [];
-  let pending: string[] | undefined;
-  let comment: string | undefined;
-  for (const line of lines) {
-    const text = line.trim();
-    if (pending) {
-      if (text.endsWith('*/')) {
-        pending.push(text.replace(/\*\/$/, '').replace(/^\*\s?/, ''));
-        comment = pending.join(' ').replace(/\s+/g, ' ').trim();
-        pending = undefined;
-      } else pending.push(text.replace(/^\*\s?/, ''));
-      continue;
-    }
-    if (text.startsWith('/**')) {
-      if (text.endsWith('*/')) comment = text.slice(3, -2).trim();
-      else pending = [text.slice(3)];
-      continue;
-    }
-    if (text === '};') break;
-    if (/^},?$/.test(text)) {
-      trail.pop();
-      continue;
-    }
-    const key = /^([A-Za-z_][A-Za-z0-9_]*):/.exec(text)?.[1];
-    if (!key) continue;
-    if (comment) docs.set([...trail, key].join('.'), comment);
-    comment = undefined;
-    if (/:\s*\{$/.test(text)) trail.push(key);
-  }
-  return docs;
-}
 
 /** Leaf keys of a defaults tree with their values (lists and null are leaves). */
 function leaves(tree: Record<string, unknown>, prefix = ''): [string, unknown][] {
   return Object.entries(tree).flatMap(([key, value]) => {
     const dotted = prefix ? `${prefix}.${key}` : key;
-    return value !== null && typeof value === 'object' && !Array.isArray(value) && !OPEN_KEYS.has(dotted) ? leaves(value as Record<string, unknown>, dotted) : [[dotted, value] as [string, unknown]];
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? leaves(value as Record<string, unknown>, dotted) : [[dotted, value] as [string, unknown]];
   });
 }
 
-/** What a key accepts, from the tables validation reads. */
-function accepts(key: string, value: unknown): string {
-  const choices = (KEY_CHOICES as Record<string, readonly string[]>)[key];
-  if (choices) return choices.join(' | ');
-  if (OPEN_KEYS.has(key)) return 'a mapping (free-form)';
-  if (AUTO_OR_COUNT_KEYS.has(key)) return 'auto or a whole number >= 1';
-  if (POSITIVE_OR_NULL_KEYS.has(key)) return 'a number > 0, or null';
-  if (POSITIVE_INTEGER_KEYS.has(key)) return `a whole number >= 1${value === null ? ', or null' : ''}`;
-  if (STRING_OR_LIST_KEYS.has(key)) return `a string or a list of strings${value === null ? ', or null' : ''}`;
-  if (value === null) return 'see its meaning, or null';
+/** What a key accepts, from its spec's rules. */
+export function accepts(spec: KeySpec): string {
+  const value = spec.default;
+  if (spec.choices) return spec.choices.join(' | ');
+  if (spec.open) return 'a mapping (free-form)';
+  if (spec.autoOrCount) return 'auto or a whole number >= 1';
+  if (spec.positiveOrNull) return 'a number > 0, or null';
+  if (spec.positiveInteger) return `a whole number >= 1${value === null ? ', or null' : ''}`;
+  if (spec.stringOrList) return `a string or a list of strings${value === null ? ', or null' : ''}`;
+  if (spec.nullable) return `a ${spec.nullable === 'string-or-list' ? 'string or a list of strings' : spec.nullable}, or null`;
   if (Array.isArray(value)) return `a list of ${typeof value[0] === 'number' ? 'numbers' : 'strings'}`;
   return `a ${typeof value}`;
 }
@@ -75,11 +37,10 @@ const show = (value: unknown) => `\`${JSON.stringify(value)}\``;
 
 /** The whole of docs/config.md. */
 export function configReference(): string {
-  const docs = keyComments(fs.readFileSync(path.join(ROOT, 'core-adapters', 'config', 'defaults.ts'), 'utf8'));
   const out = [
     '# Configuration keys',
     '',
-    '<!-- Generated by `node --import tsx scripts/config-reference.ts --write`; edit core-adapters/config/defaults.ts or plugin.json instead. -->',
+    '<!-- Generated by `node --import tsx scripts/config-reference.ts --write` from CORE_SPEC in core-adapters/config/defaults.ts and plugin.json; edit those instead. -->',
     '',
     'Every key a run accepts, with its default. Layers merge in this order: the core defaults, each',
     "plugin's defaults, the config file, then `key=value` overrides; an unknown key is an error that",
@@ -87,14 +48,14 @@ export function configReference(): string {
     'paths work.',
     '',
   ];
-  const sections = new Map<string, [string, unknown][]>();
-  for (const [key, value] of leaves(CORE_DEFAULTS as unknown as Record<string, unknown>)) {
+  const sections = new Map<string, [string, KeySpec][]>();
+  for (const [key, spec] of keySpecs()) {
     const section = key.includes('.') ? key.split('.').slice(0, key.startsWith('actor_rollout_ref.') ? 2 : 1).join('.') : key;
-    sections.set(section, [...(sections.get(section) ?? []), [key, value]]);
+    sections.set(section, [...(sections.get(section) ?? []), [key, spec]]);
   }
   for (const [section, keys] of sections) {
     out.push(`## \`${section}\``, '', '| key | default | accepts | meaning |', '|---|---|---|---|');
-    for (const [key, value] of keys) out.push(`| \`${key}\` | ${show(value)} | ${cell(accepts(key, value))} | ${cell(docs.get(key) ?? '')} |`);
+    for (const [key, spec] of keys) out.push(`| \`${key}\` | ${show(spec.default)} | ${cell(accepts(spec))} | ${cell(spec.doc)} |`);
     out.push('');
   }
   const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'plugin.json'), 'utf8')) as { name: string; defaults?: Record<string, unknown> };

@@ -4,8 +4,8 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import { main } from '../core-adapters/cli/commands.js';
-import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
-import { CONFIG_DOC, configReference, keyComments } from '../scripts/config-reference.js';
+import { keySpecs } from '../core-adapters/config/defaults.js';
+import { CONFIG_DOC, configReference } from '../scripts/config-reference.js';
 import { ROOT } from './helpers.js';
 
 interface LinkChecker {
@@ -71,12 +71,12 @@ describe('documentation', () => {
     expect(committed).to.include('| `flowrl.beta` | `15` |');
   });
 
-  it('keyComments reads one-line and multi-line doc comments by dotted key, inside nested sections', () => {
-    const source = ['export const CORE_DEFAULTS = {', '  a: {', '    /** One line. */', '    b: 1,', '    /**', '     * Two', '     * lines.', '     */', '    c: { d: 2 },', '  },', '  e: 3,', '};'].join('\n');
-    expect([...keyComments(source)]).to.deep.equal([
-      ['a.b', 'One line.'],
-      ['a.c', 'Two lines.'],
-    ]);
-    expect(CORE_DEFAULTS.data.train_batch_size).to.be.a('number');
+  it('CORE_SPEC describes each key whole: a doc, and a type for every key whose default is null', () => {
+    const specs = [...keySpecs()];
+    expect(specs.length).to.be.above(120);
+    expect(specs.filter(([, s]) => !s.doc.trim()).map(([k]) => k)).to.deep.equal([]);
+    expect(specs.filter(([, s]) => s.default === null && !s.nullable && !s.positiveOrNull).map(([k]) => k), 'null defaults without a type').to.deep.equal([]);
+    expect(specs.filter(([, s]) => s.choices && !s.choices.includes(s.default as string)).map(([k]) => k), 'defaults outside their choices').to.deep.equal([]);
   });
+
 });

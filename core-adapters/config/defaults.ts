@@ -9,373 +9,250 @@ export interface ConfigTree {
   [key: string]: ConfigValue;
 }
 
+/** What a core config key is: its default, its doc, and the rules validation applies to it. */
+export interface KeySpec<T = ConfigValue> {
+  readonly default: T;
+  /** One line for docs/config.md (generated from this spec). */
+  readonly doc: string;
+  /** The value must be one of these. */
+  readonly choices?: readonly string[];
+  /** A whole number >= 1 (sizes and counts the loop divides by). */
+  readonly positiveInteger?: boolean;
+  /** The default is null; a set value has this type. */
+  readonly nullable?: 'number' | 'string' | 'string-or-list';
+  /** A single string or a list of them (verl allows both for data files). */
+  readonly stringOrList?: boolean;
+  /** A free-form subtree, not validated key by key. */
+  readonly open?: boolean;
+  /** 'auto' or a whole number >= 1. */
+  readonly autoOrCount?: boolean;
+  /** A finite number > 0, or null. */
+  readonly positiveOrNull?: boolean;
+}
+
+/** One key's spec. */
+function key<T>(value: T, doc: string, rules: Omit<KeySpec<T>, 'default' | 'doc'> = {}): KeySpec<T> {
+  return { default: value, doc, ...rules };
+}
+
+function isKeySpec(value: unknown): value is KeySpec {
+  return typeof value === 'object' && value !== null && 'default' in value && 'doc' in value;
+}
+
+/** The defaults a spec tree describes, typed key by key. */
+export type DefaultsOf<S> = { -readonly [K in keyof S]: S[K] extends KeySpec<infer V> ? V : DefaultsOf<S[K]> };
+
 /**
- * Keys whose value is one of a fixed list (plugin algorithm names are checked separately). The
- * defaults below take their types from this table, so a choice key is typed as its union.
+ * Every core config key (verl's names where verl has them): its default, doc and rules, in one
+ * place. The defaults, the validation tables below, the Config type and docs/config.md all come
+ * from it; validation rejects keys that are neither here nor in a plugin's defaults.
  */
-export const KEY_CHOICES = {
-  'engine.backend': BACKEND_CHOICES,
-  'engine.native': NATIVE_CHOICES,
-  'actor_rollout_ref.model.base_dtype': FROZEN_DTYPES,
-  'actor_rollout_ref.actor.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
-  'critic.optim.lr_scheduler_type': LR_SCHEDULER_TYPES,
-  'sft.lr_scheduler_type': LR_SCHEDULER_TYPES,
-  'actor_rollout_ref.actor.loss_agg_mode': LOSS_AGG_MODES,
-  'critic.loss_agg_mode': LOSS_AGG_MODES,
-  'actor_rollout_ref.actor.kl_loss_type': KL_PENALTY_TYPES,
-  'algorithm.kl_penalty': KL_PENALTY_TYPES,
-  'algorithm.kl_ctrl.type': KL_CONTROLLER_TYPES,
-  'reward_model.reward_manager': ['naive'],
-  'actor_rollout_ref.rollout.name': ['local', 'sglang', 'vllm'],
-} as const satisfies Record<string, readonly string[]>;
-
-/** A config key whose value is one of a fixed list. */
-export type ChoiceKey = keyof typeof KEY_CHOICES;
-/** The union of a choice key's allowed values. */
-export type Choice<K extends ChoiceKey> = (typeof KEY_CHOICES)[K][number];
-
-/** A choice key's default, checked against its list. */
-const choice = <K extends ChoiceKey>(_key: K, value: Choice<K>): Choice<K> => value;
-
-/** Every core config key with its default (verl's names); validation rejects keys not here or in a plugin's defaults. */
-export const CORE_DEFAULTS = {
-  /** Plugin manifests: plugin.json files, directories holding one, or installed package names (relative to the config file). */
-  plugins: [] as string[],
+export const CORE_SPEC = {
+  plugins: key([] as string[], "Plugin manifests: plugin.json files, directories holding one, or installed package names (relative to the config file).", { stringOrList: true }),
   engine: {
-    /** The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then wasm, then cpu), or one by name. */
-    backend: choice('engine.backend', 'auto'),
-    /** The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off). */
-    native: choice('engine.native', 'auto'),
-    /** Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none). */
-    workers: 'auto' as string | number,
+    backend: key<(typeof BACKEND_CHOICES)[number]>('auto', "The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then wasm, then cpu), or one by name.", { choices: BACKEND_CHOICES }),
+    native: key<(typeof NATIVE_CHOICES)[number]>('auto', "The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off).", { choices: NATIVE_CHOICES }),
+    workers: key('auto' as string | number, "Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none).", { autoOrCount: true }),
   },
   data: {
-    /** Training prompts: .jsonl or .parquet files of verl rows (prompt, data_source, reward_model.ground_truth). */
-    train_files: null as string | string[] | null,
-    /** Validation prompts, in the same format. */
-    val_files: null as string | string[] | null,
-    /** Prompts per training step (each sampled rollout.n times). */
-    train_batch_size: 8,
-    /** Validation prompts used per evaluation; null uses them all. */
-    val_max_samples: null as number | null,
-    /** Longest prompt in tokens; longer rows are dropped (filter_overlong_prompts) or an error. */
-    max_prompt_length: 256,
-    /** New tokens sampled per response at most. */
-    max_response_length: 64,
-    /** Drop prompts over max_prompt_length (counted in the run summary) instead of stopping. */
-    filter_overlong_prompts: true,
-    /** Shuffle the training prompts each epoch (seeded). */
-    shuffle: true,
-    /** Seed of the data order; null uses trainer.seed. */
-    seed: null as number | null,
+    train_files: key(null as string | string[] | null, "Training prompts: .jsonl or .parquet files of verl rows (prompt, data_source, reward_model.ground_truth).", { stringOrList: true, nullable: 'string-or-list' }),
+    val_files: key(null as string | string[] | null, "Validation prompts, in the same format.", { stringOrList: true, nullable: 'string-or-list' }),
+    train_batch_size: key(8, "Prompts per training step (each sampled rollout.n times).", { positiveInteger: true }),
+    val_max_samples: key(null as number | null, "Validation prompts used per evaluation; null uses them all.", { positiveInteger: true, nullable: 'number' }),
+    max_prompt_length: key(256, "Longest prompt in tokens; longer rows are dropped (filter_overlong_prompts) or an error.", { positiveInteger: true }),
+    max_response_length: key(64, "New tokens sampled per response at most.", { positiveInteger: true }),
+    filter_overlong_prompts: key(true, "Drop prompts over max_prompt_length (counted in the run summary) instead of stopping."),
+    shuffle: key(true, "Shuffle the training prompts each epoch (seeded)."),
+    seed: key(null as number | null, "Seed of the data order; null uses trainer.seed.", { nullable: 'number' }),
   },
   actor_rollout_ref: {
     model: {
-      /** The policy: a Hugging Face model directory (Llama or Qwen2). */
-      path: null as string | null,
-      /** Tokenizer directory; null reads it from model.path. */
-      tokenizer_path: null as string | null,
-      /** LoRA rank (verl's key): 0 trains every weight; > 0 freezes the base and trains adapters, and the reference is the base with adapters off. */
-      lora_rank: 0,
-      /** LoRA scale numerator: the adapters add (lora_alpha / lora_rank) * B A. */
-      lora_alpha: 16,
-      /** Modules with adapters: 'all-linear' or a list among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj. */
-      target_modules: 'all-linear' as string | string[],
-      /** A PEFT adapter directory to start from (needs lora_rank equal to its r). */
-      lora_adapter_path: null as string | null,
-      /** Recompute each decoder layer in the backward pass instead of keeping its activations (verl's key): far less memory, one more forward. */
-      enable_gradient_checkpointing: false,
-      /** With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory). */
-      base_dtype: choice('actor_rollout_ref.model.base_dtype', 'float32'),
+      path: key(null as string | null, "The policy: a Hugging Face model directory (Llama or Qwen2).", { nullable: 'string' }),
+      tokenizer_path: key(null as string | null, "Tokenizer directory; null reads it from model.path.", { nullable: 'string' }),
+      lora_rank: key(0, "LoRA rank (verl's key): 0 trains every weight; > 0 freezes the base and trains adapters, and the reference is the base with adapters off."),
+      lora_alpha: key(16, "LoRA scale numerator: the adapters add (lora_alpha / lora_rank) * B A."),
+      target_modules: key('all-linear' as string | string[], "Modules with adapters: 'all-linear' or a list among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.", { stringOrList: true }),
+      lora_adapter_path: key(null as string | null, "A PEFT adapter directory to start from (needs lora_rank equal to its r).", { nullable: 'string' }),
+      enable_gradient_checkpointing: key(false, "Recompute each decoder layer in the backward pass instead of keeping its activations (verl's key): far less memory, one more forward."),
+      base_dtype: key<(typeof FROZEN_DTYPES)[number]>('float32', "With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory).", { choices: FROZEN_DTYPES }),
     },
     actor: {
       optim: {
-        /** AdamW learning rate. */
-        lr: 1e-6,
-        /** AdamW decoupled weight decay. */
-        weight_decay: 0.01,
-        /** AdamW moment decay rates [beta1, beta2]. */
-        betas: [0.9, 0.999],
-        /** AdamW epsilon. */
-        eps: 1e-8,
-        /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
-        lr_warmup_steps: -1,
-        /** Warm-up as a share of the run when lr_warmup_steps is negative. */
-        lr_warmup_steps_ratio: 0.0,
-        /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
-        lr_scheduler_type: choice('actor_rollout_ref.actor.optim.lr_scheduler_type', 'constant'),
-        /** verl's deprecated name for lr_scheduler_type; wins when set. */
-        warmup_style: null as string | null,
-        /** Cosine schedule: the final lr as a share of lr. */
-        min_lr_ratio: 0.0,
-        /** Cosine schedule: periods over the run (0.5: one half-cosine down). */
-        num_cycles: 0.5,
-        /** Filled in by the trainer with the run's training steps, as verl does. */
-        total_training_steps: -1,
+        lr: key(1e-6, "AdamW learning rate."),
+        weight_decay: key(0.01, "AdamW decoupled weight decay."),
+        betas: key([0.9, 0.999], "AdamW moment decay rates [beta1, beta2]."),
+        eps: key(1e-8, "AdamW epsilon."),
+        lr_warmup_steps: key(-1, "verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run."),
+        lr_warmup_steps_ratio: key(0.0, "Warm-up as a share of the run when lr_warmup_steps is negative."),
+        lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', "constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step).", { choices: LR_SCHEDULER_TYPES }),
+        warmup_style: key(null as string | null, "verl's deprecated name for lr_scheduler_type; wins when set.", { nullable: 'string' }),
+        min_lr_ratio: key(0.0, "Cosine schedule: the final lr as a share of lr."),
+        num_cycles: key(0.5, "Cosine schedule: periods over the run (0.5: one half-cosine down)."),
+        total_training_steps: key(-1, "Filled in by the trainer with the run's training steps, as verl does."),
       },
-      /** Prompts per optimizer step (times rollout.n responses), as in verl. */
-      ppo_mini_batch_size: 8,
-      /** Responses per forward/backward pass; gradients accumulate over a mini-batch. */
-      ppo_micro_batch_size: 16,
-      /** Passes over each batch of rollouts. */
-      ppo_epochs: 1,
-      /** Policy loss by name: vanilla (PPO clip) or one a plugin registers. */
-      policy_loss: 'vanilla',
-      /** PPO clip: ratios below 1 - clip_ratio_low are clipped. */
-      clip_ratio_low: 0.2,
-      /** PPO clip: ratios above 1 + clip_ratio_high are clipped. */
-      clip_ratio_high: 0.2,
-      /** Dual-clip bound for negative advantages. */
-      clip_ratio_c: 3.0,
-      /** Global gradient-norm clip. */
-      grad_clip: 1.0,
-      /** How per-token losses become one (verl's modes): token-mean over all tokens, or per-sequence then over sequences. */
-      loss_agg_mode: choice('actor_rollout_ref.actor.loss_agg_mode', 'token-mean'),
-      /** Add a KL-to-reference term to the actor loss (loads the reference policy). */
-      use_kl_loss: false,
-      /** Weight of the KL loss. */
-      kl_loss_coef: 0.001,
-      /** The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3). */
-      kl_loss_type: choice('actor_rollout_ref.actor.kl_loss_type', 'low_var_kl'),
-      /** Weight of the entropy bonus (0: off). */
-      entropy_coeff: 0,
+      ppo_mini_batch_size: key(8, "Prompts per optimizer step (times rollout.n responses), as in verl.", { positiveInteger: true }),
+      ppo_micro_batch_size: key(16, "Responses per forward/backward pass; gradients accumulate over a mini-batch.", { positiveInteger: true }),
+      ppo_epochs: key(1, "Passes over each batch of rollouts.", { positiveInteger: true }),
+      policy_loss: key('vanilla', "Policy loss by name: vanilla (PPO clip) or one a plugin registers."),
+      clip_ratio_low: key(0.2, "PPO clip: ratios below 1 - clip_ratio_low are clipped."),
+      clip_ratio_high: key(0.2, "PPO clip: ratios above 1 + clip_ratio_high are clipped."),
+      clip_ratio_c: key(3.0, "Dual-clip bound for negative advantages."),
+      grad_clip: key(1.0, "Global gradient-norm clip."),
+      loss_agg_mode: key<(typeof LOSS_AGG_MODES)[number]>('token-mean', "How per-token losses become one (verl's modes): token-mean over all tokens, or per-sequence then over sequences.", { choices: LOSS_AGG_MODES }),
+      use_kl_loss: key(false, "Add a KL-to-reference term to the actor loss (loads the reference policy)."),
+      kl_loss_coef: key(0.001, "Weight of the KL loss."),
+      kl_loss_type: key<(typeof KL_PENALTY_TYPES)[number]>('low_var_kl', "The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3).", { choices: KL_PENALTY_TYPES }),
+      entropy_coeff: key(0, "Weight of the entropy bonus (0: off)."),
     },
     ref: {
-      /** The reference policy's HF directory; null: model.path's initial weights (flowrl eval of a checkpoint sets the run's base). */
-      model_path: null as string | null,
-      /** Responses per reference forward pass. */
-      log_prob_micro_batch_size: 32,
+      model_path: key(null as string | null, "The reference policy's HF directory; null: model.path's initial weights (flowrl eval of a checkpoint sets the run's base).", { nullable: 'string' }),
+      log_prob_micro_batch_size: key(32, "Responses per reference forward pass.", { positiveInteger: true }),
     },
     rollout: {
-      /** Where sampling runs: local (this process) | sglang | vllm (the inference servers at server.urls). */
-      name: choice('actor_rollout_ref.rollout.name', 'local'),
-      /** Responses sampled per prompt (a group, for GRPO and FlowRL). */
-      n: 1,
-      /** Sampling temperature of training rollouts. */
-      temperature: 1.0,
-      /** Nucleus sampling (1.0: off). With rollout.name vllm it must stay 1.0. */
-      top_p: 1.0,
-      /** Top-k sampling (-1: off). With rollout.name vllm it must stay -1. */
-      top_k: -1,
-      /** Responses per old-log-prob forward pass. */
-      log_prob_micro_batch_size: 32,
-      /** Sequences sampled together (prompts times rollout.n are split into batches of this many). */
-      generation_batch_size: 64,
+      name: key<'local' | 'sglang' | 'vllm'>('local', "Where sampling runs: local (this process) | sglang | vllm (the inference servers at server.urls).", { choices: ['local', 'sglang', 'vllm'] as const }),
+      n: key(1, "Responses sampled per prompt (a group, for GRPO and FlowRL).", { positiveInteger: true }),
+      temperature: key(1.0, "Sampling temperature of training rollouts."),
+      top_p: key(1.0, "Nucleus sampling (1.0: off). With rollout.name vllm it must stay 1.0."),
+      top_k: key(-1, "Top-k sampling (-1: off). With rollout.name vllm it must stay -1."),
+      log_prob_micro_batch_size: key(32, "Responses per old-log-prob forward pass.", { positiveInteger: true }),
+      generation_batch_size: key(64, "Sequences sampled together (prompts times rollout.n are split into batches of this many).", { positiveInteger: true }),
       val_kwargs: {
-        /** Samples per validation prompt (Avg@n, pass@k). */
-        n: 1,
-        /** Validation sampling temperature. */
-        temperature: 0,
-        /** Validation nucleus sampling. */
-        top_p: 1.0,
-        /** Validation top-k (-1: off). */
-        top_k: -1,
-        /** false: greedy validation. */
-        do_sample: false,
+        n: key(1, "Samples per validation prompt (Avg@n, pass@k).", { positiveInteger: true }),
+        temperature: key(0, "Validation sampling temperature."),
+        top_p: key(1.0, "Validation nucleus sampling."),
+        top_k: key(-1, "Validation top-k (-1: off)."),
+        do_sample: key(false, "false: greedy validation."),
       },
       /** Inference servers (rollout.name sglang or vllm). */
       server: {
-        /** Base URL of each server, e.g. [http://127.0.0.1:30000]; weight updates go to each directly. */
-        urls: [] as string[],
-        /** Where the policy is written for the servers (v{N} per version); every server must read this path. null: <default_local_dir>/rollout_weights. */
-        weights_dir: null as string | null,
-        /** Seconds a sample may take before it is drawn again on another server. */
-        timeout_s: 600,
-        /** Times one sample is drawn again after a failure before the run stops. */
-        max_retries: 3,
-        /** Samples from weights more than this many updates old are dropped and drawn again. */
-        max_staleness: 0,
-        /** Samples in flight per server at most. */
-        max_inflight: 64,
-        /** The servers' API key (sent as Authorization: Bearer); null: the FLOWRL_ROLLOUT_API_KEY environment variable, else none. */
-        api_key: null as string | null,
+        urls: key([] as string[], "Base URL of each server, e.g. [http://127.0.0.1:30000]; weight updates go to each directly.", { stringOrList: true }),
+        weights_dir: key(null as string | null, "Where the policy is written for the servers (v{N} per version); every server must read this path. null: <default_local_dir>/rollout_weights.", { nullable: 'string' }),
+        timeout_s: key(600, "Seconds a sample may take before it is drawn again on another server."),
+        max_retries: key(3, "Times one sample is drawn again after a failure before the run stops."),
+        max_staleness: key(0, "Samples from weights more than this many updates old are dropped and drawn again."),
+        max_inflight: key(64, "Samples in flight per server at most."),
+        api_key: key(null as string | null, "The servers' API key (sent as Authorization: Bearer); null: the FLOWRL_ROLLOUT_API_KEY environment variable, else none.", { nullable: 'string' }),
       },
     },
   },
   critic: {
     model: {
-      /** Value-head trunk; null starts from the actor's checkpoint. */
-      path: null as string | null,
+      path: key(null as string | null, "Value-head trunk; null starts from the actor's checkpoint.", { nullable: 'string' }),
     },
     optim: {
-      /** Critic AdamW learning rate (PPO). */
-      lr: 1e-5,
-      /** Critic AdamW weight decay. */
-      weight_decay: 0.01,
-      /** Critic AdamW moment decay rates. */
-      betas: [0.9, 0.999],
-      /** Critic AdamW epsilon. */
-      eps: 1e-8,
-      /** verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run. */
-      lr_warmup_steps: -1,
-      /** As the actor's. */
-      lr_warmup_steps_ratio: 0.0,
-      /** constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step). */
-      lr_scheduler_type: choice('critic.optim.lr_scheduler_type', 'constant'),
-      /** verl's deprecated name for lr_scheduler_type; wins when set. */
-      warmup_style: null as string | null,
-      /** As the actor's. */
-      min_lr_ratio: 0.0,
-      /** As the actor's. */
-      num_cycles: 0.5,
-      /** Filled in by the trainer with the run's training steps, as verl does. */
-      total_training_steps: -1,
+      lr: key(1e-5, "Critic AdamW learning rate (PPO)."),
+      weight_decay: key(0.01, "Critic AdamW weight decay."),
+      betas: key([0.9, 0.999], "Critic AdamW moment decay rates."),
+      eps: key(1e-8, "Critic AdamW epsilon."),
+      lr_warmup_steps: key(-1, "verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run."),
+      lr_warmup_steps_ratio: key(0.0, "As the actor's."),
+      lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', "constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step).", { choices: LR_SCHEDULER_TYPES }),
+      warmup_style: key(null as string | null, "verl's deprecated name for lr_scheduler_type; wins when set.", { nullable: 'string' }),
+      min_lr_ratio: key(0.0, "As the actor's."),
+      num_cycles: key(0.5, "As the actor's."),
+      total_training_steps: key(-1, "Filled in by the trainer with the run's training steps, as verl does."),
     },
-    /** Prompts per critic optimizer step. */
-    ppo_mini_batch_size: 8,
-    /** Responses per critic forward/backward pass. */
-    ppo_micro_batch_size: 16,
-    /** Critic passes over each batch. */
-    ppo_epochs: 1,
-    /** Value clip around the old values. */
-    cliprange_value: 0.5,
-    /** Critic gradient-norm clip. */
-    grad_clip: 1.0,
-    /** As the actor's, for the value loss. */
-    loss_agg_mode: choice('critic.loss_agg_mode', 'token-mean'),
-    /** Steps that train only the critic before the actor starts. */
-    warmup: 0,
+    ppo_mini_batch_size: key(8, "Prompts per critic optimizer step.", { positiveInteger: true }),
+    ppo_micro_batch_size: key(16, "Responses per critic forward/backward pass.", { positiveInteger: true }),
+    ppo_epochs: key(1, "Critic passes over each batch.", { positiveInteger: true }),
+    cliprange_value: key(0.5, "Value clip around the old values."),
+    grad_clip: key(1.0, "Critic gradient-norm clip."),
+    loss_agg_mode: key<(typeof LOSS_AGG_MODES)[number]>('token-mean', "As the actor's, for the value loss.", { choices: LOSS_AGG_MODES }),
+    warmup: key(0, "Steps that train only the critic before the actor starts."),
   },
   algorithm: {
-    /** ppo | grpo | reinforce_plus_plus | a plugin's algorithm. */
-    name: 'grpo',
-    /** null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...). */
-    adv_estimator: null as string | null,
-    /** Discount factor (GAE, REINFORCE++). */
-    gamma: 1.0,
-    /** GAE lambda. */
-    lam: 1.0,
-    /** GRPO: divide group-centred scores by the group's standard deviation. */
-    norm_adv_by_std_in_grpo: true,
-    /** Subtract a KL penalty from the token rewards (loads the reference policy). */
-    use_kl_in_reward: false,
-    /** The KL estimator of the KL-in-reward penalty (as kl_loss_type). */
-    kl_penalty: choice('algorithm.kl_penalty', 'kl'),
+    name: key('grpo', "ppo | grpo | reinforce_plus_plus | a plugin's algorithm."),
+    adv_estimator: key(null as string | null, "null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...).", { nullable: 'string' }),
+    gamma: key(1.0, "Discount factor (GAE, REINFORCE++)."),
+    lam: key(1.0, "GAE lambda."),
+    norm_adv_by_std_in_grpo: key(true, "GRPO: divide group-centred scores by the group's standard deviation."),
+    use_kl_in_reward: key(false, "Subtract a KL penalty from the token rewards (loads the reference policy)."),
+    kl_penalty: key<(typeof KL_PENALTY_TYPES)[number]>('kl', "The KL estimator of the KL-in-reward penalty (as kl_loss_type).", { choices: KL_PENALTY_TYPES }),
     kl_ctrl: {
-      /** fixed (kl_coef throughout) or adaptive (towards target_kl over horizon). */
-      type: choice('algorithm.kl_ctrl.type', 'fixed'),
-      /** KL-in-reward coefficient (the adaptive controller's start). */
-      kl_coef: 0.001,
-      /** Adaptive KL controller horizon. */
-      horizon: 10000,
-      /** Adaptive KL controller target. */
-      target_kl: 0.1,
+      type: key<(typeof KL_CONTROLLER_TYPES)[number]>('fixed', "fixed (kl_coef throughout) or adaptive (towards target_kl over horizon).", { choices: KL_CONTROLLER_TYPES }),
+      kl_coef: key(0.001, "KL-in-reward coefficient (the adaptive controller's start)."),
+      horizon: key(10000, "Adaptive KL controller horizon."),
+      target_kl: key(0.1, "Adaptive KL controller target."),
     },
     /** Off-policy correction for rollouts sampled by another engine (batches carrying rollout_log_probs). */
     rollout_correction: {
-      /** Truncated importance sampling: each loss term weighs min(exp(old − rollout), tis_cap), a constant; null: off (metrics still logged). */
-      tis_cap: 2 as number | null,
+      tis_cap: key(2 as number | null, "Truncated importance sampling: each loss term weighs min(exp(old − rollout), tis_cap), a constant; null: off (metrics still logged).", { positiveOrNull: true }),
     },
   },
   reward_model: {
-    /** How responses are scored: naive (each alone, by data_source). */
-    reward_manager: choice('reward_model.reward_manager', 'naive'),
-    /** Extra keyword options passed to the scorer of each data_source. */
-    reward_kwargs: {} as Record<string, unknown>,
+    reward_manager: key<'naive'>('naive', "How responses are scored: naive (each alone, by data_source).", { choices: ['naive'] as const }),
+    reward_kwargs: key({} as Record<string, unknown>, "Extra keyword options passed to the scorer of each data_source.", { open: true }),
   },
   custom_reward_function: {
-    /** A module with a verl-shaped scorer (data_source, solution, ground_truth, extra_info); null: by data_source. */
-    path: null as string | null,
-    /** The scorer's exported name in that module. */
-    name: 'compute_score',
+    path: key(null as string | null, "A module with a verl-shaped scorer (data_source, solution, ground_truth, extra_info); null: by data_source.", { nullable: 'string' }),
+    name: key('compute_score', "The scorer's exported name in that module."),
   },
   /** Supervised fine-tuning (flowrl sft) on data.train_files rows that carry a response. */
   sft: {
-    /** Dotted path of the response text in each row. */
-    response_key: 'extra_info.response',
-    /** A config.json to initialise a new model from (random weights, seeded); null fine-tunes model.path. */
-    init_config: null as string | null,
-    /** Passes over the SFT rows. */
-    epochs: 1,
-    /** SFT optimizer steps; null: from epochs. */
-    total_steps: null as number | null,
-    /** SFT rows per optimizer step. */
-    batch_size: 32,
-    /** SFT learning rate. */
-    lr: 1e-3,
-    /** SFT AdamW weight decay. */
-    weight_decay: 0.01,
-    /** SFT linear warm-up steps. */
-    warmup_steps: 0,
-    /** constant, or cosine decay to min_lr_ratio * lr over the steps after warm-up. */
-    lr_scheduler_type: choice('sft.lr_scheduler_type', 'constant'),
-    /** SFT cosine schedule: the final lr as a share of lr. */
-    min_lr_ratio: 0,
-    /** SFT gradient-norm clip. */
-    grad_clip: 1.0,
-    /** Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model. */
-    output_dir: null as string | null,
+    response_key: key('extra_info.response', "Dotted path of the response text in each row."),
+    init_config: key(null as string | null, "A config.json to initialise a new model from (random weights, seeded); null fine-tunes model.path.", { nullable: 'string' }),
+    epochs: key(1, "Passes over the SFT rows.", { positiveInteger: true }),
+    total_steps: key(null as number | null, "SFT optimizer steps; null: from epochs.", { positiveInteger: true, nullable: 'number' }),
+    batch_size: key(32, "SFT rows per optimizer step.", { positiveInteger: true }),
+    lr: key(1e-3, "SFT learning rate."),
+    weight_decay: key(0.01, "SFT AdamW weight decay."),
+    warmup_steps: key(0, "SFT linear warm-up steps."),
+    lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', "constant, or cosine decay to min_lr_ratio * lr over the steps after warm-up.", { choices: LR_SCHEDULER_TYPES }),
+    min_lr_ratio: key(0, "SFT cosine schedule: the final lr as a share of lr."),
+    grad_clip: key(1.0, "SFT gradient-norm clip."),
+    output_dir: key(null as string | null, "Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model.", { nullable: 'string' }),
   },
   trainer: {
-    /** Project name (metrics and reports). */
-    project_name: 'flowrl',
-    /** Run name: the default run directory is runs/<experiment_name>. */
-    experiment_name: 'default',
-    /** Passes over the training prompts (when total_training_steps is null). */
-    total_epochs: 1,
-    /** Training steps; null: from total_epochs. */
-    total_training_steps: null as number | null,
-    /** Validate every N steps and after the last one; -1 never (val_before_train is separate). */
-    test_freq: -1,
-    /** Checkpoint every N steps (and after the last); -1 only at the end. */
-    save_freq: -1,
-    /** Validate once before the first step. */
-    val_before_train: true,
-    /**
-     * Validation also measures distribution matching over each prompt's correct responses
-     * (val/matching/*): exactly over every correct answer where the task lists them (countdown),
-     * else over the distinct correct samples. Loads the reference policy when the algorithm has none.
-     */
-    val_matching: true,
-    /** Run directory: metrics.jsonl, config.yaml, checkpoints/. null: runs/<experiment_name>. */
-    default_local_dir: null as string | null,
-    /** auto (latest checkpoint if any) | disable | a global_step_N directory. */
-    resume_mode: 'auto',
-    /** Checkpoints kept on disk (oldest removed first); null keeps all. */
-    max_checkpoints_to_keep: null as number | null,
-    /** Seed of sampling, initialisation and (unless data.seed) the data order. */
-    seed: 1,
-    /** Console progress bar and summary lines. */
-    progress: true,
+    project_name: key('flowrl', "Project name (metrics and reports)."),
+    experiment_name: key('default', "Run name: the default run directory is runs/<experiment_name>."),
+    total_epochs: key(1, "Passes over the training prompts (when total_training_steps is null).", { positiveInteger: true }),
+    total_training_steps: key(null as number | null, "Training steps; null: from total_epochs.", { positiveInteger: true, nullable: 'number' }),
+    test_freq: key(-1, "Validate every N steps and after the last one; -1 never (val_before_train is separate)."),
+    save_freq: key(-1, "Checkpoint every N steps (and after the last); -1 only at the end."),
+    val_before_train: key(true, "Validate once before the first step."),
+    val_matching: key(true, "Validation also measures distribution matching over each prompt's correct responses (val/matching/*): exactly over every correct answer where the task lists them (countdown), else over the distinct correct samples. Loads the reference policy when the algorithm has none."),
+    default_local_dir: key(null as string | null, "Run directory: metrics.jsonl, config.yaml, checkpoints/. null: runs/<experiment_name>.", { nullable: 'string' }),
+    resume_mode: key('auto', "auto (latest checkpoint if any) | disable | a global_step_N directory."),
+    max_checkpoints_to_keep: key(null as number | null, "Checkpoints kept on disk (oldest removed first); null keeps all.", { positiveInteger: true, nullable: 'number' }),
+    seed: key(1, "Seed of sampling, initialisation and (unless data.seed) the data order."),
+    progress: key(true, "Console progress bar and summary lines."),
   },
 };
 
+/** Every spec in a tree, by dotted key. */
+export function keySpecs(tree: object = CORE_SPEC, prefix = ''): Map<string, KeySpec> {
+  const out = new Map<string, KeySpec>();
+  for (const [name, value] of Object.entries(tree)) {
+    const dotted = prefix ? `${prefix}.${name}` : name;
+    if (isKeySpec(value)) out.set(dotted, value);
+    else for (const [k, v] of keySpecs(value as object, dotted)) out.set(k, v);
+  }
+  return out;
+}
+
+function defaultsOf<S extends object>(tree: S): DefaultsOf<S> {
+  return Object.fromEntries(Object.entries(tree).map(([name, value]) => [name, isKeySpec(value) ? structuredClone(value.default) : defaultsOf(value as object)])) as DefaultsOf<S>;
+}
+
+/** Every core config key with its default (from CORE_SPEC). */
+export const CORE_DEFAULTS: DefaultsOf<typeof CORE_SPEC> = defaultsOf(CORE_SPEC);
+
 export type CoreConfig = typeof CORE_DEFAULTS;
 
+const SPECS = keySpecs();
+const keysWhere = (rule: (s: KeySpec) => unknown) => new Set([...SPECS].filter(([, s]) => rule(s)).map(([k]) => k));
 
+/** Keys whose value is one of a fixed list (plugin algorithm names are checked separately). */
+export const KEY_CHOICES: Record<string, readonly string[]> = Object.fromEntries([...SPECS].filter(([, s]) => s.choices).map(([k, s]) => [k, s.choices!]));
+/** Types of keys whose default is null (the default's own type says nothing there). */
+export const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = Object.fromEntries([...SPECS].filter(([, s]) => s.nullable).map(([k, s]) => [k, s.nullable!]));
 /** Keys that accept either a single value or a list (verl allows both for data files). */
-export const STRING_OR_LIST_KEYS = new Set(['data.train_files', 'data.val_files', 'plugins', 'actor_rollout_ref.model.target_modules', 'actor_rollout_ref.rollout.server.urls']);
-
+export const STRING_OR_LIST_KEYS = keysWhere((s) => s.stringOrList);
 /** Keys whose subtree is free-form (not validated key by key). */
-export const OPEN_KEYS = new Set(['reward_model.reward_kwargs']);
-
+export const OPEN_KEYS = keysWhere((s) => s.open);
 /** Keys that take 'auto' or a whole number >= 1. */
-export const AUTO_OR_COUNT_KEYS = new Set(['engine.workers']);
-
+export const AUTO_OR_COUNT_KEYS = keysWhere((s) => s.autoOrCount);
 /** Keys that take a finite number > 0 or null. */
-export const POSITIVE_OR_NULL_KEYS = new Set(['algorithm.rollout_correction.tis_cap']);
-
+export const POSITIVE_OR_NULL_KEYS = keysWhere((s) => s.positiveOrNull);
 /** Keys that must be whole numbers >= 1 (sizes and counts the loop divides by). */
-export const POSITIVE_INTEGER_KEYS = new Set([
-  'data.train_batch_size',
-  'data.val_max_samples',
-  'data.max_prompt_length',
-  'data.max_response_length',
-  'actor_rollout_ref.actor.ppo_mini_batch_size',
-  'actor_rollout_ref.actor.ppo_micro_batch_size',
-  'actor_rollout_ref.actor.ppo_epochs',
-  'actor_rollout_ref.ref.log_prob_micro_batch_size',
-  'actor_rollout_ref.rollout.n',
-  'actor_rollout_ref.rollout.log_prob_micro_batch_size',
-  'actor_rollout_ref.rollout.generation_batch_size',
-  'actor_rollout_ref.rollout.val_kwargs.n',
-  'critic.ppo_mini_batch_size',
-  'critic.ppo_micro_batch_size',
-  'critic.ppo_epochs',
-  'trainer.total_epochs',
-  'trainer.total_training_steps',
-  'trainer.max_checkpoints_to_keep',
-  'sft.epochs',
-  'sft.total_steps',
-  'sft.batch_size',
-]);
+export const POSITIVE_INTEGER_KEYS = keysWhere((s) => s.positiveInteger);

@@ -8,6 +8,7 @@ import {
   AUTO_OR_COUNT_KEYS,
   CORE_DEFAULTS,
   KEY_CHOICES,
+  NULLABLE_TYPES,
   OPEN_KEYS,
   POSITIVE_INTEGER_KEYS,
   POSITIVE_OR_NULL_KEYS,
@@ -20,28 +21,6 @@ import {
 /** The resolved configuration: the core sections typed, plugin sections open. */
 export type Config = CoreConfig & { [section: string]: unknown };
 
-/** Types of keys whose default is null (the default's own type says nothing there). */
-const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = {
-  'data.train_files': 'string-or-list',
-  'data.val_files': 'string-or-list',
-  'data.val_max_samples': 'number',
-  'data.seed': 'number',
-  'actor_rollout_ref.model.path': 'string',
-  'actor_rollout_ref.model.tokenizer_path': 'string',
-  'actor_rollout_ref.model.lora_adapter_path': 'string',
-  'critic.model.path': 'string',
-  'actor_rollout_ref.actor.optim.warmup_style': 'string',
-  'critic.optim.warmup_style': 'string',
-  'algorithm.adv_estimator': 'string',
-  'custom_reward_function.path': 'string',
-  'trainer.total_training_steps': 'number',
-  'trainer.default_local_dir': 'string',
-  'trainer.max_checkpoints_to_keep': 'number',
-  'sft.init_config': 'string',
-  'sft.total_steps': 'number',
-  'sft.output_dir': 'string',
-  'actor_rollout_ref.rollout.server.api_key': 'string',
-};
 
 export function isTree(value: unknown): value is ConfigTree {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
