@@ -42,6 +42,23 @@ function isKeySpec(value: unknown): value is KeySpec {
 /** The defaults a spec tree describes, typed key by key. */
 export type DefaultsOf<S> = { -readonly [K in keyof S]: S[K] extends KeySpec<infer V> ? V : DefaultsOf<S[K]> };
 
+/** The optimizer section of a role (verl's optim keys): AdamW and its learning-rate schedule, `lr` by default. */
+function optimSpec(lr: number, role: string) {
+  return {
+    lr: key(lr, `AdamW learning rate of ${role}.`),
+    weight_decay: key(0.01, 'AdamW decoupled weight decay.'),
+    betas: key([0.9, 0.999], 'AdamW moment decay rates [beta1, beta2].'),
+    eps: key(1e-8, 'AdamW epsilon.'),
+    lr_warmup_steps: key(-1, "verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run."),
+    lr_warmup_steps_ratio: key(0.0, 'Warm-up as a share of the run when lr_warmup_steps is negative.'),
+    lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', 'constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step).', { choices: LR_SCHEDULER_TYPES }),
+    warmup_style: key(null as string | null, "verl's deprecated name for lr_scheduler_type; wins when set.", { nullable: 'string' }),
+    min_lr_ratio: key(0.0, 'Cosine schedule: the final lr as a share of lr.'),
+    num_cycles: key(0.5, 'Cosine schedule: periods over the run (0.5: one half-cosine down).'),
+    total_training_steps: key(-1, "Filled in by the trainer with the run's training steps, as verl does."),
+  };
+}
+
 /**
  * Every core config key (verl's names where verl has them): its default, doc and rules, in one
  * place. The defaults, the validation tables below, the Config type and docs/config.md all come
@@ -77,19 +94,7 @@ export const CORE_SPEC = {
       base_dtype: key<(typeof FROZEN_DTYPES)[number]>('float32', "With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory).", { choices: FROZEN_DTYPES }),
     },
     actor: {
-      optim: {
-        lr: key(1e-6, "AdamW learning rate."),
-        weight_decay: key(0.01, "AdamW decoupled weight decay."),
-        betas: key([0.9, 0.999], "AdamW moment decay rates [beta1, beta2]."),
-        eps: key(1e-8, "AdamW epsilon."),
-        lr_warmup_steps: key(-1, "verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run."),
-        lr_warmup_steps_ratio: key(0.0, "Warm-up as a share of the run when lr_warmup_steps is negative."),
-        lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', "constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step).", { choices: LR_SCHEDULER_TYPES }),
-        warmup_style: key(null as string | null, "verl's deprecated name for lr_scheduler_type; wins when set.", { nullable: 'string' }),
-        min_lr_ratio: key(0.0, "Cosine schedule: the final lr as a share of lr."),
-        num_cycles: key(0.5, "Cosine schedule: periods over the run (0.5: one half-cosine down)."),
-        total_training_steps: key(-1, "Filled in by the trainer with the run's training steps, as verl does."),
-      },
+      optim: optimSpec(1e-6, 'the actor'),
       ppo_mini_batch_size: key(8, "Prompts per optimizer step (times rollout.n responses), as in verl.", { positiveInteger: true }),
       ppo_micro_batch_size: key(16, "Responses per forward/backward pass; gradients accumulate over a mini-batch.", { positiveInteger: true }),
       ppo_epochs: key(1, "Passes over each batch of rollouts.", { positiveInteger: true }),
@@ -139,19 +144,7 @@ export const CORE_SPEC = {
     model: {
       path: key(null as string | null, "Value-head trunk; null starts from the actor's checkpoint.", { nullable: 'string' }),
     },
-    optim: {
-      lr: key(1e-5, "Critic AdamW learning rate (PPO)."),
-      weight_decay: key(0.01, "Critic AdamW weight decay."),
-      betas: key([0.9, 0.999], "Critic AdamW moment decay rates."),
-      eps: key(1e-8, "Critic AdamW epsilon."),
-      lr_warmup_steps: key(-1, "verl's schedule: warm-up steps (training steps); negative: lr_warmup_steps_ratio of the run."),
-      lr_warmup_steps_ratio: key(0.0, "As the actor's."),
-      lr_scheduler_type: key<(typeof LR_SCHEDULER_TYPES)[number]>('constant', "constant (after a linear warm-up) | cosine (to min_lr_ratio * lr at the last step).", { choices: LR_SCHEDULER_TYPES }),
-      warmup_style: key(null as string | null, "verl's deprecated name for lr_scheduler_type; wins when set.", { nullable: 'string' }),
-      min_lr_ratio: key(0.0, "As the actor's."),
-      num_cycles: key(0.5, "As the actor's."),
-      total_training_steps: key(-1, "Filled in by the trainer with the run's training steps, as verl does."),
-    },
+    optim: optimSpec(1e-5, 'the critic (PPO)'),
     ppo_mini_batch_size: key(8, "Prompts per critic optimizer step.", { positiveInteger: true }),
     ppo_micro_batch_size: key(16, "Responses per critic forward/backward pass.", { positiveInteger: true }),
     ppo_epochs: key(1, "Critic passes over each batch.", { positiveInteger: true }),
