@@ -27,6 +27,18 @@ export function accepts(spec: KeySpec): string {
   if (spec.positiveOrNull) return 'a number > 0, or null';
   if (spec.positiveInteger) return `a whole number >= 1${value === null ? ', or null' : ''}`;
   if (spec.stringOrList) return `a string or a list of strings${value === null ? ', or null' : ''}`;
+  if (spec.min !== undefined || spec.max !== undefined || spec.integer) {
+    const kind = spec.integer ? 'a whole number' : 'a number';
+    const range =
+      spec.min !== undefined && spec.max !== undefined
+        ? ` in ${spec.exclusiveMin ? '(' : '['}${spec.min}, ${spec.max}${spec.exclusiveMax ? ')' : ']'}`
+        : spec.min !== undefined
+          ? ` ${spec.exclusiveMin ? '>' : '>='} ${spec.min}`
+          : spec.max !== undefined
+            ? ` ${spec.exclusiveMax ? '<' : '<='} ${spec.max}`
+            : '';
+    return `${kind}${range}${spec.nullable ? ', or null' : ''}`;
+  }
   if (spec.nullable) return `a ${spec.nullable === 'string-or-list' ? 'string or a list of strings' : spec.nullable}, or null`;
   if (Array.isArray(value)) return `a list of ${typeof value[0] === 'number' ? 'numbers' : 'strings'}`;
   return `a ${typeof value}`;
@@ -58,9 +70,9 @@ export function configReference(): string {
     for (const [key, spec] of keys) out.push(`| \`${key}\` | ${show(spec.default)} | ${cell(accepts(spec))} | ${cell(spec.doc)} |`);
     out.push('');
   }
-  const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'plugin.json'), 'utf8')) as { name: string; defaults?: Record<string, unknown> };
-  out.push(`## Plugin \`${manifest.name}\` (\`plugin.json\`)`, '', 'Keys the FlowRL plugin adds; their meanings are in [flowrl.md](flowrl.md) and [rlfr.md](rlfr.md).', '', '| key | default |', '|---|---|');
-  for (const [key, value] of leaves(manifest.defaults ?? {})) out.push(`| \`${key}\` | ${show(value)} |`);
+  const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'plugin.json'), 'utf8')) as { name: string; config: object };
+  out.push(`## Plugin \`${manifest.name}\` (\`plugin.json\`)`, '', 'Keys the FlowRL plugin declares in its manifest; more on each in [flowrl.md](flowrl.md) and [rlfr.md](rlfr.md).', '', '| key | default | accepts | meaning |', '|---|---|---|---|');
+  for (const [key, spec] of keySpecs(manifest.config)) out.push(`| \`${key}\` | ${show(spec.default)} | ${cell(accepts(spec))} | ${cell(spec.doc)} |`);
   out.push('');
   return out.join('\n');
 }

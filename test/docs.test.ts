@@ -68,7 +68,8 @@ describe('documentation', () => {
     expect(rows.map((r) => r[1])).to.include.members(['data.train_batch_size', 'actor_rollout_ref.rollout.server.api_key', 'engine.workers', 'trainer.val_matching']);
     expect(rows.filter((r) => !r[4].trim()).map((r) => r[1]), 'keys without a doc comment in defaults.ts').to.deep.equal([]);
     expect(committed).to.include('| `actor_rollout_ref.actor.loss_agg_mode` | `"token-mean"` | token-mean');
-    expect(committed).to.include('| `flowrl.beta` | `15` |');
+    expect(committed).to.include('| `flowrl.beta` | `15` | a number > 0 | Reward scale');
+    expect(committed).to.include('| `reward.flow.context_mode` | `"token_post"` | token_post \\| token_pre \\| identity |');
   });
 
   it('CORE_SPEC describes each key whole: a doc, and a type for every key whose default is null', () => {

@@ -106,8 +106,11 @@ describe('FlowRL matching options', function () {
       [['flowrl.replay_samples=8'], 'flowrl.replay_samples + flowrl.reference_samples is 8'],
       [['flowrl.replay_samples=4', 'flowrl.reference_samples=4'], 'below actor_rollout_ref.rollout.n (8)'],
       [['flowrl.reference_samples=1', 'actor_rollout_ref.rollout.name=sglang', 'actor_rollout_ref.rollout.server.urls=[http://127.0.0.1:1]'], 'need actor_rollout_ref.rollout.name local'],
-      [['flowrl.log_z=mean'], "flowrl.log_z is 'mean'"],
-      [['flowrl.log_z_lr_scale=0'], 'flowrl.log_z_lr_scale must be > 0'],
+      // Checked by the host from plugin.json's declaration of each key.
+      [['flowrl.log_z=mean'], "key 'flowrl.log_z' is 'mean'; allowed: proj_z, group"],
+      [['flowrl.log_z_lr_scale=0'], "key 'flowrl.log_z_lr_scale' must be a number > 0"],
+      [['flowrl.proj_dropout=1'], "key 'flowrl.proj_dropout' must be a number in [0, 1); got number 1"],
+      [['reward.flow.pretrain.total_steps=2.5'], "key 'reward.flow.pretrain.total_steps' must be a whole number >= 1"],
       [['flowrl.replay_capacity=0'], 'flowrl.replay_capacity'],
     ];
     for (const [overrides, message] of cases) {

@@ -347,6 +347,32 @@ describe('plugins', () => {
       expect(host.plugins.map((p) => p.name)).to.deep.equal(['tmp-plugin']);
     });
 
+    it('a manifest declares its keys under config (default, doc, rules); the host refuses bad values naming the key, and bad declarations naming the field', async () => {
+      const declared = writeManifest((m) => {
+        m.entry = 'entry.mjs';
+        delete m.source;
+        m.config = { acme: { level: { default: 2, doc: 'How hard.', integer: true, min: 1, max: 5 }, mode: { default: 'fast', doc: 'Speed.', choices: ['fast', 'slow'] }, dir: { default: null, doc: 'Where.', nullable: 'string' } } };
+      });
+      fs.writeFileSync(path.join(path.dirname(declared), 'entry.mjs'), `import { ContainerModule } from ${JSON.stringify(import.meta.resolve('inversify'))};\nexport default () => new ContainerModule(() => {});\n`);
+      const host = await createHost(configWith([declared]), { skipEngine: true });
+      expect(host.config.acme).to.deep.equal({ level: 2, mode: 'fast', dir: null });
+      await expectHostError(configWith([declared], 'acme:\n  level: 6\n'), {}, "key 'acme.level' must be a whole number in [1, 5]");
+      await expectHostError(configWith([declared], 'acme:\n  level: 2.5\n'), {}, "'acme.level'");
+      await expectHostError(configWith([declared], 'acme:\n  mode: medium\n'), {}, "key 'acme.mode' is 'medium'; allowed: fast, slow");
+      await expectHostError(configWith([declared], 'acme:\n  dir: 3\n'), {}, "key 'acme.dir' must be a string or null");
+      await expectHostError(configWith([declared]), { overrides: ['acme.level=0'] }, 'command line', "'acme.level'");
+      for (const [config, fragment] of [
+        [{ acme: { level: { default: 2 } } }, 'config.acme.level'],
+        [{ acme: { level: { default: 2, doc: 'x', minimum: 1 } } }, "unknown field 'minimum'"],
+        [{ acme: { level: { default: 2, doc: 'x', min: 'one' } } }, 'config.acme.level.min'],
+        [{ acme: { mode: { default: 'other', doc: 'x', choices: ['fast'] } } }, 'not among its choices'],
+      ] as const) {
+        const bad = writeManifest((m) => (m.config = config));
+        await expectManifestError(bad, fragment);
+      }
+      await expectManifestError(writeManifest((m) => ((m.config = { a: { b: { default: 1, doc: 'x' } } }), (m.defaults = { a: { b: 1 } }))), "'config'", "'defaults', not both");
+    });
+
     it('rejects the same plugin registered twice', async () => {
       await expectHostError(configWith([TOY_DIR, path.join(TOY_DIR, 'plugin.json')]), {}, "plugin 'toy'", 'registered twice');
     });

@@ -28,6 +28,14 @@ export interface KeySpec<T = ConfigValue> {
   readonly autoOrCount?: boolean;
   /** A finite number > 0, or null. */
   readonly positiveOrNull?: boolean;
+  /** A whole number (with min and max, a range of them). */
+  readonly integer?: boolean;
+  /** The smallest value allowed (excluded with exclusiveMin). */
+  readonly min?: number;
+  readonly exclusiveMin?: boolean;
+  /** The largest value allowed (excluded with exclusiveMax). */
+  readonly max?: number;
+  readonly exclusiveMax?: boolean;
 }
 
 /** One key's spec. */
@@ -35,7 +43,8 @@ function key<T>(value: T, doc: string, rules: Omit<KeySpec<T>, 'default' | 'doc'
   return { default: value, doc, ...rules };
 }
 
-function isKeySpec(value: unknown): value is KeySpec {
+/** Whether a spec tree's node is a key (not a section). */
+export function isKeySpec(value: unknown): value is KeySpec {
   return typeof value === 'object' && value !== null && 'default' in value && 'doc' in value;
 }
 
@@ -223,7 +232,8 @@ export function keySpecs(tree: object = CORE_SPEC, prefix = ''): Map<string, Key
   return out;
 }
 
-function defaultsOf<S extends object>(tree: S): DefaultsOf<S> {
+/** The defaults a spec tree gives (a plugin's manifest config as well as CORE_SPEC). */
+export function defaultsOf<S extends object>(tree: S): DefaultsOf<S> {
   return Object.fromEntries(Object.entries(tree).map(([name, value]) => [name, isKeySpec(value) ? structuredClone(value.default) : defaultsOf(value as object)])) as DefaultsOf<S>;
 }
 

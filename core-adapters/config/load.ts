@@ -4,19 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { InputError } from '../errors.js';
-import {
-  AUTO_OR_COUNT_KEYS,
-  CORE_DEFAULTS,
-  KEY_CHOICES,
-  NULLABLE_TYPES,
-  OPEN_KEYS,
-  POSITIVE_INTEGER_KEYS,
-  POSITIVE_OR_NULL_KEYS,
-  STRING_OR_LIST_KEYS,
-  type ConfigTree,
-  type ConfigValue,
-  type CoreConfig,
-} from './defaults.js';
+import { CORE_DEFAULTS, keySpecs, type ConfigTree, type ConfigValue, type CoreConfig, type KeySpec } from './defaults.js';
 
 /** The resolved configuration: the core sections typed, plugin sections open. */
 export type Config = CoreConfig & { [section: string]: unknown };
@@ -122,10 +110,11 @@ function typeName(value: unknown): string {
 }
 
 /**
- * Checks `tree` against `schema` (the merged defaults): every key must exist there with the same
- * type, and choice keys must hold an allowed value. `where` names the source in messages.
+ * Checks `tree` against `schema` (the merged defaults) and `specs` (each key's rules, the core's
+ * and the plugins'): every key must exist in the schema with the same type, and hold what its spec
+ * allows (choices, ranges, nullable types). `where` names the source in messages.
  */
-export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: string, prefix = ''): void {
+export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: string, prefix = '', specs: Map<string, KeySpec> = CORE_KEY_SPECS): void {
   for (const [key, value] of Object.entries(tree)) {
     const dotted = prefix + key;
     if (!(key in schema)) {
@@ -133,7 +122,8 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       const hint = near.length ? `; did you mean '${prefix}${near[0]}'?` : prefix ? `; keys here: ${Object.keys(schema).join(', ')}` : '';
       throw new InputError(`${where}: unknown key '${dotted}'${hint}`);
     }
-    if (OPEN_KEYS.has(dotted)) {
+    const spec = specs.get(dotted);
+    if (spec?.open) {
       if (!isTree(value)) throw new InputError(`${where}: key '${dotted}' must be a mapping; got ${typeName(value)}`);
       continue;
     }
@@ -141,30 +131,29 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
     const bad = (want: string) => new InputError(`${where}: key '${dotted}' must be ${want}; got ${typeName(value)}`);
     if (isTree(expected)) {
       if (!isTree(value)) throw bad('a mapping');
-      validateConfig(value, expected, where, `${dotted}.`);
+      validateConfig(value, expected, where, `${dotted}.`, specs);
       continue;
     }
-    if (AUTO_OR_COUNT_KEYS.has(dotted)) {
+    if (spec?.autoOrCount) {
       if (value !== 'auto' && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) throw bad("'auto' or a whole number >= 1");
       continue;
     }
-    if (POSITIVE_OR_NULL_KEYS.has(dotted)) {
+    if (spec?.positiveOrNull) {
       if (value !== null && !(typeof value === 'number' && Number.isFinite(value) && value > 0)) throw bad('a number > 0 or null');
       continue;
     }
-    const stringOrList = STRING_OR_LIST_KEYS.has(dotted) || NULLABLE_TYPES[dotted] === 'string-or-list';
-    if (stringOrList) {
+    if (spec?.stringOrList || spec?.nullable === 'string-or-list') {
       const ok = value === null || typeof value === 'string' || (Array.isArray(value) && value.every((v) => typeof v === 'string'));
       if (!ok) throw bad('a path or a list of paths');
       continue;
     }
-    const positive = POSITIVE_INTEGER_KEYS.has(dotted);
-    if (positive && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
+    if (spec?.positiveInteger && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
       throw bad(expected === null ? 'a number or null (a whole number >= 1)' : 'a number (a whole number >= 1)');
     }
     if (expected === null) {
-      const want = NULLABLE_TYPES[dotted];
+      const want = spec?.nullable;
       if (value !== null && want && typeof value !== want) throw bad(`a ${want} or null`);
+      if (typeof value === 'number' && spec) checkRange(spec, value, bad);
       continue;
     }
     if (Array.isArray(expected)) {
@@ -174,11 +163,26 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       continue;
     }
     if (typeof value !== typeof expected) throw bad(`a ${typeof expected}`);
-    const choices = (KEY_CHOICES as Record<string, readonly string[]>)[dotted];
+    if (typeof value === 'number' && spec) checkRange(spec, value, bad);
+    const choices = spec?.choices;
     if (choices && !choices.includes(value as string)) {
       throw new InputError(`${where}: key '${dotted}' is '${String(value)}'; allowed: ${choices.join(', ')}`);
     }
   }
+}
+
+/** A number against its spec's integer, min and max rules. */
+function checkRange(spec: KeySpec, value: number, bad: (want: string) => InputError): void {
+  const ok =
+    Number.isFinite(value) &&
+    (!spec.integer || Number.isInteger(value)) &&
+    (spec.min === undefined || (spec.exclusiveMin ? value > spec.min : value >= spec.min)) &&
+    (spec.max === undefined || (spec.exclusiveMax ? value < spec.max : value <= spec.max));
+  if (ok) return;
+  const kind = spec.integer ? 'a whole number' : 'a number';
+  if (spec.min !== undefined && spec.max !== undefined) throw bad(`${kind} in ${spec.exclusiveMin ? '(' : '['}${spec.min}, ${spec.max}${spec.exclusiveMax ? ')' : ']'}`);
+  const bound = spec.min !== undefined ? `${spec.exclusiveMin ? '>' : '>='} ${spec.min}` : spec.max !== undefined ? `${spec.exclusiveMax ? '<' : '<='} ${spec.max}` : '';
+  throw bad(bound ? `${kind} ${bound}` : kind);
 }
 
 /**
@@ -210,9 +214,12 @@ export function resolveInputPaths(tree: ConfigTree, baseDir: string, keys: reado
   return out;
 }
 
+/** The core keys' rules (CORE_SPEC), by dotted key. */
+const CORE_KEY_SPECS = keySpecs();
+
 export interface ConfigLayers {
-  /** Defaults contributed by plugins, in load order (merged over the core defaults). */
-  pluginDefaults?: { source: string; defaults: ConfigTree; inputPaths?: string[] }[];
+  /** Defaults contributed by plugins, in load order (merged over the core defaults), with the rules their manifests declare. */
+  pluginDefaults?: { source: string; defaults: ConfigTree; inputPaths?: string[]; specs?: Map<string, KeySpec> }[];
   /** The user's file, already read. */
   user: ConfigTree;
   userFile: string;
@@ -223,11 +230,13 @@ export interface ConfigLayers {
 /** Merges defaults < plugin defaults < user file < overrides, validating each layer. */
 export function resolveConfig(layers: ConfigLayers): Config {
   let schema = structuredClone(CORE_DEFAULTS) as unknown as ConfigTree;
-  for (const { source, defaults } of layers.pluginDefaults ?? []) {
+  const specs = new Map(CORE_KEY_SPECS);
+  for (const { source, defaults, specs: declared } of layers.pluginDefaults ?? []) {
     validateNewSections(defaults, schema, source);
     schema = mergeConfig(schema, defaults);
+    for (const [key, spec] of declared ?? []) specs.set(key, spec);
   }
-  validateConfig(layers.user, schema, layers.userFile);
+  validateConfig(layers.user, schema, layers.userFile, '', specs);
   const pluginPaths = (layers.pluginDefaults ?? []).flatMap((p) => p.inputPaths ?? []);
   let tree = mergeConfig(schema, resolveInputPaths(layers.user, path.dirname(path.resolve(layers.userFile)), [...INPUT_PATH_KEYS, ...pluginPaths]));
   const overrideTree: ConfigTree = {};
@@ -235,7 +244,7 @@ export function resolveConfig(layers: ConfigLayers): Config {
     const { key, value } = parseOverride(arg);
     setPath(overrideTree, key, value);
   }
-  validateConfig(overrideTree, schema, 'command line');
+  validateConfig(overrideTree, schema, 'command line', '', specs);
   // A plugin's input paths are made absolute here, since writeConfig knows only the core's.
   tree = mergeConfig(tree, resolveInputPaths(overrideTree, process.cwd(), pluginPaths));
   const config = tree as unknown as Config;

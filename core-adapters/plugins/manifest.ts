@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import semver from 'semver';
-import type { ConfigTree } from '../config/defaults.js';
+import { defaultsOf, isKeySpec, type ConfigTree, type KeySpec } from '../config/defaults.js';
 import { isTree } from '../config/load.js';
 import { InputError } from '../errors.js';
 import type { AlgorithmSpec } from './algorithms.js';
@@ -23,6 +23,8 @@ export interface PluginManifest {
   /** Names of the host bindings the plugin may rebind (TOKENS keys). */
   overrides: string[];
   defaults: ConfigTree;
+  /** The rules of the plugin's keys, when its manifest declares them under `config` (as CORE_SPEC does the core's). */
+  specs: Map<string, KeySpec>;
   /** Dotted config keys holding input paths (resolved relative to the config file that sets them). */
   inputPaths: string[];
   /** CLI subcommands the plugin contributes (run as `flowrl NAME CONFIG`), with their usage lines. */
@@ -100,7 +102,10 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
   for (const binding of overrides) {
     if (!knownBindings.includes(binding)) throw new InputError(`${file}: overrides names unknown binding '${binding}'; bindings: ${knownBindings.join(', ')}`);
   }
-  const defaults = raw.defaults === undefined ? {} : field<ConfigTree>(raw, 'defaults', file, isTree, 'an object of config defaults');
+  if (raw.config !== undefined && raw.defaults !== undefined) throw new InputError(`${file}: give 'config' (each key's default, doc and rules) or 'defaults', not both`);
+  const declared = raw.config === undefined ? undefined : field<ConfigTree>(raw, 'config', file, isTree, 'an object of config keys ({"default", "doc", ...} each) and sections');
+  const specs = declared ? manifestSpecs(declared, file) : new Map<string, KeySpec>();
+  const defaults = declared ? (defaultsOf(declared as object) as ConfigTree) : raw.defaults === undefined ? {} : field<ConfigTree>(raw, 'defaults', file, isTree, 'an object of config defaults');
   const inputPaths = raw.input_paths === undefined ? [] : field<string[]>(raw, 'input_paths', file, (v) => Array.isArray(v) && v.every(isString), 'a list of dotted config keys');
   const commandsRaw = raw.commands === undefined ? [] : field<unknown[]>(raw, 'commands', file, Array.isArray, 'a list of {name, usage}');
   const commands = commandsRaw.map((c, i) => {
@@ -117,6 +122,7 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
     algorithms,
     overrides,
     defaults,
+    specs,
     inputPaths,
     commands,
     description: typeof raw.description === 'string' ? raw.description : undefined,
@@ -125,6 +131,44 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
 }
 
 /** A manifest's contribution to the config layers (see resolveConfig). */
-export function pluginConfigLayer(manifest: PluginManifest): { source: string; defaults: ConfigTree; inputPaths: string[] } {
-  return { source: manifest.file, defaults: manifest.defaults, inputPaths: manifest.inputPaths };
+export function pluginConfigLayer(manifest: PluginManifest): { source: string; defaults: ConfigTree; inputPaths: string[]; specs: Map<string, KeySpec> } {
+  return { source: manifest.file, defaults: manifest.defaults, inputPaths: manifest.inputPaths, specs: manifest.specs };
+}
+
+/** The rule fields a key in a manifest's `config` may carry, with what each must be. */
+const RULE_FIELDS: Record<string, (v: unknown) => boolean> = {
+  doc: (v) => typeof v === 'string' && v.trim() !== '',
+  choices: (v) => Array.isArray(v) && v.length > 0 && v.every((c) => typeof c === 'string'),
+  nullable: (v) => v === 'number' || v === 'string' || v === 'string-or-list',
+  min: (v) => typeof v === 'number' && Number.isFinite(v),
+  max: (v) => typeof v === 'number' && Number.isFinite(v),
+  integer: (v) => typeof v === 'boolean',
+  exclusiveMin: (v) => typeof v === 'boolean',
+  exclusiveMax: (v) => typeof v === 'boolean',
+  positiveInteger: (v) => typeof v === 'boolean',
+  stringOrList: (v) => typeof v === 'boolean',
+  open: (v) => typeof v === 'boolean',
+};
+
+/** A manifest's `config` tree read as key specs (each leaf holds "default" and "doc"); a bad field is an InputError naming the key. */
+function manifestSpecs(tree: ConfigTree, file: string, prefix = ''): Map<string, KeySpec> {
+  const out = new Map<string, KeySpec>();
+  for (const [name, node] of Object.entries(tree)) {
+    const dotted = `${prefix}${name}`;
+    if (!isTree(node)) throw new InputError(`${file}: config.${dotted} must be a key ({"default": ..., "doc": "..."}) or a section of keys`);
+    if (!isKeySpec(node)) {
+      for (const [k, v] of manifestSpecs(node, file, `${dotted}.`)) out.set(k, v);
+      continue;
+    }
+    for (const [field, value] of Object.entries(node)) {
+      if (field === 'default') continue;
+      const check = RULE_FIELDS[field];
+      if (!check) throw new InputError(`${file}: config.${dotted}: unknown field '${field}'; allowed: default, ${Object.keys(RULE_FIELDS).join(', ')}`);
+      if (!check(value)) throw new InputError(`${file}: config.${dotted}.${field} is ${JSON.stringify(value)}, which is not allowed there`);
+    }
+    const spec = node as unknown as KeySpec;
+    if (spec.choices && !spec.choices.includes(spec.default as string)) throw new InputError(`${file}: config.${dotted}: the default ${JSON.stringify(spec.default)} is not among its choices`);
+    out.set(dotted, spec);
+  }
+  return out;
 }

@@ -5,7 +5,7 @@
 // A plugin imports the host only through its public surface. An installed package writes
 // `from 'flowrl/core'`; inside the flowrl repository that module is ../../core-adapters/index.js.
 import { ContainerModule, injectable, injectFromBase } from 'inversify';
-import { InputError, NaiveRewardManager, TOKENS, type Batch, type Config, type PluginContext, type RewardResult } from '../../core-adapters/index.js';
+import { NaiveRewardManager, TOKENS, type Batch, type Config, type PluginContext, type RewardResult } from '../../core-adapters/index.js';
 
 /** This plugin's config section (its defaults come from plugin.json). */
 export interface ShortAnswersConfig {
@@ -13,14 +13,9 @@ export interface ShortAnswersConfig {
   penalty_per_token: number;
 }
 
-/** Reads and checks the short_answers section of the resolved config. */
+/** The short_answers section of the resolved config (plugin.json declares the key and its range, and the host checks it). */
 export function shortAnswersConfig(config: Config): ShortAnswersConfig {
-  const section = (config.short_answers ?? {}) as Partial<ShortAnswersConfig>;
-  const penalty = section.penalty_per_token;
-  if (typeof penalty !== 'number' || !Number.isFinite(penalty) || penalty < 0) {
-    throw new InputError(`short_answers.penalty_per_token must be a number >= 0; got ${JSON.stringify(penalty)}`);
-  }
-  return { penalty_per_token: penalty };
+  return config.short_answers as ShortAnswersConfig;
 }
 
 /**
