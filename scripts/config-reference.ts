@@ -10,14 +10,6 @@ import { keySpecs, type KeySpec } from '../core-adapters/config/defaults.js';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const CONFIG_DOC = path.join(ROOT, 'docs', 'config.md');
 
-/** Leaf keys of a defaults tree with their values (lists and null are leaves). */
-function leaves(tree: Record<string, unknown>, prefix = ''): [string, unknown][] {
-  return Object.entries(tree).flatMap(([key, value]) => {
-    const dotted = prefix ? `${prefix}.${key}` : key;
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? leaves(value as Record<string, unknown>, dotted) : [[dotted, value] as [string, unknown]];
-  });
-}
-
 /** What a key accepts, from its spec's rules. */
 export function accepts(spec: KeySpec): string {
   const value = spec.default;
