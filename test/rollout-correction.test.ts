@@ -16,24 +16,26 @@ import {
   type ConfigTree,
   type Metrics,
   type MicroBatchShare,
-  type PluginManifest,
   type PolicyModule,
 } from '../core-adapters/index.js';
 import { PPOActor } from '../core-adapters/actor/ppo-actor.js';
+import { HOST_VERSION } from '../core-adapters/package-root.js';
+import { pluginConfigLayer, readManifest } from '../core-adapters/plugins/manifest.js';
+import { OVERRIDABLE_BINDINGS } from '../core-adapters/tokens.js';
 import { miniBatchDenominators, vanillaPolicyLoss } from '../core-adapters/algorithms/policy-loss.js';
 import { sequencesFromSamples } from '../core-adapters/workers/sequences.js';
 import { FlowRLActor, PROJ_Z } from '../plugin/flowrl-actor.js';
 import { computeFlowRLLoss } from '../plugin/objective.js';
 import { ProjZ } from '../plugin/proj-z.js';
-import { expectClose, expectInputError, expectSameBits, fixture, readJson, ROOT, tempDir } from './helpers.js';
+import { expectClose, expectInputError, expectSameBits, fixture, ROOT, tempDir } from './helpers.js';
 
 const KEY = 'algorithm.rollout_correction.tis_cap';
 const USER_FILE = path.join(tempDir('flowrl-tis-'), 'run.yaml');
 
 /** The resolved config (core and FlowRL plugin defaults) with `user` on top. */
 function config(user: ConfigTree = {}, overrides: string[] = []): Config {
-  const manifest = readJson<PluginManifest>(path.join(ROOT, 'plugin.json'));
-  return resolveConfig({ pluginDefaults: [{ source: 'plugin.json', defaults: manifest.defaults as ConfigTree }], user, userFile: USER_FILE, overrides });
+  const manifest = readManifest(path.join(ROOT, 'plugin.json'), HOST_VERSION, OVERRIDABLE_BINDINGS);
+  return resolveConfig({ pluginDefaults: [pluginConfigLayer(manifest)], user, userFile: USER_FILE, overrides });
 }
 
 describe('rollout correction (TIS)', () => {
