@@ -26,6 +26,8 @@ export interface FlowRLConfig {
   replay_capacity: number;
   /** Rows of each prompt group sampled from the reference policy instead of the policy (0: off; local rollouts only). */
   reference_samples: number;
+  /** Temperature of the policy's training samples (null: the rollout's); log-probs stay at the rollout's. */
+  explore_temperature: number | null;
 }
 
 export function flowrlConfig(config: Config): FlowRLConfig {
@@ -38,6 +40,9 @@ export function flowrlConfig(config: Config): FlowRLConfig {
   }
   if (offPolicy > 0 && config.actor_rollout_ref.rollout.name !== 'local') {
     throw new InputError(`flowrl.replay_samples and flowrl.reference_samples need actor_rollout_ref.rollout.name local (got ${config.actor_rollout_ref.rollout.name}): their rows have no engine log-probs`);
+  }
+  if (section.explore_temperature !== null && config.actor_rollout_ref.rollout.name !== 'local') {
+    throw new InputError(`flowrl.explore_temperature needs actor_rollout_ref.rollout.name local (got ${config.actor_rollout_ref.rollout.name}): a server's log-probs are at the temperature it sampled at`);
   }
   return section;
 }

@@ -31,11 +31,14 @@ export class FlowRLTrainer extends RLTrainer {
    * however drawn): the first flowrl.reference_samples rows of each prompt group are sampled from the
    * reference policy, and the last flowrl.replay_samples rows, where the prompt has known correct
    * answers, drawn from the replay (uniformly, seeded by the step). The rest are sampled from the
-   * policy. The 'source' column says which (policy, reference, replay).
+   * policy, at flowrl.explore_temperature when set. The 'source' column says which (policy,
+   * reference, replay).
    */
   protected override async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     const flowrl = flowrlConfig(this.config);
-    if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0) return await super.generateRollouts(prompts, sampling);
+    // The policy's rows may be drawn at another temperature; every log-prob stays at the rollout's.
+    const explore = flowrl.explore_temperature === null ? sampling : { ...sampling, temperature: flowrl.explore_temperature, greedy: false };
+    if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0) return await super.generateRollouts(prompts, explore);
     const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.step);
     const promptIds = prompts.column<number[]>('prompt_ids');
     const source: RowSource[] = promptIds.map(() => 'policy');
@@ -58,7 +61,7 @@ export class FlowRLTrainer extends RLTrainer {
     const referenceRows = rowsOf('reference');
     if (referenceRows.length) fill(referenceRows, (this.worker as FlowRLWorker).sampleReference(prompts.selectRows(referenceRows), { ...sampling, seed: sampling.seed + 0x3c6ef372 }));
     const policyRows = rowsOf('policy');
-    const sampled = await super.generateRollouts(prompts.selectRows(policyRows), sampling);
+    const sampled = await super.generateRollouts(prompts.selectRows(policyRows), explore);
     const meta = sampled.meta;
     fill(policyRows, sampled);
     const out = prompts.select([]);

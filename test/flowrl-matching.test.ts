@@ -1,5 +1,6 @@
 // The FlowRL options that make it match (examples/countdown/flowrl-matching.yaml): the replay of
-// correct answers, rows from the reference policy, the group log Z, ProjZ's own lr, and their checks.
+// correct answers, rows from the reference policy, exploration at another temperature, the group log Z,
+// ProjZ's own lr, and their checks.
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -94,6 +95,28 @@ describe('FlowRL matching options', function () {
     worker.dispose();
   });
 
+  it("explore_temperature: the policy's training rows are sampled at it, validation and every log-prob stay at their own temperatures", async () => {
+    const dir = tempDir();
+    const host = await createHost(writeConfig(dir), {
+      overrides: ['flowrl.explore_temperature=2.5', 'flowrl.replay_samples=1', 'trainer.total_training_steps=2', 'trainer.test_freq=2', 'trainer.val_before_train=false', 'engine.workers=1'],
+      quiet: true,
+    });
+    const worker = host.container.get<Worker>(TOKENS.Worker);
+    const sampledAt: number[] = [];
+    const generate = worker.generateSequences.bind(worker);
+    worker.generateSequences = (batch, sampling) => (sampledAt.push(sampling.temperature), generate(batch, sampling));
+    const config = host.container.get<{ actor_rollout_ref: { rollout: { temperature: number; val_kwargs: { temperature: number } } } }>(TOKENS.Config);
+    await host.container.get<Trainer>(TOKENS.Trainer).fit();
+    // Two training steps at 2.5, then the validation at its own temperature.
+    expect(sampledAt).to.deep.equal([2.5, 2.5, config.actor_rollout_ref.rollout.val_kwargs.temperature]);
+    expect(config.actor_rollout_ref.rollout.temperature).to.equal(1);
+    for (const m of readRunMetrics(path.join(dir, 'run'))) {
+      // Old and current log-probs are of the same (rollout-temperature) policy: one update leaves every weight 1.
+      expect(m['actor/importance_weight'], `step ${m.step}`).to.equal(1);
+    }
+    worker.dispose();
+  });
+
   it('log_z_lr_scale gives ProjZ its own lr; bad values and impossible combinations name the key', async () => {
     const dir = tempDir();
     const host = await createHost(writeConfig(dir), { overrides: ['flowrl.log_z_lr_scale=30'], skipEngine: true });
@@ -112,6 +135,8 @@ describe('FlowRL matching options', function () {
       [['flowrl.proj_dropout=1'], "key 'flowrl.proj_dropout' must be a number in [0, 1); got number 1"],
       [['reward.flow.pretrain.total_steps=2.5'], "key 'reward.flow.pretrain.total_steps' must be a whole number >= 1"],
       [['flowrl.replay_capacity=0'], 'flowrl.replay_capacity'],
+      [['flowrl.explore_temperature=0'], "key 'flowrl.explore_temperature' must be a number > 0"],
+      [['flowrl.explore_temperature=1.5', 'actor_rollout_ref.rollout.name=sglang', 'actor_rollout_ref.rollout.server.urls=[http://127.0.0.1:1]'], 'flowrl.explore_temperature needs actor_rollout_ref.rollout.name local'],
     ];
     for (const [overrides, message] of cases) {
       await expectInputErrorAsync(
