@@ -86,8 +86,8 @@ describe('examples/custom-plugin: a third-party plugin rebinding the reward mana
       ground_truth: texts.map(() => truth),
       extra_info: texts.map(() => ({})),
     });
-    const plain = naive.compute(batch);
-    const penalised = manager.compute(batch);
+    const plain = await naive.compute(batch);
+    const penalised = await manager.compute(batch);
     const mask = Array.from(batch.tensor('response_mask').data);
     const lengths = texts.map((_, b) => mask.slice(b * R, (b + 1) * R).reduce((s, v) => s + v, 0));
     expect(lengths[0]).to.be.greaterThan(0);

@@ -10,6 +10,7 @@ import {
   scoreGsm8k,
   scoreMath,
   scoreValue,
+  type ScoreResult,
 } from '../core-adapters/rewards/index.js';
 import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
 
@@ -154,12 +155,12 @@ describe('rewards: registry', () => {
   it('dispatches built-in scorers by data_source', () => {
     expect(defaultScorer('countdown')!('<answer>3+4</answer>', { numbers: [3, 4], target: 7 })).to.deep.equal({ score: 1, acc: true, pred: '3+4' });
     for (const source of ['openai/gsm8k', 'gsm8k']) {
-      expect(scoreValue(defaultScorer(source)!('#### 5', '5')).score, source).to.equal(1);
-      expect(scoreValue(defaultScorer(source)!('#### 6', '5')).score, source).to.equal(0);
+      expect(scoreValue(defaultScorer(source)!('#### 5', '5') as ScoreResult).score, source).to.equal(1);
+      expect(scoreValue(defaultScorer(source)!('#### 6', '5') as ScoreResult).score, source).to.equal(0);
     }
     for (const source of ['math', 'math_dapo', 'lighteval/MATH', 'DigitalLearningGmbH/MATH-lighteval', 'aime', 'aime2024', 'aime25']) {
-      expect(scoreValue(defaultScorer(source)!('Answer: 5', '5')).score, source).to.equal(1);
-      expect(scoreValue(defaultScorer(source)!('Answer: 6', '5')).score, source).to.equal(-1);
+      expect(scoreValue(defaultScorer(source)!('Answer: 5', '5') as ScoreResult).score, source).to.equal(1);
+      expect(scoreValue(defaultScorer(source)!('Answer: 6', '5') as ScoreResult).score, source).to.equal(-1);
     }
   });
 
@@ -189,6 +190,7 @@ describe('rewards: registry', () => {
         'export const notAFunction = 3;',
         'export function noScore() { return { acc: true }; }',
         'export async function asyncScore() { return 1; }',
+        'export async function asyncNoScore() { return { acc: true }; }',
       ].join('\n'),
     );
     const relative = path.relative(process.cwd(), modulePath);
@@ -216,11 +218,13 @@ describe('rewards: registry', () => {
       await expectInputErrorAsync(loadCustomScorer(broken, 'compute_score'), 'custom_reward_function.path', 'cannot import');
     });
 
-    it('rejects results that are not scores', async () => {
+    it('rejects results that are not scores; an async function is awaited and checked the same', async () => {
       const noScore = await loadCustomScorer(modulePath, 'noScore');
       expectInputError(() => noScore('x', 'y'), 'custom_reward_function.name', "'noScore'", "numeric 'score'");
       const asyncScore = await loadCustomScorer(modulePath, 'asyncScore');
-      expectInputError(() => asyncScore('x', 'y'), 'not a Promise');
+      expect(await asyncScore('x', 'y')).to.equal(1);
+      const asyncNoScore = await loadCustomScorer(modulePath, 'asyncNoScore');
+      await expectInputErrorAsync(Promise.resolve(asyncNoScore('x', 'y')), "'asyncNoScore'", "numeric 'score'");
     });
   });
 });

@@ -141,7 +141,8 @@ export interface CorrectResponse {
 export interface RewardManager {
   /** Loads what scoring needs (a custom scorer module). */
   init?(): Promise<void>;
-  compute(batch: Batch): RewardResult;
+  /** Scores a batch; a promise where scoring runs something (code rewards). */
+  compute(batch: Batch): RewardResult | Promise<RewardResult>;
   /** Every correct response to a prompt, where the task can list them; undefined where it cannot (validation then estimates matching from samples). */
   correctResponses?(prompt: PromptRecord): CorrectResponse[] | undefined;
 }

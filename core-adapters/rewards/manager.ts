@@ -70,11 +70,16 @@ export class NaiveRewardManager implements RewardManager {
     const texts = this.scorers.correctAnswers(prompt.dataSource, prompt.groundTruth);
     if (!texts) return undefined;
     const scorer = this.scorerFor(prompt.dataSource);
-    const correct = texts.filter((text) => isCorrect(scoreValue(scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource))));
+    const correct = texts.filter((text) => {
+      const result = scorer(text, prompt.groundTruth, prompt.extraInfo, prompt.dataSource);
+      // Tasks that list their answers score them at once; a scorer that runs programs is not one.
+      return !(result instanceof Promise) && isCorrect(scoreValue(result));
+    });
     return correct.map((text) => ({ text, ids: [...this.tokenizer.encode(text, false), eos] }));
   }
 
-  compute(batch: Batch): RewardResult {
+  /** Scores every response (those that run programs concurrently, as the scorer's pool allows). */
+  async compute(batch: Batch): Promise<RewardResult> {
     const texts = this.decodeResponses(batch);
     const mask = batch.tensor('response_mask').data;
     const R = batch.tensor('responses').shape[1];
@@ -85,8 +90,9 @@ export class NaiveRewardManager implements RewardManager {
     const scores: number[] = [];
     const correct: boolean[] = [];
     const extraSums = new Map<string, number>();
-    texts.forEach((text, b) => {
-      const result = scoreValue(this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b]));
+    const results = await Promise.all(texts.map((text, b) => this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b])));
+    texts.forEach((_, b) => {
+      const result = scoreValue(results[b]);
       scores.push(result.score);
       correct.push(isCorrect(result));
       for (const [k, v] of Object.entries(result.extras)) {

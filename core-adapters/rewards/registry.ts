@@ -26,7 +26,7 @@ interface ScorerEntry {
   /** The data_source values, for listings ('countdown', 'gsm8k, openai/gsm8k', ...). */
   label: string;
   scores: (dataSource: string) => boolean;
-  score: (solution: string, groundTruth: unknown, options: Record<string, unknown>, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult;
+  score: (solution: string, groundTruth: unknown, options: Record<string, unknown>, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult | Promise<ScoreResult>;
   /** Every correct answer, where the task can list them (for exact matching metrics). */
   correctAnswers?: (groundTruth: unknown) => string[] | undefined;
   provider: string;
@@ -118,15 +118,15 @@ export function scoreValue(result: ScoreResult): { score: number; extras: Record
 }
 
 /**
- * A custom function in verl's shape: `(data_source, solution_str, ground_truth, extra_info)`.
- * It must return synchronously.
+ * A custom function in verl's shape: `(data_source, solution_str, ground_truth, extra_info)`,
+ * returning a score or a promise of one.
  */
 export type CustomScoreFunction = (
   dataSource: string,
   solution: string,
   groundTruth: unknown,
   extraInfo?: Record<string, unknown>,
-) => ScoreResult;
+) => ScoreResult | Promise<ScoreResult>;
 
 /**
  * Imports `name` from the module at `path` (relative to the working directory; .js, .mjs, or .ts
@@ -154,14 +154,16 @@ export async function loadCustomScorer(modulePath: string, name: string, configK
     );
   }
   const compute = fn as CustomScoreFunction;
-  return (solution, groundTruth, extraInfo, dataSource = '') => {
-    const result: unknown = compute(dataSource, solution, groundTruth, extraInfo);
-    if (result instanceof Promise) throw new InputError(`${configKey}.name: '${name}' in ${modulePath} must return a score, not a Promise`);
+  const checked = (result: unknown): ScoreResult => {
     try {
       scoreValue(result as ScoreResult);
     } catch (e) {
       throw new InputError(`${configKey}.name: '${name}' in ${modulePath}: ${(e as Error).message}`);
     }
     return result as ScoreResult;
+  };
+  return (solution, groundTruth, extraInfo, dataSource = '') => {
+    const result: unknown = compute(dataSource, solution, groundTruth, extraInfo);
+    return result instanceof Promise ? result.then(checked) : checked(result);
   };
 }

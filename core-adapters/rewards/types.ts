@@ -7,9 +7,10 @@ export type ScoreResult = number | { score: number; [extra: string]: ScoreExtra 
 
 /**
  * Scores one decoded response against its row's ground truth. Built-in scorers are already chosen
- * by data source and ignore `dataSource`; custom (verl-shaped) functions receive it first.
+ * by data source and ignore `dataSource`; custom (verl-shaped) functions receive it first. A scorer
+ * that runs something (code rewards run programs) returns a promise.
  */
-export type Scorer = (solution: string, groundTruth: unknown, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult;
+export type Scorer = (solution: string, groundTruth: unknown, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult | Promise<ScoreResult>;
 
 /** What a response was scored as: its score, whether it is correct, and the answer extracted from it. */
 export interface GradedAnswer {

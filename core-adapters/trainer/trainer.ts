@@ -311,7 +311,9 @@ export class RLTrainer implements Trainer {
     const R = batch.tensor('responses').shape[1];
     const mask = batch.tensor('response_mask').data as Float32Array;
 
-    const reward = timed('reward', () => this.rewards.compute(batch));
+    const rewardStarted = performance.now();
+    const reward = await this.rewards.compute(batch);
+    timing['timing_s/reward'] = (performance.now() - rewardStarted) / 1000;
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
     batch.setColumn('correct', reward.correct);
     const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}) };
@@ -439,7 +441,7 @@ export class RLTrainer implements Trainer {
       maxNewTokens: this.config.data.max_response_length,
       seed: stepSeed(this.config.trainer.seed, -1),
     });
-    const reward = this.rewards.compute(generated);
+    const reward = await this.rewards.compute(generated);
     const responses = generated.tensor('responses');
     const mask = generated.tensor('response_mask').data;
     const R = responses.shape[1];

@@ -26,8 +26,8 @@ export function shortAnswersConfig(config: Config): ShortAnswersConfig {
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
 export class ShortAnswersRewardManager extends NaiveRewardManager {
-  override compute(batch: Batch): RewardResult {
-    const result = super.compute(batch);
+  override async compute(batch: Batch): Promise<RewardResult> {
+    const result = await super.compute(batch);
     const { penalty_per_token: perToken } = shortAnswersConfig(this.config);
     const mask = batch.tensor('response_mask').data;
     const R = batch.tensor('responses').shape[1];
