@@ -26,8 +26,13 @@ export interface FlowRLConfig {
   replay_capacity: number;
   /** Rows of each prompt group sampled from the reference policy instead of the policy (0: off; local rollouts only). */
   reference_samples: number;
-  /** Temperature of the policy's training samples (null: the rollout's); log-probs stay at the rollout's. */
+  /** Temperature of the policy's training rows for prompts already solved (null: off); log-probs stay at the rollout's. */
   explore_temperature: number | null;
+}
+
+/** Whether the run keeps the replay of correct answers (drawn from, or read for which prompts are solved). */
+export function usesReplay(flowrl: FlowRLConfig): boolean {
+  return flowrl.replay_samples > 0 || flowrl.explore_temperature !== null;
 }
 
 export function flowrlConfig(config: Config): FlowRLConfig {

@@ -7,8 +7,8 @@ import { flowrlConfig } from './config.js';
 import type { FlowRLWorker } from './flowrl-worker.js';
 import { FLOWRL_REPLAY, type CorrectReplay } from './replay.js';
 
-/** Where a training row's response came from. */
-type RowSource = 'policy' | 'reference' | 'replay';
+/** Where a training row's response came from ('explore': the policy at flowrl.explore_temperature). */
+type RowSource = 'policy' | 'explore' | 'reference' | 'replay';
 
 @injectable()
 @injectFromBase({ extendConstructorArguments: true })
@@ -31,14 +31,12 @@ export class FlowRLTrainer extends RLTrainer {
    * however drawn): the first flowrl.reference_samples rows of each prompt group are sampled from the
    * reference policy, and the last flowrl.replay_samples rows, where the prompt has known correct
    * answers, drawn from the replay (uniformly, seeded by the step). The rest are sampled from the
-   * policy, at flowrl.explore_temperature when set. The 'source' column says which (policy,
-   * reference, replay).
+   * policy: with flowrl.explore_temperature, at that temperature for prompts with a correct answer on
+   * record. The 'source' column says which (policy, explore, reference, replay).
    */
   protected override async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     const flowrl = flowrlConfig(this.config);
-    // The policy's rows may be drawn at another temperature; every log-prob stays at the rollout's.
-    const explore = flowrl.explore_temperature === null ? sampling : { ...sampling, temperature: flowrl.explore_temperature, greedy: false };
-    if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0) return await super.generateRollouts(prompts, explore);
+    if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0 && flowrl.explore_temperature === null) return await super.generateRollouts(prompts, sampling);
     const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.step);
     const promptIds = prompts.column<number[]>('prompt_ids');
     const source: RowSource[] = promptIds.map(() => 'policy');
@@ -48,6 +46,11 @@ export class FlowRLTrainer extends RLTrainer {
       for (const row of rows.slice(rows.length - flowrl.replay_samples)) {
         const answer = this.replay.draw(promptIds[row], rng);
         if (answer) [source[row], responses[row]] = ['replay', answer];
+      }
+      // Exploration is for prompts already solved, whose other answers the policy can lose; an
+      // unsolved prompt keeps the policy's own best guesses.
+      if (flowrl.explore_temperature !== null && this.replay.size(promptIds[rows[0]]) > 0) {
+        for (const row of rows) if (source[row] === 'policy') source[row] = 'explore';
       }
     }
     const rowsOf = (from: RowSource) => source.flatMap((s, row) => (s === from ? [row] : []));
@@ -60,13 +63,22 @@ export class FlowRLTrainer extends RLTrainer {
     };
     const referenceRows = rowsOf('reference');
     if (referenceRows.length) fill(referenceRows, (this.worker as FlowRLWorker).sampleReference(prompts.selectRows(referenceRows), { ...sampling, seed: sampling.seed + 0x3c6ef372 }));
-    const policyRows = rowsOf('policy');
-    const sampled = await super.generateRollouts(prompts.selectRows(policyRows), explore);
-    const meta = sampled.meta;
-    fill(policyRows, sampled);
+    let meta: Record<string, unknown> | undefined;
+    for (const [from, settings] of [
+      ['policy', sampling],
+      // Every log-prob stays at the rollout temperature: only the proposal changes.
+      ['explore', { ...sampling, temperature: flowrl.explore_temperature ?? sampling.temperature, greedy: false, seed: sampling.seed + 0x2545f491 }],
+    ] as const) {
+      const rows = rowsOf(from);
+      if (!rows.length) continue;
+      const sampled = await super.generateRollouts(prompts.selectRows(rows), settings);
+      meta ??= sampled.meta;
+      fill(rows, sampled);
+    }
     const out = prompts.select([]);
     const fraction = (from: RowSource) => rowsOf(from).length / prompts.size;
-    out.meta = { ...meta, metrics: { ...((meta.metrics as object | undefined) ?? {}), 'flowrl/replay_fraction': fraction('replay'), 'flowrl/reference_fraction': fraction('reference') } };
+    const metrics = { 'flowrl/replay_fraction': fraction('replay'), 'flowrl/reference_fraction': fraction('reference'), 'flowrl/explore_fraction': fraction('explore') };
+    out.meta = { ...meta, metrics: { ...((meta?.metrics as object | undefined) ?? {}), ...metrics } };
     for (const [name, tensor] of Object.entries(sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, (this.worker as FlowRLWorker).padTokenId))) out.set(name, tensor);
     out.setColumn('source', source);
     return out;

@@ -5,7 +5,7 @@
 import { inject, injectable, injectFromBase } from 'inversify';
 import { ActorRolloutRefWorker, samplePolicy, type ActorStepListener, type Batch, type CausalLM, type Metrics, type PolicyModule, type SamplingSettings } from '../core-adapters/index.js';
 import { FLOWRL_REPLAY, type CorrectReplay } from './replay.js';
-import { flowrlConfig } from './config.js';
+import { flowrlConfig, usesReplay } from './config.js';
 import { PROJ_Z } from './flowrl-actor.js';
 import { ProjZ } from './proj-z.js';
 
@@ -14,9 +14,9 @@ import { ProjZ } from './proj-z.js';
 export class FlowRLWorker extends ActorRolloutRefWorker {
   @inject(FLOWRL_REPLAY) protected readonly replay!: CorrectReplay;
 
-  /** With flowrl.replay_samples, the batch's correct answers join the replay before the update. */
+  /** With flowrl.replay_samples (or explore_temperature, which reads which prompts are solved), the batch's correct answers join the replay before the update. */
   override updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
-    if (flowrlConfig(this.config).replay_samples > 0) this.replay.record(batch);
+    if (usesReplay(flowrlConfig(this.config))) this.replay.record(batch);
     return super.updateActor(batch, listeners);
   }
 
@@ -33,7 +33,7 @@ export class FlowRLWorker extends ActorRolloutRefWorker {
 
   override saveCheckpoint(dir: string): void {
     super.saveCheckpoint(dir);
-    if (flowrlConfig(this.config).replay_samples > 0) this.replay.save(dir);
+    if (usesReplay(flowrlConfig(this.config))) this.replay.save(dir);
   }
 
   override loadCheckpoint(dir: string): void {

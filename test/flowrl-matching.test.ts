@@ -95,22 +95,37 @@ describe('FlowRL matching options', function () {
     worker.dispose();
   });
 
-  it("explore_temperature: the policy's training rows are sampled at it, validation and every log-prob stay at their own temperatures", async () => {
+  it('explore_temperature: rows of prompts already solved are drawn at it, the others and validation at their own temperatures; every log-prob at the rollout temperature', async () => {
     const dir = tempDir();
-    const host = await createHost(writeConfig(dir), {
-      overrides: ['flowrl.explore_temperature=2.5', 'flowrl.replay_samples=1', 'trainer.total_training_steps=2', 'trainer.test_freq=2', 'trainer.val_before_train=false', 'engine.workers=1'],
+    // The 24 collapse prompts at 8 per step come back from step 4 on, many of them solved.
+    const file = writeConfig(dir, { data: { train_files: path.join(ROOT, 'examples', 'countdown', 'collapse', 'prompts.jsonl') } });
+    const host = await createHost(file, {
+      overrides: ['flowrl.explore_temperature=2.5', 'trainer.total_training_steps=6', 'trainer.test_freq=6', 'trainer.val_before_train=false', 'engine.workers=1'],
       quiet: true,
     });
     const worker = host.container.get<Worker>(TOKENS.Worker);
-    const sampledAt: number[] = [];
+    const replay = host.container.get<CorrectReplay>(FLOWRL_REPLAY);
+    const calls: { temperature: number; solved: boolean[] }[] = [];
     const generate = worker.generateSequences.bind(worker);
-    worker.generateSequences = (batch, sampling) => (sampledAt.push(sampling.temperature), generate(batch, sampling));
+    worker.generateSequences = (batch, sampling) => {
+      calls.push({ temperature: sampling.temperature, solved: batch.column<number[]>('prompt_ids').map((p) => replay.size(p) > 0) });
+      return generate(batch, sampling);
+    };
     const config = host.container.get<{ actor_rollout_ref: { rollout: { temperature: number; val_kwargs: { temperature: number } } } }>(TOKENS.Config);
     await host.container.get<Trainer>(TOKENS.Trainer).fit();
-    // Two training steps at 2.5, then the validation at its own temperature.
-    expect(sampledAt).to.deep.equal([2.5, 2.5, config.actor_rollout_ref.rollout.val_kwargs.temperature]);
+    const training = calls.slice(0, -1);
+    // Unsolved prompts at the rollout temperature, solved ones at 2.5, never mixed in one call.
+    for (const call of training) {
+      expect(call.solved.every((s) => s === (call.temperature === 2.5)), `a call at ${call.temperature}`).to.equal(true);
+      expect([1, 2.5]).to.include(call.temperature);
+    }
+    expect(training.some((c) => c.temperature === 2.5)).to.equal(true);
+    expect(calls.at(-1)!.temperature).to.equal(config.actor_rollout_ref.rollout.val_kwargs.temperature);
     expect(config.actor_rollout_ref.rollout.temperature).to.equal(1);
-    for (const m of readRunMetrics(path.join(dir, 'run'))) {
+    const metrics = readRunMetrics(path.join(dir, 'run'));
+    expect(metrics[0]['flowrl/explore_fraction']).to.equal(0);
+    expect(Math.max(...metrics.map((m) => m['flowrl/explore_fraction']))).to.be.above(0);
+    for (const m of metrics) {
       // Old and current log-probs are of the same (rollout-temperature) policy: one update leaves every weight 1.
       expect(m['actor/importance_weight'], `step ${m.step}`).to.equal(1);
     }
