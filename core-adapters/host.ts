@@ -127,7 +127,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   // Plugin entries run first: they may register the estimators and losses the config names.
-  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry() };
+  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry(config.reward_model) };
   const pluginModules: ContainerModule[] = [];
   for (const manifest of plugins) pluginModules.push(await importPluginModule(manifest, { config, manifest, registries }));
   const requirements = runRequirements(config, registry, registries.advantageEstimators);

@@ -57,6 +57,8 @@ export { ValueCritic } from './workers/critic.js';
 export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
 export { ScorerRegistry } from './rewards/registry.js';
+export { Sandbox, type SandboxLimits, type RunResult } from './rewards/sandbox.js';
+export { CODE_SOURCES, parseCodeTests, scoreCode, SandboxRunner, SandboxFusionRunner, type CodeRunner, type CodeTests } from './rewards/code.js';
 export type { Scorer, ScoreResult } from './rewards/types.js';
 export { PromptDataset } from './data/dataset.js';
 export { LocalCheckpointStore } from './trainer/checkpoints.js';

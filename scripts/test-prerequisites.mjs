@@ -1,5 +1,6 @@
 // Runs before `npm test`, in the spirit of `playwright install --with-deps`: the suite opens the HTML
-// report in Chromium, and covers the native BLAS engine path when OpenBLAS is installed. Missing
+// report in Chromium, runs code rewards' hostile programs in bubblewrap, and covers the native BLAS
+// engine path when OpenBLAS is installed. Missing
 // packages are installed where this user can (root with apt-get), announced in one line; otherwise
 // the run stops here with the command to run, before any test can fail for want of them.
 import { spawnSync } from 'node:child_process';
@@ -13,8 +14,13 @@ const hasChromium = () => chromiumPaths.some((p) => fs.existsSync(p));
 const ldconfig = ['ldconfig', '/sbin/ldconfig', '/usr/sbin/ldconfig'].find((cmd) => spawnSync(cmd, ['-p'], { stdio: 'ignore' }).status === 0);
 const hasOpenBlas = () => process.platform !== 'linux' || !ldconfig || /libopenblas\.so\.0\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');
 
+// The code sandbox's tools (core-adapters/rewards/sandbox.ts looks in the same places).
+const hasBubblewrap = () => ['/usr/bin/bwrap', '/bin/bwrap', '/usr/local/bin/bwrap'].some((p) => fs.existsSync(p));
+const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap'])];
+
 const missing = [];
 if (!hasChromium()) missing.push('chromium');
+if (!hasBubblewrap()) missing.push('bubblewrap');
 if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
 if (missing.length === 0) process.exit(0);
 
@@ -31,8 +37,8 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
   if (result.status === 0) result = run(['install', '-y', '-qq', ...missing]);
   if (result.status !== 0) {
     process.stderr.write(`${result.stdout ?? ''}${result.stderr ?? ''}`);
-    // Only the browser is required; without OpenBLAS one engine path goes untested.
-    if (!hasChromium()) {
+    // The browser and bubblewrap are required; without OpenBLAS one engine path goes untested.
+    if (required().length) {
       console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
       process.exit(1);
     }
@@ -41,6 +47,10 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
   process.exit(0);
 }
 
+if (!hasBubblewrap()) {
+  console.error(`flowrl test: the code-reward tests run programs in bubblewrap, which is not installed. Run: ${hasAptGet ? command('sudo ') : 'install bubblewrap (dnf install bubblewrap; pacman -S bubblewrap)'}`);
+  process.exit(1);
+}
 if (!hasChromium()) {
   const how = hasAptGet
     ? command('sudo ')

@@ -8,6 +8,7 @@ import { demoCommand } from './demo.js';
 import { evalCommand, exportCommand, pluginCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 import { newPluginCommand } from './new-plugin.js';
+import { rewardCommand } from './reward-command.js';
 import { reportCommand } from './report-command.js';
 import { serveCommand } from './serve-command.js';
 
@@ -43,6 +44,7 @@ const COMMANDS: Record<string, Command> = {
     run: benchCommand,
   },
   report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
+  reward: { usage: 'reward ROWS.jsonl --responses FILE.jsonl [--config CONFIG] [--json] [key=value ...]   (score responses against rows with the scorer a run would use; code runs in the sandbox)', run: rewardCommand },
 };
 
 function usage(): string {

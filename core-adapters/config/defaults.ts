@@ -184,6 +184,21 @@ export const CORE_SPEC = {
   reward_model: {
     reward_manager: key<'naive'>('naive', "How responses are scored: naive (each alone, by data_source).", { choices: ['naive'] as const }),
     reward_kwargs: key({} as Record<string, unknown>, "Extra keyword options passed to the scorer of each data_source.", { open: true }),
+    /** Code rewards (data_source codecontests, apps, codeforces, taco): programs run against each row's tests. */
+    code: {
+      score: key<'fraction' | 'all'>('fraction', "fraction: the share of a row's tests passed; all: 1 when every test passes, else 0.", { choices: ['fraction', 'all'] as const }),
+      timeout_s: key(5, "Wall-clock seconds per test in the local sandbox (the CPU limit is the same).", { min: 0, exclusiveMin: true }),
+      memory_mb: key(512, "Address space per test program in the local sandbox, MiB.", { integer: true, min: 16 }),
+      processes: key(16, "Processes and threads a test program may have at once in the local sandbox.", { integer: true, min: 1 }),
+      output_bytes: key(1048576, "Bytes of output a test program may write before it is stopped.", { integer: true, min: 1 }),
+      concurrency: key(null as number | null, "Test programs run at once; null: the machine's cores.", { positiveInteger: true, nullable: 'number' }),
+    },
+    /** verl's SandboxFusion client: with url set, code tests run on that server instead of the local sandbox. */
+    sandbox_fusion: {
+      url: key(null as string | null, "A SandboxFusion server's run_code URL (e.g. http://host:8080/run_code); null: the local sandbox.", { nullable: 'string' }),
+      max_concurrent: key(64, "Requests to the server at once.", { positiveInteger: true }),
+      memory_limit_mb: key(1024, "memory_limit_MB sent with each request.", { positiveInteger: true }),
+    },
   },
   custom_reward_function: {
     path: key(null as string | null, "A module with a verl-shaped scorer (data_source, solution, ground_truth, extra_info); null: by data_source.", { nullable: 'string' }),

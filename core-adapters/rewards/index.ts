@@ -1,6 +1,8 @@
-// Rewards: rule-based scorers by data_source (countdown, gsm8k, math) and custom scorer loading.
+// Rewards: scorers by data_source (countdown, gsm8k, math, code in a sandbox) and custom scorer loading.
 export * from './types.js';
 export * from './countdown.js';
 export * from './gsm8k.js';
 export * from './math.js';
 export * from './registry.js';
+export * from './code.js';
+export * from './sandbox.js';

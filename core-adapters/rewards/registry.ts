@@ -3,10 +3,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type { Config } from '../config/load.js';
+import { CORE_DEFAULTS } from '../config/defaults.js';
 import { InputError } from '../errors.js';
+import { CODE_SOURCES, codeSandboxLimits, parseCodeTests, SandboxFusionRunner, SandboxRunner, scoreCode, type CodeRunner } from './code.js';
 import { countdownCorrectAnswers, scoreCountdown } from './countdown.js';
 import { scoreGsm8k } from './gsm8k.js';
 import { scoreMath } from './math.js';
+import { Sandbox } from './sandbox.js';
 import type { ScoreExtra, ScoreResult, Scorer } from './types.js';
 
 export type { ScoreResult, Scorer } from './types.js';
@@ -29,8 +33,13 @@ interface ScorerEntry {
   score: (solution: string, groundTruth: unknown, options: Record<string, unknown>, extraInfo?: Record<string, unknown>, dataSource?: string) => ScoreResult | Promise<ScoreResult>;
   /** Every correct answer, where the task can list them (for exact matching metrics). */
   correctAnswers?: (groundTruth: unknown) => string[] | undefined;
+  /** Throws an InputError when a row's ground truth cannot be scored (checked when the data loads). */
+  check?: (groundTruth: unknown) => void;
   provider: string;
 }
+
+/** The reward_model settings code scoring reads. */
+export type RewardModelSettings = Pick<Config['reward_model'], 'code' | 'sandbox_fusion'>;
 
 /**
  * Scorers by data_source (verl's default_compute_score), one registry per host: the built-ins
@@ -41,13 +50,32 @@ export class ScorerRegistry {
   private readonly entries: ScorerEntry[] = [];
   /** Who registrations come from now: 'core', or the plugin whose entry is running (the host sets it). */
   provider = 'core';
+  private runner?: CodeRunner;
 
-  constructor() {
+  /** `settings`: the run's reward_model section (code tests' limits, SandboxFusion); the defaults otherwise. */
+  constructor(private readonly settings: RewardModelSettings = CORE_DEFAULTS.reward_model) {
+    const code = (solution: string, groundTruth: unknown) => scoreCode(this.codeRunner(), solution, groundTruth, this.settings.code.score);
     this.entries.push(
       { label: 'countdown', scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers, provider: 'core' },
       { label: [...GSM8K_SOURCES].join(', '), scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k, provider: 'core' },
       { label: `${[...MATH_SOURCES].join(', ')}, aime*`, scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath, provider: 'core' },
+      { label: CODE_SOURCES.join(', '), scores: (source) => (CODE_SOURCES as readonly string[]).includes(source), score: code, check: parseCodeTests, provider: 'core' },
     );
+  }
+
+  /** Where code tests run: a SandboxFusion server when reward_model.sandbox_fusion.url is set, else the local sandbox (made on first use). */
+  private codeRunner(): CodeRunner {
+    if (this.runner) return this.runner;
+    const { code, sandbox_fusion: fusion } = this.settings;
+    this.runner = fusion.url
+      ? new SandboxFusionRunner(fusion.url, { timeoutS: code.timeout_s, memoryLimitMb: fusion.memory_limit_mb, maxConcurrent: fusion.max_concurrent })
+      : new SandboxRunner(new Sandbox({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined }));
+    return this.runner;
+  }
+
+  /** Checks that a row's ground truth can be scored by its data_source's scorer (an InputError saying why not). */
+  check(dataSource: string, groundTruth: unknown): void {
+    this.entries.find((e) => e.scores(dataSource))?.check?.(groundTruth);
   }
 
   /**

@@ -1,0 +1,224 @@
+// Code rewards: verl's test formats scored in the bubblewrap sandbox, hostile programs contained,
+// the SandboxFusion client against a fake server, and `flowrl reward`.
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { extractCode, findSandboxTools, parseCodeTests, Sandbox, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { expectInputError, runFlowrl, tempDir } from './helpers.js';
+
+/** Processes left on the machine under the sandbox's uids. */
+function sandboxProcesses(): number[] {
+  return fs
+    .readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        const uid = fs.statSync(`/proc/${p}`).uid;
+        return uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+const score = async (runner: SandboxRunner, response: string, truth: unknown, mode: 'fraction' | 'all' = 'fraction') => scoreValue((await scoreCode(runner, response, truth, mode)) as ScoreResult);
+
+describe('code rewards', function () {
+  this.timeout(60_000);
+  const runner = new SandboxRunner(new Sandbox({ limits: { wallSeconds: 3, cpuSeconds: 2, memoryMb: 256, outputBytes: 65536 }, concurrency: 4 }));
+
+  describe('test formats (verl v0.7.0 prime_code and sandbox_fusion)', () => {
+    it('reads standard-input, call-based and assert tests, from JSON text or objects', () => {
+      expect(parseCodeTests('{"inputs": ["1\\n"], "outputs": ["2\\n"]}')).to.deep.equal({ inputs: ['1\n'], outputs: ['2\n'] });
+      expect(parseCodeTests({ fn_name: 'f', inputs: ['1\n[2, 3]'], outputs: ['5'] })).to.deep.equal({ inputs: ['1\n[2, 3]'], outputs: ['5'], fnName: 'f' });
+      expect(parseCodeTests({ assert_case: ['assert f() == 1'] })).to.deep.equal({ inputs: [''], outputs: [null], asserts: ['assert f() == 1'] });
+    });
+
+    it('refuses malformed tests with the reason', () => {
+      const cases: [unknown, string][] = [
+        ['{"inputs": [', 'not JSON test cases'],
+        [[1, 2], 'must be an object'],
+        [{ inputs: [], outputs: [] }, 'inputs must be a non-empty list'],
+        [{ inputs: ['1'], outputs: [2] }, 'outputs must be a list of strings'],
+        [{ inputs: ['1', '2'], outputs: ['1'] }, '2 inputs but 1 outputs'],
+        [{ fn_name: 'not a name', inputs: ['1'], outputs: ['1'] }, 'fn_name must be a Python identifier'],
+        [{ fn_name: 'f', inputs: ['1\nnot json'], outputs: ['1'] }, 'inputs[0]: each line must be one JSON argument'],
+        [{ fn_name: 'f', inputs: ['1'], outputs: ['{'] }, 'outputs[0] must be JSON'],
+        [{ assert_case: [] }, 'assert_case must be a non-empty list'],
+      ];
+      for (const [truth, message] of cases) expectInputError(() => parseCodeTests(truth), message);
+    });
+
+    it("takes the program after the last ```python fence, else the whole response; compares output as prime_code's ladder does", () => {
+      expect(extractCode('text\n```python\nprint(1)\n```\nmore ```python\nprint(2)\n```')).to.equal('\nprint(2)\n');
+      expect(extractCode('print(3)')).to.equal('print(3)');
+      expect(sameOutput('3\n', '3')).to.equal(true);
+      expect(sameOutput('  1 2  \n3\n\n', '1 2\n3')).to.equal(true);
+      expect(sameOutput('1  2\n3', '1 2 3')).to.equal(true); // tokens
+      expect(sameOutput('0.3333333', '0.33333333')).to.equal(true); // allclose
+      expect(sameOutput('0.34', '0.33')).to.equal(false);
+      expect(sameOutput('2 1', '1 2')).to.equal(false); // no unordered sets
+      expect(sameOutput('', '0')).to.equal(false);
+    });
+
+    it('scores the fraction of tests passed, or all-or-nothing (hand-computed)', async () => {
+      // a + b passes 2 of 3 (the third expects a product).
+      const stdio = { inputs: ['1 2\n', '3 4\n', '2 5\n'], outputs: ['3\n', '7\n', '10\n'] };
+      const sum = '```python\na, b = map(int, input().split())\nprint(a + b)\n```';
+      expect(await score(runner, sum, stdio)).to.deep.equal({ score: 2 / 3, extras: { acc: false, passed_fraction: 2 / 3 } });
+      expect((await score(runner, sum, stdio, 'all')).score).to.equal(0);
+      // Call-based: a global function, a Solution method, a tuple result as a list, a list matching the expected list's first element.
+      const call = { fn_name: 'pair', inputs: ['1\n2', '3\n4', '0\n0', '5\n5'], outputs: ['[1, 2]', '[3, 4]', '[[0, 0]]', '[5, 6]'] };
+      expect((await score(runner, 'def pair(a, b):\n    return (a, b)', call)).score).to.equal(3 / 4);
+      expect((await score(runner, 'class Solution:\n    def pair(self, a, b):\n        return [a, b]', call)).score).to.equal(3 / 4);
+      // Assert style: 1 of 2 holds; a response that does not define g fails both.
+      const asserts = { assert_case: ['assert g(2) == 4', 'assert g(3) == 10'] };
+      expect((await score(runner, 'def g(x):\n    return x * x', asserts)).score).to.equal(1 / 2);
+      expect((await score(runner, 'print("no g here")', asserts)).score).to.equal(0);
+      expect((await score(runner, 'def g(x):\n    return x * x', { assert_case: ['assert g(2) == 4'] }, 'all')).score).to.equal(1);
+      // A syntax error fails every test.
+      expect((await score(runner, 'def (', stdio)).score).to.equal(0);
+    });
+  });
+
+  describe('hostile programs score 0 within their limits and leave the host as it was', () => {
+    it('loops, forks, exhausts memory, floods output, reads and writes outside, connects out, signals others, leaves daemons', async () => {
+      const home = os.homedir();
+      const secretFile = path.join(home, `.flowrl-sandbox-secret-${process.pid}`);
+      const secret = `secret-${Math.random().toString(36).slice(2)}`;
+      fs.writeFileSync(secretFile, secret);
+      const outside = path.join(tempDir('flowrl-sandbox-host-'), 'written-from-inside');
+      let connections = 0;
+      const server = http.createServer((_, res) => res.end('connected')).on('connection', () => connections++);
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const port = (server.address() as AddressInfo).port;
+      // A process of the host's that a program would like to kill.
+      const bystander = spawn('sleep', ['60'], { stdio: 'ignore' });
+      const passwd = fs.readFileSync('/etc/passwd', 'utf8');
+      try {
+        // Each expects what the program would print if it got its way.
+        const cases: [string, string, string][] = [
+          ['an infinite loop', 'while True:\n    pass', 'done'],
+          ['a fork bomb', 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass', 'done'],
+          ['memory exhaustion', 'x = []\nwhile True:\n    x.append(bytearray(10**7))\nprint("done")', 'done'],
+          ['a huge print', 'while True:\n    print("x" * 10000)', 'done'],
+          ['reading /etc/passwd', 'print(open("/etc/passwd").read(), end="")', passwd],
+          ["reading the user's home", `print(open(${JSON.stringify(secretFile)}).read())`, secret],
+          ['writing outside its /tmp', `open(${JSON.stringify(outside)}, "w").write("x")\nprint("written")`, 'written'],
+          ['a network connection', `import urllib.request\nprint(urllib.request.urlopen("http://127.0.0.1:${port}/", timeout=2).read().decode())`, 'connected'],
+          ['signalling other processes', `import os, signal\nos.kill(${bystander.pid}, signal.SIGKILL)\nprint("killed")`, 'killed'],
+          ['signalling every process it can', 'import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\nprint("killed")', 'killed'],
+          ['a daemon that outlives the run', 'import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(30)\n    os._exit(0)\nprint("left one")\nprint("x" if os.path.exists("/nothing") else "")', 'never'],
+        ];
+        const started = performance.now();
+        const results = await Promise.all(
+          cases.map(async ([name, program, expected]) => {
+            const t = performance.now();
+            const result = await score(runner, program, { inputs: [''], outputs: [expected] });
+            return { name, score: result.score, seconds: (performance.now() - t) / 1000 };
+          }),
+        );
+        for (const r of results) {
+          expect(r.score, r.name).to.equal(0);
+          // Wall limit 3 s, plus queueing behind at most two rounds of 4 concurrent runs.
+          expect(r.seconds, r.name).to.be.below(10);
+        }
+        expect((performance.now() - started) / 1000).to.be.below(15);
+        expect(fs.existsSync(outside), 'a file written outside').to.equal(false);
+        expect(connections, 'connections reaching the host').to.equal(0);
+        expect(bystander.exitCode, 'the bystander process').to.equal(null);
+        expect(process.kill(bystander.pid!, 0)).to.equal(true);
+        // Nothing of any run is left running (a sandbox's init may take a moment to be reaped).
+        for (let i = 0; i < 50 && sandboxProcesses().length; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+        expect(sandboxProcesses(), 'processes left under sandbox uids').to.deep.equal([]);
+        // A well-behaved program still runs afterwards.
+        expect((await score(runner, 'print(input()[::-1])', { inputs: ['abc'], outputs: ['cba'] })).score).to.equal(1);
+      } finally {
+        bystander.kill();
+        server.close();
+        fs.rmSync(secretFile, { force: true });
+      }
+    });
+
+    it('the sandbox reports output cut at the limit and the run stopped for it', async () => {
+      const sandbox = new Sandbox({ limits: { outputBytes: 1000, wallSeconds: 3 }, concurrency: 1 });
+      const run = await sandbox.run('python', 'import sys\nwhile True:\n    sys.stdout.write("y" * 100)');
+      expect(run.status).to.equal('output_limit');
+      expect(run.stdout.length).to.equal(1000);
+      const js = await sandbox.run('javascript', 'process.stdin.on("data", (d) => console.log(String(d).toUpperCase()))', 'hi');
+      expect([js.status, js.stdout]).to.deep.equal(['exited', 'HI\n']);
+    });
+
+    it('without bubblewrap the scorer names the package to install and never runs the program unsandboxed', () => {
+      expectInputError(() => findSandboxTools(['/nonexistent']), 'bwrap', 'apt-get install bubblewrap', 'never run unsandboxed');
+    });
+  });
+
+  describe('SandboxFusion client', () => {
+    it("posts verl's run_code request per test and reads SandboxFusion's answer; 504 is retried, a sandbox error stops with the reason", async () => {
+      const requests: Record<string, unknown>[] = [];
+      let gatewayTimeouts = 1;
+      // A fake SandboxFusion server: runs nothing, answers as the program `print(input())` would.
+      const server = http.createServer((req, res) => {
+        let body = '';
+        req.on('data', (d) => (body += d));
+        req.on('end', () => {
+          const request = JSON.parse(body) as { code: string; stdin: string };
+          requests.push({ ...request, path: req.url, contentType: req.headers['content-type'] });
+          if (request.code.includes('gateway') && gatewayTimeouts-- > 0) return void res.writeHead(504).end();
+          if (request.code.includes('broken')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'SandboxError', message: 'no executor', compile_result: null, run_result: null }));
+          const fails = request.code.includes('raise');
+          const run_result = { status: 'Finished', execution_time: 0.01, return_code: fails ? 1 : 0, stdout: fails ? '' : `${request.stdin}\n`, stderr: fails ? 'Traceback' : '' };
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: fails ? 'Failed' : 'Success', message: '', compile_result: null, run_result, executor_pod_name: null, files: {} }));
+        });
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/run_code`;
+      const fusion = new SandboxFusionRunner(url, { timeoutS: 4, memoryLimitMb: 1024, maxConcurrent: 2, retryDelayMs: 10 });
+      try {
+        const truth = { inputs: ['a', 'b', 'c'], outputs: ['a', 'b', 'x'] };
+        expect(scoreValue((await scoreCode(fusion, 'print(input())', truth, 'fraction')) as ScoreResult).score).to.equal(2 / 3);
+        expect(requests[0]).to.deep.include({ path: '/run_code', contentType: 'application/json', code: 'print(input())', stdin: 'a', language: 'python', compile_timeout: 4, run_timeout: 4, memory_limit_MB: 1024, files: {}, fetch_files: [] });
+        expect(scoreValue((await scoreCode(fusion, 'raise SystemExit(1)', truth, 'fraction')) as ScoreResult).score).to.equal(0);
+        requests.length = 0;
+        expect(scoreValue((await scoreCode(fusion, '# gateway\nprint(input())', { inputs: ['a'], outputs: ['a'] }, 'all')) as ScoreResult).score).to.equal(1);
+        expect(requests.length).to.equal(2);
+        let error: Error | undefined;
+        await scoreCode(fusion, '# broken', truth, 'fraction').catch((e: Error) => (error = e));
+        expect(error?.message).to.include('sandbox error (no executor)');
+      } finally {
+        server.close();
+      }
+    });
+  });
+
+  describe('flowrl reward', () => {
+    it('scores each response against its row (code, countdown), prints JSON with --json, and names a malformed row with exit 2', async () => {
+      const dir = tempDir('flowrl-reward-');
+      const rows = path.join(dir, 'rows.jsonl');
+      const responses = path.join(dir, 'responses.jsonl');
+      const row = (dataSource: string, truth: unknown) => JSON.stringify({ data_source: dataSource, prompt: [{ role: 'user', content: 'x' }], reward_model: { ground_truth: truth } });
+      fs.writeFileSync(rows, [row('apps', { inputs: ['2\n', '5\n'], outputs: ['4\n', '25\n'] }), row('taco', JSON.stringify({ fn_name: 'f', inputs: ['3'], outputs: ['6'] })), row('countdown', { numbers: [3, 4], target: 7 })].join('\n') + '\n');
+      fs.writeFileSync(responses, ['```python\nn = int(input())\nprint(n + n)\n```', 'def f(x):\n    return 2 * x', '<answer>3*4</answer>'].map((r) => JSON.stringify({ response: r })).join('\n') + '\n');
+      const out = await runFlowrl(['reward', rows, '--responses', responses, '--json']);
+      expect(out.status, out.stderr).to.equal(0);
+      const scored = out.stdout.trim().split('\n').map((l) => JSON.parse(l) as { row: number; score: number });
+      expect(scored.map((s) => [s.row, s.score])).to.deep.equal([[1, 0.5], [2, 1], [3, 0]]);
+      const table = await runFlowrl(['reward', rows, '--responses', responses, 'reward_model.code.score=all']);
+      expect(table.stdout).to.include('3 responses, mean score 0.3333');
+      fs.writeFileSync(rows, [row('apps', { inputs: ['1'], outputs: ['1'] }), row('apps', { inputs: ['1', '2'], outputs: ['1'] })].join('\n') + '\n');
+      fs.writeFileSync(responses, ['print(1)', 'print(1)'].map((r) => JSON.stringify({ response: r })).join('\n') + '\n');
+      const bad = await runFlowrl(['reward', rows, '--responses', responses]);
+      expect(bad.status).to.equal(2);
+      expect(bad.stderr).to.include(`${rows} row 2: reward_model.ground_truth has 2 inputs but 1 outputs`);
+      fs.writeFileSync(responses, JSON.stringify({ response: 'print(1)' }) + '\n');
+      const short = await runFlowrl(['reward', rows, '--responses', responses]);
+      expect([short.status, short.stderr.includes('1 responses for 2 rows')]).to.deep.equal([2, true]);
+    });
+  });
+});
