@@ -23,6 +23,8 @@ import { languageModelReplicaSpec } from '../model/lm-replica.js';
 import { languageModelStep } from '../model/train-step.js';
 import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
+import { SandboxRunner, scoreCode } from '../rewards/code.js';
+import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
 export const BENCH_MODEL = {
@@ -278,9 +280,12 @@ export async function benchCommand(argv: string[]): Promise<void> {
     seq: { type: 'string' },
     'sample-prompts': { type: 'string' },
     'sample-tokens': { type: 'string' },
+    sandbox: { type: 'boolean', default: false },
+    programs: { type: 'string' },
     ...BACKEND_FLAG,
   });
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
+  if (values.sandbox) return sandboxBench(numberFlag('bench', values, 'programs', 200, { integer: true, min: 1 }), values.json as boolean);
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
   // The engine's default (auto: one thread per core), unless --workers says otherwise.
@@ -376,4 +381,22 @@ function runTorchModelBench(o: ModelBenchOptions): { result?: TorchResult & { pe
   const run = spawnSync(python, args, { encoding: 'utf8', env: { ...process.env, OPENBLAS_NUM_THREADS: threads, OMP_NUM_THREADS: threads }, timeout: 3_600_000 });
   if (run.status !== 0) return { error: `${python} ${path.basename(TORCH_MODEL_SCRIPT)} failed: ${(run.stderr || run.error?.message || '').trim().split('\n').at(-1)}` };
   return { result: JSON.parse(run.stdout.trim().split('\n').at(-1)!) };
+}
+
+/**
+ * flowrl bench --sandbox [--programs N]: code-reward throughput, N standard-input tests of a small
+ * Python program scored through the local sandbox with the default pool (one per core).
+ */
+async function sandboxBench(programs: number, json: boolean): Promise<void> {
+  const runner = new SandboxRunner(new Sandbox());
+  const program = 'n = int(input())\nprint(sum(i * i for i in range(n)))';
+  const truth = { inputs: ['1000'], outputs: [String((999 * 1000 * 1999) / 6)] };
+  await scoreCode(runner, program, truth, 'fraction');
+  const started = performance.now();
+  const scores = await Promise.all(Array.from({ length: programs }, () => scoreCode(runner, program, truth, 'fraction')));
+  const seconds = (performance.now() - started) / 1000;
+  const passed = scores.filter((s) => typeof s === 'object' && s.acc === true).length;
+  const result = { programs, seconds, programs_per_s: programs / seconds, passed, concurrency: runner.sandbox.concurrency };
+  if (json) console.log(JSON.stringify(result));
+  else console.log(`sandbox: ${programs} programs (${passed} passed) in ${seconds.toFixed(2)} s, ${result.programs_per_s.toFixed(1)} programs/s with ${result.concurrency} at once`);
 }

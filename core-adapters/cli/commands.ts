@@ -40,7 +40,8 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     usage:
       'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|wasm|cpu]\n' +
-      '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch]   (a real shape, random weights)',
+      '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch]   (a real shape, random weights)\n' +
+      '  flowrl bench --sandbox [--programs N] [--json]   (code rewards: programs scored per second in the sandbox)',
     run: benchCommand,
   },
   report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
