@@ -33,7 +33,7 @@ function analyticFixedPoint(lengthNormalize: boolean): number[] {
 }
 
 /** Trains logits (and a log Z) on the exact expected FlowRL loss; returns the policy. */
-function train(options: { lengthNormalize: boolean; groupLogZ: boolean; onPolicy: boolean }): number[] {
+function train(options: { lengthNormalize: boolean; groupLogZ: boolean; onPolicy: boolean; explore?: number }): number[] {
   const K = REF.length;
   const tokenMask = tf.tensor2d(LENGTHS.flatMap((n) => Array.from({ length: T }, (_, t) => Number(t < n))), [K, T]);
   const tokenShare = tf.div(tokenMask, tf.tensor2d(LENGTHS, [K, 1]));
@@ -48,7 +48,8 @@ function train(options: { lengthNormalize: boolean; groupLogZ: boolean; onPolicy
       const logPi = tf.logSoftmax(logits) as tf.Tensor1D;
       const logProb = tf.mul(logPi.reshape([K, 1]), tokenShare) as tf.Tensor2D;
       // Rows weighted by the sampling distribution q (the loss is a plain mean over rows).
-      const q = options.onPolicy ? stopGradient(tf.exp(logPi)) : tf.tensor1d(REF);
+      // explore: the policy tempered to that temperature (flowrl.explore_temperature), as a proposal only.
+      const q = options.onPolicy ? stopGradient(tf.softmax(tf.div(logits, options.explore ?? 1))) : tf.tensor1d(REF);
       let rowLogZ: tf.Tensor1D;
       if (options.groupLogZ) {
         // -E_q[residual without log Z], from the weights before this update (no gradient).
@@ -94,8 +95,9 @@ describe('FlowRL fixed points on an exactly solvable case', function () {
     expectDistribution(train({ lengthNormalize: false, groupLogZ: false, onPolicy: true }), target, 2e-3);
   });
 
-  it('the group log Z and off-policy weights keep the same fixed points', () => {
+  it('the group log Z and off-policy proposals (the reference, the policy at temperature 2) keep the same fixed points', () => {
     expectDistribution(train({ lengthNormalize: false, groupLogZ: true, onPolicy: true }), analyticFixedPoint(false), 2e-3);
+    expectDistribution(train({ lengthNormalize: false, groupLogZ: false, onPolicy: true, explore: 2 }), analyticFixedPoint(false), 2e-3);
     expectDistribution(train({ lengthNormalize: false, groupLogZ: false, onPolicy: false }), analyticFixedPoint(false), 2e-3);
     expectDistribution(train({ lengthNormalize: true, groupLogZ: true, onPolicy: false }), analyticFixedPoint(true), 2e-3);
   });

@@ -205,7 +205,7 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
 for (const dialect of ['sglang', 'vllm'] as const) {
   contractSuite(`rollout contract: ${dialect === 'sglang' ? 'SglangClient' : 'VllmClient'} against flowrl serve`, { flowrl: true, model: true, weights: true, adapter: true }, async () => {
     const { server, url } = await startServer();
-    const client = dialect === 'sglang' ? new SglangClient(url, { timeoutMs: 10_000 }) : new VllmClient(url, { timeoutMs: 10_000 });
+    const client = dialect === 'sglang' ? new SglangClient(url, { timeoutMs: 10_000, retryDelayMs: 5 }) : new VllmClient(url, { timeoutMs: 10_000, retryDelayMs: 5 });
     // SGLang reports it at /model_info; vLLM reports none.
     const version = async () => (dialect === 'sglang' ? ((await call(url, '/model_info')).body as { weight_version: string }).weight_version : undefined);
     return { client, server, modelDir: TINY, weightsDir: perturbedDir(), adapterDir: TINY_ADAPTER, version };
