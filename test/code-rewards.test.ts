@@ -164,7 +164,8 @@ describe('code rewards', function () {
     it("posts verl's run_code request per test and reads SandboxFusion's answer; 504 is retried, a sandbox error stops with the reason", async () => {
       const requests: Record<string, unknown>[] = [];
       let gatewayTimeouts = 1;
-      // A fake SandboxFusion server: runs nothing, answers as the program `print(input())` would.
+      // A fake SandboxFusion server (RunCodeRequest/RunCodeResponse as sandbox/server/sandbox_api.py at
+      // 53a6341 defines them): runs nothing, answers as the program `print(input())` would.
       const server = http.createServer((req, res) => {
         let body = '';
         req.on('data', (d) => (body += d));
@@ -172,6 +173,7 @@ describe('code rewards', function () {
           const request = JSON.parse(body) as { code: string; stdin: string };
           requests.push({ ...request, path: req.url, contentType: req.headers['content-type'] });
           if (request.code.includes('gateway') && gatewayTimeouts-- > 0) return void res.writeHead(504).end();
+          if (request.code.includes('sleep')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'Failed', message: '', compile_result: null, run_result: { status: 'TimeLimitExceeded', execution_time: 4, return_code: null, stdout: 'partial', stderr: '' }, executor_pod_name: null, files: {} }));
           if (request.code.includes('broken')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'SandboxError', message: 'no executor', compile_result: null, run_result: null }));
           const fails = request.code.includes('raise');
           const run_result = { status: 'Finished', execution_time: 0.01, return_code: fails ? 1 : 0, stdout: fails ? '' : `${request.stdin}\n`, stderr: fails ? 'Traceback' : '' };
@@ -186,6 +188,7 @@ describe('code rewards', function () {
         expect(scoreValue((await scoreCode(fusion, 'print(input())', truth, 'fraction')) as ScoreResult).score).to.equal(2 / 3);
         expect(requests[0]).to.deep.include({ path: '/run_code', contentType: 'application/json', code: 'print(input())', stdin: 'a', language: 'python', compile_timeout: 4, run_timeout: 4, memory_limit_MB: 1024, files: {}, fetch_files: [] });
         expect(scoreValue((await scoreCode(fusion, 'raise SystemExit(1)', truth, 'fraction')) as ScoreResult).score).to.equal(0);
+        expect(scoreValue((await scoreCode(fusion, 'import time; time.sleep(9)', { inputs: ['partial'], outputs: ['partial'] }, 'fraction')) as ScoreResult).score).to.equal(0);
         requests.length = 0;
         expect(scoreValue((await scoreCode(fusion, '# gateway\nprint(input())', { inputs: ['a'], outputs: ['a'] }, 'all')) as ScoreResult).score).to.equal(1);
         expect(requests.length).to.equal(2);

@@ -194,7 +194,11 @@ export async function scoreCode(runner: CodeRunner, response: string, groundTrut
   return { score: mode === 'all' ? (count === passed.length ? 1 : 0) : fraction, acc: count === passed.length, passed_fraction: fraction };
 }
 
-/** The fields of a SandboxFusion /run_code answer a runner reads (SandboxFusion's RunCodeResponse). */
+/**
+ * The fields of a SandboxFusion /run_code answer a runner reads (RunCodeResponse in
+ * sandbox/server/sandbox_api.py at bytedance/SandboxFusion 53a6341: status Success | Failed |
+ * SandboxError; run_result a CommandRunResult whose status is Finished | Error | TimeLimitExceeded).
+ */
 interface RunCodeResponse {
   status?: string;
   message?: string;
