@@ -4,6 +4,7 @@ import * as tf from '@tensorflow/tfjs';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
+import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
 import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
 import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runFlowrl, type EnginePath } from './helpers.js';
 
@@ -249,6 +250,22 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     const bad = await flowrlInProcess([...args.slice(0, 3), '--base-dtype', 'float16']);
     expect(bad.status).to.equal(2);
     expect(bad.stderr).to.include('--base-dtype must be one of float32, bfloat16');
+  });
+
+  it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {
+    const args = ['bench', '--limits', '--limits-mb', '8', '--matrix', '128', '--rounds', '1', '--json'];
+    const [withBlas, noBlas] = await Promise.all([runFlowrl(args, 60000), runFlowrl(args, 60000, { FLOWRL_BLAS: 'none' })]);
+    for (const run of [withBlas, noBlas]) {
+      expect(run.status, run.stderr).to.equal(0);
+      const limits = JSON.parse(run.stdout) as Record<string, number | string | null>;
+      for (const key of ['read_gb_s', 'read_gb_s_one_thread', 'sgemm_loop_gflop_s']) expect(limits[key], key).to.be.a('number').and.to.be.greaterThan(0);
+      expect(limits.threads).to.equal(resolveThreadCount('auto'));
+      expect(limits.array_mb).to.equal(8);
+    }
+    const none = JSON.parse(noBlas.stdout) as Record<string, unknown>;
+    expect([none.blas, none.sgemm_gflop_s]).to.deep.equal(['', null]);
+    const blas = JSON.parse(withBlas.stdout) as Record<string, unknown>;
+    if (blas.blas) expect(blas.sgemm_gflop_s).to.be.a('number').and.to.be.greaterThan(0);
   });
 
   it('says so when the addon cannot load, and when no optimised BLAS is found (what it costs and how to install one)', async () => {

@@ -24,6 +24,7 @@ import { languageModelStep } from '../model/train-step.js';
 import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
+import { formatLimits, measureLimits } from './limits.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -282,9 +283,21 @@ export async function benchCommand(argv: string[]): Promise<void> {
     'sample-tokens': { type: 'string' },
     sandbox: { type: 'boolean', default: false },
     programs: { type: 'string' },
+    limits: { type: 'boolean', default: false },
+    'limits-mb': { type: 'string' },
+    matrix: { type: 'string' },
     ...BACKEND_FLAG,
   });
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
+  if (values.limits) {
+    const limits = await measureLimits({
+      arrayMb: numberFlag('bench', values, 'limits-mb', 512, { integer: true, min: 1 }),
+      matrix: numberFlag('bench', values, 'matrix', 2048, { integer: true, min: 16 }),
+      rounds: numberFlag('bench', values, 'rounds', 5, { integer: true, min: 1 }),
+    });
+    console.log(values.json ? JSON.stringify(limits) : formatLimits(limits));
+    return;
+  }
   if (values.sandbox) return sandboxBench(numberFlag('bench', values, 'programs', 200, { integer: true, min: 1 }), values.json as boolean);
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });

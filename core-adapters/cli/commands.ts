@@ -41,7 +41,8 @@ const COMMANDS: Record<string, Command> = {
     usage:
       'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|wasm|cpu]\n' +
       '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch]   (a real shape, random weights)\n' +
-      '  flowrl bench --sandbox [--programs N] [--json]   (code rewards: programs scored per second in the sandbox)',
+      '  flowrl bench --sandbox [--programs N] [--json]   (code rewards: programs scored per second in the sandbox)\n' +
+      '  flowrl bench --limits [--limits-mb N] [--matrix N] [--rounds N] [--json]   (this machine: read bandwidth and sgemm peak, threads as the engine uses them)',
     run: benchCommand,
   },
   report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: reportCommand },
