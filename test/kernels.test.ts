@@ -252,6 +252,19 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(bad.stderr).to.include('--base-dtype must be one of float32, bfloat16');
   });
 
+  it('flowrl bench --rl-step times rollout, both log-prob passes and the update, each against the limits; bad sizes exit 2', async () => {
+    const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--rl-step', '--prompts', '2', '--samples', '2', '--prompt-tokens', '6', '--response-tokens', '5', '--lora-rank', '4', '--limits-mb', '8', '--matrix', '128', '--json'];
+    const bench = await flowrlInProcess(args);
+    expect(bench.status, bench.stderr).to.equal(0);
+    const result = JSON.parse(bench.stdout) as { sequences: number; step_seconds: number; phases: { name: string; seconds: number; rate: number; fraction_of_limit: number; unit: string }[] };
+    expect(result.sequences).to.equal(4);
+    expect(result.phases.map((p) => [p.name, p.unit])).to.deep.equal([['rollout', 'GB/s'], ['old_log_prob', 'GFLOP/s'], ['ref_log_prob', 'GFLOP/s'], ['update', 'GFLOP/s']]);
+    for (const p of result.phases) for (const key of ['seconds', 'rate', 'fraction_of_limit'] as const) expect(p[key], `${p.name} ${key}`).to.be.a('number').and.to.be.greaterThan(0);
+    expect(result.step_seconds).to.be.closeTo(result.phases.reduce((s, p) => s + p.seconds, 0), 1e-9);
+    const bad = await flowrlInProcess([...args.slice(0, 4), '--prompts', '0']);
+    expect([bad.status, bad.stderr.includes('--prompts')]).to.deep.equal([2, true]);
+  });
+
   it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {
     const args = ['bench', '--limits', '--limits-mb', '8', '--matrix', '128', '--rounds', '1', '--json'];
     const [withBlas, noBlas] = await Promise.all([runFlowrl(args, 60000), runFlowrl(args, 60000, { FLOWRL_BLAS: 'none' })]);

@@ -25,6 +25,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits } from './limits.js';
+import { formatRlStep, runRlStepBench } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -284,6 +285,12 @@ export async function benchCommand(argv: string[]): Promise<void> {
     sandbox: { type: 'boolean', default: false },
     programs: { type: 'string' },
     limits: { type: 'boolean', default: false },
+    'rl-step': { type: 'boolean', default: false },
+    prompts: { type: 'string' },
+    samples: { type: 'string' },
+    'prompt-tokens': { type: 'string' },
+    'response-tokens': { type: 'string' },
+    'micro-batch': { type: 'string' },
     'limits-mb': { type: 'string' },
     matrix: { type: 'string' },
     ...BACKEND_FLAG,
@@ -346,6 +353,25 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   if (!FROZEN_DTYPES.includes(baseDtype)) throw new InputError(`--base-dtype must be one of ${FROZEN_DTYPES.join(', ')}; got '${baseDtype}'`);
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
+  if (values['rl-step']) {
+    const result = await runRlStepBench({
+      configFile,
+      loraRank: numberFlag('bench', values, 'lora-rank', 16, { integer: true, min: 0 }),
+      baseDtype,
+      prompts: numberFlag('bench', values, 'prompts', 8, { integer: true, min: 1 }),
+      samples: numberFlag('bench', values, 'samples', 4, { integer: true, min: 1 }),
+      promptTokens: numberFlag('bench', values, 'prompt-tokens', 64, { integer: true, min: 1 }),
+      responseTokens: numberFlag('bench', values, 'response-tokens', 128, { integer: true, min: 1 }),
+      microBatch: numberFlag('bench', values, 'micro-batch', 4, { integer: true, min: 1 }),
+      limitsMb: numberFlag('bench', values, 'limits-mb', 256, { integer: true, min: 1 }),
+      matrix: numberFlag('bench', values, 'matrix', 2048, { integer: true, min: 16 }),
+      backend: values.backend as BackendChoice,
+      native,
+      quiet: values.json as boolean,
+    });
+    console.log(values.json ? JSON.stringify(result) : formatRlStep(result));
+    return;
+  }
   const options: ModelBenchOptions = {
     configFile,
     loraRank: numberFlag('bench', values, 'lora-rank', 0, { integer: true, min: 0 }),

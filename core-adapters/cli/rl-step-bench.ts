@@ -1,0 +1,171 @@
+// flowrl bench --model-config FILE --rl-step: one whole RL step at a real model's shape (random
+// weights), phase by phase, each stated as a fraction of this machine's limits (./limits.ts):
+//   rollout    prompts x samples sampled with the KV cache: decoding reads every weight once per
+//              new token, so its rate is compared with the read bandwidth;
+//   old, ref   log-probs of every sequence under the policy and the reference (adapters off):
+//              forward passes, compared with the sgemm peak;
+//   update     one optimizer step over every sequence in micro-batches (forward and backward).
+// FLOPs count the matmuls with weights, 2 per weight per token forward; a backward adds 2 more for
+// the activations' gradient and, with every weight trained, 2 for the weights' (LoRA's are small).
+import * as tf from '@tensorflow/tfjs';
+import os from 'node:os';
+import path from 'node:path';
+import type { BackendChoice, FrozenDtype, NativeChoice } from '../config/choices.js';
+import { initEngine } from '../engine/backend.js';
+import { frozenBaseAvailable } from '../engine/frozen.js';
+import { loadNativeKernels } from '../engine/native.js';
+import { InputError } from '../errors.js';
+import { initWeights, modelFromWeights } from '../model/checkpoint.js';
+import { readModelConfig } from '../model/config.js';
+import { generate } from '../model/generate.js';
+import { packSequences, scoreResponses } from '../model/logprobs.js';
+import { createAdapters, LORA_MODULES } from '../model/lora.js';
+import { AdamW } from '../model/optim.js';
+import { languageModelGradients, sliceSequences } from '../model/train-step.js';
+import { runUpdateLoop } from '../model/update-loop.js';
+import { Rng } from '../random.js';
+import { measureLimits, type Limits } from './limits.js';
+
+export interface RlStepOptions {
+  configFile: string;
+  loraRank: number;
+  baseDtype: FrozenDtype;
+  prompts: number;
+  samples: number;
+  promptTokens: number;
+  responseTokens: number;
+  microBatch: number;
+  /** The limits' measurement sizes (--limits-mb, --matrix). */
+  limitsMb: number;
+  matrix: number;
+  backend: BackendChoice;
+  native?: NativeChoice;
+  quiet?: boolean;
+}
+
+export interface RlPhase {
+  name: 'rollout' | 'old_log_prob' | 'ref_log_prob' | 'update';
+  seconds: number;
+  /** rollout: GB/s of weights read; the others: GFLOP/s. */
+  rate: number;
+  unit: 'GB/s' | 'GFLOP/s';
+  /** rate over the matching limit (read bandwidth or sgemm peak). */
+  fraction_of_limit: number;
+}
+
+export interface RlStepResult {
+  model: string;
+  parameters: number;
+  lora_rank: number;
+  base_dtype: FrozenDtype | 'heap';
+  sequences: number;
+  prompt_tokens: number;
+  response_tokens: number;
+  step_seconds: number;
+  phases: RlPhase[];
+  limits: Limits;
+  /** The sgemm peak the fractions use: the BLAS's, or the compiled loop's without one. */
+  sgemm_limit_gflop_s: number;
+}
+
+export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
+  const info = await initEngine(o.backend, { quiet: o.quiet, native: o.native });
+  const limits = await measureLimits({ arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
+  const config = readModelConfig(o.configFile);
+  const lora = o.loraRank > 0;
+  if (lora && o.baseDtype === 'bfloat16' && !frozenBaseAvailable()) throw new InputError('--base-dtype bfloat16 needs the native addon on the wasm backend');
+  const model = modelFromWeights(config, initWeights(config, 0), lora && frozenBaseAvailable() ? { frozenBase: o.baseDtype } : {});
+  if (lora) model.attachAdapters(createAdapters(config, { rank: o.loraRank, alpha: 2 * o.loraRank, targetModules: [...LORA_MODULES] }, 0));
+  model.gradientCheckpointing = true;
+  if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
+  const log = (text: string) => !o.quiet && process.stderr.write(`[flowrl] bench --rl-step: ${text}\n`);
+
+  // Weights a decoding step reads, and the weights each token multiplies.
+  const frozenBytes = [...model.frozen.values()].reduce((n, m) => n + m.bytes, 0);
+  const heapValues = [...model.params.values()].reduce((n, v) => n + v.size, 0);
+  const weightBytes = frozenBytes + 4 * heapValues;
+  const parameters = heapValues + [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
+  // Untied, the embedding is only looked up: neither read whole per token nor multiplied.
+  const embedName = 'model.embed_tokens.weight';
+  const embedValues = config.vocabSize * config.hiddenSize;
+  const embedBytes = model.frozen.get(embedName)?.bytes ?? 4 * embedValues;
+  const readBytes = weightBytes - (config.tieWordEmbeddings ? 0 : embedBytes);
+  const headValues = config.vocabSize * config.hiddenSize;
+  const bodyValues = parameters - embedValues - (config.tieWordEmbeddings ? 0 : headValues);
+
+  const rng = new Rng(1);
+  const prompts = Array.from({ length: o.prompts }, () => Array.from({ length: o.promptTokens }, () => rng.int(config.vocabSize)));
+  const rows = prompts.flatMap((p) => Array.from({ length: o.samples }, () => p));
+  const timed = <T>(name: string, f: () => T): [T, number] => {
+    const started = performance.now();
+    const out = f();
+    const seconds = (performance.now() - started) / 1000;
+    log(`${name} ${seconds.toFixed(1)} s`);
+    return [out, seconds];
+  };
+  // A short warm-up, so first-call compilation is not timed.
+  generate(model, rows.slice(0, 1), { maxNewTokens: 2, temperature: 1, seed: 0, stopTokenIds: [] });
+  const [sampled, rolloutS] = timed('rollout', () => generate(model, rows, { maxNewTokens: o.responseTokens, temperature: 1, seed: 0, stopTokenIds: [] }).tokens);
+  const seq = packSequences(rows, sampled);
+  const micro = Array.from({ length: Math.ceil(seq.batch / o.microBatch) }, (_, i) => sliceSequences(seq, i * o.microBatch, Math.min(seq.batch, (i + 1) * o.microBatch)));
+  const logProbs = () => micro.forEach((m) => tf.tidy(() => scoreResponses(model, m).logProbs.dataSync()));
+  const [, oldS] = timed('old log-probs', logProbs);
+  const [, refS] = timed('reference log-probs', () => model.withoutAdapters(logProbs));
+  const optimizer = new AdamW({ lr: 1e-6, weightDecay: 0.01 });
+  const [, updateS] = timed('update', () =>
+    runUpdateLoop({
+      miniBatches: [seq],
+      microBatches: () => micro,
+      rows: (s) => s.batch,
+      accumulate: (m, _place, grads) => languageModelGradients(model, m, grads),
+      optimizer,
+      params: model.trainableParams(),
+      maxGradNorm: 1,
+      lr: () => optimizer.lr,
+      prefix: 'bench',
+    }),
+  );
+  optimizer.dispose();
+  model.dispose();
+
+  // The body multiplies every token; the head only those that predict a response token.
+  const forwardFlops = 2 * bodyValues * seq.batch * (seq.promptLength + seq.responseLength) + 2 * headValues * seq.batch * seq.responseLength;
+  const sgemmLimit = limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
+  const compute = (name: RlPhase['name'], flops: number, seconds: number): RlPhase => {
+    const rate = flops / seconds / 1e9;
+    return { name, seconds, rate, unit: 'GFLOP/s', fraction_of_limit: rate / sgemmLimit };
+  };
+  const readRate = (o.responseTokens * readBytes) / rolloutS / 1e9;
+  const phases: RlPhase[] = [
+    { name: 'rollout', seconds: rolloutS, rate: readRate, unit: 'GB/s', fraction_of_limit: readRate / limits.read_gb_s },
+    compute('old_log_prob', forwardFlops, oldS),
+    compute('ref_log_prob', forwardFlops, refS),
+    compute('update', forwardFlops * (lora ? 2 : 3), updateS),
+  ];
+  return {
+    model: path.basename(o.configFile),
+    parameters,
+    lora_rank: o.loraRank,
+    base_dtype: model.frozen.size ? o.baseDtype : 'heap',
+    sequences: seq.batch,
+    prompt_tokens: o.promptTokens,
+    response_tokens: o.responseTokens,
+    step_seconds: phases.reduce((s, p) => s + p.seconds, 0),
+    phases,
+    limits,
+    sgemm_limit_gflop_s: sgemmLimit,
+  };
+}
+
+export function formatRlStep(r: RlStepResult): string {
+  const lines = [
+    `${r.model}: ${r.parameters.toLocaleString('en-US')} parameters, ${r.lora_rank ? `LoRA r ${r.lora_rank}, base ${r.base_dtype}` : 'full fine-tuning'}, random weights`,
+    `one RL step: ${r.sequences} sequences (${r.prompt_tokens}-token prompts, ${r.response_tokens} new tokens), ${r.step_seconds.toFixed(1)} s`,
+    `limits: read ${r.limits.read_gb_s.toFixed(1)} GB/s, sgemm ${r.sgemm_limit_gflop_s.toFixed(0)} GFLOP/s (${r.limits.threads} threads)`,
+    'phase            seconds  share  rate             of the limit',
+  ];
+  for (const p of r.phases) {
+    lines.push(`${p.name.padEnd(16)} ${p.seconds.toFixed(1).padStart(7)}  ${((100 * p.seconds) / r.step_seconds).toFixed(0).padStart(4)} %  ${p.rate.toFixed(1).padStart(7)} ${p.unit.padEnd(7)}  ${(100 * p.fraction_of_limit).toFixed(0).padStart(4)} % of ${p.unit === 'GB/s' ? 'read bandwidth' : 'sgemm peak'}`);
+  }
+  return lines.join('\n');
+}
