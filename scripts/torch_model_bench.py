@@ -7,8 +7,13 @@ gets a LoRA adapter (A [r, in] Kaiming-uniform, B [out, r] zero, scale 2r/r = 2,
 Jobs, as flowrl's: one training step on batch x seq tokens (1 prompt token, seq - 1 response
 tokens, mean next-token NLL, clip 1.0, AdamW over the trainable parameters), then KV-cache sampling
 of N new tokens after 64-token prompts at temperature 1. Prints one JSON line.
+With --rl-step, one RL step as `flowrl bench --rl-step` runs it: prompts x samples sampled with the
+KV cache, the policy's and the reference's (adapters off) response log-probs in micro-batches
+without gradients, and one update (response NLL, forward and backward per micro-batch, clip 1.0,
+AdamW); the seconds of each phase.
 
     OPENBLAS_NUM_THREADS=2 /usr/bin/python3 scripts/torch_model_bench.py --config qwen2.5-0.5b-config.json --lora-rank 16
+    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 scripts/torch_model_bench.py --config qwen2.5-0.5b-config.json --lora-rank 16 --rl-step
 """
 import argparse
 import json
@@ -37,10 +42,12 @@ class Lora(torch.nn.Module):
             torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
             self.B = torch.nn.Parameter(torch.zeros(outputs, rank))
             self.scale = 2.0
+        # True while the reference (the base alone) is scored.
+        self.off = False
 
     def forward(self, x):
         y = self.base(x)
-        if self.rank:
+        if self.rank and not self.off:
             y = y + (x @ self.A.t() * self.scale) @ self.B.t()
         return y
 
@@ -116,7 +123,7 @@ class Model(torch.nn.Module):
         hd = c["head_dim"]
         self.inv = 1.0 / (c.get("rope_theta", 10000.0) ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
 
-    def forward(self, ids, start=0, caches=None):
+    def forward(self, ids, start=0, caches=None, head_from=0):
         t = ids.shape[1]
         angles = torch.arange(start, start + t, dtype=torch.float32)[:, None] * self.inv
         angles = torch.cat([angles, angles], dim=-1)
@@ -127,8 +134,59 @@ class Model(torch.nn.Module):
         x = self.embed(ids)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, None if caches is None else caches[i])
-        x = self.norm(x)
+        x = self.norm(x)[:, head_from:]
         return x @ self.embed.weight.t() if self.head is None else self.head(x)
+
+
+def sample(model, prompts, new_tokens):
+    """KV-cache sampling at temperature 1; returns the new tokens [rows, new_tokens]."""
+    start = prompts.shape[1]
+    caches = [[None, None] for _ in model.layers]
+    logits = model(prompts, 0, caches)[:, -1]
+    out = []
+    for step in range(new_tokens):
+        token = torch.multinomial(logits.softmax(-1), 1)
+        out.append(token)
+        if step + 1 < new_tokens:
+            logits = model(token, start + step, caches)[:, -1]
+    return torch.cat(out, dim=1)
+
+
+def response_log_probs(model, seq, prompt_tokens):
+    """Log-probs of the response tokens: the states from the last prompt position on predict them."""
+    logits = model(seq[:, :-1], head_from=prompt_tokens - 1)
+    return logits.log_softmax(-1).gather(-1, seq[:, prompt_tokens:, None])[..., 0]
+
+
+def rl_step(args, model, params, opt, V):
+    prompts = torch.randint(0, V, (args.prompts, args.prompt_tokens)).repeat_interleave(args.samples, dim=0)
+    seconds = {}
+    with torch.no_grad():
+        sample(model, prompts[:1], 2)
+        t0 = time.perf_counter()
+        seq = torch.cat([prompts, sample(model, prompts, args.response_tokens)], dim=1)
+        seconds["rollout"] = time.perf_counter() - t0
+        micro = seq.split(args.micro_batch)
+        for name, off in (("old_log_prob", False), ("ref_log_prob", True)):
+            for m in model.modules():
+                if isinstance(m, Lora):
+                    m.off = off
+            t0 = time.perf_counter()
+            for m in micro:
+                response_log_probs(model, m, args.prompt_tokens)
+            seconds[name] = time.perf_counter() - t0
+        for m in model.modules():
+            if isinstance(m, Lora):
+                m.off = False
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    for m in micro:
+        loss = -response_log_probs(model, m, args.prompt_tokens).mean() * (m.shape[0] / seq.shape[0])
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    seconds["update"] = time.perf_counter() - t0
+    return seconds
 
 
 def main():
@@ -141,6 +199,11 @@ def main():
     ap.add_argument("--sample-tokens", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rl-step", action="store_true")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--response-tokens", type=int, default=128)
+    ap.add_argument("--micro-batch", type=int, default=4)
     args = ap.parse_args()
     torch.manual_seed(0)
     config = json.load(open(args.config))
@@ -148,6 +211,16 @@ def main():
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
     V = config["vocab_size"]
+    if args.rl_step:
+        seconds = rl_step(args, model, params, opt, V)
+        print(json.dumps({
+            "phases": seconds,
+            "step_seconds": sum(seconds.values()),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }))
+        return
     ids = torch.randint(0, V, (args.batch, args.seq))
     times = []
     for i in range(args.steps + 1):

@@ -5,6 +5,7 @@ import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
+import { formatRlStep, type RlStepResult, type TorchRlStep } from '../core-adapters/cli/rl-step-bench.js';
 import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
 import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runFlowrl, type EnginePath } from './helpers.js';
 
@@ -263,6 +264,11 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(result.step_seconds).to.be.closeTo(result.phases.reduce((s, p) => s + p.seconds, 0), 1e-9);
     const bad = await flowrlInProcess([...args.slice(0, 4), '--prompts', '0']);
     expect([bad.status, bad.stderr.includes('--prompts')]).to.deep.equal([2, true]);
+    // Against the PyTorch peer, each phase's ratio is ours over its seconds.
+    const twice = Object.fromEntries(result.phases.map((p) => [p.name, p.seconds / 2])) as TorchRlStep['phases'];
+    const table = formatRlStep(result as unknown as RlStepResult, { result: { phases: twice, step_seconds: result.step_seconds / 2, threads: 2, torch: '9.9' } });
+    expect(table.split('\n').filter((l) => / 2\.00$/.test(l))).to.have.length(5);
+    expect(formatRlStep(result as unknown as RlStepResult, { error: 'no torch' })).to.include('PyTorch comparison skipped: no torch');
   });
 
   it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {

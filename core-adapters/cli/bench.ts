@@ -25,7 +25,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits } from './limits.js';
-import { formatRlStep, runRlStepBench } from './rl-step-bench.js';
+import { formatRlStep, runRlStepBench, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -354,7 +354,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
   if (values['rl-step']) {
-    const result = await runRlStepBench({
+    const rl: RlStepOptions = {
       configFile,
       loraRank: numberFlag('bench', values, 'lora-rank', 16, { integer: true, min: 0 }),
       baseDtype,
@@ -368,8 +368,13 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
       backend: values.backend as BackendChoice,
       native,
       quiet: values.json as boolean,
-    });
-    console.log(values.json ? JSON.stringify(result) : formatRlStep(result));
+    };
+    const result = await runRlStepBench(rl);
+    // The PyTorch peer on the same job: the same model, LoRA, sizes and micro-batches, eager.
+    const torch = values['compare-torch']
+      ? runTorchModelScript<TorchRlStep>(['--config', configFile, '--lora-rank', String(rl.loraRank), '--rl-step', '--prompts', String(rl.prompts), '--samples', String(rl.samples), '--prompt-tokens', String(rl.promptTokens), '--response-tokens', String(rl.responseTokens), '--micro-batch', String(rl.microBatch)])
+      : undefined;
+    console.log(values.json ? JSON.stringify({ ...result, torch: torch?.result ?? null, torch_error: torch?.error }) : formatRlStep(result, torch));
     return;
   }
   const options: ModelBenchOptions = {
@@ -411,15 +416,19 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
 
 export const TORCH_MODEL_SCRIPT = path.join(PACKAGE_ROOT, 'scripts', 'torch_model_bench.py');
 
-/** scripts/torch_model_bench.py on the same job, all cores, or why it cannot run. */
-function runTorchModelBench(o: ModelBenchOptions): { result?: TorchResult & { peak_rss_mb: number }; error?: string } {
+/** scripts/torch_model_bench.py with `args` on all cores: its JSON line, or why it cannot run. */
+function runTorchModelScript<T>(args: string[]): { result?: T; error?: string } {
   const python = process.env.FLOWRL_TORCH_PYTHON ?? '/usr/bin/python3';
   if (!fs.existsSync(python)) return { error: `${python} not found (set FLOWRL_TORCH_PYTHON)` };
-  const args = [TORCH_MODEL_SCRIPT, '--config', o.configFile, '--lora-rank', String(o.loraRank), '--batch', String(o.batch), '--seq', String(o.seq), '--sample-prompts', String(o.samplePrompts), '--sample-tokens', String(o.sampleTokens), '--prompt-tokens', String(o.promptTokens), '--steps', String(o.steps)];
   const threads = String(os.availableParallelism());
-  const run = spawnSync(python, args, { encoding: 'utf8', env: { ...process.env, OPENBLAS_NUM_THREADS: threads, OMP_NUM_THREADS: threads }, timeout: 3_600_000 });
+  const run = spawnSync(python, [TORCH_MODEL_SCRIPT, ...args], { encoding: 'utf8', env: { ...process.env, OPENBLAS_NUM_THREADS: threads, OMP_NUM_THREADS: threads }, timeout: 3_600_000 });
   if (run.status !== 0) return { error: `${python} ${path.basename(TORCH_MODEL_SCRIPT)} failed: ${(run.stderr || run.error?.message || '').trim().split('\n').at(-1)}` };
-  return { result: JSON.parse(run.stdout.trim().split('\n').at(-1)!) };
+  return { result: JSON.parse(run.stdout.trim().split('\n').at(-1)!) as T };
+}
+
+/** scripts/torch_model_bench.py on the same job, all cores, or why it cannot run. */
+function runTorchModelBench(o: ModelBenchOptions): { result?: TorchResult & { peak_rss_mb: number }; error?: string } {
+  return runTorchModelScript(['--config', o.configFile, '--lora-rank', String(o.loraRank), '--batch', String(o.batch), '--seq', String(o.seq), '--sample-prompts', String(o.samplePrompts), '--sample-tokens', String(o.sampleTokens), '--prompt-tokens', String(o.promptTokens), '--steps', String(o.steps)]);
 }
 
 /**

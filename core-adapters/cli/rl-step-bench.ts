@@ -157,15 +157,27 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   };
 }
 
-export function formatRlStep(r: RlStepResult): string {
+/** scripts/torch_model_bench.py --rl-step's answer: seconds per phase. */
+export interface TorchRlStep {
+  phases: Record<RlPhase['name'], number>;
+  step_seconds: number;
+  threads: number;
+  torch: string;
+}
+
+export function formatRlStep(r: RlStepResult, torch?: { result?: TorchRlStep; error?: string }): string {
   const lines = [
     `${r.model}: ${r.parameters.toLocaleString('en-US')} parameters, ${r.lora_rank ? `LoRA r ${r.lora_rank}, base ${r.base_dtype}` : 'full fine-tuning'}, random weights`,
     `one RL step: ${r.sequences} sequences (${r.prompt_tokens}-token prompts, ${r.response_tokens} new tokens), ${r.step_seconds.toFixed(1)} s`,
     `limits: read ${r.limits.read_gb_s.toFixed(1)} GB/s, sgemm ${r.sgemm_limit_gflop_s.toFixed(0)} GFLOP/s (${r.limits.threads} threads)`,
-    'phase            seconds  share  rate             of the limit',
+    `phase            seconds  share  rate             of the limit${torch?.result ? `              PyTorch ${torch.result.torch} (${torch.result.threads} threads)  ours/torch` : ''}`,
   ];
+  const peer = (seconds: number | undefined, ours: number) => (seconds === undefined ? '' : `  ${seconds.toFixed(1).padStart(7)} s  ${(ours / seconds).toFixed(2).padStart(5)}`);
   for (const p of r.phases) {
-    lines.push(`${p.name.padEnd(16)} ${p.seconds.toFixed(1).padStart(7)}  ${((100 * p.seconds) / r.step_seconds).toFixed(0).padStart(4)} %  ${p.rate.toFixed(1).padStart(7)} ${p.unit.padEnd(7)}  ${(100 * p.fraction_of_limit).toFixed(0).padStart(4)} % of ${p.unit === 'GB/s' ? 'read bandwidth' : 'sgemm peak'}`);
+    const limit = `${(100 * p.fraction_of_limit).toFixed(0).padStart(4)} % of ${p.unit === 'GB/s' ? 'read bandwidth' : 'sgemm peak'}`;
+    lines.push(`${p.name.padEnd(16)} ${p.seconds.toFixed(1).padStart(7)}  ${((100 * p.seconds) / r.step_seconds).toFixed(0).padStart(4)} %  ${p.rate.toFixed(1).padStart(7)} ${p.unit.padEnd(7)}  ${limit.padEnd(26)}${peer(torch?.result?.phases[p.name], p.seconds)}`);
   }
+  if (torch?.result) lines.push(`${'step'.padEnd(16)} ${r.step_seconds.toFixed(1).padStart(7)}  ${''.padEnd(51)}${peer(torch.result.step_seconds, r.step_seconds)}`);
+  if (torch?.error) lines.push(`PyTorch comparison skipped: ${torch.error}`);
   return lines.join('\n');
 }
