@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { extractCode, findSandboxTools, parseCodeTests, Sandbox, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
-import { expectInputError, expectInputErrorAsync, runFlowrl, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
 
 /** Processes left on the machine under the sandbox's uids. */
 function sandboxProcesses(): number[] {
@@ -144,6 +144,25 @@ describe('code rewards', function () {
         server.close();
         fs.rmSync(secretFile, { force: true });
       }
+    });
+
+    // As root the suite runs each program under its own uid; this runs the other path, a normal user's.
+    (process.getuid?.() === 0 ? it : it.skip)("as a user without root: the process limit counts on top of the user's own threads; a fork bomb is contained, files stay out of reach", async () => {
+      const script = [
+        `import { Sandbox } from ${JSON.stringify(path.join(ROOT, 'core-adapters', 'rewards', 'sandbox.ts'))};`,
+        "const sandbox = new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, processes: 8 }, concurrency: 2 });",
+        "const fork = await sandbox.run('python', 'import os\\nwhile True:\\n    os.fork()');",
+        "const ok = await sandbox.run('python', 'print(input()[::-1])', 'abc');",
+        "const passwd = await sandbox.run('python', 'print(open(\"/etc/passwd\").read())');",
+        'console.log(JSON.stringify({ uid: process.getuid(), fork: fork.status, ok: [ok.status, ok.stdout], passwd: [passwd.exitCode, passwd.stdout] }));',
+      ].join('\n');
+      const run = await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], ROOT, 60_000, { HOME: os.tmpdir() });
+      expect(run.status, run.stderr).to.equal(0);
+      const result = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { uid: number; fork: string; ok: [string, string]; passwd: [number, string] };
+      expect(result.uid).to.equal(65534);
+      expect(['timeout', 'exited', 'signalled']).to.include(result.fork);
+      expect(result.ok).to.deep.equal(['exited', 'cba\n']);
+      expect(result.passwd).to.deep.equal([1, '']);
     });
 
     it('the sandbox reports output cut at the limit and the run stopped for it', async () => {

@@ -101,13 +101,13 @@ export function findSandboxTools(dirs = TOOL_DIRS): Tools {
  */
 export const SANDBOX_UIDS = { first: 61_000, count: 4096 };
 
-/** Processes the user already has: without root, RLIMIT_NPROC counts them too. */
-function userProcessCount(uid: number): number {
+/** Threads the user already runs: without root, RLIMIT_NPROC counts every one of them (this process's included). */
+function userThreadCount(uid: number): number {
   let count = 0;
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      if (fs.statSync(`/proc/${entry}`).uid === uid) count++;
+      if (fs.statSync(`/proc/${entry}`).uid === uid) count += fs.readdirSync(`/proc/${entry}/task`).length;
     } catch {
       // The process ended while we looked.
     }
@@ -167,8 +167,8 @@ export class Sandbox {
     const mib = 1024 * 1024;
     const javascript = lang.file.endsWith('.js');
     const uid = this.tools.setpriv ? SANDBOX_UIDS.first + (this.runs++ % SANDBOX_UIDS.count) : process.getuid!();
-    // Without root the program shares the user's process count, so it gets that many more.
-    const nproc = this.tools.setpriv ? l.processes : userProcessCount(uid) + l.processes;
+    // Without root the program shares the user's thread count, so it gets that many more.
+    const nproc = this.tools.setpriv ? l.processes : userThreadCount(uid) + l.processes;
     const limits = [`--cpu=${l.cpuSeconds}`, `--nproc=${nproc}`, `--fsize=${l.tmpMb * mib}`, '--nofile=64', '--core=0'];
     if (!javascript) limits.push(`--as=${l.memoryMb * mib}`);
     const command = lang.command.map((a) => a.replace('MEMORY', String(l.memoryMb)));
