@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { extractCode, findSandboxTools, parseCodeTests, Sandbox, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
-import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
+import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
 
 /** Processes left on the machine under the sandbox's uids. */
 function sandboxProcesses(): number[] {
@@ -146,23 +146,38 @@ describe('code rewards', function () {
       }
     });
 
-    // As root the suite runs each program under its own uid; this runs the other path, a normal user's.
+    // As root the suite runs each program under its own uid; this runs the other path, a normal user's:
+    // the built module (npm test builds dist/) copied where any user can read it, run as nobody.
     (process.getuid?.() === 0 ? it : it.skip)("as a user without root: the process limit counts on top of the user's own threads; a fork bomb is contained, files stay out of reach", async () => {
-      const script = [
-        `import { Sandbox } from ${JSON.stringify(path.join(ROOT, 'core-adapters', 'rewards', 'sandbox.ts'))};`,
-        "const sandbox = new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, processes: 8 }, concurrency: 2 });",
-        "const fork = await sandbox.run('python', 'import os\\nwhile True:\\n    os.fork()');",
-        "const ok = await sandbox.run('python', 'print(input()[::-1])', 'abc');",
-        "const passwd = await sandbox.run('python', 'print(open(\"/etc/passwd\").read())');",
-        'console.log(JSON.stringify({ uid: process.getuid(), fork: fork.status, ok: [ok.status, ok.stdout], passwd: [passwd.exitCode, passwd.stdout] }));',
-      ].join('\n');
-      const run = await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], ROOT, 60_000, { HOME: os.tmpdir() });
-      expect(run.status, run.stderr).to.equal(0);
-      const result = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { uid: number; fork: string; ok: [string, string]; passwd: [number, string] };
-      expect(result.uid).to.equal(65534);
-      expect(['timeout', 'exited', 'signalled']).to.include(result.fork);
-      expect(result.ok).to.deep.equal(['exited', 'cba\n']);
-      expect(result.passwd).to.deep.equal([1, '']);
+      expectFreshDist();
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-sandbox-user-'));
+      try {
+        fs.mkdirSync(path.join(dir, 'rewards'));
+        fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
+        fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
+        fs.writeFileSync(path.join(dir, 'package.json'), '{"type": "module"}\n');
+        fs.writeFileSync(
+          path.join(dir, 'run.js'),
+          [
+            "import { Sandbox } from './rewards/sandbox.js';",
+            'const sandbox = new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, processes: 8 }, concurrency: 2 });',
+            "const fork = await sandbox.run('python', 'import os\\nwhile True:\\n    os.fork()');",
+            "const ok = await sandbox.run('python', 'print(input()[::-1])', 'abc');",
+            "const passwd = await sandbox.run('python', 'print(open(\"/etc/passwd\").read())');",
+            'console.log(JSON.stringify({ uid: process.getuid(), fork: fork.status, ok: [ok.status, ok.stdout], passwd: [passwd.exitCode, passwd.stdout] }));',
+          ].join('\n'),
+        );
+        for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', 'package.json', 'run.js']) fs.chmodSync(path.join(dir, file), file.endsWith('.js') || file.endsWith('.json') ? 0o644 : 0o755);
+        const run = await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, path.join(dir, 'run.js')], dir, 60_000, { HOME: dir });
+        expect(run.status, run.stderr).to.equal(0);
+        const result = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { uid: number; fork: string; ok: [string, string]; passwd: [number, string] };
+        expect(result.uid).to.equal(65534);
+        expect(['timeout', 'exited', 'signalled']).to.include(result.fork);
+        expect(result.ok).to.deep.equal(['exited', 'cba\n']);
+        expect(result.passwd).to.deep.equal([1, '']);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('the sandbox reports output cut at the limit and the run stopped for it', async () => {
