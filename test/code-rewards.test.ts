@@ -263,6 +263,8 @@ describe('code rewards', function () {
       expect(await reward([rows, '--responses', responses, 'reward_model.code.score=all'])).to.include('3 responses, mean score 0.3333');
       write(responses, answers(['print(1)']));
       await expectInputErrorAsync(reward([rows, '--responses', responses]), '1 responses for 3 rows');
+      write(rows, [row('no-such-task', {})]);
+      await expectInputErrorAsync(reward([rows, '--responses', responses]), `${rows} row 1: no scorer for data_source 'no-such-task'`);
       // From the command line: a malformed test specification is exit 2 naming the file and row.
       write(rows, [row('apps', { inputs: ['1'], outputs: ['1'] }), row('apps', { inputs: ['1', '2'], outputs: ['1'] })]);
       write(responses, answers(['print(1)', 'print(1)']));

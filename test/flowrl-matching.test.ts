@@ -95,12 +95,12 @@ describe('FlowRL matching options', function () {
     worker.dispose();
   });
 
-  it('explore_temperature: rows of prompts already solved are drawn at it, the others and validation at their own temperatures; every log-prob at the rollout temperature', async () => {
+  it('explore_temperature (two threads): rows of prompts already solved are drawn at it, the others and validation at their own temperatures; every log-prob at the rollout temperature', async () => {
     const dir = tempDir();
     // The 24 collapse prompts at 8 per step come back from step 4 on, many of them solved.
     const file = writeConfig(dir, { data: { train_files: path.join(ROOT, 'examples', 'countdown', 'collapse', 'prompts.jsonl') } });
     const host = await createHost(file, {
-      overrides: ['flowrl.explore_temperature=2.5', 'trainer.total_training_steps=6', 'trainer.test_freq=6', 'trainer.val_before_train=false', 'engine.workers=1'],
+      overrides: ['flowrl.explore_temperature=2.5', 'trainer.total_training_steps=6', 'trainer.test_freq=6', 'trainer.val_before_train=false', 'engine.workers=2'],
       quiet: true,
     });
     const worker = host.container.get<Worker>(TOKENS.Worker);

@@ -42,17 +42,9 @@ export async function rewardCommand(argv: string[]): Promise<void> {
   const kwargs = config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
   // Every row is checked before anything runs, so a bad one is named at once.
   const perRow: Scorer[] = rows.map((row, i) => {
-    const where = `${rowsFile} row ${i + 1}`;
     if (custom) return custom;
-    const scorer = scorers.scorer(row.data_source, kwargs[row.data_source] ?? {});
-    if (!scorer) throw new InputError(`${where}: no scorer for data_source '${row.data_source}' (registered: ${scorers.describe()}; or set custom_reward_function.path)`);
-    try {
-      scorers.check(row.data_source, row.reward_model.ground_truth);
-    } catch (e) {
-      if (e instanceof InputError) throw new InputError(`${where}: ${e.message}`);
-      throw e;
-    }
-    return scorer;
+    scorers.checkRow(`${rowsFile} row ${i + 1}`, row.data_source, row.reward_model.ground_truth);
+    return scorers.scorer(row.data_source, kwargs[row.data_source] ?? {})!;
   });
   const results = await Promise.all(rows.map((row, i) => Promise.resolve(perRow[i](responses[i], row.reward_model.ground_truth, row.extra_info ?? {}, row.data_source))));
   const scored = results.map((r, i) => ({ row: i + 1, data_source: rows[i].data_source, ...scoreValue(r) }));

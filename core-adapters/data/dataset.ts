@@ -55,17 +55,7 @@ export class PromptDataset implements Dataset {
         const ids = this.tokenizer.encode(renderPrompt(row, this.tokenizer));
         if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
         // Found now rather than when the row is first scored, possibly hours into a run.
-        if (!this.config.custom_reward_function.path) {
-          if (!this.scorers.scorer(row.data_source)) {
-            throw new InputError(`${file} row ${i + 1}: no scorer for data_source '${row.data_source}' (registered: ${this.scorers.describe()}; or set custom_reward_function.path)`);
-          }
-          try {
-            this.scorers.check(row.data_source, row.reward_model.ground_truth);
-          } catch (e) {
-            if (e instanceof InputError) throw new InputError(`${file} row ${i + 1}: ${e.message}`);
-            throw e;
-          }
-        }
+        if (!this.config.custom_reward_function.path) this.scorers.checkRow(`${file} row ${i + 1}`, row.data_source, row.reward_model.ground_truth);
         if (ids.length > max) {
           if (!this.config.data.filter_overlong_prompts) {
             throw new InputError(`${file} row ${i + 1}: prompt has ${ids.length} tokens > data.max_prompt_length ${max} (set data.filter_overlong_prompts to drop such rows)`);

@@ -73,9 +73,19 @@ export class ScorerRegistry {
     return this.runner;
   }
 
-  /** Checks that a row's ground truth can be scored by its data_source's scorer (an InputError saying why not). */
-  check(dataSource: string, groundTruth: unknown): void {
-    this.entries.find((e) => e.scores(dataSource))?.check?.(groundTruth);
+  /**
+   * Checks that a row can be scored: a scorer for its data_source, and a ground truth that scorer
+   * reads. Otherwise an InputError starting with `where` (the file and row).
+   */
+  checkRow(where: string, dataSource: string, groundTruth: unknown): void {
+    const entry = this.entries.find((e) => e.scores(dataSource));
+    if (!entry) throw new InputError(`${where}: no scorer for data_source '${dataSource}' (registered: ${this.describe()}; or set custom_reward_function.path)`);
+    try {
+      entry.check?.(groundTruth);
+    } catch (e) {
+      if (e instanceof InputError) throw new InputError(`${where}: ${e.message}`);
+      throw e;
+    }
   }
 
   /**

@@ -149,6 +149,7 @@ export class Sandbox {
   async run(language: string, code: string, stdin = ''): Promise<RunResult> {
     const lang = this.languages[language];
     if (!lang) throw new InputError(`sandbox: unknown language '${language}'; known: ${Object.keys(this.languages).join(', ')}`);
+    if (!fs.existsSync(lang.command[0])) throw new InputError(`sandbox: ${language} programs run with ${lang.command[0]}, which is missing (${lang.install})`);
     if (this.running >= this.concurrency) await new Promise<void>((resolve) => this.waiting.push(resolve));
     else this.running++;
     try {
