@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { extractCode, findSandboxTools, parseCodeTests, Sandbox, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
 
@@ -235,6 +235,38 @@ describe('code rewards', function () {
     });
   });
 
+  describe('reuse of identical runs (reward_model.code.reuse_runs)', () => {
+    it('runs each distinct program and input once, in flight or done, up to the capacity; a failed run is tried again', async () => {
+      const calls: string[] = [];
+      let failNext = false;
+      const counting = {
+        async run(code: string, stdin: string) {
+          calls.push(`${code}|${stdin}`);
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          if (failNext) {
+            failNext = false;
+            throw new Error('sandbox down');
+          }
+          return { finished: true, stdout: `${code}:${stdin}`, status: 'finished' };
+        },
+      };
+      const reused = new ReusedRuns(counting, 2);
+      const first = await Promise.all([reused.run('a', '1'), reused.run('a', '1'), reused.run('a', '2'), reused.run('b', '1')]);
+      expect(first.map((r) => r.stdout)).to.deep.equal(['a:1', 'a:1', 'a:2', 'b:1']);
+      expect(calls).to.deep.equal(['a|1', 'a|2', 'b|1']);
+      // Capacity 2: 'a|1' was evicted, 'b|1' (the newest) is still known.
+      await reused.run('b', '1');
+      await reused.run('a', '1');
+      expect(calls).to.deep.equal(['a|1', 'a|2', 'b|1', 'a|1']);
+      failNext = true;
+      let error: Error | undefined;
+      await reused.run('c', '1').catch((e: Error) => (error = e));
+      expect(error?.message).to.equal('sandbox down');
+      expect((await reused.run('c', '1')).stdout).to.equal('c:1');
+      expect(calls.filter((c) => c === 'c|1')).to.have.length(2);
+    });
+  });
+
   describe('flowrl reward', () => {
     /** Runs the command in this process, returning what it printed. */
     async function reward(args: string[]): Promise<string> {
@@ -271,6 +303,28 @@ describe('code rewards', function () {
       const bad = await runFlowrl(['reward', rows, '--responses', responses]);
       expect(bad.status).to.equal(2);
       expect(bad.stderr).to.include(`${rows} row 2: reward_model.ground_truth has 2 inputs but 1 outputs`);
+    });
+
+    it("the code example's rows: each solver program passes its row's tests, and a program that misses a shown pair fails", async () => {
+      const dir = tempDir('flowrl-reward-');
+      const example = path.join(ROOT, 'examples', 'code', 'data', 'val.jsonl');
+      const rows = fs.readFileSync(example, 'utf8').split('\n').filter(Boolean).slice(0, 12);
+      const file = path.join(dir, 'rows.jsonl');
+      fs.writeFileSync(file, rows.join('\n') + '\n');
+      const responses = path.join(dir, 'responses.jsonl');
+      const solutions = rows.map((line) => (JSON.parse(line) as { extra_info: { response: string } }).extra_info.response);
+      fs.writeFileSync(responses, solutions.map((response) => JSON.stringify({ response })).join('\n') + '\n');
+      const scores = (await reward([file, '--responses', responses, '--json'])).split('\n').map((l) => (JSON.parse(l) as { score: number }).score);
+      expect(scores).to.deep.equal(rows.map(() => 1));
+      // The identity passes no row whose shown pairs change their list (the assert holds them too).
+      fs.writeFileSync(responses, rows.map(() => JSON.stringify({ response: 'def f(x):return x' })).join('\n') + '\n');
+      const identity = (await reward([file, '--responses', responses, '--json'])).split('\n').map((l) => (JSON.parse(l) as { score: number }).score);
+      const keepsLists = rows.map((line) => {
+        const prompt = (JSON.parse(line) as { prompt: { content: string }[] }).prompt[0].content;
+        return prompt.slice(0, -1).split(';').every((pair) => pair.split('>')[0] === pair.split('>')[1]);
+      });
+      identity.forEach((score, i) => expect(score, `row ${i + 1}`).to.be.at.most(keepsLists[i] ? 1 : 0));
+      expect(identity.filter((score) => score === 0).length).to.be.greaterThan(6);
     });
   });
 });

@@ -323,3 +323,43 @@ describe('examples/countdown/pass-at-k-table.ts', function () {
     expect(lines.map((l) => l.split(/\s{2,}/)[0])).to.deep.equal(['metric', 'Avg@2', 'pass@1', 'pass@2', 'distinct correct', 'correct entropy']);
   });
 });
+
+describe('examples/code: programming by example scored in the sandbox', function () {
+  this.timeout(120_000);
+  const CODE = path.join(ROOT, 'examples', 'code');
+
+  it('grpo.yaml and flowrl.yaml differ only in algorithm.name and run name; no validation prompt is a training prompt', async () => {
+    const [grpo, flowrl] = ['grpo.yaml', 'flowrl.yaml'].map((f) => YAML.parse(fs.readFileSync(path.join(CODE, f), 'utf8')) as Record<string, Record<string, unknown>>);
+    expect({ ...flowrl, algorithm: grpo.algorithm, trainer: { ...flowrl.trainer, experiment_name: grpo.trainer.experiment_name } }).to.deep.equal(grpo);
+    expect(flowrl.algorithm).to.deep.equal({ name: 'flowrl' });
+    const prompt = (row: DataRow) => row.prompt[0].content;
+    const train = new Set((await readRows(path.join(CODE, 'data', 'train.jsonl'))).map(prompt));
+    const val = (await readRows(path.join(CODE, 'data', 'val.jsonl'))).map(prompt);
+    expect(val).to.have.length(512);
+    expect(val.filter((p) => train.has(p))).to.deep.equal([]);
+  });
+
+  it('flowrl.yaml trains two steps with every response run in the sandbox', async () => {
+    const dir = tempDir();
+    const run = await flowrlInProcess(['train', path.join(CODE, 'flowrl.yaml'), `trainer.default_local_dir=${dir}`, 'trainer.total_training_steps=2', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'trainer.progress=false']);
+    expect(run.status, run.stderr).to.equal(0);
+    const metrics = readRunMetrics(dir);
+    expect(metrics).to.have.length(2);
+    for (const m of metrics) {
+      // A policy that writes programs: some pass, and each response was scored (0 or 1 under one assert).
+      expect(m['reward/acc/mean'], `step ${m.step}`).to.be.within(0.02, 0.9);
+      expect(m['critic/score/mean']).to.equal(m['reward/acc/mean']);
+    }
+  });
+});
+
+describe('examples/countdown/one-step-off', function () {
+  it('sync.yaml and one-step-off.yaml differ only in trainer.one_step_off_policy and the run name, on two servers', () => {
+    const dir = path.join(ROOT, 'examples', 'countdown', 'one-step-off');
+    const [sync, off] = ['sync.yaml', 'one-step-off.yaml'].map((f) => YAML.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as { trainer: Record<string, unknown>; actor_rollout_ref: { rollout: { name: string; server: { urls: string[]; max_staleness: number } } } });
+    expect(off.trainer.one_step_off_policy).to.equal(true);
+    expect({ ...off, trainer: { ...off.trainer, one_step_off_policy: undefined, experiment_name: sync.trainer.experiment_name } }).to.deep.equal({ ...sync, trainer: { ...sync.trainer, one_step_off_policy: undefined } });
+    expect(sync.actor_rollout_ref.rollout.server.urls).to.have.length(2);
+    expect(sync.actor_rollout_ref.rollout.server.max_staleness).to.equal(1);
+  });
+});

@@ -126,6 +126,30 @@ describe('rollouts on inference servers (flowrl serve)', function () {
         expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
       });
     }
+    it('trainer.one_step_off_policy: each batch is sampled with the weights one update behind those that train on it, corrected by TIS, and grpo still learns', async () => {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true }, actor_rollout_ref: { rollout: { server: { max_staleness: 1 } } } });
+      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30', 'actor_rollout_ref.rollout.server.max_staleness=1']);
+      expect(code, stderr).to.equal(0);
+      const metrics = readRunMetrics(runDir);
+      const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
+      expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+      const steps = stepMetrics(runDir);
+      expect(steps).to.have.length(30);
+      for (const m of steps) {
+        // Step 1's batch was sampled before any update; every later one with the weights of the step before.
+        expect(m['rollout/weight_version'], `step ${m.step}`).to.equal(Math.max(0, m.step - 2));
+        expect(m['rollout/staleness'], `step ${m.step}`).to.equal(m.step === 1 ? 0 : 1);
+        expect(m['rollout/stale_dropped'] + m['rollout/retries']).to.equal(0);
+        if (m.step > 1) {
+          // The samples are the previous weights': the trainer's log-probs differ, and TIS weighs the difference.
+          expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.above(1e-4);
+        } else expect(m['rollout/logprob_diff_mean']).to.be.below(1e-4);
+      }
+      // Every step but the last launches the next one's sampling.
+      expect(steps.map((m) => m['timing_s/launch_next'] !== undefined)).to.deep.equal(steps.map((m) => m.step < 30));
+    });
   });
 
   it('flowrl serve draws exactly the samples local sampling draws: the same run, step for step (3 steps)', async () => {
@@ -283,15 +307,17 @@ describe('rollouts on inference servers (flowrl serve)', function () {
 
   it('bad server settings exit 2 naming the key', async () => {
     const dir = tempDir();
-    for (const [urls, fragment] of [
-      [[], 'actor_rollout_ref.rollout.server.urls is empty'],
-      [['ftp://127.0.0.1:1'], "'ftp://127.0.0.1:1' is not an http(s) URL"],
+    for (const [urls, fragment, overrides] of [
+      [[], 'actor_rollout_ref.rollout.server.urls is empty', []],
+      [['ftp://127.0.0.1:1'], "'ftp://127.0.0.1:1' is not an http(s) URL", []],
+      [['http://127.0.0.1:1'], 'set actor_rollout_ref.rollout.server.max_staleness to 1 or more', ['trainer.one_step_off_policy=true']],
+      [['http://127.0.0.1:1'], 'trainer.one_step_off_policy needs rollout servers', ['trainer.one_step_off_policy=true', 'actor_rollout_ref.rollout.name=local']],
     ] as const) {
       const errors: string[] = [];
       const original = console.error;
       console.error = (...args: unknown[]) => errors.push(args.map(String).join(' '));
       try {
-        expect(await main(['train', serverConfig(dir, [...urls]), 'trainer.total_training_steps=1'])).to.equal(2);
+        expect(await main(['train', serverConfig(dir, [...urls]), 'trainer.total_training_steps=1', ...overrides])).to.equal(2);
       } finally {
         console.error = original;
       }

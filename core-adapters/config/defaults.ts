@@ -192,6 +192,7 @@ export const CORE_SPEC = {
       processes: key(16, "Processes and threads a test program may have at once in the local sandbox.", { integer: true, min: 1 }),
       output_bytes: key(1048576, "Bytes of output a test program may write before it is stopped.", { integer: true, min: 1 }),
       concurrency: key(null as number | null, "Test programs run at once; null: the machine's cores.", { positiveInteger: true, nullable: 'number' }),
+      reuse_runs: key(4096, "Identical (program, test input) pairs among the last N runs are run once and share the result (a group's repeated answers cost one run); 0: run every one. Set 0 for programs whose outcome is random.", { integer: true, min: 0 }),
     },
     /** verl's SandboxFusion client: with url set, code tests run on that server instead of the local sandbox. */
     sandbox_fusion: {
@@ -232,6 +233,7 @@ export const CORE_SPEC = {
     resume_mode: key('auto', "auto (latest checkpoint if any) | disable | a global_step_N directory."),
     max_checkpoints_to_keep: key(null as number | null, "Checkpoints kept on disk (oldest removed first); null keeps all.", { positiveInteger: true, nullable: 'number' }),
     seed: key(1, "Seed of sampling, initialisation and (unless data.seed) the data order."),
+    one_step_off_policy: key(false, "Sample step t+1's rollouts on the servers while step t trains (verl's one_step_off_policy recipe): each batch comes from the weights one update behind those that train on it, corrected by algorithm.rollout_correction. Needs rollout servers (rollout.name sglang or vllm) and rollout.server.max_staleness >= 1."),
     progress: key(true, "Console progress bar and summary lines."),
   },
 };

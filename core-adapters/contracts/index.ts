@@ -78,6 +78,12 @@ export interface Rollout {
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   /** The policy's weights changed (an update or a restore): the next samples come from the new ones. */
   policyChanged(): void;
+  /**
+   * Resolves once every generateSequences call in progress has the weights it samples with on its
+   * engines and its requests sent, so the caller can compute while the engines sample (a rollout in
+   * this process samples within the call and need not define it).
+   */
+  dispatched?(): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -87,6 +93,10 @@ export interface Worker {
   readonly module: PolicyModule;
   /** Samples responses for a batch of prompts (already repeated rollout.n times) through the rollout role. */
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
+  /** Whether sampling runs in other processes (rollout servers), so it can overlap this process's work. */
+  readonly rolloutIsRemote: boolean;
+  /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
+  rolloutDispatched(): Promise<void>;
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
   /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
   computeRefLogProb(batch: Batch): Float32Array;

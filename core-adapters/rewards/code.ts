@@ -161,6 +161,37 @@ export class SandboxRunner implements CodeRunner {
   }
 }
 
+/**
+ * Runs each distinct (program, input) once: repeats among the last `capacity` runs, in flight or
+ * done, share the first run's result. A group of samples often repeats answers, and validation
+ * at low temperature more so; the result is the same for any program whose outcome is not random.
+ */
+export class ReusedRuns implements CodeRunner {
+  private readonly runs = new Map<string, Promise<ProgramRun>>();
+
+  constructor(
+    private readonly runner: CodeRunner,
+    private readonly capacity: number,
+  ) {}
+
+  run(code: string, stdin: string): Promise<ProgramRun> {
+    const key = `${code}\u0000${stdin}`;
+    const known = this.runs.get(key);
+    if (known) {
+      // Most recently used last, so the oldest entry is the first one evicted.
+      this.runs.delete(key);
+      this.runs.set(key, known);
+      return known;
+    }
+    const run = this.runner.run(code, stdin);
+    this.runs.set(key, run);
+    // A run that throws (sandbox failure) is not kept: the next call tries again.
+    run.catch(() => this.runs.delete(key));
+    if (this.runs.size > this.capacity) this.runs.delete(this.runs.keys().next().value!);
+    return run;
+  }
+}
+
 export interface CodeSettings {
   score: 'fraction' | 'all';
   timeout_s: number;
@@ -168,6 +199,7 @@ export interface CodeSettings {
   processes: number;
   output_bytes: number;
   concurrency: number | null;
+  reuse_runs: number;
 }
 
 /** The local sandbox's limits for the code settings. */

@@ -6,7 +6,7 @@ import { pathToFileURL } from 'node:url';
 import type { Config } from '../config/load.js';
 import { CORE_DEFAULTS } from '../config/defaults.js';
 import { InputError } from '../errors.js';
-import { CODE_SOURCES, codeSandboxLimits, parseCodeTests, SandboxFusionRunner, SandboxRunner, scoreCode, type CodeRunner } from './code.js';
+import { CODE_SOURCES, codeSandboxLimits, parseCodeTests, ReusedRuns, SandboxFusionRunner, SandboxRunner, scoreCode, type CodeRunner } from './code.js';
 import { countdownCorrectAnswers, scoreCountdown } from './countdown.js';
 import { scoreGsm8k } from './gsm8k.js';
 import { scoreMath } from './math.js';
@@ -67,9 +67,10 @@ export class ScorerRegistry {
   private codeRunner(): CodeRunner {
     if (this.runner) return this.runner;
     const { code, sandbox_fusion: fusion } = this.settings;
-    this.runner = fusion.url
+    const runner = fusion.url
       ? new SandboxFusionRunner(fusion.url, { timeoutS: code.timeout_s, memoryLimitMb: fusion.memory_limit_mb, maxConcurrent: fusion.max_concurrent })
       : new SandboxRunner(new Sandbox({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined }));
+    this.runner = code.reuse_runs > 0 ? new ReusedRuns(runner, code.reuse_runs) : runner;
     return this.runner;
   }
 

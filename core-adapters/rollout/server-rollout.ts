@@ -24,6 +24,8 @@ const EJECT_AFTER_FAILURES = 2;
 const KEPT_VERSIONS = 2;
 /** Mean |log-prob difference| on the probe above which a vLLM server is taken not to hold the policy's weights. */
 const WEIGHT_CHECK_TOLERANCE = 0.02;
+/** Event-loop turns dispatched() gives the transport to put a round's requests on the wire. */
+const DISPATCH_TURNS = 32;
 /** Probe rounds, one second apart, before a step gives up when no server is live. */
 const PROBE_ROUNDS = 3;
 
@@ -69,6 +71,8 @@ export class ServerRollout implements Rollout {
   /** The prompt vLLM's weights are checked with, and the trainer's log-probs of it at a version. */
   private probeIds?: number[];
   private expectedProbe?: { version: number; logProbs: number[] };
+  /** Rounds whose requests are not all started yet. */
+  private readonly dispatching = new Set<Promise<void>>();
 
   constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
@@ -139,6 +143,28 @@ export class ServerRollout implements Rollout {
         `rollout.name vllm with top_p ${sampling.topP} and top_k ${sampling.topK}: vLLM returns log-probs after top-k/top-p renormalisation while the trainer scores over the whole vocabulary, so the TIS weights would be wrong. Sample with top_p 1.0 and top_k -1 on vLLM, or use SGLang (its log-probs are taken before filtering, as the trainer's)`,
       );
     }
+    let markDispatched!: () => void;
+    const dispatched = new Promise<void>((resolve) => (markDispatched = resolve));
+    this.dispatching.add(dispatched);
+    try {
+      return await this.sampleRound(prompts, sampling, markDispatched);
+    } finally {
+      markDispatched();
+      this.dispatching.delete(dispatched);
+    }
+  }
+
+  /**
+   * Resolves once every round in progress has synced its weights and started each sample's request,
+   * then gives the event loop DISPATCH_TURNS turns to open connections and write them (64 requests
+   * reach a local server within 20), so the caller's computing does not hold them back.
+   */
+  async dispatched(): Promise<void> {
+    await Promise.all(this.dispatching);
+    for (let turn = 0; turn < DISPATCH_TURNS; turn++) await new Promise((resolve) => setImmediate(resolve));
+  }
+
+  private async sampleRound(prompts: Batch, sampling: SamplingSettings, markDispatched: () => void): Promise<Batch> {
     const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
     const promptIds = prompts.column<number[]>('prompt_ids');
     // vLLM's weight check scores one of the run's own prompts (ids its vocabulary surely holds).
@@ -146,6 +172,12 @@ export class ServerRollout implements Rollout {
     const syncStarted = performance.now();
     await this.sync(counters);
     const syncSeconds = (performance.now() - syncStarted) / 1000;
+    const sampledVersion = this.version;
+    let waiting = promptIds.length;
+    const started = () => {
+      waiting -= 1;
+      if (waiting === 0) markDispatched();
+    };
 
     const uids = prompts.has('uid') ? prompts.column<string>('uid') : promptIds.map((_, i) => String(i));
     const groups = new Map<string, number[]>();
@@ -156,7 +188,7 @@ export class ServerRollout implements Rollout {
       const home = this.leastLoaded(new Set());
       if (home) home.assigned += rows.length;
       return rows.map(async (row) => {
-        results[row] = await this.sample(row, promptIds[row], sampling, home, counters);
+        results[row] = await this.sample(row, promptIds[row], sampling, home, counters, started);
       });
     });
     await Promise.all(work.flat());
@@ -176,7 +208,8 @@ export class ServerRollout implements Rollout {
       'rollout/stale_dropped': counters.staleDropped,
       'rollout/ejections': counters.ejections,
       'rollout/rejoins': counters.rejoins,
-      'rollout/weight_version': this.version,
+      // The weights the round sampled with (under trainer.one_step_off_policy, one update behind).
+      'rollout/weight_version': sampledVersion,
       'timing_s/weight_sync': syncSeconds,
     };
     out.meta = { ...out.meta, metrics };
@@ -184,7 +217,7 @@ export class ServerRollout implements Rollout {
   }
 
   /** Draws one sample, again on another server for as long as retries and servers last. */
-  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters): Promise<ServedSample> {
+  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters, started?: () => void): Promise<ServedSample> {
     // The seed belongs to the sample, not the server: on vLLM and flowrl serve a retry elsewhere
     // draws the same stream (and flowrl serve what local sampling would); SGLang honours it only
     // when started with --enable-deterministic-inference, so there a retry is another draw.
@@ -195,7 +228,7 @@ export class ServerRollout implements Rollout {
       const server = home && home.live && !tried.size ? home : (this.leastLoaded(tried) ?? this.leastLoaded(new Set()) ?? (await this.recoverOrFail(counters, lastError)));
       await this.acquire(server);
       try {
-        const result = await server.client.generate({
+        const request = server.client.generate({
           inputIds,
           maxNewTokens: sampling.maxNewTokens,
           temperature: sampling.greedy ? 0 : sampling.temperature,
@@ -206,6 +239,8 @@ export class ServerRollout implements Rollout {
           adapter: this.isAdapter ? this.label(server.version) : undefined,
           requestId: `flowrl-${this.runTag}-${this.version}-${row}-${attempt}`,
         });
+        if (attempt === 0) started?.();
+        const result = await request;
         if (result.finish === 'abort') throw new ServerCallError(`${server.client.url}: the sample was aborted`, true);
         server.failures = 0;
         const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;

@@ -84,6 +84,15 @@ export function stepSeed(seed: number, step: number): number {
   return Math.floor(Rng.derive(seed, step).next() * 2 ** 31);
 }
 
+/** A step's rollouts: where its prompts end in the data, and its samples (in flight while the step before trains). */
+interface StepRollouts {
+  step: number;
+  next: DataPosition;
+  /** Actor updates done when its sampling started (the weights it samples with). */
+  updatesAtLaunch: number;
+  batch: Promise<Batch>;
+}
+
 /** The one training loop for every algorithm: rollouts, rewards, advantages, updates, validation, checkpoints. */
 @injectable()
 export class RLTrainer implements Trainer {
@@ -97,6 +106,10 @@ export class RLTrainer implements Trainer {
   stoppedAt?: number;
   /** Where validate writes per-prompt results during fit (flowrl eval writes none). */
   private valPrompts?: ValPromptLog;
+  /** Actor updates this process has made (how far the weights moved since a batch was launched). */
+  private actorUpdates = 0;
+  /** trainer.one_step_off_policy: the next step's rollouts, sampled while this step trains. */
+  private prefetched?: StepRollouts;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -122,6 +135,7 @@ export class RLTrainer implements Trainer {
 
   /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
   async setup(): Promise<void> {
+    this.checkOneStepOff();
     await this.dataset.init();
     // The schedules span the run, as verl's trainer tells its workers.
     this.config.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
@@ -140,6 +154,18 @@ export class RLTrainer implements Trainer {
       if (kl.type === 'adaptive') klCoef = state.kl_coef;
     }
     this.klController = kl.type === 'adaptive' ? new AdaptiveKlController(klCoef, kl.target_kl, kl.horizon) : new FixedKlController(klCoef);
+  }
+
+  /** trainer.one_step_off_policy needs samples from other processes, allowed to be one update old. */
+  private checkOneStepOff(): void {
+    if (!this.config.trainer.one_step_off_policy) return;
+    const rollout = this.config.actor_rollout_ref.rollout;
+    if (rollout.name === 'local') {
+      throw new InputError(`trainer.one_step_off_policy needs rollout servers (actor_rollout_ref.rollout.name sglang or vllm): with rollout.name local, sampling and training share this process and cannot overlap`);
+    }
+    if (rollout.server.max_staleness < 1) {
+      throw new InputError(`trainer.one_step_off_policy samples each batch with the weights one update behind: set actor_rollout_ref.rollout.server.max_staleness to 1 or more (it is ${rollout.server.max_staleness}, so every sample would be dropped as stale)`);
+    }
   }
 
   /** Releases the models this trainer's roles hold. */
@@ -225,6 +251,8 @@ export class RLTrainer implements Trainer {
       if (this.dataset.val.length && testFreq > 0 && (this.step % testFreq === 0 || last)) {
         const t = performance.now();
         try {
+          // Validation samples with the new weights: the next step's rollouts finish on the old ones first.
+          await this.prefetched?.batch.catch(() => undefined);
           lastValidation = await this.validate();
         } catch (e) {
           if (!(e instanceof RolloutUnavailable)) throw e;
@@ -253,8 +281,16 @@ export class RLTrainer implements Trainer {
         break;
       }
     }
+    await this.dropPrefetched();
     for (const sink of this.sinks) sink.close();
     return lastValidation;
+  }
+
+  /** Waits out rollouts sampled for a step that will not run (a stop), so no request outlives the run. */
+  private async dropPrefetched(): Promise<void> {
+    const pending = this.prefetched;
+    this.prefetched = undefined;
+    if (pending) (await pending.batch.catch(() => undefined))?.dispose();
   }
 
   /**
@@ -263,6 +299,7 @@ export class RLTrainer implements Trainer {
    * its metrics). Checkpointed (unless that checkpoint exists), so the same command resumes.
    */
   private stopWithoutRollouts(e: RolloutUnavailable, at: { before: DataPosition } | { finished: Metrics }): RolloutUnavailable {
+    this.prefetched = undefined;
     if ('before' in at) {
       this.step -= 1;
       this.position = at.before;
@@ -285,6 +322,16 @@ export class RLTrainer implements Trainer {
     };
   }
 
+  /** Starts sampling step `step`'s prompts, which start at `position`; the samples come with the weights as they are now. */
+  private launchRollouts(step: number, position: DataPosition): StepRollouts {
+    const { prompts, next } = this.dataset.nextBatch(position, this.config.data.train_batch_size);
+    const promptsBatch = promptBatch(prompts, `s${step}`).repeat(this.config.actor_rollout_ref.rollout.n, true);
+    const batch = this.generateRollouts(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, step)));
+    // Awaited by its step, or dropped at a stop: never an unhandled rejection meanwhile.
+    batch.catch(() => undefined);
+    return { step, next, updatesAtLaunch: this.actorUpdates, batch };
+  }
+
   /** A training step's rollouts for its prompts (repeated rollout.n times); subclasses may add off-policy rows. */
   protected async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     return await this.worker.generateSequences(prompts, sampling);
@@ -300,13 +347,20 @@ export class RLTrainer implements Trainer {
       return out;
     };
     const stepStarted = performance.now();
-    const { prompts, next } = this.dataset.nextBatch(this.position, this.config.data.train_batch_size);
-    this.position = next;
-    const n = this.config.actor_rollout_ref.rollout.n;
-    const promptsBatch = promptBatch(prompts, `s${this.step}`).repeat(n, true);
+    const own = this.prefetched?.step === this.step ? this.prefetched : this.launchRollouts(this.step, this.position);
+    this.prefetched = undefined;
+    this.position = own.next;
     const genStarted = performance.now();
-    const batch = await this.generateRollouts(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, this.step)));
+    const batch = await own.batch;
+    // Sync: the whole sampling. One step off: the wait for samples launched while the last step trained.
     timing['timing_s/gen'] = (performance.now() - genStarted) / 1000;
+    const rolloutMetrics: Metrics = { 'rollout/staleness': this.actorUpdates - own.updatesAtLaunch };
+    if (this.config.trainer.one_step_off_policy && this.step < this.totalSteps) {
+      const t = performance.now();
+      this.prefetched = this.launchRollouts(this.step + 1, this.position);
+      await this.worker.rolloutDispatched();
+      rolloutMetrics['timing_s/launch_next'] = (performance.now() - t) / 1000;
+    }
     const B = batch.size;
     const R = batch.tensor('responses').shape[1];
     const mask = batch.tensor('response_mask').data as Float32Array;
@@ -316,7 +370,7 @@ export class RLTrainer implements Trainer {
     timing['timing_s/reward'] = (performance.now() - rewardStarted) / 1000;
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
     batch.setColumn('correct', reward.correct);
-    const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}) };
+    const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}), ...rolloutMetrics };
 
     const old = timed('old_log_prob', () => this.worker.computeLogProb(batch));
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
@@ -360,6 +414,7 @@ export class RLTrainer implements Trainer {
     if (!this.requirements.useCritic || this.step > this.config.critic.warmup) {
       const listeners = this.shapers.filter((s): s is RewardShaper & ActorStepListener => s.onActorStep !== undefined);
       Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch, listeners)));
+      this.actorUpdates += 1;
       // Online shapers follow the policy: they update when it does (not during critic warm-up).
       for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
     }

@@ -209,6 +209,14 @@ export class ActorRolloutRefWorker implements Worker {
     return this.rollout.generateSequences(prompts, sampling);
   }
 
+  get rolloutIsRemote(): boolean {
+    return this.config.actor_rollout_ref.rollout.name !== 'local';
+  }
+
+  async rolloutDispatched(): Promise<void> {
+    await this.rollout.dispatched?.();
+  }
+
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array } {
     const { logProbs, entropy } = this.actor.computeLogProb(batch, { withEntropy: true });
     return { logProbs, entropy: entropy! };
