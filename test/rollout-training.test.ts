@@ -126,7 +126,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
         expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
       });
     }
-    it('trainer.one_step_off_policy: each batch is sampled with the weights one update behind those that train on it, corrected by TIS, and grpo still learns', async () => {
+    it('trainer.one_step_off_policy: each batch is sampled with the weights one update behind those that train on it, corrected by TIS; grpo still learns, and a resumed run samples its first step afresh', async () => {
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
       const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true }, actor_rollout_ref: { rollout: { server: { max_staleness: 1 } } } });
@@ -149,6 +149,14 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       }
       // Every step but the last launches the next one's sampling.
       expect(steps.map((m) => m['timing_s/launch_next'] !== undefined)).to.deep.equal(steps.map((m) => m.step < 30));
+      // A resumed run samples its first step with the restored weights, then goes one step off again.
+      const resumed = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=32', 'trainer.test_freq=-1', 'actor_rollout_ref.rollout.server.max_staleness=1']);
+      expect(resumed.code, resumed.stderr).to.equal(0);
+      const after30 = stepMetrics(runDir).filter((m) => m.step > 30);
+      expect(after30.map((m) => [m.step, m['rollout/staleness']])).to.deep.equal([
+        [31, 0],
+        [32, 1],
+      ]);
     });
   });
 
