@@ -37,7 +37,7 @@ export class FlowRLTrainer extends RLTrainer {
   protected override async generateRollouts(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     const flowrl = flowrlConfig(this.config);
     if (flowrl.replay_samples === 0 && flowrl.reference_samples === 0 && flowrl.explore_temperature === null) return await super.generateRollouts(prompts, sampling);
-    const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.step);
+    const rng = Rng.derive(this.config.trainer.seed, 1_000_003 + this.rolloutStep);
     const promptIds = prompts.column<number[]>('prompt_ids');
     const source: RowSource[] = promptIds.map(() => 'policy');
     const responses: number[][] = new Array(prompts.size);

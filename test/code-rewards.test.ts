@@ -236,7 +236,7 @@ describe('code rewards', function () {
   });
 
   describe('reuse of identical runs (reward_model.code.reuse_runs)', () => {
-    it('runs each distinct program and input once, in flight or done, up to the capacity; a failed run is tried again', async () => {
+    it('runs each distinct program and input once, in flight or done, up to the capacity; a failed, timed-out or long-output run is tried again', async () => {
       const calls: string[] = [];
       let failNext = false;
       const counting = {
@@ -247,6 +247,8 @@ describe('code rewards', function () {
             failNext = false;
             throw new Error('sandbox down');
           }
+          if (code === 'slow') return { finished: false, stdout: '', status: 'timeout' };
+          if (code === 'loud') return { finished: true, stdout: 'x'.repeat(100_000), status: 'finished' };
           return { finished: true, stdout: `${code}:${stdin}`, status: 'finished' };
         },
       };
@@ -264,6 +266,9 @@ describe('code rewards', function () {
       expect(error?.message).to.equal('sandbox down');
       expect((await reused.run('c', '1')).stdout).to.equal('c:1');
       expect(calls.filter((c) => c === 'c|1')).to.have.length(2);
+      // A timeout (perhaps a busy machine) and a long output are not kept.
+      for (const code of ['slow', 'slow', 'loud', 'loud']) await reused.run(code, '1');
+      expect(calls.filter((c) => c === 'slow|1' || c === 'loud|1')).to.have.length(4);
     });
   });
 

@@ -126,10 +126,25 @@ describe('rollouts on inference servers (flowrl serve)', function () {
         expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
       });
     }
+    it('trainer.one_step_off_policy with vLLM full weights: each round is checked against the weights it sampled with, not the newer ones', async () => {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true } }, 'vllm');
+      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=4', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'actor_rollout_ref.rollout.server.max_staleness=1']);
+      expect(code, stderr).to.equal(0);
+      const steps = stepMetrics(runDir);
+      expect(steps.map((m) => [m['rollout/weight_version'], m['rollout/staleness'], m['rollout/stale_dropped'], m['rollout/ejections']])).to.deep.equal([
+        [0, 0, 0, 0],
+        [0, 1, 0, 0],
+        [1, 1, 0, 0],
+        [2, 1, 0, 0],
+      ]);
+    });
+
     it('trainer.one_step_off_policy: each batch is sampled with the weights one update behind those that train on it, corrected by TIS; grpo still learns, and a resumed run samples its first step afresh', async () => {
       const dir = tempDir();
       const runDir = path.join(dir, 'run');
-      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true }, actor_rollout_ref: { rollout: { server: { max_staleness: 1 } } } });
+      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true } });
       const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30', 'actor_rollout_ref.rollout.server.max_staleness=1']);
       expect(code, stderr).to.equal(0);
       const metrics = readRunMetrics(runDir);

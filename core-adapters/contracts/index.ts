@@ -93,8 +93,6 @@ export interface Worker {
   readonly module: PolicyModule;
   /** Samples responses for a batch of prompts (already repeated rollout.n times) through the rollout role. */
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
-  /** Whether sampling runs in other processes (rollout servers), so it can overlap this process's work. */
-  readonly rolloutIsRemote: boolean;
   /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
   rolloutDispatched(): Promise<void>;
   computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };

@@ -9,6 +9,7 @@
 //   assert:         {"assert_case": ["assert f(1) == 2", ...]}: each appended to the program, passing
 //                   when it exits 0
 // Every test runs in its own sandbox (./sandbox.ts) or server request.
+import { createHash } from 'node:crypto';
 import { InputError } from '../errors.js';
 import { isTree } from '../config/load.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
@@ -161,10 +162,15 @@ export class SandboxRunner implements CodeRunner {
   }
 }
 
+/** Output longer than this is not kept for reuse (4096 kept runs must not hold gigabytes). */
+const REUSE_MAX_STDOUT = 64 * 1024;
+
 /**
  * Runs each distinct (program, input) once: repeats among the last `capacity` runs, in flight or
  * done, share the first run's result. A group of samples often repeats answers, and validation
  * at low temperature more so; the result is the same for any program whose outcome is not random.
+ * Not kept: a run that throws (sandbox failure), one that timed out (the machine may have been
+ * busy) and one with long output.
  */
 export class ReusedRuns implements CodeRunner {
   private readonly runs = new Map<string, Promise<ProgramRun>>();
@@ -175,7 +181,7 @@ export class ReusedRuns implements CodeRunner {
   ) {}
 
   run(code: string, stdin: string): Promise<ProgramRun> {
-    const key = `${code}\u0000${stdin}`;
+    const key = createHash('sha256').update(code).update('\u0000').update(stdin).digest('base64');
     const known = this.runs.get(key);
     if (known) {
       // Most recently used last, so the oldest entry is the first one evicted.
@@ -185,8 +191,9 @@ export class ReusedRuns implements CodeRunner {
     }
     const run = this.runner.run(code, stdin);
     this.runs.set(key, run);
-    // A run that throws (sandbox failure) is not kept: the next call tries again.
-    run.catch(() => this.runs.delete(key));
+    // Only this run's own entry goes: a newer one under the same key stays.
+    const forget = () => this.runs.get(key) === run && this.runs.delete(key);
+    run.then((result) => (result.status === 'timeout' || result.stdout.length > REUSE_MAX_STDOUT) && forget(), forget);
     if (this.runs.size > this.capacity) this.runs.delete(this.runs.keys().next().value!);
     return run;
   }

@@ -70,7 +70,8 @@ export class ServerRollout implements Rollout {
   private isAdapter = false;
   /** The prompt vLLM's weights are checked with, and the trainer's log-probs of it at a version. */
   private probeIds?: number[];
-  private expectedProbe?: { version: number; logProbs: number[] };
+  /** The trainer's log-probs of the probe, by policy version (the last two). */
+  private readonly expectedProbes = new Map<number, number[]>();
   /** Rounds whose requests are not all started yet. */
   private readonly dispatching = new Set<Promise<void>>();
 
@@ -192,7 +193,7 @@ export class ServerRollout implements Rollout {
       });
     });
     await Promise.all(work.flat());
-    await this.confirmWeights(results, promptIds, sampling, counters);
+    await this.confirmWeights(results, promptIds, sampling, counters, sampledVersion);
 
     const responses = results.map((r) => r.outputIds.slice(0, sampling.maxNewTokens));
     const out = prompts.select([]);
@@ -279,13 +280,14 @@ export class ServerRollout implements Rollout {
    * that answered is asked whether it still holds them (its probe fingerprint); the samples of one
    * that lost them (a restart to its launch weights) are dropped and drawn again elsewhere.
    */
-  private async confirmWeights(results: ServedSample[], promptIds: number[][], sampling: SamplingSettings, counters: RoundCounters): Promise<void> {
+  private async confirmWeights(results: ServedSample[], promptIds: number[][], sampling: SamplingSettings, counters: RoundCounters, sampledVersion: number): Promise<void> {
     if (!this.checksByProbe()) return;
     const answered = [...new Set(results.map((r) => r.server))];
     const lost = new Set<ServerState>();
     await Promise.all(
       answered.map(async (server) => {
-        if (!(await this.holdsPolicy(server).catch(() => false))) lost.add(server);
+        // Against the weights the round sampled with (under one_step_off_policy the policy has moved on).
+        if (!(await this.holdsPolicy(server, sampledVersion).catch(() => false))) lost.add(server);
       }),
     );
     if (!lost.size) return;
@@ -304,13 +306,16 @@ export class ServerRollout implements Rollout {
    * Whether a vLLM server serves the policy's current weights: its prompt log-probs of a probe (one
    * of the run's prompts) within WEIGHT_CHECK_TOLERANCE of the trainer's own, on average.
    */
-  private async holdsPolicy(server: ServerState): Promise<boolean> {
+  private async holdsPolicy(server: ServerState, version = this.version): Promise<boolean> {
     const probe = this.probeIds;
     if (!probe || probe.length < 2) return true;
-    if (this.expectedProbe?.version !== this.version) {
-      this.expectedProbe = { version: this.version, logProbs: responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1)[0] };
+    if (!this.expectedProbes.has(version)) {
+      // Only the current weights can be scored; an older version unseen so far cannot be checked.
+      if (version !== this.version) return true;
+      this.expectedProbes.set(version, responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1)[0]);
+      for (const v of this.expectedProbes.keys()) if (v < version - 1) this.expectedProbes.delete(v);
     }
-    const expected = this.expectedProbe.logProbs;
+    const expected = this.expectedProbes.get(version)!;
     const got = await (server.client as VllmClient).promptLogProbs(probe);
     return got.reduce((sum, v, i) => sum + Math.abs(v - expected[i]), 0) / got.length <= WEIGHT_CHECK_TOLERANCE;
   }
@@ -375,12 +380,6 @@ export class ServerRollout implements Rollout {
 
   /** Writes the current weights once per version and loads them on every live server; ejected ones rejoin first. */
   private async sync(counters: RoundCounters): Promise<void> {
-    if (this.pushedVersion !== this.version) {
-      const dir = path.join(this.weightsDir, `v${this.version}`);
-      writeDirectoryAtomically(dir, (tmp) => (this.isAdapter = this.policy.writeWeights(tmp).adapter));
-      this.pushedVersion = this.version;
-      this.pruneVersions();
-    }
     await this.rejoin(counters);
     await Promise.all(
       this.servers
@@ -398,8 +397,19 @@ export class ServerRollout implements Rollout {
     if (!this.servers.some((s) => s.live)) await this.recoverOrFail(counters, 'no server took the weights');
   }
 
-  /** Loads the current version on one server and records it. */
+  /** Writes the current weights to disk once per version. */
+  private writeCurrent(): void {
+    if (this.pushedVersion === this.version) return;
+    const dir = path.join(this.weightsDir, `v${this.version}`);
+    writeDirectoryAtomically(dir, (tmp) => (this.isAdapter = this.policy.writeWeights(tmp).adapter));
+    this.pushedVersion = this.version;
+    this.pruneVersions();
+  }
+
+  /** Loads the current version on one server (written first if it is new) and records it. */
   private async push(server: ServerState): Promise<void> {
+    // A server rejoining while a round sampled for the next step is in flight gets the newest weights.
+    this.writeCurrent();
     const dir = path.join(this.weightsDir, `v${this.version}`);
     const label = this.label(this.version);
     await server.client.loadWeights(dir, label, this.isAdapter);

@@ -110,6 +110,8 @@ export class RLTrainer implements Trainer {
   private actorUpdates = 0;
   /** trainer.one_step_off_policy: the next step's rollouts, sampled while this step trains. */
   private prefetched?: StepRollouts;
+  /** The step whose rollouts generateRollouts is drawing (one ahead of `step` when sampling one step off). */
+  protected rolloutStep = 0;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -165,6 +167,12 @@ export class RLTrainer implements Trainer {
     }
     if (rollout.server.max_staleness < 1) {
       throw new InputError(`trainer.one_step_off_policy samples each batch with the weights one update behind: set actor_rollout_ref.rollout.server.max_staleness to 1 or more (it is ${rollout.server.max_staleness}, so every sample would be dropped as stale)`);
+    }
+    const servers = ([] as string[]).concat(rollout.server.urls ?? []).length;
+    const samples = this.config.data.train_batch_size * rollout.n;
+    if (samples > rollout.server.max_inflight * servers) {
+      // Samples beyond the slots are sent only when the trainer next yields: the overlap is partial.
+      process.stderr.write(`[flowrl] warning: trainer.one_step_off_policy overlaps only ${rollout.server.max_inflight * servers} of a step's ${samples} samples with training; raise actor_rollout_ref.rollout.server.max_inflight to ${Math.ceil(samples / Math.max(1, servers))}\n`);
     }
   }
 
@@ -236,6 +244,18 @@ export class RLTrainer implements Trainer {
       this.log(0, lastValidation);
     }
     const { test_freq: testFreq, save_freq: saveFreq } = this.config.trainer;
+    try {
+      await this.trainSteps(total, testFreq, saveFreq, (v) => (lastValidation = v));
+    } finally {
+      // Rollouts sampled for a step that will not run (a stop, an error) are waited out and dropped.
+      await this.dropPrefetched();
+    }
+    for (const sink of this.sinks) sink.close();
+    return lastValidation;
+  }
+
+  /** The steps of train() from the current one to `total`. */
+  private async trainSteps(total: number, testFreq: number, saveFreq: number, validated: (metrics: Metrics) => void): Promise<void> {
     while (this.step < total) {
       this.step += 1;
       const started = performance.now();
@@ -253,7 +273,9 @@ export class RLTrainer implements Trainer {
         try {
           // Validation samples with the new weights: the next step's rollouts finish on the old ones first.
           await this.prefetched?.batch.catch(() => undefined);
-          lastValidation = await this.validate();
+          const validation = await this.validate();
+          validated(validation);
+          Object.assign(metrics, validation, { 'timing_s/testing': (performance.now() - t) / 1000 });
         } catch (e) {
           if (!(e instanceof RolloutUnavailable)) throw e;
           // The step's update is done: keep its line and a checkpoint, without its validation.
@@ -261,7 +283,6 @@ export class RLTrainer implements Trainer {
           this.log(this.step, metrics);
           throw this.stopWithoutRollouts(e, { finished: metrics });
         }
-        Object.assign(metrics, lastValidation, { 'timing_s/testing': (performance.now() - t) / 1000 });
       }
       metrics['training/global_step'] = this.step;
       metrics['training/epoch'] = this.position.epoch;
@@ -281,12 +302,9 @@ export class RLTrainer implements Trainer {
         break;
       }
     }
-    await this.dropPrefetched();
-    for (const sink of this.sinks) sink.close();
-    return lastValidation;
   }
 
-  /** Waits out rollouts sampled for a step that will not run (a stop), so no request outlives the run. */
+  /** Waits out rollouts sampled for a step that will not run, so no request outlives the run. */
   private async dropPrefetched(): Promise<void> {
     const pending = this.prefetched;
     this.prefetched = undefined;
@@ -299,7 +317,6 @@ export class RLTrainer implements Trainer {
    * its metrics). Checkpointed (unless that checkpoint exists), so the same command resumes.
    */
   private stopWithoutRollouts(e: RolloutUnavailable, at: { before: DataPosition } | { finished: Metrics }): RolloutUnavailable {
-    this.prefetched = undefined;
     if ('before' in at) {
       this.step -= 1;
       this.position = at.before;
@@ -326,6 +343,7 @@ export class RLTrainer implements Trainer {
   private launchRollouts(step: number, position: DataPosition): StepRollouts {
     const { prompts, next } = this.dataset.nextBatch(position, this.config.data.train_batch_size);
     const promptsBatch = promptBatch(prompts, `s${step}`).repeat(this.config.actor_rollout_ref.rollout.n, true);
+    this.rolloutStep = step;
     const batch = this.generateRollouts(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, step)));
     // Awaited by its step, or dropped at a stop: never an unhandled rejection meanwhile.
     batch.catch(() => undefined);

@@ -209,10 +209,6 @@ export class ActorRolloutRefWorker implements Worker {
     return this.rollout.generateSequences(prompts, sampling);
   }
 
-  get rolloutIsRemote(): boolean {
-    return this.config.actor_rollout_ref.rollout.name !== 'local';
-  }
-
   async rolloutDispatched(): Promise<void> {
     await this.rollout.dispatched?.();
   }
