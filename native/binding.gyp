@@ -5,7 +5,7 @@
       "sources": ["flowrl_blas.c"],
       "cflags": ["-O3", "-std=c11"],
       "cflags!": ["-O2", "-O1", "-O0"],
-      "libraries": ["-ldl", "-lm"]
+      "libraries": ["-ldl", "-lm", "-lpthread"]
     }
   ]
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
@@ -300,13 +301,53 @@ static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const flo
   }
 }
 
-// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas): X and Y are float32 arrays
+// Decoding's products: a few rows X [M, K] against a large frozen W [N, K], bound by reading W. A
+// one-thread BLAS call at M = 8 reads W at about 10 GB/s here, and the library's own threads split
+// such products poorly, so W's rows are split over threads, each running a one-thread call on its
+// share: 16.7 GB/s on 2 cores in the engine's decoding. Only with the BLAS on one thread (the
+// engine's default): switching its thread count per call left its idle threads spinning.
+enum { SPLIT_MAX_M = 64, SPLIT_MIN_WORK = 1 << 20, SPLIT_MAX_THREADS = 8 };
+
+typedef struct {
+  int M, K;
+  int64_t n0, n1, N;
+  const float *x, *w;
+  float *y;
+} split_share;
+
+static void *split_share_run(void *arg) {
+  const split_share *s = arg;
+  const int64_t rows = s->n1 - s->n0;
+  if (rows > 0) blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, s->M, (int)rows, s->K, 1.0f, s->x, s->K, s->w + (size_t)s->n0 * s->K, s->K, 0.0f, s->y + s->n0, (int)s->N);
+  return NULL;
+}
+
+// Y [M, N] = X [M, K] W [N, K]^T with W's rows split over `threads` one-thread BLAS calls.
+static void split_gemm_nt(int M, int64_t N, int K, const float *x, const float *w, float *y, int threads) {
+  if (threads > SPLIT_MAX_THREADS) threads = SPLIT_MAX_THREADS;
+  if ((int64_t)threads > N) threads = (int)N;
+  split_share shares[SPLIT_MAX_THREADS];
+  pthread_t ids[SPLIT_MAX_THREADS];
+  int started[SPLIT_MAX_THREADS] = {0};
+  for (int t = 0; t < threads; t++) shares[t] = (split_share){M, K, N * t / threads, N * (t + 1) / threads, N, x, w, y};
+  for (int t = 1; t < threads; t++) started[t] = pthread_create(&ids[t], NULL, split_share_run, &shares[t]) == 0;
+  split_share_run(&shares[0]);
+  for (int t = 1; t < threads; t++) {
+    if (started[t]) pthread_join(ids[t], NULL);
+    else split_share_run(&shares[t]);
+  }
+}
+
+// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads]): splitThreads
+// (default 1) lets a float32 forward with few rows use that many threads (see split_gemm_nt). X and Y are float32 arrays
 // (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
 static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
-  size_t argc = 11;
-  napi_value argv[11];
+  size_t argc = 12;
+  napi_value argv[12];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc != 11) return throw_error(env, "frozenMatmul: expected 11 arguments");
+  if (argc != 11 && argc != 12) return throw_error(env, "frozenMatmul: expected 11 or 12 arguments");
+  int64_t splitThreads = 1;
+  if (argc == 12 && !get_int(env, argv[11], &splitThreads)) return throw_error(env, "frozenMatmul: bad argument types");
   int64_t backward, M, N, K, xOff, wOff, yOff, useBlas;
   float *X, *Y;
   size_t xLen, yLen, wLen;
@@ -332,6 +373,10 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   const float *x = X + xOff;
   float *y = Y + yOff;
   const int bf16 = wType == napi_uint16_array;
+  if (!backward && !bf16 && blas && splitThreads > 1 && M <= SPLIT_MAX_M && N * K >= SPLIT_MIN_WORK && blas_get_threads && blas_get_threads() == 1) {
+    split_gemm_nt((int)M, N, (int)K, x, (const float *)wRaw + wOff, y, (int)splitThreads);
+    return NULL;
+  }
   int64_t panel = N;
   float *scratch = NULL;
   if (bf16) {

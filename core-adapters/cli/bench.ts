@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { FROZEN_DTYPES, NATIVE_CHOICES, type BackendChoice, type FrozenDtype, type NativeChoice } from '../config/choices.js';
 import { frozenBaseAvailable } from '../engine/frozen.js';
-import { loadNativeKernels } from '../engine/native.js';
+import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { createAdapters, LORA_MODULES } from '../model/lora.js';
 import { generate } from '../model/generate.js';
 import { defaultNativeChoice, initEngine } from '../engine/backend.js';
@@ -168,9 +168,14 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
     if (!options.quiet) process.stderr.write(`[flowrl] bench: train step ${i + 1}/${options.steps + 1} ${((performance.now() - start) / 1000).toFixed(1)} s${i === 0 ? ' (warm-up)' : ''}\n`);
   }
   const prompts = Array.from({ length: options.samplePrompts }, () => Array.from({ length: options.promptTokens }, () => rng.int(config.vocabSize)));
+  // Sampled as a run samples: the BLAS on its run-time thread count (one by default), which lets
+  // decoding split the base's products over the cores.
+  const kernels = info.backend === 'wasm' ? loadNativeKernels().kernels : undefined;
+  kernels?.setThreads(blasThreads());
   const start = performance.now();
   generate(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
   const sampleMs = performance.now() - start;
+  kernels?.setThreads(os.availableParallelism());
   const count = (tensors: Iterable<{ size: number }>) => [...tensors].reduce((n, t) => n + t.size, 0);
   const frozenValues = [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
   const result: ModelBenchResult = {

@@ -13,7 +13,7 @@ import path from 'node:path';
 import type { BackendChoice, FrozenDtype, NativeChoice } from '../config/choices.js';
 import { initEngine } from '../engine/backend.js';
 import { frozenBaseAvailable } from '../engine/frozen.js';
-import { loadNativeKernels } from '../engine/native.js';
+import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { InputError } from '../errors.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
 import { readModelConfig } from '../model/config.js';
@@ -105,7 +105,11 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   };
   // A short warm-up, so first-call compilation is not timed.
   generate(model, rows.slice(0, 1), { maxNewTokens: 2, temperature: 1, seed: 0, stopTokenIds: [] });
+  // Sampled as a run samples: the BLAS on its run-time thread count (see bench.ts).
+  const kernels = info.backend === 'wasm' ? loadNativeKernels().kernels : undefined;
+  kernels?.setThreads(blasThreads());
   const [sampled, rolloutS] = timed('rollout', () => generate(model, rows, { maxNewTokens: o.responseTokens, temperature: 1, seed: 0, stopTokenIds: [] }).tokens);
+  kernels?.setThreads(os.availableParallelism());
   const seq = packSequences(rows, sampled);
   const micro = Array.from({ length: Math.ceil(seq.batch / o.microBatch) }, (_, i) => sliceSequences(seq, i * o.microBatch, Math.min(seq.batch, (i + 1) * o.microBatch)));
   const logProbs = () => micro.forEach((m) => tf.tidy(() => scoreResponses(model, m).logProbs.dataSync()));

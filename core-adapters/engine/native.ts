@@ -4,6 +4,7 @@
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import { PACKAGE_ROOT } from '../package-root.js';
 
 export interface NativeKernels {
@@ -45,8 +46,8 @@ interface Addon {
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
   tokenLogProbs?: TokenLogProbsFn;
-  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop). */
-  frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number]) => void;
+  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a float32 forward with few rows may use. */
+  frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number, number]) => void;
 }
 
 /**
@@ -102,9 +103,12 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const blas = addon.load(wanted);
     const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw, tokenLogProbs: addon.tokenLogProbs };
     const frozen = addon.frozenMatmul;
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1)) };
+    // Decoding on the main thread splits the frozen base's products over the cores; a pool thread is
+    // one of the data-parallel workers already and keeps to itself.
+    const splitThreads = isMainThread ? os.availableParallelism() : 1;
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1, splitThreads)) };
     kernels.setThreads(blasThreads());
-    const loopOnly: NativeKernels = { blas: '', sgemm: addon.sgemmLoop, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 0)) };
+    const loopOnly: NativeKernels = { blas: '', sgemm: addon.sgemmLoop, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 0, 1)) };
     cached = { kernels, loopOnly };
   } catch (e) {
     cached = { error: (e as Error).message.split('\n')[0] };
