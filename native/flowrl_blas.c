@@ -301,12 +301,13 @@ static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const flo
   }
 }
 
-// Decoding's products: a few rows X [M, K] against a large frozen W [N, K], bound by reading W. A
-// one-thread BLAS call at M = 8 reads W at about 10 GB/s here, and the library's own threads split
-// such products poorly, so W's rows are split over threads, each running a one-thread call on its
-// share: 16.7 GB/s on 2 cores in the engine's decoding. Only with the BLAS on one thread (the
-// engine's default): switching its thread count per call left its idle threads spinning.
-enum { SPLIT_MAX_M = 64, SPLIT_MIN_WORK = 1 << 20, SPLIT_MAX_THREADS = 8 };
+// Sampling's products: rows X [M, K] against a large frozen W [N, K]; decoding's few rows are bound
+// by reading W. A one-thread BLAS call at M = 8 reads W at about 10 GB/s here, and the library's
+// own threads split such products poorly, so W's rows are split over threads, each running a
+// one-thread call on its share: 16.7 GB/s on 2 cores in the engine's decoding (the prefill's many
+// rows split as well). Only with the BLAS on one thread (the engine's default): switching its
+// thread count per call left its idle threads spinning.
+enum { SPLIT_MIN_WORK = 1 << 20, SPLIT_MAX_THREADS = 8 };
 
 typedef struct {
   int M, K;
@@ -339,7 +340,7 @@ static void split_gemm_nt(int M, int64_t N, int K, const float *x, const float *
 }
 
 // frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads]): splitThreads
-// (default 1) lets a float32 forward with few rows use that many threads (see split_gemm_nt). X and Y are float32 arrays
+// (default 1) lets a float32 forward use that many threads (see split_gemm_nt). X and Y are float32 arrays
 // (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
 static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   size_t argc = 12;
@@ -373,7 +374,7 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   const float *x = X + xOff;
   float *y = Y + yOff;
   const int bf16 = wType == napi_uint16_array;
-  if (!backward && !bf16 && blas && splitThreads > 1 && M <= SPLIT_MAX_M && N * K >= SPLIT_MIN_WORK && blas_get_threads && blas_get_threads() == 1) {
+  if (!backward && !bf16 && blas && splitThreads > 1 && N * K >= SPLIT_MIN_WORK && blas_get_threads && blas_get_threads() == 1) {
     split_gemm_nt((int)M, N, (int)K, x, (const float *)wRaw + wOff, y, (int)splitThreads);
     return NULL;
   }

@@ -6,7 +6,7 @@ import { ActorRolloutRefWorker, createHost, loadModel, packSequences, responseMa
 import { lossAndGradients } from '../core-adapters/model/optim.js';
 import { FrozenMatrix, frozenBaseAvailable, type SharedFrozenMatrix } from '../core-adapters/engine/frozen.js';
 import { shareFrozenBases } from '../core-adapters/model/checkpoint.js';
-import { loadNativeKernels } from '../core-adapters/engine/native.js';
+import { loadNativeKernels, splitFrozenProducts } from '../core-adapters/engine/native.js';
 import { MessageChannel } from 'node:worker_threads';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
@@ -76,7 +76,7 @@ describe('LoRA', () => {
   }
 
   for (const enginePath of enginePaths()) {
-    it(`a frozen product at decoding's size (few rows, W over 1M values, split over the cores on the BLAS path) equals the float64 product (${enginePath})`, () =>
+    it(`a frozen product of W over 1M values, split over the cores as sampling runs it (BLAS path) or not, equals the float64 product (${enginePath})`, () =>
       onEnginePath(enginePath, () => {
         if (enginePath === 'stock') return expect(frozenBaseAvailable()).to.equal(false);
         // The split needs the BLAS on one thread, as runs have it (a bench sets more).
@@ -90,18 +90,24 @@ describe('LoRA', () => {
           [8, 0, N],
           [3, 100, 1200],
           [64, 0, N],
-          [65, 7, 1100],
+          [200, 7, 1100],
         ]) {
           const x = Float32Array.from({ length: M * K }, random);
-          const got = tf.tidy(() => w.product(tf.tensor2d(x, [M, K]), start, count).dataSync() as Float32Array);
-          const expected = new Float64Array(M * count);
-          for (let m = 0; m < M; m++)
-            for (let n = 0; n < count; n++) {
-              let total = 0;
-              for (let k = 0; k < K; k++) total += x[m * K + k] * values[(start + n) * K + k];
-              expected[m * count + n] = total;
-            }
-          expectClose(Array.from(got), Array.from(expected), 1e-3, `M ${M}, rows ${start}+${count}`);
+          const expected = () => {
+            const out = new Float64Array(M * count);
+            for (let m = 0; m < M; m++)
+              for (let n = 0; n < count; n++) {
+                let total = 0;
+                for (let k = 0; k < K; k++) total += x[m * K + k] * values[(start + n) * K + k];
+                out[m * count + n] = total;
+              }
+            return out;
+          };
+          // As sampling runs them: split over the cores (the BLAS path), and as training runs them.
+          const got = splitFrozenProducts(() => tf.tidy(() => w.product(tf.tensor2d(x, [M, K]), start, count).dataSync() as Float32Array));
+          const unsplit = tf.tidy(() => w.product(tf.tensor2d(x, [M, K]), start, count).dataSync() as Float32Array);
+          expectClose(Array.from(unsplit), Array.from(expected()), 1e-3, `unsplit M ${M}, rows ${start}+${count}`);
+          expectClose(Array.from(got), Array.from(expected()), 1e-3, `M ${M}, rows ${start}+${count}`);
         }
       }));
   }

@@ -254,7 +254,8 @@ describe('flowrl serve (the process) under signals and faults', () => {
       const load = async () => (await call(url, '/v1/loads')).body as { num_running_reqs: number; num_waiting_reqs: number };
       await waitFor('all 20 to be taken', async () => ((l) => l.num_running_reqs + l.num_waiting_reqs === 20)(await load()), 20_000);
       p.child.kill('SIGTERM');
-      await new Promise((r) => setTimeout(r, 20));
+      // The signal is handled between decode steps: once /health stops answering 200 it has been.
+      await waitFor('the drain to start', async () => (await call(url, '/health').catch(() => ({ status: -1 }))).status !== 200, 20_000);
       const late = await call(url, '/generate', gen()).catch((e: Error) => ({ status: -1, body: e.message }));
       expect(late.status, JSON.stringify(late.body)).to.be.oneOf([503, -1]);
       const done = await Promise.all(answers);

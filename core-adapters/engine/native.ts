@@ -86,6 +86,26 @@ export function blasDisabledByEnv(): boolean {
  * a second BLAS thread costs more in hand-offs than it gains (8192x32x32: 0.2 ms on one thread,
  * 2.7 ms on two beside another busy core); the second core goes to a data-parallel worker instead.
  */
+/** Threads a frozen float32 product may split over now (see splitFrozenProducts). */
+let productSplitThreads = 1;
+
+/**
+ * Runs `f` with the frozen base's float32 products split over the cores (W's rows as one-thread
+ * BLAS calls, when the BLAS runs on one thread): sampling on the main thread, which is bound by
+ * reading the base. Elsewhere (training, where the cores are the data-parallel workers', and in a
+ * pool thread) products keep to their thread.
+ */
+export function splitFrozenProducts<T>(f: () => T): T {
+  if (!isMainThread) return f();
+  const previous = productSplitThreads;
+  productSplitThreads = os.availableParallelism();
+  try {
+    return f();
+  } finally {
+    productSplitThreads = previous;
+  }
+}
+
 export function blasThreads(): number {
   const n = Number(process.env.FLOWRL_BLAS_THREADS ?? 1);
   return Number.isInteger(n) && n >= 1 ? Math.min(n, os.availableParallelism()) : 1;
@@ -103,10 +123,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const blas = addon.load(wanted);
     const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw, tokenLogProbs: addon.tokenLogProbs };
     const frozen = addon.frozenMatmul;
-    // Decoding on the main thread splits the frozen base's products over the cores; a pool thread is
-    // one of the data-parallel workers already and keeps to itself.
-    const splitThreads = isMainThread ? os.availableParallelism() : 1;
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1, splitThreads)) };
+    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1, productSplitThreads)) };
     kernels.setThreads(blasThreads());
     const loopOnly: NativeKernels = { blas: '', sgemm: addon.sgemmLoop, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 0, 1)) };
     cached = { kernels, loopOnly };

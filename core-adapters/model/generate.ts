@@ -1,6 +1,7 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
 import { canWriteInPlace } from '../engine/kernels.js';
+import { splitFrozenProducts } from '../engine/native.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
@@ -219,7 +220,7 @@ export class Decoding {
     ({ logits: this.logits, cache: this.cache } = tf.tidy(() => {
       // A cache preallocated for the whole sample grows in place instead of being copied per token.
       const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
-      const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
+      const out = splitFrozenProducts(() => model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity }));
       return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
     }) as { logits: tf.Tensor2D; cache?: KVCache });
   }
@@ -280,9 +281,11 @@ export class Decoding {
     let out: { logits: tf.Tensor2D; cache?: KVCache };
     try {
       out = tf.tidy(() => {
-        const step = options.noCache
-          ? model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch) })
-          : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true });
+        const step = splitFrozenProducts(() =>
+          options.noCache
+            ? model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch) })
+            : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true }),
+        );
         return { logits: lastLogits(model, step.hidden, batch), cache: step.cache };
       }) as { logits: tf.Tensor2D; cache?: KVCache };
     } catch (e) {
