@@ -103,7 +103,7 @@ export { Rng } from './random.js';
 
 // The model: loading, scoring, sampling, and the parameters of heads a worker attaches.
 export { CausalLM, positionsFromMask } from './model/causal-lm.js';
-export type { ModelConfig } from './model/config.js';
+export { smallLlamaConfig, type ModelConfig, type SmallLlamaSizes } from './model/config.js';
 export {
   loadModel,
   loadOptimizerState,

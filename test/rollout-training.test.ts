@@ -101,16 +101,27 @@ describe('rollouts on inference servers (flowrl serve)', function () {
     });
     after(() => procs.forEach((p) => p.kill('SIGKILL')));
 
+    /** Trains on the two servers (exit 0 asserted); returns the run directory and the config file. */
+    async function trainOnServers(extra: Record<string, unknown>, overrides: string[], dialect = 'sglang'): Promise<{ runDir: string; file: string }> {
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const file = serverConfig(dir, urls, extra, dialect);
+      const { code, stderr } = await trainWatching(file, runDir, () => {}, overrides);
+      expect(code, stderr).to.equal(0);
+      return { runDir, file };
+    }
+
+    /** Validation accuracy rose by more than 0.03 from step 0 to step 30. */
+    function expectLearned(runDir: string): void {
+      const metrics = readRunMetrics(runDir);
+      const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
+      expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+    }
+
     for (const algorithm of ['grpo', 'flowrl']) {
       it(`${algorithm} with rollout.name sglang learns, with engine and trainer log-probs equal and every server on the current weights`, async () => {
-        const dir = tempDir();
-        const runDir = path.join(dir, 'run');
-        const file = serverConfig(dir, urls, algorithm === 'flowrl' ? FLOWRL : {});
-        const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
-        expect(code, stderr).to.equal(0);
-        const metrics = readRunMetrics(runDir);
-        const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
-        expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+        const { runDir } = await trainOnServers(algorithm === 'flowrl' ? FLOWRL : {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
+        expectLearned(runDir);
         const steps = stepMetrics(runDir);
         expect(steps).to.have.length(30);
         for (const m of steps) {
@@ -127,11 +138,7 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       });
     }
     it('trainer.one_step_off_policy with vLLM full weights: each round is checked against the weights it sampled with, not the newer ones', async () => {
-      const dir = tempDir();
-      const runDir = path.join(dir, 'run');
-      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true } }, 'vllm');
-      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=4', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'actor_rollout_ref.rollout.server.max_staleness=1']);
-      expect(code, stderr).to.equal(0);
+      const { runDir } = await trainOnServers({ trainer: { one_step_off_policy: true } }, ['trainer.total_training_steps=4', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'actor_rollout_ref.rollout.server.max_staleness=1'], 'vllm');
       const steps = stepMetrics(runDir);
       expect(steps.map((m) => [m['rollout/weight_version'], m['rollout/staleness'], m['rollout/stale_dropped'], m['rollout/ejections']])).to.deep.equal([
         [0, 0, 0, 0],
@@ -142,14 +149,8 @@ describe('rollouts on inference servers (flowrl serve)', function () {
     });
 
     it('trainer.one_step_off_policy: each batch is sampled with the weights one update behind those that train on it, corrected by TIS; grpo still learns, and a resumed run samples its first step afresh', async () => {
-      const dir = tempDir();
-      const runDir = path.join(dir, 'run');
-      const file = serverConfig(dir, urls, { trainer: { one_step_off_policy: true } });
-      const { code, stderr } = await trainWatching(file, runDir, () => {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30', 'actor_rollout_ref.rollout.server.max_staleness=1']);
-      expect(code, stderr).to.equal(0);
-      const metrics = readRunMetrics(runDir);
-      const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
-      expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+      const { runDir, file } = await trainOnServers({ trainer: { one_step_off_policy: true } }, ['trainer.total_training_steps=30', 'trainer.test_freq=30', 'actor_rollout_ref.rollout.server.max_staleness=1']);
+      expectLearned(runDir);
       const steps = stepMetrics(runDir);
       expect(steps).to.have.length(30);
       for (const m of steps) {

@@ -46,7 +46,7 @@ interface Addon {
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
   tokenLogProbs?: TokenLogProbsFn;
-  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a float32 forward with few rows may use. */
+  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a float32 forward may split over (splitFrozenProducts). */
   frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number, number]) => void;
 }
 
@@ -81,11 +81,6 @@ export function blasDisabledByEnv(): boolean {
   return process.env.FLOWRL_BLAS === 'none';
 }
 
-/**
- * BLAS threads: FLOWRL_BLAS_THREADS, else 1. The products here are small (hundreds of rows), where
- * a second BLAS thread costs more in hand-offs than it gains (8192x32x32: 0.2 ms on one thread,
- * 2.7 ms on two beside another busy core); the second core goes to a data-parallel worker instead.
- */
 /** Threads a frozen float32 product may split over now (see splitFrozenProducts). */
 let productSplitThreads = 1;
 
@@ -106,6 +101,11 @@ export function splitFrozenProducts<T>(f: () => T): T {
   }
 }
 
+/**
+ * BLAS threads: FLOWRL_BLAS_THREADS, else 1. The products here are small (hundreds of rows), where
+ * a second BLAS thread costs more in hand-offs than it gains (8192x32x32: 0.2 ms on one thread,
+ * 2.7 ms on two beside another busy core); the second core goes to a data-parallel worker instead.
+ */
 export function blasThreads(): number {
   const n = Number(process.env.FLOWRL_BLAS_THREADS ?? 1);
   return Number.isInteger(n) && n >= 1 ? Math.min(n, os.availableParallelism()) : 1;

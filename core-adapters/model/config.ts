@@ -1,6 +1,7 @@
 // A Hugging Face config.json for the Llama family (llama, qwen2), read into the fields the model uses.
 import fs from 'node:fs';
 import { InputError } from '../errors.js';
+import type { TextTokenizer } from './tokenizer.js';
 
 export const MODEL_TYPES = ['llama', 'qwen2'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];
@@ -178,4 +179,37 @@ export function expectedTensors(c: ModelConfig): Map<string, number[]> {
   shapes.set('model.norm.weight', [H]);
   if (!c.tieWordEmbeddings) shapes.set('lm_head.weight', [c.vocabSize, H]);
   return shapes;
+}
+
+/** The sizes of a small Llama for a task's own tokenizer (the examples' base policies). */
+export interface SmallLlamaSizes {
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  maxPositions: number;
+}
+
+/**
+ * An HF config.json object for a small Llama over `tokenizer`: tied embeddings, an MLP of about
+ * 8/3 of the hidden size (a multiple of 16), and the tokenizer's bos, eos and pad ids.
+ */
+export function smallLlamaConfig(tokenizer: TextTokenizer, sizes: SmallLlamaSizes): Record<string, unknown> {
+  return {
+    architectures: ['LlamaForCausalLM'],
+    model_type: 'llama',
+    vocab_size: tokenizer.vocabSize,
+    hidden_size: sizes.hidden,
+    intermediate_size: Math.round((sizes.hidden * 8) / 3 / 16) * 16,
+    num_hidden_layers: sizes.layers,
+    num_attention_heads: sizes.heads,
+    num_key_value_heads: sizes.kvHeads,
+    max_position_embeddings: sizes.maxPositions,
+    rms_norm_eps: 1e-5,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+    bos_token_id: tokenizer.tokenId(tokenizer.bosToken),
+    eos_token_id: tokenizer.eosTokenId,
+    pad_token_id: tokenizer.padTokenId,
+  };
 }

@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { buildTokenizer, initEngine, resolveConfig, Rng, runSft, writeRowsJsonl, type DataRow } from '../../core-adapters/index.js';
+import { buildTokenizer, initEngine, resolveConfig, Rng, runSft, smallLlamaConfig, writeRowsJsonl, type DataRow } from '../../core-adapters/index.js';
 
 /** One step of the language: its Python text around the argument X, and what it does to a list. */
 interface Primitive {
@@ -116,30 +116,7 @@ const maxResponse = longest(sft.map((row) => row.extra_info!.response as string)
 console.log(`${programs.length} programs, ${textsByBehaviour.size} behaviours; longest prompt ${maxPrompt} tokens, response ${maxResponse}`);
 
 const modelConfig = path.join(out, 'model-config.json');
-fs.writeFileSync(
-  modelConfig,
-  JSON.stringify(
-    {
-      architectures: ['LlamaForCausalLM'],
-      model_type: 'llama',
-      vocab_size: tokenizer.vocabSize,
-      hidden_size: 128,
-      intermediate_size: 336,
-      num_hidden_layers: 3,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      max_position_embeddings: 128,
-      rms_norm_eps: 1e-5,
-      rope_theta: 10000,
-      tie_word_embeddings: true,
-      bos_token_id: tokenizer.tokenId(tokenizer.bosToken),
-      eos_token_id: tokenizer.eosTokenId,
-      pad_token_id: tokenizer.padTokenId,
-    },
-    null,
-    2,
-  ) + '\n',
-);
+fs.writeFileSync(modelConfig, JSON.stringify(smallLlamaConfig(tokenizer, { hidden: 128, layers: 3, heads: 4, kvHeads: 2, maxPositions: 128 }), null, 2) + '\n');
 
 await initEngine('auto');
 const scratch = fs.mkdtempSync(path.join(out, '.sft-'));

@@ -18,6 +18,7 @@ import {
   resolveConfig,
   Rng,
   runSft,
+  smallLlamaConfig,
   solveCountdown,
   writeCountdownDataset,
   writeRowsJsonl,
@@ -112,30 +113,7 @@ if (preset.rlProblems === 0) {
 }
 
 const modelConfig = path.join(out, 'model-config.json');
-fs.writeFileSync(
-  modelConfig,
-  JSON.stringify(
-    {
-      architectures: ['LlamaForCausalLM'],
-      model_type: 'llama',
-      vocab_size: tokenizer.vocabSize,
-      hidden_size: preset.hidden,
-      intermediate_size: Math.round((preset.hidden * 8) / 3 / 16) * 16,
-      num_hidden_layers: preset.layers,
-      num_attention_heads: preset.heads,
-      num_key_value_heads: preset.kvHeads,
-      max_position_embeddings: 64,
-      rms_norm_eps: 1e-5,
-      rope_theta: 10000,
-      tie_word_embeddings: true,
-      bos_token_id: tokenizer.tokenId(tokenizer.bosToken),
-      eos_token_id: tokenizer.eosTokenId,
-      pad_token_id: tokenizer.padTokenId,
-    },
-    null,
-    2,
-  ) + '\n',
-);
+fs.writeFileSync(modelConfig, JSON.stringify(smallLlamaConfig(tokenizer, { hidden: preset.hidden, layers: preset.layers, heads: preset.heads, kvHeads: preset.kvHeads, maxPositions: 64 }), null, 2) + '\n');
 
 const scratch = fs.mkdtempSync(path.join(out, '.sft-'));
 const sftFile = path.join(scratch, 'sft.jsonl');
