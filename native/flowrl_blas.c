@@ -2,6 +2,7 @@
 // batched, broadcast batch) and a [outer, reduce, inner] sum, run in place on typed arrays (the
 // wasm heap). An optimised BLAS is dlopen'ed at run time (OpenBLAS, MKL or BLIS); nothing is
 // linked, so the addon loads anywhere and falls back to a compiled loop without one.
+#define _GNU_SOURCE
 #define NAPI_VERSION 8
 #include <dlfcn.h>
 #include <node_api.h>
@@ -11,13 +12,12 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
+#include "flowrl_native.h"
 
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 // Below this many multiply-adds the compiled loop beats a BLAS call's fixed cost (decoding's
 // attention: 128 products of 1x32x64, 74 us through OpenBLAS).
 enum { TINY_GEMM = 32768 };
-typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc);
 typedef void (*set_threads_fn)(int);
 typedef int (*get_threads_fn)(void);
 
@@ -260,88 +260,9 @@ static napi_value adamw(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// ---- Frozen weights outside the wasm heap (a LoRA base): products with W [N, K] stored row-major
-// in memory the addon reads directly, float32 or bfloat16 (converted a panel of rows at a time
-// into a scratch buffer that stays in cache).
-//   forward:  Y[M, N] = X[M, K] W^T      backward: Y[M, K] = X[M, N] W
-enum { BF16_PANEL_FLOATS = 1 << 18 };
-
-static void bf16_rows_to_f32(const uint16_t *src, size_t count, float *dst) {
-  uint32_t *out = (uint32_t *)dst;
-  for (size_t i = 0; i < count; i++) out[i] = (uint32_t)src[i] << 16;
-}
-
-// C[m, n] = sum_k A[m, k] B[n, k] (lda, ldb, ldc), the compiled fallback of the forward.
-static void loop_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-  for (int m = 0; m < M; m++) {
-    const float *restrict a = A + (size_t)m * lda;
-    for (int n = 0; n < N; n++) {
-      const float *restrict b = B + (size_t)n * ldb;
-      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int j = 0; j < 8; j++) part[j] += a[k + j] * b[k + j];
-      float total = part[0] + part[1] + part[2] + part[3] + part[4] + part[5] + part[6] + part[7];
-      for (; k < K; k++) total += a[k] * b[k];
-      C[(size_t)m * ldc + n] = total;
-    }
-  }
-}
-
-// C[m, k] (+)= sum_n A[m, n] B[n, k] (lda, ldb = ldc = K), the compiled fallback of the backward.
-static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const float *B, int accumulate, float *C) {
-  for (int m = 0; m < M; m++) {
-    float *restrict c = C + (size_t)m * K;
-    if (!accumulate) memset(c, 0, sizeof(float) * (size_t)K);
-    for (int n = 0; n < N; n++) {
-      const float a = A[(size_t)m * lda + n];
-      const float *restrict b = B + (size_t)n * K;
-      for (int k = 0; k < K; k++) c[k] += a * b[k];
-    }
-  }
-}
-
-// Sampling's products: rows X [M, K] against a large frozen W [N, K]; decoding's few rows are bound
-// by reading W. A one-thread BLAS call at M = 8 reads W at about 10 GB/s here, and the library's
-// own threads split such products poorly, so W's rows are split over threads, each running a
-// one-thread call on its share: 16.7 GB/s on 2 cores in the engine's decoding (the prefill's many
-// rows split as well). Only with the BLAS on one thread (the engine's default): switching its
-// thread count per call left its idle threads spinning.
-enum { SPLIT_MIN_WORK = 1 << 20, SPLIT_MAX_THREADS = 8 };
-
-typedef struct {
-  int M, K;
-  int64_t n0, n1, N;
-  const float *x, *w;
-  float *y;
-} split_share;
-
-static void *split_share_run(void *arg) {
-  const split_share *s = arg;
-  const int64_t rows = s->n1 - s->n0;
-  if (rows > 0) blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, s->M, (int)rows, s->K, 1.0f, s->x, s->K, s->w + (size_t)s->n0 * s->K, s->K, 0.0f, s->y + s->n0, (int)s->N);
-  return NULL;
-}
-
-// Y [M, N] = X [M, K] W [N, K]^T with W's rows split over `threads` one-thread BLAS calls.
-static void split_gemm_nt(int M, int64_t N, int K, const float *x, const float *w, float *y, int threads) {
-  if (threads > SPLIT_MAX_THREADS) threads = SPLIT_MAX_THREADS;
-  if ((int64_t)threads > N) threads = (int)N;
-  split_share shares[SPLIT_MAX_THREADS];
-  pthread_t ids[SPLIT_MAX_THREADS];
-  int started[SPLIT_MAX_THREADS] = {0};
-  for (int t = 0; t < threads; t++) shares[t] = (split_share){M, K, N * t / threads, N * (t + 1) / threads, N, x, w, y};
-  for (int t = 1; t < threads; t++) started[t] = pthread_create(&ids[t], NULL, split_share_run, &shares[t]) == 0;
-  split_share_run(&shares[0]);
-  for (int t = 1; t < threads; t++) {
-    if (started[t]) pthread_join(ids[t], NULL);
-    else split_share_run(&shares[t]);
-  }
-}
-
-// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads]): splitThreads
-// (default 1) lets a float32 forward use that many threads (see split_gemm_nt). X and Y are float32 arrays
-// (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
+// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads]): see frozen.c;
+// splitThreads (default 1) lets a forward use that many threads. X and Y are float32 arrays (the
+// wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
 static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   size_t argc = 12;
   napi_value argv[12];
@@ -370,41 +291,12 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
     memset(Y + yOff, 0, sizeof(float) * (size_t)yCount);
     return NULL;
   }
-  const int blas = useBlas && blas_sgemm != NULL;
-  const float *x = X + xOff;
-  float *y = Y + yOff;
+  const sgemm_fn blas = useBlas ? blas_sgemm : NULL;
   const int bf16 = wType == napi_uint16_array;
-  if (!backward && !bf16 && blas && splitThreads > 1 && N * K >= SPLIT_MIN_WORK && blas_get_threads && blas_get_threads() == 1) {
-    split_gemm_nt((int)M, N, (int)K, x, (const float *)wRaw + wOff, y, (int)splitThreads);
-    return NULL;
-  }
-  int64_t panel = N;
-  float *scratch = NULL;
-  if (bf16) {
-    panel = BF16_PANEL_FLOATS / K;
-    if (panel < 1) panel = 1;
-    if (panel > N) panel = N;
-    scratch = malloc(sizeof(float) * (size_t)(panel * K));
-    if (!scratch) return throw_error(env, "frozenMatmul: out of memory");
-  }
-  for (int64_t n0 = 0; n0 < N; n0 += panel) {
-    const int64_t rows = n0 + panel <= N ? panel : N - n0;
-    const float *w;
-    if (bf16) {
-      bf16_rows_to_f32((const uint16_t *)wRaw + wOff + n0 * K, (size_t)(rows * K), scratch);
-      w = scratch;
-    } else {
-      w = (const float *)wRaw + wOff + n0 * K;
-    }
-    if (!backward) {
-      if (blas) blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, (int)M, (int)rows, (int)K, 1.0f, x, (int)K, w, (int)K, 0.0f, y + n0, (int)N);
-      else loop_gemm_nt((int)M, (int)rows, (int)K, x, (int)K, w, (int)K, y + n0, (int)N);
-    } else {
-      if (blas) blas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)M, (int)K, (int)rows, 1.0f, x + n0, (int)N, w, (int)K, n0 ? 1.0f : 0.0f, y, (int)K);
-      else loop_gemm_nn((int)M, (int)K, (int)rows, x + n0, (int)N, w, n0 != 0, y);
-    }
-  }
-  free(scratch);
+  const void *w = (const char *)wRaw + wOff * (bf16 ? 2 : 4);
+  const int failed = backward ? frozen_backward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas)
+                              : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads);
+  if (failed) return throw_error(env, "frozenMatmul: out of memory");
   return NULL;
 }
 
@@ -563,6 +455,107 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static int get_float64s(napi_env env, napi_value value, double **data, size_t *length) {
+  napi_typedarray_type type;
+  void *raw;
+  napi_value buffer;
+  size_t offset;
+  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok || type != napi_float64_array) return 0;
+  *data = (double *)raw;
+  return 1;
+}
+
+// sampleRows(Z, zOff, rows, V, invT, topP, uniforms, tokens, logProbs, keptLogMass, threads): see
+// sampling.c; uniforms (Float64Array, NaN skips a row) are the rows' draws, the outputs one per row.
+static napi_value sample_rows_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 11;
+  napi_value argv[11];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 11) return throw_error(env, "sampleRows: expected 11 arguments");
+  float *Z;
+  double *uniforms, *logProbs, *kept;
+  int32_t *tokens;
+  size_t zLen, uLen, tLen, lLen, kLen;
+  int64_t zOff, rows, V, threads;
+  double invT, topP;
+  if (!get_floats(env, argv[0], &Z, &zLen) || !get_int(env, argv[1], &zOff) || !get_int(env, argv[2], &rows) || !get_int(env, argv[3], &V) ||
+      !get_number(env, argv[4], &invT) || !get_number(env, argv[5], &topP) || !get_float64s(env, argv[6], &uniforms, &uLen) ||
+      !get_int32s(env, argv[7], &tokens, &tLen) || !get_float64s(env, argv[8], &logProbs, &lLen) || !get_float64s(env, argv[9], &kept, &kLen) ||
+      !get_int(env, argv[10], &threads))
+    return throw_error(env, "sampleRows: bad argument types");
+  if (rows < 0 || V <= 0 || V > INT32_MAX || zOff < 0 || !(invT > 0) || !(topP > 0) || (size_t)(zOff + rows * V) > zLen || (size_t)rows > uLen ||
+      (size_t)rows > tLen || (size_t)rows > lLen || (size_t)rows > kLen)
+    return throw_error(env, "sampleRows: bad sizes");
+  const sample_job job = {Z + zOff, V, (int)rows, invT, topP, uniforms, tokens, logProbs, kept};
+  if (sample_rows(&job, threads < 1 ? 1 : (int)threads) != 0) return throw_error(env, "sampleRows: out of memory");
+  return NULL;
+}
+
+// loraAdd(M, K, r, N, H, xOff, aOff, bOff, scale, yOff, ldy, useBlas): on one float32 array (the
+// wasm heap), Y[M, N] (rows ldy apart) += ((X[M, K] A[K, r]) * scale) B[r, N]; see frozen.c.
+static napi_value lora_add_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 12;
+  napi_value argv[12];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 12) return throw_error(env, "loraAdd: expected 12 arguments");
+  int64_t M, K, r, N, xOff, aOff, bOff, yOff, ldy, useBlas;
+  double scale;
+  float *H;
+  size_t len;
+  if (!get_int(env, argv[0], &M) || !get_int(env, argv[1], &K) || !get_int(env, argv[2], &r) || !get_int(env, argv[3], &N) ||
+      !get_floats(env, argv[4], &H, &len) || !get_int(env, argv[5], &xOff) || !get_int(env, argv[6], &aOff) || !get_int(env, argv[7], &bOff) ||
+      !get_number(env, argv[8], &scale) || !get_int(env, argv[9], &yOff) || !get_int(env, argv[10], &ldy) || !get_int(env, argv[11], &useBlas))
+    return throw_error(env, "loraAdd: bad argument types");
+  if (M < 0 || K < 0 || r < 0 || N < 0 || ldy < N || xOff < 0 || aOff < 0 || bOff < 0 || yOff < 0 || (size_t)(xOff + M * K) > len ||
+      (size_t)(aOff + K * r) > len || (size_t)(bOff + r * N) > len || (M > 0 && (size_t)(yOff + (M - 1) * ldy + N) > len))
+    return throw_error(env, "loraAdd: out of bounds");
+  if (M == 0 || N == 0) return NULL;
+  if (lora_add((int)M, (int)K, (int)r, (int)N, H + xOff, H + aOff, H + bOff, (float)scale, H + yOff, ldy, useBlas ? blas_sgemm : NULL) != 0)
+    return throw_error(env, "loraAdd: out of memory");
+  return NULL;
+}
+
+// adviseHugePages(array): asks the kernel to back the array's untouched memory with huge pages (a
+// frozen base read once per token: fewer TLB misses, 5-10 % faster decoding here). Returns whether it could.
+static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  napi_typedarray_type type;
+  size_t length, byteOffset;
+  void *data;
+  napi_value buffer;
+  if (argc != 1 || napi_get_typedarray_info(env, argv[0], &type, &length, &data, &buffer, &byteOffset) != napi_ok)
+    return throw_error(env, "adviseHugePages: expected a typed array");
+  int advised = 0;
+#ifdef MADV_HUGEPAGE
+  const size_t huge = (size_t)2 << 20, bytes = length * (type == napi_float32_array ? 4 : type == napi_uint16_array ? 2 : 1);
+  const uintptr_t first = ((uintptr_t)data + huge - 1) & ~(uintptr_t)(huge - 1), end = ((uintptr_t)data + bytes) & ~(uintptr_t)(huge - 1);
+  if (end > first) advised = madvise((void *)first, end - first, MADV_HUGEPAGE) == 0;
+#endif
+  napi_value result;
+  napi_get_boolean(env, advised, &result);
+  return result;
+}
+
+// isa([cap]): the instruction set of the small-row product kernels (avx512, avx2, generic), after
+// capping it at `cap` when given (the machine's level is never exceeded).
+static napi_value isa_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  const char *level = frozen_isa();
+  if (argc == 1) {
+    char cap[16];
+    size_t written;
+    if (napi_get_value_string_utf8(env, argv[0], cap, sizeof cap, &written) != napi_ok) return throw_error(env, "isa: expected a string");
+    level = frozen_cap_isa(cap);
+  }
+  napi_value result;
+  napi_create_string_utf8(env, level, NAPI_AUTO_LENGTH, &result);
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
@@ -573,6 +566,10 @@ static napi_value init(napi_env env, napi_value exports) {
       {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
       {"frozenMatmul", NULL, frozen_matmul, NULL, NULL, NULL, napi_default, NULL},
       {"tokenLogProbs", NULL, token_logprobs, NULL, NULL, NULL, napi_default, NULL},
+      {"sampleRows", NULL, sample_rows_napi, NULL, NULL, NULL, napi_default, NULL},
+      {"isa", NULL, isa_napi, NULL, NULL, NULL, napi_default, NULL},
+      {"adviseHugePages", NULL, advise_huge_pages, NULL, NULL, NULL, napi_default, NULL},
+      {"loraAdd", NULL, lora_add_napi, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -3,7 +3,7 @@
 // (float32, or bfloat16 at half the bytes); the heap keeps activations, adapters and optimizer
 // state. Products go through the FlowrlFrozenMatMul kernel (engine/kernels.ts).
 import * as tf from '@tensorflow/tfjs';
-import { frozenProductsAvailable, runFrozenMatMul, type FrozenWeights } from './kernels.js';
+import { frozenLinearWithAdapters, frozenMemory, frozenProductsAvailable, fusedAdaptersAvailable, runFrozenMatMul, type ColumnAdapter, type FrozenWeights } from './kernels.js';
 import type { FrozenDtype } from '../config/choices.js';
 
 
@@ -42,11 +42,11 @@ export class FrozenMatrix implements FrozenWeights {
   static fromFloat32(values: Float32Array, rows: number, cols: number, dtype: FrozenDtype): FrozenMatrix {
     if (values.length !== rows * cols) throw new Error(`FrozenMatrix: ${values.length} values for [${rows}, ${cols}]`);
     if (dtype === 'float32') {
-      const data = new Float32Array(new SharedArrayBuffer(values.length * 4));
+      const data = new Float32Array(frozenMemory(values.length * 4));
       data.set(values);
       return new FrozenMatrix(rows, cols, dtype, data);
     }
-    const data = new Uint16Array(new SharedArrayBuffer(values.length * 2));
+    const data = new Uint16Array(frozenMemory(values.length * 2));
     toBfloat16(values, data);
     return new FrozenMatrix(rows, cols, dtype, data);
   }
@@ -106,6 +106,15 @@ export class FrozenMatrix implements FrozenWeights {
       gradFunc: (dy: tf.Tensor2D) => this.productTransposed(dy, start),
     })) as unknown as Parameters<typeof tf.customGrad>[0]);
     return op(x) as tf.Tensor2D;
+  }
+
+  /**
+   * product(x, start, count) plus each adapter's ((x A) * scale) B in its columns, in one kernel;
+   * undefined where that cannot run (a tape is recording, or the addon lacks it).
+   */
+  productWithAdapters(x: tf.Tensor2D, adapters: ColumnAdapter[], scale: number, start = 0, count = this.rows): tf.Tensor2D | undefined {
+    if (tf.engine().isTapeOn() || !fusedAdaptersAvailable()) return undefined;
+    return frozenLinearWithAdapters(x, this, start, count, adapters, scale);
   }
 
   /** dy[M, count] times rows [start, start + count): dy W, [M, cols] (the input gradient of product). */

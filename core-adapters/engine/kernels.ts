@@ -232,6 +232,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   ];
   if (native) replacements.push(['Sum', makeSum(native)]);
   if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
+  if (native?.frozenMatmul && native.loraAdd && !tf.getKernel(FROZEN_LINEAR, BACKEND)) tf.registerKernel({ kernelName: FROZEN_LINEAR, backendName: BACKEND, kernelFunc: frozenLinear as unknown as tf.KernelFunc });
   for (const [kernelName, kernelFunc] of [
     [TOKEN_LOG_PROBS, tokenLogProbsKernel],
     [TOKEN_LOG_PROBS_GRAD, tokenLogProbsGradKernel],
@@ -258,6 +259,17 @@ export interface FrozenWeights {
 
 export const FROZEN_MATMUL = 'FlowrlFrozenMatMul';
 
+/**
+ * Shared memory for a frozen matrix, backed by huge pages where the addon can ask for them:
+ * decoding reads every page once per token, and with 4 KiB pages the products ran at 29 or 36 GB/s
+ * from one process to the next; with huge pages at 36 every time.
+ */
+export function frozenMemory(bytes: number): SharedArrayBuffer {
+  const buffer = new SharedArrayBuffer(bytes);
+  activeNative?.adviseHugePages?.(new Uint8Array(buffer));
+  return buffer;
+}
+
 /** Whether products with frozen weights outside the heap can run here (wasm and an addon that has them). */
 export function frozenProductsAvailable(): boolean {
   return tf.getBackend() === 'wasm' && activeNative?.frozenMatmul !== undefined && tf.getKernel(FROZEN_MATMUL, BACKEND) !== undefined;
@@ -277,11 +289,80 @@ function frozenMatMul({ inputs: { x }, attrs, backend }: KernelArgs): tf.TensorI
   return out;
 }
 
+export const FROZEN_LINEAR = 'FlowrlFrozenLinear';
+
+/** A LoRA adapter's factors, A [in, r] and B [r, out], and the first output column its delta goes to. */
+export interface ColumnAdapter {
+  A: tf.Tensor2D;
+  B: tf.Tensor2D;
+  column: number;
+}
+
+/** x W[start, start + count)^T plus each adapter's ((x A) * scale) B in its columns, in one kernel (no gradient). */
+function frozenLinear({ inputs, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const { weights, start, count, scale, columns } = attrs as unknown as { weights: FrozenWeights; start: number; count: number; scale: number; columns: number[] };
+  const x = inputs.x;
+  const M = x.shape[0];
+  const out = b.makeOutput([M, count], 'float32');
+  const heap = b.wasm.HEAPF32;
+  activeNative!.frozenMatmul!(0, M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, heap, offset(b, out));
+  columns.forEach((column, i) => {
+    const [A, B] = [inputs[`A${i}`], inputs[`B${i}`]];
+    const [rank, width] = B.shape;
+    activeNative!.loraAdd!(M, weights.cols, rank, width, heap, offset(b, x), offset(b, A), offset(b, B), scale, offset(b, out) + column, count);
+  });
+  return out;
+}
+
+/** Whether frozenLinearWithAdapters can run here (wasm and an addon that has it). */
+export function fusedAdaptersAvailable(): boolean {
+  return frozenProductsAvailable() && activeNative?.loraAdd !== undefined && tf.getKernel(FROZEN_LINEAR, BACKEND) !== undefined;
+}
+
+/**
+ * x[M, cols] W[start, start + count)^T plus adapter deltas: inference only (decoding pays a fixed
+ * cost per tensor op, and each adapter took four of them).
+ */
+export function frozenLinearWithAdapters(x: tf.Tensor2D, weights: FrozenWeights, start: number, count: number, adapters: ColumnAdapter[], scale: number): tf.Tensor2D {
+  if (x.dtype !== 'float32') throw new Error('frozen product: x must be float32');
+  for (const { A, B, column } of adapters) {
+    if (A.shape[0] !== weights.cols || A.shape[1] !== B.shape[0] || column < 0 || column + B.shape[1] > count) throw new Error('frozen product: an adapter does not fit the product');
+  }
+  const inputs: Record<string, tf.Tensor> = { x };
+  adapters.forEach(({ A, B }, i) => Object.assign(inputs, { [`A${i}`]: A, [`B${i}`]: B }));
+  const attrs = { weights, start, count, scale, columns: adapters.map((a) => a.column) } as unknown as tf.NamedAttrMap;
+  return tf.engine().runKernel(FROZEN_LINEAR, inputs as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+}
+
 /** Runs the frozen-weight product kernel (see frozenMatMul); no gradient of its own. */
 export function runFrozenMatMul(x: tf.Tensor2D, weights: FrozenWeights, backward: boolean, start: number, count: number): tf.Tensor2D {
   if (x.dtype !== 'float32') throw new Error('frozen product: x must be float32');
   const attrs = { weights, backward, start, count } as unknown as tf.NamedAttrMap;
   return tf.engine().runKernel(FROZEN_MATMUL, { x } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+}
+
+/** Per row: the token drawn, its log-probability under softmax(logits / T), the log of the share top-p kept. */
+export interface RowSamples {
+  tokens: Int32Array;
+  logProbs: Float64Array;
+  keptLogMass: Float64Array;
+}
+
+/**
+ * Draws one token per row of logits [rows, V] in the addon, reading the logits where they lie on
+ * the heap: temperature and top-p, with uniform(row) as the row's draw (NaN skips it; called only
+ * when the addon runs). Undefined where it cannot (another backend, stock kernels, an old addon).
+ */
+export function sampleRowsNatively(logits: tf.Tensor2D, temperature: number, topP: number, uniform: (row: number) => number): RowSamples | undefined {
+  const sample = activeNative?.sampleRows;
+  if (!sample || tf.getBackend() !== 'wasm' || logits.dtype !== 'float32') return undefined;
+  const b = tf.backend() as unknown as WasmBackend;
+  const [rows, V] = logits.shape;
+  const uniforms = Float64Array.from({ length: rows }, (_, row) => uniform(row));
+  const out: RowSamples = { tokens: new Int32Array(rows), logProbs: new Float64Array(rows), keptLogMass: new Float64Array(rows) };
+  sample(b.wasm.HEAPF32, offset(b, logits), rows, V, 1 / temperature, topP, uniforms, out.tokens, out.logProbs, out.keptLogMass);
+  return out;
 }
 
 export const TOKEN_LOG_PROBS = 'FlowrlTokenLogProbs';

@@ -28,7 +28,34 @@ export interface NativeKernels {
    * its gradient ([R, V]); see native/flowrl_blas.c. Absent in addons built before it.
    */
   tokenLogProbs?: TokenLogProbsFn;
+  /**
+   * One token per row of logits [rows, V] at offset zOffset: temperature and top-p (topP >= 1: off)
+   * with the row's uniform draw (NaN skips the row), as generate.ts's sampleToken; writes the token,
+   * its log-probability under softmax(logits * invT) and the log of the share top-p kept. Absent in
+   * addons built before it.
+   */
+  sampleRows?: SampleRowsFn;
+  /** On one float32 array (the heap): Y[M, N] (rows ldy apart) += ((X[M, K] A[K, r]) * scale) B[r, N], a LoRA delta in place. Absent in old addons. */
+  loraAdd?: LoraAddFn;
+  /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
+  adviseHugePages?: (data: Uint8Array) => boolean;
+  /**
+   * The instruction set of the frozen products' small-row kernels (avx512, avx2, or generic: the
+   * BLAS or the compiled loop), after capping it at `cap` when given; FLOWRL_NATIVE_ISA caps it
+   * at load. Absent in old addons.
+   */
+  isa?: (cap?: IsaLevel) => IsaLevel;
 }
+
+/** The instruction sets of the small-row kernels, best first. */
+export const ISA_LEVELS = ['avx512', 'avx2', 'generic'] as const;
+export type IsaLevel = (typeof ISA_LEVELS)[number];
+
+/** See NativeKernels.loraAdd. */
+export type LoraAddFn = (M: number, K: number, rank: number, N: number, heap: Float32Array, xOffset: number, aOffset: number, bOffset: number, scale: number, yOffset: number, ldy: number) => void;
+
+/** See NativeKernels.sampleRows. */
+export type SampleRowsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, invT: number, topP: number, uniforms: Float64Array, tokens: Int32Array, logProbs: Float64Array, keptLogMass: Float64Array) => void;
 
 /** See NativeKernels.tokenLogProbs. */
 export type TokenLogProbsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, targets: Int32Array, invT: number, out: Float32Array, outOffset: number, withEntropy: number, backward: number, G: Float32Array, gOffset: number) => void;
@@ -46,8 +73,14 @@ interface Addon {
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
   tokenLogProbs?: TokenLogProbsFn;
-  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a float32 forward may split over (splitFrozenProducts). */
+  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a forward may split over (splitFrozenProducts). */
   frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number, number]) => void;
+  /** As NativeKernels.sampleRows, plus the threads it may use. */
+  sampleRows?: (...args: [...Parameters<SampleRowsFn>, number]) => void;
+  isa?: NativeKernels['isa'];
+  adviseHugePages?: NativeKernels['adviseHugePages'];
+  /** As NativeKernels.loraAdd, plus useBlas. */
+  loraAdd?: (...args: [...Parameters<LoraAddFn>, number]) => void;
 }
 
 /**
@@ -81,14 +114,14 @@ export function blasDisabledByEnv(): boolean {
   return process.env.FLOWRL_BLAS === 'none';
 }
 
-/** Threads a frozen float32 product may split over now (see splitFrozenProducts). */
+/** Threads frozen products and sampling may split over now (see splitFrozenProducts). */
 let productSplitThreads = 1;
 
 /**
- * Runs `f` with the frozen base's float32 products split over the cores (W's rows as one-thread
- * BLAS calls, when the BLAS runs on one thread): sampling on the main thread, which is bound by
- * reading the base. Elsewhere (training, where the cores are the data-parallel workers', and in a
- * pool thread) products keep to their thread.
+ * Runs `f` with the frozen base's products and the choice of tokens split over the cores (the
+ * addon's thread pool; a BLAS product only when the BLAS runs on one thread): sampling on the main
+ * thread, which is bound by reading the base. Elsewhere (training, where the cores are the
+ * data-parallel workers', and in a pool thread) work keeps to its thread.
  */
 export function splitFrozenProducts<T>(f: () => T): T {
   if (!isMainThread) return f();
@@ -121,11 +154,33 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const addon = createRequire(import.meta.url)(addonPath()) as Addon;
     const wanted = blasDisabledByEnv() ? [] : process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS] : BLAS_CANDIDATES;
     const blas = addon.load(wanted);
-    const shared = { sum: addon.sum, setThreads: addon.setThreads, adamw: addon.adamw, tokenLogProbs: addon.tokenLogProbs };
+    const sample = addon.sampleRows;
+    const shared = {
+      sum: addon.sum,
+      setThreads: addon.setThreads,
+      adamw: addon.adamw,
+      tokenLogProbs: addon.tokenLogProbs,
+      sampleRows: sample && ((...a: Parameters<SampleRowsFn>) => sample(...a, productSplitThreads)),
+      isa: addon.isa,
+      adviseHugePages: addon.adviseHugePages,
+    };
     const frozen = addon.frozenMatmul;
-    const kernels: NativeKernels = { blas, sgemm: addon.sgemm, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 1, productSplitThreads)) };
+    const lora = addon.loraAdd;
+    const kernels: NativeKernels = {
+      blas,
+      sgemm: addon.sgemm,
+      ...shared,
+      frozenMatmul: frozen && ((...a) => frozen(...a, 1, productSplitThreads)),
+      loraAdd: lora && ((...a) => lora(...a, 1)),
+    };
     kernels.setThreads(blasThreads());
-    const loopOnly: NativeKernels = { blas: '', sgemm: addon.sgemmLoop, ...shared, frozenMatmul: frozen && ((...a) => frozen(...a, 0, 1)) };
+    const loopOnly: NativeKernels = {
+      blas: '',
+      sgemm: addon.sgemmLoop,
+      ...shared,
+      frozenMatmul: frozen && ((...a) => frozen(...a, 0, productSplitThreads)),
+      loraAdd: lora && ((...a) => lora(...a, 0)),
+    };
     cached = { kernels, loopOnly };
   } catch (e) {
     cached = { error: (e as Error).message.split('\n')[0] };

@@ -6,7 +6,7 @@ import type { FrozenMatrix } from '../engine/frozen.js';
 import { writeTimeSlice } from '../engine/kernels.js';
 import { addColumns, addConstant, addSameShape, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
-import type { LoraAdapters, LoraModule } from './lora.js';
+import { moduleShape, type LoraAdapters, type LoraModule } from './lora.js';
 import { replayTape, type TapeNode } from './tape-replay.js';
 
 /**
@@ -210,6 +210,28 @@ export class CausalLM {
     return delta ? addSameShape(y, delta) : y;
   }
 
+  /**
+   * x @ W (+ bias) for the linear weight `name` of `layer` plus the adapters of `modules`, whose
+   * outputs lie side by side in W's columns (q|k|v fused) or are W's (one module). A frozen base
+   * without a tape takes it all in one kernel.
+   */
+  private adaptedProjection(layer: number, name: string, modules: LoraModule[], x: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
+    const frozen = this.frozen.get(name);
+    const widths = modules.map((module) => moduleShape(this.config, module)[1]);
+    const adapters = modules.flatMap((module, i) => {
+      const pair = this.adapters?.pair(layer, module);
+      return pair ? [{ A: pair.A as tf.Tensor2D, B: pair.B as tf.Tensor2D, column: widths.slice(0, i).reduce((a, b) => a + b, 0) }] : [];
+    });
+    const fused = adapters.length && frozen ? frozen.productWithAdapters(x, adapters, this.adapters!.scale) : undefined;
+    if (fused) return bias ? addColumns(fused, bias) : fused;
+    const y = this.project(name, x, bias);
+    if (!adapters.length) return y;
+    if (modules.length === 1) return this.adapted(layer, modules[0], x, y);
+    // Each adapter's delta in its column block (zeros where none).
+    const deltas = modules.map((module, i) => this.adapters!.delta(layer, module, x) ?? tf.zeros([x.shape[0], widths[i]]));
+    return addSameShape(y, tf.concat(deltas, 1) as tf.Tensor2D);
+  }
+
   forward(input: ForwardInput): ForwardOutput {
     const c = this.config;
     const { batch } = input;
@@ -370,7 +392,7 @@ export class CausalLM {
 
   private mlp(layer: number, h: tf.Tensor2D): tf.Tensor2D {
     const project = (n: 'gate_proj' | 'up_proj' | 'down_proj', x: tf.Tensor2D) =>
-      this.adapted(layer, n, x, this.project(`model.layers.${layer}.mlp.${n}.weight`, x, this.bias(`model.layers.${layer}.mlp.${n}.bias`)));
+      this.adaptedProjection(layer, `model.layers.${layer}.mlp.${n}.weight`, [n], x, this.bias(`model.layers.${layer}.mlp.${n}.bias`));
     return project('down_proj', siluMul(project('gate_proj', h), project('up_proj', h)));
   }
 
@@ -400,7 +422,7 @@ export class CausalLM {
     if ('fused' in rotary) {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
-      const qkv = this.rope(this.adaptedQkv(layer, h, this.project(w('qkv_proj'), h, b('qkv_proj'))), rotary.fused);
+      const qkv = this.rope(this.adaptedProjection(layer, w('qkv_proj'), ['q_proj', 'k_proj', 'v_proj'], h, b('qkv_proj')), rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     } else {
       // Several tokens per row: project q, k and v from column slices of the fused weight (small),
@@ -436,16 +458,7 @@ export class CausalLM {
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
-    return Object.assign(this.adapted(layer, 'o_proj', heads, this.project(w('o_proj'), heads, b('o_proj'))), { key: k, value: v });
-  }
-
-  /** The fused q|k|v projection plus each adapter's delta in its column block (zeros where none). */
-  private adaptedQkv(layer: number, h: tf.Tensor2D, qkv: tf.Tensor2D): tf.Tensor2D {
-    if (!this.adapters?.enabled) return qkv;
-    const c = this.config;
-    const blocks: [LoraModule, number][] = [['q_proj', c.numHeads * c.headDim], ['k_proj', c.numKVHeads * c.headDim], ['v_proj', c.numKVHeads * c.headDim]];
-    const deltas = blocks.map(([module, cols]) => this.adapters!.delta(layer, module, h) ?? tf.zeros([h.shape[0], cols]));
-    return addSameShape(qkv, tf.concat(deltas, 1) as tf.Tensor2D);
+    return Object.assign(this.adaptedProjection(layer, w('o_proj'), ['o_proj'], heads, b('o_proj')), { key: k, value: v });
   }
 
   /** Rotary embedding on every head of x[N, C*d]: x*cos + rotate_half(x)*sin. */

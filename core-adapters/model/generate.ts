@@ -1,6 +1,6 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
 import * as tf from '@tensorflow/tfjs';
-import { canWriteInPlace } from '../engine/kernels.js';
+import { canWriteInPlace, sampleRowsNatively, type RowSamples } from '../engine/kernels.js';
 import { splitFrozenProducts } from '../engine/native.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
@@ -220,8 +220,10 @@ export class Decoding {
     ({ logits: this.logits, cache: this.cache } = tf.tidy(() => {
       // A cache preallocated for the whole sample grows in place instead of being copied per token.
       const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
-      const out = splitFrozenProducts(() => model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity }));
-      return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
+      return splitFrozenProducts(() => {
+        const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
+        return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
+      });
     }) as { logits: tf.Tensor2D; cache?: KVCache });
   }
 
@@ -235,8 +237,9 @@ export class Decoding {
     const logits = this.logits;
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
-    const values = logits.dataSync() as Float32Array;
     const V = logits.shape[1];
+    const drawn = this.drawNatively(logits);
+    const values = drawn ? undefined : (logits.dataSync() as Float32Array);
     const next = new Int32Array(batch);
     const kept: KeptMass | undefined = this.keptLogMass ? { logMass: 0 } : undefined;
     for (let b = 0; b < batch; b++) {
@@ -244,11 +247,11 @@ export class Decoding {
         next[b] = this.pad;
         continue;
       }
-      const row = values.subarray(b * V, (b + 1) * V);
-      next[b] = sampleToken(row, options, this.rngs[b], kept);
-      if (kept) this.keptLogMass![b].push(kept.logMass);
+      const row = values?.subarray(b * V, (b + 1) * V);
+      next[b] = drawn ? drawn.tokens[b] : sampleToken(row!, options, this.rngs[b], kept);
+      if (kept) this.keptLogMass![b].push(drawn ? drawn.keptLogMass[b] : kept.logMass);
       tokens[b].push(next[b]);
-      this.logProbs?.[b].push(tokenLogProb(row, next[b], this.temperature));
+      this.logProbs?.[b].push(drawn ? drawn.logProbs[b] : tokenLogProb(row!, next[b], this.temperature));
       if (this.stop.has(next[b])) this.stopped[b] = done[b] = true;
       if (tokens[b].length >= this.limits[b]) done[b] = true;
     }
@@ -281,12 +284,12 @@ export class Decoding {
     let out: { logits: tf.Tensor2D; cache?: KVCache };
     try {
       out = tf.tidy(() => {
-        const step = splitFrozenProducts(() =>
-          options.noCache
+        return splitFrozenProducts(() => {
+          const step = options.noCache
             ? model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch) })
-            : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true }),
-        );
-        return { logits: lastLogits(model, step.hidden, batch), cache: step.cache };
+            : model.forward({ ids: next, batch, attentionMask: mask, positions, cache: previous, useCache: true });
+          return { logits: lastLogits(model, step.hidden, batch), cache: step.cache };
+        });
       }) as { logits: tf.Tensor2D; cache?: KVCache };
     } catch (e) {
       logits.dispose();
@@ -299,6 +302,17 @@ export class Decoding {
     this.logits = out.logits;
     this.cache = out.cache;
     return true;
+  }
+
+  /**
+   * The live rows' tokens drawn in the addon (temperature and top-p, each row's one draw from its
+   * stream, as sampleToken takes it); undefined for greedy or top-k decoding, or without the addon.
+   */
+  private drawNatively(logits: tf.Tensor2D): RowSamples | undefined {
+    const { options, done } = this;
+    const topK = options.topK ?? 0;
+    if (options.greedy || options.temperature === 0 || (topK > 0 && topK < logits.shape[1])) return undefined;
+    return splitFrozenProducts(() => sampleRowsNatively(logits, this.temperature, options.topP ?? 1, (b) => (done[b] ? NaN : this.rngs[b].next())));
   }
 
   /** What was sampled so far (everything, once finished). */

@@ -1,0 +1,44 @@
+// Declarations shared by the addon's sources (flowrl_blas.c is the N-API glue).
+#ifndef FLOWRL_NATIVE_H
+#define FLOWRL_NATIVE_H
+#include <stdint.h>
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc);
+
+// ---- pool.c: persistent threads that run the tasks of one job beside the caller.
+// run(ctx, task, tasks) for every task < tasks, on up to `threads` threads; returns the threads
+// used. Another caller already using the pool gets its tasks run inline.
+typedef void (*share_fn)(void *ctx, int task, int tasks);
+int run_tasks(share_fn run, void *ctx, int tasks, int threads);
+
+// ---- frozen.c: products with a frozen W [N, K] (float32 or bfloat16 bits), outside the wasm heap.
+// The instruction set the small-row kernels use: "avx512", "avx2" or "generic" (none).
+const char *frozen_isa(void);
+// Caps it at `cap` (one of those names; the machine's level when higher or unknown); returns the level now in use.
+const char *frozen_cap_isa(const char *cap);
+// Y[M, N] = X[M, K] W^T over `threads` shares; blas may be NULL (compiled loops). 0, or -1 out of memory.
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads);
+// Y[M, K] = X[M, N] W. 0, or -1 out of memory.
+int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas);
+
+// Y[M, N] (row stride ldy) += ((X[M, K] A[K, r]) * scale) B[r, N]. 0, or -1 out of memory.
+int lora_add(int M, int K, int r, int N, const float *x, const float *A, const float *B, float scale, float *y, int64_t ldy, sgemm_fn blas);
+
+// ---- sampling.c: one token per row from logits (temperature, optional top-p), as generate.ts's sampleToken.
+typedef struct {
+  const float *logits;   // [rows, V]
+  int64_t V;
+  int rows;
+  double inv_temperature;
+  double top_p;          // >= 1: off
+  const double *uniforms; // one draw in [0, 1) per row; NaN skips the row
+  int32_t *tokens;        // out
+  double *log_probs;      // out: log-softmax(logits / T) of the token
+  double *kept_log_mass;  // out: log of the softmax share top-p kept (0 without it)
+} sample_job;
+// 0, or -1 out of memory.
+int sample_rows(const sample_job *job, int threads);
+
+#endif

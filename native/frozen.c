@@ -1,0 +1,407 @@
+// Products with a frozen W [N, K] stored row-major outside the wasm heap (a LoRA base), float32 or
+// bfloat16 bits:  forward Y[M, N] = X[M, K] W^T,  backward Y[M, K] = X[M, N] W.
+// Decoding multiplies a few rows by every weight, so it is bound by reading W: a BLAS call at
+// M = 8 reads it at a third of the memory's speed here. Few rows go through kernels written for
+// that (AVX-512 or AVX2, chosen at run time): each streams two rows of W, converted from bfloat16
+// in registers, against every row of X, and prefetches the rows it reads next (the hardware
+// prefetcher alone left them at 12 GB/s of 29). Many rows (a prefill) go to the BLAS, bfloat16
+// converted a panel at a time. Forward products split W's rows over the pool's threads.
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "flowrl_native.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FLOWRL_X86 1
+#include <immintrin.h>
+#endif
+
+enum {
+  // Floats of W converted from bfloat16 per BLAS call (1 MiB: stays in cache).
+  BF16_PANEL_FLOATS = 1 << 18,
+  // Below this many weights a product stays on one thread.
+  SPLIT_MIN_WORK = 1 << 16,
+  // A split product's tasks: up to this many per thread, of at least TASK_MIN_ROWS rows of W.
+  TASKS_PER_THREAD = 8,
+  TASK_MIN_ROWS = 64,
+  // float32 W rows ahead that the small-row kernels prefetch (twice as many bfloat16 rows: the
+  // same bytes); 2 to 12 measured alike, 1 slower, none at a third of the speed.
+  PREFETCH_ROWS = 4,
+  // W rows kept in cache while every chunk of X's rows passes over them.
+  ROW_BLOCK = 16,
+  // Columns of a slice of long rows (see small_rows).
+  K_SLICE = 1024,
+};
+
+typedef enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 } isa_level;
+// Y[m, n] (+)= sum_{k < K} X[m, k] W[n, k] for n in [n0, n1): X's and W's rows `ld` apart (K is a
+// slice of them), Y's ldy apart; accumulate adds to Y.
+typedef void (*rows_kernel)(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate);
+
+// ---- AVX-512: two W rows against up to 8 rows of X (16 accumulators), K in steps of 16.
+static inline void store(float *y, float value, int accumulate) {
+  *y = accumulate ? *y + value : value;
+}
+
+#ifdef FLOWRL_X86
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define AVX2 __attribute__((target("avx2,fma")))
+
+static inline AVX512 __attribute__((always_inline)) __m512 w16(const void *w, int bf16, int64_t at, __mmask16 mask) {
+  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, (const uint16_t *)w + at)), 16));
+  return _mm512_maskz_loadu_ps(mask, (const float *)w + at);
+}
+
+static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const void *w, int bf16, int64_t row, int64_t k, int64_t ld) {
+  const size_t size = bf16 ? 2 : 4;
+  const char *p = (const char *)w + ((size_t)(row + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * ld + k) * size;
+  _mm_prefetch(p, _MM_HINT_T0);
+  _mm_prefetch(p + (size_t)ld * size, _MM_HINT_T0);
+}
+
+#define AVX512_KERNEL(MR)                                                                                                  \
+  static AVX512 void avx512_rows_##MR(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate) { \
+    int64_t n = n0;                                                                                                        \
+    for (; n + 2 <= n1; n += 2) {                                                                                          \
+      __m512 a[MR], b[MR];                                                                                                 \
+      for (int m = 0; m < MR; m++) a[m] = b[m] = _mm512_setzero_ps();                                                      \
+      for (int k = 0; k < K; k += 16) {                                                                                    \
+        const __mmask16 mask = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);                          \
+        const __m512 w0 = w16(w, bf16, n * ld + k, mask), w1 = w16(w, bf16, (n + 1) * ld + k, mask);                         \
+        prefetch_rows(w, bf16, n, k, ld);                                                                   \
+        for (int m = 0; m < MR; m++) {                                                                                     \
+          const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ld + k);                                            \
+          a[m] = _mm512_fmadd_ps(w0, xv, a[m]);                                                                            \
+          b[m] = _mm512_fmadd_ps(w1, xv, b[m]);                                                                            \
+        }                                                                                                                  \
+      }                                                                                                                    \
+      for (int m = 0; m < MR; m++) {                                                                                       \
+        store(y + m * ldy + n, _mm512_reduce_add_ps(a[m]), accumulate);                                                                       \
+        store(y + m * ldy + n + 1, _mm512_reduce_add_ps(b[m]), accumulate);                                                                   \
+      }                                                                                                                    \
+    }                                                                                                                      \
+    if (n < n1) {                                                                                                          \
+      __m512 a[MR];                                                                                                        \
+      for (int m = 0; m < MR; m++) a[m] = _mm512_setzero_ps();                                                             \
+      for (int k = 0; k < K; k += 16) {                                                                                    \
+        const __mmask16 mask = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);                          \
+        const __m512 w0 = w16(w, bf16, n * ld + k, mask);                                                                   \
+        for (int m = 0; m < MR; m++) a[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask, x + (size_t)m * ld + k), a[m]); \
+      }                                                                                                                    \
+      for (int m = 0; m < MR; m++) store(y + m * ldy + n, _mm512_reduce_add_ps(a[m]), accumulate);                                            \
+    }                                                                                                                      \
+  }
+AVX512_KERNEL(1)
+AVX512_KERNEL(2)
+AVX512_KERNEL(3)
+AVX512_KERNEL(4)
+AVX512_KERNEL(5)
+AVX512_KERNEL(6)
+AVX512_KERNEL(7)
+AVX512_KERNEL(8)
+static const rows_kernel avx512_kernels[9] = {NULL, avx512_rows_1, avx512_rows_2, avx512_rows_3, avx512_rows_4,
+                                              avx512_rows_5, avx512_rows_6, avx512_rows_7, avx512_rows_8};
+
+// ---- AVX2: two W rows against up to 4 rows of X (8 accumulators), K in steps of 8, a scalar tail.
+static inline AVX2 __attribute__((always_inline)) __m256 w8(const void *w, int bf16, int64_t at) {
+  if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + at))), 16));
+  return _mm256_loadu_ps((const float *)w + at);
+}
+
+static inline AVX2 __attribute__((always_inline)) float w1(const void *w, int bf16, int64_t at) {
+  if (!bf16) return ((const float *)w)[at];
+  union { uint32_t u; float f; } v = {.u = (uint32_t)((const uint16_t *)w)[at] << 16};
+  return v.f;
+}
+
+static inline AVX2 __attribute__((always_inline)) float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#define AVX2_KERNEL(MR)                                                                                                   \
+  static AVX2 void avx2_rows_##MR(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate) { \
+    const size_t size = bf16 ? 2 : 4;                                                                                     \
+    for (int64_t n = n0; n < n1; n += 2) {                                                                                \
+      const int pair = n + 1 < n1;                                                                                        \
+      const int64_t second = pair ? n + 1 : n;                                                                            \
+      __m256 a[MR], b[MR];                                                                                                \
+      for (int m = 0; m < MR; m++) a[m] = b[m] = _mm256_setzero_ps();                                                     \
+      int k = 0;                                                                                                          \
+      for (; k + 8 <= K; k += 8) {                                                                                        \
+        const __m256 w0 = w8(w, bf16, n * ld + k), w1v = w8(w, bf16, second * ld + k);                                      \
+        if ((k & 15) == 0) {                                                                                              \
+          const char *p = (const char *)w + ((size_t)(n + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * ld + k) * size;                                 \
+          _mm_prefetch(p, _MM_HINT_T0);                                                                                   \
+          _mm_prefetch(p + (size_t)ld * size, _MM_HINT_T0);                                                               \
+        }                                                                                                                 \
+        for (int m = 0; m < MR; m++) {                                                                                    \
+          const __m256 xv = _mm256_loadu_ps(x + (size_t)m * ld + k);                                                       \
+          a[m] = _mm256_fmadd_ps(w0, xv, a[m]);                                                                           \
+          b[m] = _mm256_fmadd_ps(w1v, xv, b[m]);                                                                          \
+        }                                                                                                                 \
+      }                                                                                                                   \
+      for (int m = 0; m < MR; m++) {                                                                                      \
+        float s0 = sum8(a[m]), s1 = sum8(b[m]);                                                                           \
+        for (int j = k; j < K; j++) {                                                                                     \
+          s0 += w1(w, bf16, n * ld + j) * x[(size_t)m * ld + j];                                                            \
+          s1 += w1(w, bf16, second * ld + j) * x[(size_t)m * ld + j];                                                       \
+        }                                                                                                                 \
+        store(y + m * ldy + n, s0, accumulate);                                                                                              \
+        if (pair) store(y + m * ldy + n + 1, s1, accumulate);                                                                                \
+      }                                                                                                                   \
+    }                                                                                                                     \
+  }
+AVX2_KERNEL(1)
+AVX2_KERNEL(2)
+AVX2_KERNEL(3)
+AVX2_KERNEL(4)
+static const rows_kernel avx2_kernels[5] = {NULL, avx2_rows_1, avx2_rows_2, avx2_rows_3, avx2_rows_4};
+#endif
+
+static isa_level hardware_isa(void) {
+  isa_level best = ISA_GENERIC;
+#ifdef FLOWRL_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = ISA_AVX2;
+  if (best == ISA_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) best = ISA_AVX512;
+#endif
+  return best;
+}
+
+static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
+
+// The level in use: the machine's, capped by FLOWRL_NATIVE_ISA or frozen_cap_isa (tests run each
+// kernel on one machine that way).
+static atomic_int isa_in_use = -1;
+
+static isa_level isa(void) {
+  int level = atomic_load(&isa_in_use);
+  if (level < 0) {
+    const char *cap = getenv("FLOWRL_NATIVE_ISA");
+    frozen_cap_isa(cap ? cap : "avx512");
+    level = atomic_load(&isa_in_use);
+  }
+  return (isa_level)level;
+}
+
+const char *frozen_cap_isa(const char *cap) {
+  int level = (int)hardware_isa();
+  for (int i = 0; i < 3; i++)
+    if (strcmp(cap, ISA_NAMES[i]) == 0 && i < level) level = i;
+  atomic_store(&isa_in_use, level);
+  return ISA_NAMES[level];
+}
+
+const char *frozen_isa(void) {
+  return ISA_NAMES[isa()];
+}
+
+// The most rows of X the small-row kernels take; beyond it the BLAS (or the loop) runs. At 32 rows
+// the AVX-512 kernel still ran 241 GFLOP/s on 2 cores (the BLAS's sgemm peak here: 251).
+static int small_rows_limit(isa_level level) {
+  return level == ISA_AVX512 ? 64 : level == ISA_AVX2 ? 16 : 0;
+}
+
+#ifdef FLOWRL_X86
+// Rows [n0, n1) of Y with the small-row kernels: X's rows in chunks, W's rows in blocks kept in
+// cache while every chunk passes over them.
+static void small_rows(isa_level level, int M, int K, const float *x, const void *w, int bf16, int64_t n0, int64_t n1, float *y, int64_t ldy) {
+  const int chunk = level == ISA_AVX512 ? 8 : 4;
+  const rows_kernel *kernels = level == ISA_AVX512 ? avx512_kernels : avx2_kernels;
+  const int64_t block = M <= chunk ? n1 - n0 : ROW_BLOCK;
+  // Long rows in slices, so a chunk of X's rows stays in L1 (down_proj: 4864 columns).
+  const int slice = K > 2 * K_SLICE ? K_SLICE : K;
+  for (int k0 = 0; k0 < K; k0 += slice) {
+    const int width = K - k0 < slice ? K - k0 : slice;
+    const void *wk = (const char *)w + (size_t)k0 * (bf16 ? 2 : 4);
+    for (int64_t b = n0; b < n1; b += block) {
+      const int64_t e = b + block < n1 ? b + block : n1;
+      for (int m = 0; m < M; m += chunk)
+        kernels[M - m < chunk ? M - m : chunk](bf16, width, K, x + (size_t)m * K + k0, wk, b, e, y + (size_t)m * ldy, ldy, k0 > 0);
+    }
+  }
+}
+#endif
+
+static void bf16_rows_to_f32(const uint16_t *src, size_t count, float *dst) {
+  uint32_t *out = (uint32_t *)dst;
+  for (size_t i = 0; i < count; i++) out[i] = (uint32_t)src[i] << 16;
+}
+
+// C[m, n] = sum_k A[m, k] B[n, k] (lda, ldb, ldc), the compiled fallback of the forward.
+static void loop_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+  for (int m = 0; m < M; m++) {
+    const float *restrict a = A + (size_t)m * lda;
+    for (int n = 0; n < N; n++) {
+      const float *restrict b = B + (size_t)n * ldb;
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) part[j] += a[k + j] * b[k + j];
+      float total = part[0] + part[1] + part[2] + part[3] + part[4] + part[5] + part[6] + part[7];
+      for (; k < K; k++) total += a[k] * b[k];
+      C[(size_t)m * ldc + n] = total;
+    }
+  }
+}
+
+// C[m, k] (+)= sum_n A[m, n] B[n, k] (lda, ldb = ldc = K), the compiled fallback of the backward.
+static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const float *B, int accumulate, float *C) {
+  for (int m = 0; m < M; m++) {
+    float *restrict c = C + (size_t)m * K;
+    if (!accumulate) memset(c, 0, sizeof(float) * (size_t)K);
+    for (int n = 0; n < N; n++) {
+      const float a = A[(size_t)m * lda + n];
+      const float *restrict b = B + (size_t)n * K;
+      for (int k = 0; k < K; k++) c[k] += a * b[k];
+    }
+  }
+}
+
+typedef struct {
+  int M, K, bf16, small;
+  int64_t N;
+  const float *x;
+  const void *w;
+  float *y;
+  sgemm_fn blas;
+  atomic_int failed;
+} forward_job;
+
+// Rows [n0, n1) of Y through the BLAS or the loop, bfloat16 converted a panel at a time.
+static int forward_panels(const forward_job *j, int64_t n0, int64_t n1) {
+  const int M = j->M, K = j->K;
+  int64_t panel = n1 - n0;
+  float *scratch = NULL;
+  if (j->bf16) {
+    panel = BF16_PANEL_FLOATS / K;
+    if (panel < 1) panel = 1;
+    if (panel > n1 - n0) panel = n1 - n0;
+    scratch = malloc(sizeof(float) * (size_t)(panel * K));
+    if (!scratch) return -1;
+  }
+  for (int64_t p = n0; p < n1; p += panel) {
+    const int64_t rows = p + panel <= n1 ? panel : n1 - p;
+    const float *w;
+    if (j->bf16) {
+      bf16_rows_to_f32((const uint16_t *)j->w + p * K, (size_t)(rows * K), scratch);
+      w = scratch;
+    } else {
+      w = (const float *)j->w + p * K;
+    }
+    if (j->blas) j->blas(ROW_MAJOR, NO_TRANS, TRANS, M, (int)rows, K, 1.0f, j->x, K, w, K, 0.0f, j->y + p, (int)j->N);
+    else loop_gemm_nt(M, (int)rows, K, j->x, K, w, K, j->y + p, (int)j->N);
+  }
+  free(scratch);
+  return 0;
+}
+
+static void forward_task(void *arg, int task, int tasks) {
+  forward_job *j = arg;
+  // Even boundaries keep the kernels on whole pairs of rows.
+  int64_t n0 = (j->N * task / tasks) & ~(int64_t)1, n1 = task + 1 == tasks ? j->N : (j->N * (task + 1) / tasks) & ~(int64_t)1;
+  if (n1 <= n0) return;
+#ifdef FLOWRL_X86
+  if (j->small) {
+    small_rows(isa(), j->M, j->K, j->x, j->w, j->bf16, n0, n1, j->y, j->N);
+    return;
+  }
+#endif
+  if (forward_panels(j, n0, n1) != 0) atomic_store(&j->failed, 1);
+}
+
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads) {
+  forward_job job = {.M = M, .K = K, .bf16 = bf16, .N = N, .x = x, .w = w, .y = y, .blas = blas};
+  job.small = M <= small_rows_limit(isa());
+  atomic_init(&job.failed, 0);
+  // A BLAS with threads of its own is not split again.
+  const int split = threads > 1 && N * K >= SPLIT_MIN_WORK && (job.small || !blas || blas_threads == 1);
+  if (split) {
+    int64_t tasks = N / TASK_MIN_ROWS;
+    if (tasks > (int64_t)threads * TASKS_PER_THREAD) tasks = (int64_t)threads * TASKS_PER_THREAD;
+    if (tasks < threads) tasks = threads;
+    run_tasks(forward_task, &job, (int)tasks, threads);
+  } else {
+    forward_task(&job, 0, 1);
+  }
+  return atomic_load(&job.failed) ? -1 : 0;
+}
+
+int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas) {
+  int64_t panel = N;
+  float *scratch = NULL;
+  if (bf16) {
+    panel = BF16_PANEL_FLOATS / K;
+    if (panel < 1) panel = 1;
+    if (panel > N) panel = N;
+    scratch = malloc(sizeof(float) * (size_t)(panel * K));
+    if (!scratch) return -1;
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += panel) {
+    const int64_t rows = n0 + panel <= N ? panel : N - n0;
+    const float *wp = (const float *)w + n0 * K;
+    if (bf16) {
+      bf16_rows_to_f32((const uint16_t *)w + n0 * K, (size_t)(rows * K), scratch);
+      wp = scratch;
+    }
+    if (blas) blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, K, (int)rows, 1.0f, x + n0, (int)N, wp, K, n0 ? 1.0f : 0.0f, y, K);
+    else loop_gemm_nn(M, K, (int)rows, x + n0, (int)N, wp, n0 != 0, y);
+  }
+  free(scratch);
+  return 0;
+}
+
+// Y[M, N] (row stride ldy) += ((X[M, K] A[K, r]) * scale) B[r, N]: a LoRA adapter's delta added to
+// a frozen product in place (decoding's adapters are too small to be worth a tensor op each).
+#if defined(FLOWRL_X86) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+// Compiled for each of these, the best picked at load (its loops vectorise at the machine's width).
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+VECTOR_CLONES int lora_add(int M, int K, int r, int N, const float *x, const float *A, const float *B, float scale, float *y, int64_t ldy, sgemm_fn blas) {
+  float *t = malloc(sizeof(float) * (size_t)M * (size_t)(r > 0 ? r : 1));
+  if (!t) return -1;
+  if (blas) {
+    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, r, K, scale, x, K, A, r, 0.0f, t, r);
+    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, N, r, 1.0f, t, r, B, N, 1.0f, y, (int)ldy);
+    free(t);
+    return 0;
+  }
+  for (int m = 0; m < M; m++) {
+    float *restrict tm = t + (size_t)m * r;
+    const float *restrict xm = x + (size_t)m * K;
+    // t's columns 16 at a time in a fixed-size block the compiler keeps in registers.
+    for (int j0 = 0; j0 < r; j0 += 16) {
+      float block[16] = {0};
+      if (r - j0 >= 16) {
+        for (int k = 0; k < K; k++)
+          for (int j = 0; j < 16; j++) block[j] += xm[k] * A[(size_t)k * r + j0 + j];
+      } else {
+        for (int k = 0; k < K; k++)
+          for (int j = 0; j < r - j0; j++) block[j] += xm[k] * A[(size_t)k * r + j0 + j];
+      }
+      for (int j = 0; j < 16 && j0 + j < r; j++) tm[j0 + j] = block[j] * scale;
+    }
+    // Y's row in blocks of 64 columns that stay in registers over every row of B.
+    float *restrict ym = y + (size_t)m * ldy;
+    int n0 = 0;
+    for (; n0 + 64 <= N; n0 += 64) {
+      float block[64];
+      for (int n = 0; n < 64; n++) block[n] = ym[n0 + n];
+      for (int j = 0; j < r; j++)
+        for (int n = 0; n < 64; n++) block[n] += tm[j] * B[(size_t)j * N + n0 + n];
+      for (int n = 0; n < 64; n++) ym[n0 + n] = block[n];
+    }
+    for (int j = 0; j < r; j++)
+      for (int n = n0; n < N; n++) ym[n] += tm[j] * B[(size_t)j * N + n];
+  }
+  free(t);
+  return 0;
+}

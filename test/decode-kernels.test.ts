@@ -1,0 +1,167 @@
+// Decoding's native kernels against independent references: the frozen products' small-row
+// kernels on every instruction set this machine has (FLOWRL_NATIVE_ISA's levels), LoRA deltas
+// added inside the product, and the batched sampler against generate.ts's sampleToken.
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs';
+import { FrozenMatrix } from '../core-adapters/engine/frozen.js';
+import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
+import { ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';
+import { sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
+import { Rng } from '../core-adapters/random.js';
+import { enginePaths, expectClose, onEnginePath } from './helpers.js';
+
+const nativePaths = enginePaths().filter((p) => p !== 'stock');
+
+/** The instruction sets this machine runs, best first (capping never raises the level). */
+function isaLevels(): IsaLevel[] {
+  const isa = loadNativeKernels().kernels?.isa;
+  if (!isa) return [];
+  const best = isa('avx512');
+  return ISA_LEVELS.slice(ISA_LEVELS.indexOf(best));
+}
+
+/** Runs fn on each instruction set, then puts the machine's own back. */
+function onEachIsa(fn: (level: IsaLevel) => void): void {
+  const isa = loadNativeKernels().kernels!.isa!;
+  try {
+    for (const level of isaLevels()) {
+      expect(isa(level)).to.equal(level);
+      fn(level);
+    }
+  } finally {
+    isa('avx512');
+  }
+}
+
+function randoms(seed: number): () => number {
+  const rng = new Rng(seed);
+  return () => rng.next() * 2 - 1;
+}
+
+/** x W^T in float64 over W's float32 values. */
+function reference(x: Float32Array, M: number, w: Float32Array, N: number, K: number): Float64Array {
+  const out = new Float64Array(M * N);
+  for (let m = 0; m < M; m++)
+    for (let n = 0; n < N; n++) {
+      let total = 0;
+      for (let k = 0; k < K; k++) total += x[m * K + k] * w[n * K + k];
+      out[m * N + n] = total;
+    }
+  return out;
+}
+
+describe('decoding kernels', function () {
+  if (!nativePaths.length) {
+    it('need the native addon (not built here)', function () {
+      this.skip();
+    });
+    return;
+  }
+
+  for (const enginePath of nativePaths) {
+    it(`frozen products of 1 to 65 rows, float32 and bfloat16, split or not, equal the float64 product on every instruction set (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        loadNativeKernels().kernels!.setThreads(1);
+        const random = randoms(7);
+        // K: a tail after the last full vector, a plain width, and one long enough to be sliced.
+        for (const K of [37, 896, 2500]) {
+          const N = 301;
+          const values = Float32Array.from({ length: N * K }, random);
+          for (const dtype of ['float32', 'bfloat16'] as const) {
+            const w = FrozenMatrix.fromFloat32(values, N, K, dtype);
+            const exact = w.rowsFloat32();
+            for (const M of [1, 5, 8, 13, 64, 65]) {
+              const x = Float32Array.from({ length: M * K }, random);
+              const expected = Array.from(reference(x, M, exact, N, K));
+              const tolerance = 2e-6 * K;
+              onEachIsa((level) => {
+                const run = () => tf.tidy(() => Array.from(w.product(tf.tensor2d(x, [M, K])).dataSync()));
+                expectClose(run(), expected, tolerance, `${level} ${dtype} M ${M} K ${K}`);
+                expectClose(splitFrozenProducts(run), expected, tolerance, `${level} ${dtype} M ${M} K ${K} split`);
+              });
+            }
+          }
+        }
+      }));
+
+    it(`LoRA deltas added inside a frozen product equal x W^T + ((x A) * scale) B in float64 (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        const random = randoms(11);
+        const [N, K, rank, scale] = [96, 40, 4, 1.5];
+        const values = Float32Array.from({ length: N * K }, random);
+        const w = FrozenMatrix.fromFloat32(values, N, K, 'float32');
+        // Two adapters side by side (q|k fused) and one column block left without an adapter.
+        const blocks = [
+          { column: 0, width: 32 },
+          { column: 48, width: 48 },
+        ];
+        const factors = blocks.map(({ width }) => ({ A: Float32Array.from({ length: K * rank }, random), B: Float32Array.from({ length: rank * width }, random) }));
+        for (const M of [1, 8, 70]) {
+          const x = Float32Array.from({ length: M * K }, random);
+          const expected = reference(x, M, values, N, K);
+          blocks.forEach(({ column, width }, i) => {
+            const { A, B } = factors[i];
+            for (let m = 0; m < M; m++)
+              for (let j = 0; j < rank; j++) {
+                let t = 0;
+                for (let k = 0; k < K; k++) t += x[m * K + k] * A[k * rank + j];
+                for (let n = 0; n < width; n++) expected[m * N + column + n] += t * scale * B[j * width + n];
+              }
+          });
+          const got = tf.tidy(() => {
+            const adapters = blocks.map(({ column, width }, i) => ({ A: tf.tensor2d(factors[i].A, [K, rank]), B: tf.tensor2d(factors[i].B, [rank, width]), column }));
+            const y = w.productWithAdapters(tf.tensor2d(x, [M, K]), adapters, scale);
+            expect(y, 'the fused kernel runs on this path').to.not.equal(undefined);
+            return Array.from(y!.dataSync());
+          });
+          expectClose(got, Array.from(expected), 1e-4, `M ${M}`);
+        }
+        // Under a tape (training) the fused kernel stands aside: its deltas have no gradient.
+        tf.tidy(() => {
+          const adapters = [{ A: tf.zeros([K, rank]) as tf.Tensor2D, B: tf.zeros([rank, 32]) as tf.Tensor2D, column: 0 }];
+          const x = tf.zeros([2, K]) as tf.Tensor2D;
+          tf.grad((input: tf.Tensor) => {
+            expect(w.productWithAdapters(input as tf.Tensor2D, adapters, scale)).to.equal(undefined);
+            return tf.sum(input);
+          })(x);
+        });
+      }));
+  }
+
+  it('the native sampler draws the tokens sampleToken draws, with its log-probabilities and top-p kept mass; NaN rows are skipped', () =>
+    onEnginePath(nativePaths[0], () => {
+      const V = 5000;
+      const random = randoms(3);
+      const rows: Float32Array[] = [
+        // Peaked, moderate, nearly flat.
+        Float32Array.from({ length: V }, () => random() * 12),
+        Float32Array.from({ length: V }, () => random() * 3),
+        Float32Array.from({ length: V }, () => random() * 0.01),
+        // One token and thousands below the top-p candidate bound whose mass top-p still needs
+        // (sampleToken's fallback to sorting everything).
+        Float32Array.from({ length: V }, (_, i) => (i === 17 ? 0 : -14.5)),
+      ];
+      for (const temperature of [1, 0.7]) {
+        for (const topP of [1, 0.9, 0.5, 0.999]) {
+          for (let draw = 0; draw < 25; draw++) {
+            const logits = tf.tensor2d(rows.flatMap((r) => Array.from(r)), [rows.length, V]);
+            const seed = 1000 * draw + Math.round(topP * 1000);
+            const skipped = draw % rows.length;
+            const native = sampleRowsNatively(logits, temperature, topP, (row) => (row === skipped ? NaN : new Rng(seed + row).next()));
+            logits.dispose();
+            expect(native, 'the addon samples').to.not.equal(undefined);
+            rows.forEach((row, b) => {
+              if (b === skipped) return;
+              const kept: KeptMass = { logMass: 0 };
+              const token = sampleToken(row, { maxNewTokens: 1, temperature, topP }, new Rng(seed + b), kept);
+              const label = `T ${temperature} top-p ${topP} draw ${draw} row ${b}`;
+              expect(native!.tokens[b], label).to.equal(token);
+              expect(native!.logProbs[b], label).to.be.closeTo(tokenLogProb(row, token, temperature), 1e-9);
+              expect(native!.keptLogMass[b], label).to.be.closeTo(kept.logMass, 1e-12);
+            });
+            expect(native!.tokens[skipped]).to.equal(0);
+          }
+        }
+      }
+    }));
+});
