@@ -10,13 +10,12 @@ import { FROZEN_DTYPES, NATIVE_CHOICES, type BackendChoice, type FrozenDtype, ty
 import { frozenBaseAvailable } from '../engine/frozen.js';
 import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { createAdapters, LORA_MODULES } from '../model/lora.js';
-import { generate } from '../model/generate.js';
+import { Decoding, generateOnPool } from '../model/generate.js';
 import { defaultNativeChoice, initEngine } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
 import { parseModelConfig, readModelConfig } from '../model/config.js';
-import { generateOnPool } from '../model/generate.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW } from '../model/optim.js';
 import { languageModelReplicaSpec } from '../model/lm-replica.js';
@@ -24,8 +23,8 @@ import { languageModelStep } from '../model/train-step.js';
 import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
-import { formatLimits, measureLimits } from './limits.js';
-import { formatRlStep, runRlStepBench, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
+import { formatLimits, measureLimits, type Limits } from './limits.js';
+import { formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
@@ -123,6 +122,9 @@ export interface ModelBenchOptions {
   sampleTokens: number;
   promptTokens: number;
   steps: number;
+  /** The limits' measurement sizes (--limits-mb, --matrix). */
+  limitsMb: number;
+  matrix: number;
   backend: BackendChoice;
   native?: NativeChoice;
   quiet?: boolean;
@@ -139,6 +141,16 @@ export interface ModelBenchResult extends BenchResult {
   base_outside_heap_mb: number;
   wasm_heap_mb: number;
   load_s: number;
+  /** Sampling's prefill (the prompts' forward) and its GFLOP/s, also as a fraction of the sgemm peak. */
+  prefill_s: number;
+  prefill_gflop_s: number;
+  prefill_fraction_of_sgemm: number;
+  /** One decode step (a token for every prompt, sampling included), the weights it reads per second, and that over the read bandwidth. */
+  decode_step_ms: number;
+  decode_gb_s: number;
+  decode_fraction_of_bandwidth: number;
+  weights_read_mb: number;
+  limits: Limits;
 }
 
 /**
@@ -173,9 +185,20 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   const kernels = info.backend === 'wasm' ? loadNativeKernels().kernels : undefined;
   kernels?.setThreads(blasThreads());
   const start = performance.now();
-  generate(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
+  const decoding = new Decoding(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
+  const prefillMs = performance.now() - start;
+  let decodeSteps = 0;
+  while (decoding.step()) decodeSteps++;
   const sampleMs = performance.now() - start;
   kernels?.setThreads(os.availableParallelism());
+  // Decoding and the prefill against this machine's limits: a decode step reads every weight
+  // once; the prefill multiplies the body by every prompt token, the head by the last.
+  const limits = await measureLimits({ arrayMb: options.limitsMb, matrix: options.matrix, rounds: 3 });
+  const weights = weightFigures(model);
+  const prefillGflop = (2 * weights.bodyValues * options.samplePrompts * options.promptTokens + 2 * weights.headValues * options.samplePrompts) / 1e9;
+  const decodeMs = decodeSteps ? (sampleMs - prefillMs) / decodeSteps : 0;
+  const decodeGbS = decodeSteps ? weights.readBytes / decodeMs / 1e6 : 0;
+  const sgemmLimit = limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
   const count = (tensors: Iterable<{ size: number }>) => [...tensors].reduce((n, t) => n + t.size, 0);
   const frozenValues = [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
   const result: ModelBenchResult = {
@@ -194,6 +217,14 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
     base_outside_heap_mb: Math.round([...model.frozen.values()].reduce((n, m) => n + m.bytes, 0) / 2 ** 20),
     wasm_heap_mb: info.backend === 'wasm' ? Math.round(wasmHeapBytes() / 2 ** 20) : 0,
     load_s: Math.round(loadSeconds * 10) / 10,
+    prefill_s: round3(prefillMs / 1000),
+    prefill_gflop_s: Math.round(prefillGflop / (prefillMs / 1000)),
+    prefill_fraction_of_sgemm: round3(prefillGflop / (prefillMs / 1000) / sgemmLimit),
+    decode_step_ms: Math.round(decodeMs * 10) / 10,
+    decode_gb_s: Math.round(decodeGbS * 10) / 10,
+    decode_fraction_of_bandwidth: round3(decodeGbS / limits.read_gb_s),
+    weights_read_mb: Math.round(weights.readBytes / 1e6),
+    limits,
   };
   model.dispose();
   optimizer.dispose();
@@ -392,6 +423,8 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
     sampleTokens: numberFlag('bench', values, 'sample-tokens', 32, { integer: true, min: 1 }),
     promptTokens: PROMPT_TOKENS,
     steps: numberFlag('bench', values, 'steps', 3, { integer: true, min: 1 }),
+    limitsMb: numberFlag('bench', values, 'limits-mb', 256, { integer: true, min: 1 }),
+    matrix: numberFlag('bench', values, 'matrix', 2048, { integer: true, min: 16 }),
     backend: values.backend as BackendChoice,
     native,
     quiet: values.json as boolean,
@@ -406,6 +439,9 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   console.log(`${ours.model}: ${ours.parameters.toLocaleString('en-US')} parameters (${ours.trainable_parameters.toLocaleString('en-US')} trained; ${what}), random weights, backend ${ours.backend}`);
   console.log(`  train step        ${(ours.train_step_ms / 1000).toFixed(2)} s on ${options.batch}x${options.seq} tokens (${ours.train_tokens_per_s} tokens/s)`);
   console.log(`  KV-cache sampling ${ours.sample_tokens_per_s} new tokens/s (${options.samplePrompts} prompts of ${PROMPT_TOKENS} tokens, ${options.sampleTokens} new tokens each)`);
+  const sgemm = ours.limits.sgemm_gflop_s ?? ours.limits.sgemm_loop_gflop_s;
+  console.log(`    prefill         ${ours.prefill_s.toFixed(2)} s, ${ours.prefill_gflop_s} GFLOP/s: ${(100 * ours.prefill_fraction_of_sgemm).toFixed(0)} % of the sgemm peak (${sgemm.toFixed(0)} GFLOP/s)`);
+  console.log(`    decode step     ${ours.decode_step_ms.toFixed(1)} ms at batch ${options.samplePrompts}, reading ${ours.weights_read_mb} MB: ${ours.decode_gb_s.toFixed(1)} GB/s, ${(100 * ours.decode_fraction_of_bandwidth).toFixed(0)} % of the read bandwidth (${ours.limits.read_gb_s.toFixed(1)} GB/s)`);
   console.log(`  memory            peak RSS ${ours.peak_rss_mb} MB; wasm heap ${ours.wasm_heap_mb} MB; frozen base outside it ${ours.base_outside_heap_mb} MB; built in ${ours.load_s} s`);
   if (!torch) return;
   if (!torch.result) {

@@ -16,6 +16,7 @@ import { frozenBaseAvailable } from '../engine/frozen.js';
 import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { InputError } from '../errors.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
+import type { CausalLM } from '../model/causal-lm.js';
 import { readModelConfig } from '../model/config.js';
 import { generate } from '../model/generate.js';
 import { packSequences, scoreResponses } from '../model/logprobs.js';
@@ -68,6 +69,29 @@ export interface RlStepResult {
   sgemm_limit_gflop_s: number;
 }
 
+/** What a model's weights weigh for the limits: see weightFigures. */
+export interface WeightFigures {
+  parameters: number;
+  /** Bytes a decoding step reads: every weight once (an untied embedding is only looked up). */
+  readBytes: number;
+  /** Weights the head multiplies per token, and those the decoder layers do. */
+  headValues: number;
+  bodyValues: number;
+}
+
+export function weightFigures(model: CausalLM): WeightFigures {
+  const config = model.config;
+  const frozenBytes = [...model.frozen.values()].reduce((n, m) => n + m.bytes, 0);
+  const heapValues = [...model.params.values()].reduce((n, v) => n + v.size, 0) + [...(model.adapters?.params.values() ?? [])].reduce((n, v) => n + v.size, 0);
+  const parameters = heapValues + [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
+  const embedValues = config.vocabSize * config.hiddenSize;
+  const embedBytes = model.frozen.get('model.embed_tokens.weight')?.bytes ?? 4 * embedValues;
+  const readBytes = frozenBytes + 4 * heapValues - (config.tieWordEmbeddings ? 0 : embedBytes);
+  const headValues = config.vocabSize * config.hiddenSize;
+  const bodyValues = parameters - embedValues - (config.tieWordEmbeddings ? 0 : headValues);
+  return { parameters, readBytes, headValues, bodyValues };
+}
+
 export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const info = await initEngine(o.backend, { quiet: o.quiet, native: o.native });
   const limits = await measureLimits({ arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
@@ -80,18 +104,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
   const log = (text: string) => !o.quiet && process.stderr.write(`[flowrl] bench --rl-step: ${text}\n`);
 
-  // Weights a decoding step reads, and the weights each token multiplies.
-  const frozenBytes = [...model.frozen.values()].reduce((n, m) => n + m.bytes, 0);
-  const heapValues = [...model.params.values()].reduce((n, v) => n + v.size, 0);
-  const weightBytes = frozenBytes + 4 * heapValues;
-  const parameters = heapValues + [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
-  // Untied, the embedding is only looked up: neither read whole per token nor multiplied.
-  const embedName = 'model.embed_tokens.weight';
-  const embedValues = config.vocabSize * config.hiddenSize;
-  const embedBytes = model.frozen.get(embedName)?.bytes ?? 4 * embedValues;
-  const readBytes = weightBytes - (config.tieWordEmbeddings ? 0 : embedBytes);
-  const headValues = config.vocabSize * config.hiddenSize;
-  const bodyValues = parameters - embedValues - (config.tieWordEmbeddings ? 0 : headValues);
+  const { parameters, readBytes, headValues, bodyValues } = weightFigures(model);
 
   const rng = new Rng(1);
   const prompts = Array.from({ length: o.prompts }, () => Array.from({ length: o.promptTokens }, () => rng.int(config.vocabSize)));
