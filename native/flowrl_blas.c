@@ -100,15 +100,16 @@ static int get_int(napi_env env, napi_value value, int64_t *out) {
   return napi_get_value_int64(env, value, out) == napi_ok;
 }
 
-static int get_floats(napi_env env, napi_value value, float **data, size_t *length) {
+// A typed array of the `wanted` type: its data and length; 0 for anything else.
+static int get_typed(napi_env env, napi_value value, napi_typedarray_type wanted, void **data, size_t *length) {
   napi_typedarray_type type;
-  void *raw;
   napi_value buffer;
   size_t offset;
-  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok) return 0;
-  if (type != napi_float32_array) return 0;
-  *data = (float *)raw;
-  return 1;
+  return napi_get_typedarray_info(env, value, &type, length, data, &buffer, &offset) == napi_ok && type == wanted;
+}
+
+static int get_floats(napi_env env, napi_value value, float **data, size_t *length) {
+  return get_typed(env, value, napi_float32_array, (void **)data, length);
 }
 
 // load(paths: string[]): the BLAS now in use ('' for the compiled loop).
@@ -398,13 +399,7 @@ static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
 }
 
 static int get_int32s(napi_env env, napi_value value, int32_t **data, size_t *length) {
-  napi_typedarray_type type;
-  void *raw;
-  napi_value buffer;
-  size_t offset;
-  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok || type != napi_int32_array) return 0;
-  *data = (int32_t *)raw;
-  return 1;
+  return get_typed(env, value, napi_int32_array, (void **)data, length);
 }
 
 // tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff):
@@ -456,13 +451,7 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
 }
 
 static int get_float64s(napi_env env, napi_value value, double **data, size_t *length) {
-  napi_typedarray_type type;
-  void *raw;
-  napi_value buffer;
-  size_t offset;
-  if (napi_get_typedarray_info(env, value, &type, length, &raw, &buffer, &offset) != napi_ok || type != napi_float64_array) return 0;
-  *data = (double *)raw;
-  return 1;
+  return get_typed(env, value, napi_float64_array, (void **)data, length);
 }
 
 // sampleRows(Z, zOff, rows, V, invT, topP, uniforms, tokens, logProbs, keptLogMass, threads): see
