@@ -10,6 +10,8 @@
 // Tokens whose probability is at least this share of the total are the first candidates for top-p
 // (generate.ts's NUCLEUS_CANDIDATE_SHARE).
 static const double NUCLEUS_CANDIDATE_SHARE = 1e-6;
+// Fewer logits than this are sampled on the calling thread.
+static const int64_t SPLIT_MIN_VALUES = 1 << 16;
 
 typedef struct {
   double p;
@@ -119,7 +121,8 @@ static void sample_task(void *arg, int task, int tasks) {
 int sample_rows(const sample_job *job, int threads) {
   sample_run run = {.job = job};
   atomic_init(&run.failed, 0);
-  if (threads > 1) run_tasks(sample_task, &run, job->rows, threads);
+  // Small vocabularies are not worth a hand-off to another thread.
+  if (threads > 1 && (int64_t)job->rows * job->V >= SPLIT_MIN_VALUES) run_tasks(sample_task, &run, job->rows, threads);
   else sample_task(&run, 0, 1);
   return atomic_load(&run.failed) ? -1 : 0;
 }

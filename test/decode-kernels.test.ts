@@ -128,7 +128,7 @@ describe('decoding kernels', function () {
       }));
   }
 
-  it('the native sampler draws the tokens sampleToken draws, with its log-probabilities and top-p kept mass; NaN rows are skipped', () =>
+  it('the native sampler, split or not, draws the tokens sampleToken draws, with its log-probabilities and top-p kept mass; NaN rows are skipped', () =>
     onEnginePath(nativePaths[0], () => {
       const V = 5000;
       const random = randoms(3);
@@ -141,13 +141,17 @@ describe('decoding kernels', function () {
         // (sampleToken's fallback to sorting everything).
         Float32Array.from({ length: V }, (_, i) => (i === 17 ? 0 : -14.5)),
       ];
+      // Enough logits (16 x 5000) that the split runs the rows on the pool's threads.
+      rows.push(...rows, ...rows, ...rows);
       for (const temperature of [1, 0.7]) {
         for (const topP of [1, 0.9, 0.5, 0.999]) {
-          for (let draw = 0; draw < 25; draw++) {
+          for (let draw = 0; draw < 10; draw++) {
             const logits = tf.tensor2d(rows.flatMap((r) => Array.from(r)), [rows.length, V]);
             const seed = 1000 * draw + Math.round(topP * 1000);
             const skipped = draw % rows.length;
-            const native = sampleRowsNatively(logits, temperature, topP, (row) => (row === skipped ? NaN : new Rng(seed + row).next()));
+            // As decoding runs it (split over the cores) on even draws, on one thread on odd ones.
+            const sample = () => sampleRowsNatively(logits, temperature, topP, (row) => (row === skipped ? NaN : new Rng(seed + row).next()));
+            const native = draw % 2 ? sample() : splitFrozenProducts(sample);
             logits.dispose();
             expect(native, 'the addon samples').to.not.equal(undefined);
             rows.forEach((row, b) => {
