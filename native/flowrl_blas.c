@@ -504,6 +504,30 @@ static napi_value lora_add_napi(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// decodeAttention(H, batch, heads, kvHeads, headDim, capacity, past, qkv, cos, sin, bias, keys, values, out, threads):
+// offsets into one float32 array (the wasm heap); see attention.c.
+static napi_value decode_attention_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 15;
+  napi_value argv[15];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 15) return throw_error(env, "decodeAttention: expected 15 arguments");
+  float *H;
+  size_t len;
+  int64_t v[14];
+  if (!get_floats(env, argv[0], &H, &len)) return throw_error(env, "decodeAttention: bad argument types");
+  for (int i = 1; i < 15; i++)
+    if (!get_int(env, argv[i], &v[i - 1]) || v[i - 1] < 0) return throw_error(env, "decodeAttention: bad argument types");
+  const int64_t B = v[0], heads = v[1], kv = v[2], d = v[3], cap = v[4], past = v[5];
+  if (kv < 1 || heads % kv || d % 2 || past >= cap) return throw_error(env, "decodeAttention: bad sizes");
+  const int64_t width = B * (heads + 2 * kv) * d, cache = B * kv * cap * d;
+  const int64_t sizes[7] = {width, width, width, B * (heads / kv) * cap, cache, cache, B * heads * d};
+  for (int i = 0; i < 7; i++)
+    if ((size_t)(v[6 + i] + sizes[i]) > len) return throw_error(env, "decodeAttention: out of bounds");
+  const decode_attention_job job = {(int)B, (int)heads, (int)kv, (int)d, (int)cap, (int)past, H + v[6], H + v[7], H + v[8], H + v[9], H + v[10], H + v[11], H + v[12]};
+  if (decode_attention(&job, v[13] < 1 ? 1 : (int)v[13]) != 0) return throw_error(env, "decodeAttention: out of memory");
+  return NULL;
+}
+
 // adviseHugePages(array): asks the kernel to back the array's untouched memory with huge pages (a
 // frozen base read once per token: fewer TLB misses, 5-10 % faster decoding here). Returns whether it could.
 static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
@@ -559,6 +583,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"isa", NULL, isa_napi, NULL, NULL, NULL, napi_default, NULL},
       {"adviseHugePages", NULL, advise_huge_pages, NULL, NULL, NULL, napi_default, NULL},
       {"loraAdd", NULL, lora_add_napi, NULL, NULL, NULL, napi_default, NULL},
+      {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

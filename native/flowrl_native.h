@@ -3,6 +3,14 @@
 #define FLOWRL_NATIVE_H
 #include <stdint.h>
 
+// A function compiled for each of these, the best picked at load (its loops vectorise at the
+// machine's width); GCC on x86-64 Linux only (it needs ifunc).
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                          const float *B, int ldb, float beta, float *C, int ldc);
@@ -40,5 +48,17 @@ typedef struct {
 } sample_job;
 // 0, or -1 out of memory.
 int sample_rows(const sample_job *job, int threads);
+
+// ---- attention.c: one decode step's attention over a preallocated KV cache.
+typedef struct {
+  int batch, heads, kv_heads, head_dim, capacity, past;
+  const float *qkv;      // [batch, (heads + 2 kv_heads) * head_dim]: q | k | v of the new token
+  const float *cos, *sin; // the same shape: rotary tables (the query's carry 1/sqrt(head_dim); v's are 1 and 0)
+  const float *bias;     // [batch, heads / kv_heads, capacity]: the mask's additive bias
+  float *keys, *values;  // [batch, kv_heads, capacity, head_dim]: written at `past`
+  float *out;            // [batch, heads * head_dim]
+} decode_attention_job;
+// Rows split over up to `threads` threads. 0, or -1 out of memory.
+int decode_attention(const decode_attention_job *job, int threads);
 
 #endif

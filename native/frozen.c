@@ -358,13 +358,6 @@ int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int 
 
 // Y[M, N] (row stride ldy) += ((X[M, K] A[K, r]) * scale) B[r, N]: a LoRA adapter's delta added to
 // a frozen product in place (decoding's adapters are too small to be worth a tensor op each).
-#if defined(FLOWRL_X86) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-// Compiled for each of these, the best picked at load (its loops vectorise at the machine's width).
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VECTOR_CLONES
-#endif
-
 VECTOR_CLONES int lora_add(int M, int K, int r, int N, const float *x, const float *A, const float *B, float scale, float *y, int64_t ldy, sgemm_fn blas) {
   float *t = malloc(sizeof(float) * (size_t)M * (size_t)(r > 0 ? r : 1));
   if (!t) return -1;

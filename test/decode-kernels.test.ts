@@ -6,9 +6,11 @@ import * as tf from '@tensorflow/tfjs';
 import { FrozenMatrix } from '../core-adapters/engine/frozen.js';
 import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
 import { ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';
-import { sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
+import { generate, sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
+import { loadModel } from '../core-adapters/model/checkpoint.js';
+import { loadAdapters } from '../core-adapters/model/lora.js';
 import { Rng } from '../core-adapters/random.js';
-import { enginePaths, expectClose, onEnginePath } from './helpers.js';
+import { enginePaths, expectClose, fixture, onEnginePath } from './helpers.js';
 
 const nativePaths = enginePaths().filter((p) => p !== 'stock');
 
@@ -125,6 +127,38 @@ describe('decoding kernels', function () {
             return tf.sum(input);
           })(x);
         });
+      }));
+  }
+
+  for (const enginePath of nativePaths) {
+    it(`decoding with the attention kernel (rotary, cache written in place, grouped heads, left padding) samples what recomputing every step samples, log-probs within 1e-4 (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        const kernels = enginePath === 'native-loop' ? loadNativeKernels().loopOnly! : loadNativeKernels().kernels!;
+        const attend = kernels.decodeAttention!;
+        let calls = 0;
+        kernels.decodeAttention = (...a) => {
+          calls++;
+          attend(...a);
+        };
+        try {
+          // 4 query heads over 2 kv heads; a frozen base with adapters, as a LoRA run decodes.
+          const model = loadModel(fixture('tiny-qwen2'), { frozenBase: 'float32' });
+          model.attachAdapters(loadAdapters(model.config, fixture('lora-tiny-qwen2')));
+          const prompts = [[5, 9, 17, 3, 44, 2, 8], [12, 7], [30, 31, 32, 33]];
+          for (const topP of [1, 0.9]) {
+            const options = { maxNewTokens: 8, temperature: 0.9, topP, seed: 21, withLogProbs: true };
+            const cached = splitFrozenProducts(() => generate(model, prompts, options));
+            const before = calls;
+            const recomputed = generate(model, prompts, { ...options, noCache: true });
+            expect(calls, 'recomputing never runs the decode kernel').to.equal(before);
+            expect(cached.tokens).to.deep.equal(recomputed.tokens);
+            cached.logProbs!.forEach((row, b) => expectClose(row, recomputed.logProbs![b], 1e-4, `top-p ${topP} row ${b}`));
+          }
+          expect(calls, 'the kernel ran: one call per layer and decode step').to.equal(2 * 2 * 7);
+          model.dispose();
+        } finally {
+          kernels.decodeAttention = attend;
+        }
       }));
   }
 

@@ -232,6 +232,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   ];
   if (native) replacements.push(['Sum', makeSum(native)]);
   if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
+  if (native?.decodeAttention && !tf.getKernel(DECODE_ATTENTION, BACKEND)) tf.registerKernel({ kernelName: DECODE_ATTENTION, backendName: BACKEND, kernelFunc: decodeAttentionKernel as unknown as tf.KernelFunc });
   if (native?.frozenMatmul && native.loraAdd && !tf.getKernel(FROZEN_LINEAR, BACKEND)) tf.registerKernel({ kernelName: FROZEN_LINEAR, backendName: BACKEND, kernelFunc: frozenLinear as unknown as tf.KernelFunc });
   for (const [kernelName, kernelFunc] of [
     [TOKEN_LOG_PROBS, tokenLogProbsKernel],
@@ -363,6 +364,49 @@ export function sampleRowsNatively(logits: tf.Tensor2D, temperature: number, top
   const out: RowSamples = { tokens: new Int32Array(rows), logProbs: new Float64Array(rows), keptLogMass: new Float64Array(rows) };
   sample(b.wasm.HEAPF32, offset(b, logits), rows, V, 1 / temperature, topP, uniforms, out.tokens, out.logProbs, out.keptLogMass);
   return out;
+}
+
+export const DECODE_ATTENTION = 'FlowrlDecodeAttention';
+
+/** The shapes of a decode step's attention (see decodeAttention). */
+export interface DecodeAttentionShape {
+  heads: number;
+  kvHeads: number;
+  /** The cache's slot for the new token. */
+  past: number;
+}
+
+function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const { heads, kvHeads, past } = attrs as unknown as DecodeAttentionShape;
+  const [batch, , capacity, headDim] = keys.shape;
+  const out = b.makeOutput([batch, heads * headDim], 'float32');
+  const at = (t: tf.TensorInfo) => offset(b, t);
+  activeNative!.decodeAttention!(b.wasm.HEAPF32, batch, heads, kvHeads, headDim, capacity, past, at(qkv), at(cos), at(sin), at(bias), at(keys), at(values), at(out));
+  // The cache was written in place.
+  forgetDerivedState(b, keys);
+  forgetDerivedState(b, values);
+  return out;
+}
+
+/** Whether decodeAttention runs here (wasm and an addon that has it). */
+export function decodeAttentionAvailable(): boolean {
+  return tf.getBackend() === 'wasm' && activeNative?.decodeAttention !== undefined && tf.getKernel(DECODE_ATTENTION, BACKEND) !== undefined;
+}
+
+/**
+ * One decode step's attention in one kernel (no gradient): qkv [B, (heads + 2 kvHeads) d] of the new
+ * token with its rotary tables (cos, sin, the same shape), the mask's bias [B, 1, heads / kvHeads,
+ * S], and the preallocated cache keys, values [B, kvHeads, S, d], which get the new key (rotated)
+ * and value at slot `past`. Returns the heads' outputs, [B, heads d].
+ */
+export function decodeAttention(qkv: tf.Tensor2D, cos: tf.Tensor2D, sin: tf.Tensor2D, bias: tf.Tensor4D, keys: tf.Tensor4D, values: tf.Tensor4D, shape: DecodeAttentionShape): tf.Tensor2D {
+  const [batch, kvHeads, capacity, headDim] = keys.shape;
+  const width = (shape.heads + 2 * shape.kvHeads) * headDim;
+  const fits = kvHeads === shape.kvHeads && shape.heads % kvHeads === 0 && shape.past < capacity && [qkv, cos, sin].every((t) => t.shape[0] === batch && t.shape[1] === width) && values.shape.every((n, i) => n === keys.shape[i]) && bias.size === batch * (shape.heads / kvHeads) * capacity;
+  if (!fits) throw new Error(`decodeAttention: shapes do not fit (qkv [${qkv.shape}], cache [${keys.shape}], bias [${bias.shape}])`);
+  const attrs = { ...shape } as unknown as tf.NamedAttrMap;
+  return tf.engine().runKernel(DECODE_ATTENTION, { qkv, cos, sin, bias, keys, values } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
 }
 
 export const TOKEN_LOG_PROBS = 'FlowrlTokenLogProbs';

@@ -37,6 +37,12 @@ export interface NativeKernels {
   sampleRows?: SampleRowsFn;
   /** On one float32 array (the heap): Y[M, N] (rows ldy apart) += ((X[M, K] A[K, r]) * scale) B[r, N], a LoRA delta in place. Absent in old addons. */
   loraAdd?: LoraAddFn;
+  /**
+   * One decode step's attention on one float32 array (the heap; arguments after it are offsets):
+   * rotary on the new q and k, k and v written into the cache at `past`, softmax over the cached
+   * keys plus the mask's bias, the weighted values into out. See native/attention.c. Absent in old addons.
+   */
+  decodeAttention?: DecodeAttentionFn;
   /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
   adviseHugePages?: (data: Uint8Array) => boolean;
   /**
@@ -50,6 +56,9 @@ export interface NativeKernels {
 /** The instruction sets of the small-row kernels, best first. */
 export const ISA_LEVELS = ['avx512', 'avx2', 'generic'] as const;
 export type IsaLevel = (typeof ISA_LEVELS)[number];
+
+/** See NativeKernels.decodeAttention. */
+export type DecodeAttentionFn = (heap: Float32Array, batch: number, heads: number, kvHeads: number, headDim: number, capacity: number, past: number, qkv: number, cos: number, sin: number, bias: number, keys: number, values: number, out: number) => void;
 
 /** See NativeKernels.loraAdd. */
 export type LoraAddFn = (M: number, K: number, rank: number, N: number, heap: Float32Array, xOffset: number, aOffset: number, bOffset: number, scale: number, yOffset: number, ldy: number) => void;
@@ -79,6 +88,8 @@ interface Addon {
   sampleRows?: (...args: [...Parameters<SampleRowsFn>, number]) => void;
   isa?: NativeKernels['isa'];
   adviseHugePages?: NativeKernels['adviseHugePages'];
+  /** As NativeKernels.decodeAttention, plus the threads it may use. */
+  decodeAttention?: (...args: [...Parameters<DecodeAttentionFn>, number]) => void;
   /** As NativeKernels.loraAdd, plus useBlas. */
   loraAdd?: (...args: [...Parameters<LoraAddFn>, number]) => void;
 }
@@ -155,6 +166,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const wanted = blasDisabledByEnv() ? [] : process.env.FLOWRL_BLAS ? [process.env.FLOWRL_BLAS] : BLAS_CANDIDATES;
     const blas = addon.load(wanted);
     const sample = addon.sampleRows;
+    const attend = addon.decodeAttention;
     const shared = {
       sum: addon.sum,
       setThreads: addon.setThreads,
@@ -163,6 +175,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       sampleRows: sample && ((...a: Parameters<SampleRowsFn>) => sample(...a, productSplitThreads)),
       isa: addon.isa,
       adviseHugePages: addon.adviseHugePages,
+      decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
     };
     const frozen = addon.frozenMatmul;
     const lora = addon.loraAdd;

@@ -3,7 +3,7 @@
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs';
 import type { FrozenMatrix } from '../engine/frozen.js';
-import { writeTimeSlice } from '../engine/kernels.js';
+import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
 import { addColumns, addConstant, addSameShape, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import { moduleShape, type LoraAdapters, type LoraModule } from './lora.js';
@@ -422,7 +422,15 @@ export class CausalLM {
     if ('fused' in rotary) {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
-      const qkv = this.rope(this.adaptedProjection(layer, w('qkv_proj'), ['q_proj', 'k_proj', 'v_proj'], h, b('qkv_proj')), rotary.fused);
+      const projected = this.adaptedProjection(layer, w('qkv_proj'), ['q_proj', 'k_proj', 'v_proj'], h, b('qkv_proj'));
+      if (slots.inPlace && !tf.engine().isTapeOn() && decodeAttentionAvailable()) {
+        // The rest of the attention in one kernel, the cache written in place.
+        const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
+        const [keys, values] = cache ? [cache.keys[layer], cache.values[layer]] : [tf.zeros(shape) as tf.Tensor4D, tf.zeros(shape) as tf.Tensor4D];
+        const heads = decodeAttention(projected, rotary.fused.cos, rotary.fused.sin, maskBias, keys, values, { heads: c.numHeads, kvHeads: c.numKVHeads, past: slots.past });
+        return Object.assign(this.adaptedProjection(layer, w('o_proj'), ['o_proj'], heads, b('o_proj')), { key: keys, value: values });
+      }
+      const qkv = this.rope(projected, rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
     } else {
       // Several tokens per row: project q, k and v from column slices of the fused weight (small),
