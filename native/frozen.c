@@ -31,20 +31,13 @@ enum {
   PREFETCH_ROWS = 4,
   // W rows kept in cache while every chunk of X's rows passes over them.
   ROW_BLOCK = 16,
-  // Columns of a slice of long rows (see small_rows).
-  K_SLICE = 1024,
 };
 
 typedef enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 } isa_level;
-// Y[m, n] (+)= sum_{k < K} X[m, k] W[n, k] for n in [n0, n1): X's and W's rows `ld` apart (K is a
-// slice of them), Y's ldy apart; accumulate adds to Y.
-typedef void (*rows_kernel)(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate);
+// Y[m, n] = sum_k X[m, k] W[n, k] for n in [n0, n1) (Y's rows ldy apart).
+typedef void (*rows_kernel)(int bf16, int K, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy);
 
 // ---- AVX-512: two W rows against up to 8 rows of X (16 accumulators), K in steps of 16.
-static inline void store(float *y, float value, int accumulate) {
-  *y = accumulate ? *y + value : value;
-}
-
 #ifdef FLOWRL_X86
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define AVX2 __attribute__((target("avx2,fma")))
@@ -54,32 +47,32 @@ static inline AVX512 __attribute__((always_inline)) __m512 w16(const void *w, in
   return _mm512_maskz_loadu_ps(mask, (const float *)w + at);
 }
 
-static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const void *w, int bf16, int64_t row, int64_t k, int64_t ld) {
+static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const void *w, int bf16, int64_t row, int64_t k, int K) {
   const size_t size = bf16 ? 2 : 4;
-  const char *p = (const char *)w + ((size_t)(row + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * ld + k) * size;
+  const char *p = (const char *)w + ((size_t)(row + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * K + k) * size;
   _mm_prefetch(p, _MM_HINT_T0);
-  _mm_prefetch(p + (size_t)ld * size, _MM_HINT_T0);
+  _mm_prefetch(p + (size_t)K * size, _MM_HINT_T0);
 }
 
 #define AVX512_KERNEL(MR)                                                                                                  \
-  static AVX512 void avx512_rows_##MR(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate) { \
+  static AVX512 void avx512_rows_##MR(int bf16, int K, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy) { \
     int64_t n = n0;                                                                                                        \
     for (; n + 2 <= n1; n += 2) {                                                                                          \
       __m512 a[MR], b[MR];                                                                                                 \
       for (int m = 0; m < MR; m++) a[m] = b[m] = _mm512_setzero_ps();                                                      \
       for (int k = 0; k < K; k += 16) {                                                                                    \
         const __mmask16 mask = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);                          \
-        const __m512 w0 = w16(w, bf16, n * ld + k, mask), w1 = w16(w, bf16, (n + 1) * ld + k, mask);                         \
-        prefetch_rows(w, bf16, n, k, ld);                                                                   \
+        const __m512 w0 = w16(w, bf16, n * K + k, mask), w1 = w16(w, bf16, (n + 1) * K + k, mask);                         \
+        prefetch_rows(w, bf16, n, k, K);                                                                   \
         for (int m = 0; m < MR; m++) {                                                                                     \
-          const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ld + k);                                            \
+          const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * K + k);                                            \
           a[m] = _mm512_fmadd_ps(w0, xv, a[m]);                                                                            \
           b[m] = _mm512_fmadd_ps(w1, xv, b[m]);                                                                            \
         }                                                                                                                  \
       }                                                                                                                    \
       for (int m = 0; m < MR; m++) {                                                                                       \
-        store(y + m * ldy + n, _mm512_reduce_add_ps(a[m]), accumulate);                                                                       \
-        store(y + m * ldy + n + 1, _mm512_reduce_add_ps(b[m]), accumulate);                                                                   \
+        y[m * ldy + n] = _mm512_reduce_add_ps(a[m]);                                                                       \
+        y[m * ldy + n + 1] = _mm512_reduce_add_ps(b[m]);                                                                   \
       }                                                                                                                    \
     }                                                                                                                      \
     if (n < n1) {                                                                                                          \
@@ -87,10 +80,10 @@ static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const voi
       for (int m = 0; m < MR; m++) a[m] = _mm512_setzero_ps();                                                             \
       for (int k = 0; k < K; k += 16) {                                                                                    \
         const __mmask16 mask = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);                          \
-        const __m512 w0 = w16(w, bf16, n * ld + k, mask);                                                                   \
-        for (int m = 0; m < MR; m++) a[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask, x + (size_t)m * ld + k), a[m]); \
+        const __m512 w0 = w16(w, bf16, n * K + k, mask);                                                                   \
+        for (int m = 0; m < MR; m++) a[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask, x + (size_t)m * K + k), a[m]); \
       }                                                                                                                    \
-      for (int m = 0; m < MR; m++) store(y + m * ldy + n, _mm512_reduce_add_ps(a[m]), accumulate);                                            \
+      for (int m = 0; m < MR; m++) y[m * ldy + n] = _mm512_reduce_add_ps(a[m]);                                            \
     }                                                                                                                      \
   }
 AVX512_KERNEL(1)
@@ -124,7 +117,7 @@ static inline AVX2 __attribute__((always_inline)) float sum8(__m256 v) {
 }
 
 #define AVX2_KERNEL(MR)                                                                                                   \
-  static AVX2 void avx2_rows_##MR(int bf16, int K, int64_t ld, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy, int accumulate) { \
+  static AVX2 void avx2_rows_##MR(int bf16, int K, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy) { \
     const size_t size = bf16 ? 2 : 4;                                                                                     \
     for (int64_t n = n0; n < n1; n += 2) {                                                                                \
       const int pair = n + 1 < n1;                                                                                        \
@@ -133,14 +126,14 @@ static inline AVX2 __attribute__((always_inline)) float sum8(__m256 v) {
       for (int m = 0; m < MR; m++) a[m] = b[m] = _mm256_setzero_ps();                                                     \
       int k = 0;                                                                                                          \
       for (; k + 8 <= K; k += 8) {                                                                                        \
-        const __m256 w0 = w8(w, bf16, n * ld + k), w1v = w8(w, bf16, second * ld + k);                                      \
+        const __m256 w0 = w8(w, bf16, n * K + k), w1v = w8(w, bf16, second * K + k);                                      \
         if ((k & 15) == 0) {                                                                                              \
-          const char *p = (const char *)w + ((size_t)(n + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * ld + k) * size;                                 \
+          const char *p = (const char *)w + ((size_t)(n + (bf16 ? 2 * PREFETCH_ROWS : PREFETCH_ROWS)) * K + k) * size;                                 \
           _mm_prefetch(p, _MM_HINT_T0);                                                                                   \
-          _mm_prefetch(p + (size_t)ld * size, _MM_HINT_T0);                                                               \
+          _mm_prefetch(p + (size_t)K * size, _MM_HINT_T0);                                                               \
         }                                                                                                                 \
         for (int m = 0; m < MR; m++) {                                                                                    \
-          const __m256 xv = _mm256_loadu_ps(x + (size_t)m * ld + k);                                                       \
+          const __m256 xv = _mm256_loadu_ps(x + (size_t)m * K + k);                                                       \
           a[m] = _mm256_fmadd_ps(w0, xv, a[m]);                                                                           \
           b[m] = _mm256_fmadd_ps(w1v, xv, b[m]);                                                                          \
         }                                                                                                                 \
@@ -148,11 +141,11 @@ static inline AVX2 __attribute__((always_inline)) float sum8(__m256 v) {
       for (int m = 0; m < MR; m++) {                                                                                      \
         float s0 = sum8(a[m]), s1 = sum8(b[m]);                                                                           \
         for (int j = k; j < K; j++) {                                                                                     \
-          s0 += w1(w, bf16, n * ld + j) * x[(size_t)m * ld + j];                                                            \
-          s1 += w1(w, bf16, second * ld + j) * x[(size_t)m * ld + j];                                                       \
+          s0 += w1(w, bf16, n * K + j) * x[(size_t)m * K + j];                                                            \
+          s1 += w1(w, bf16, second * K + j) * x[(size_t)m * K + j];                                                       \
         }                                                                                                                 \
-        store(y + m * ldy + n, s0, accumulate);                                                                                              \
-        if (pair) store(y + m * ldy + n + 1, s1, accumulate);                                                                                \
+        y[m * ldy + n] = s0;                                                                                              \
+        if (pair) y[m * ldy + n + 1] = s1;                                                                                \
       }                                                                                                                   \
     }                                                                                                                     \
   }
@@ -214,16 +207,9 @@ static void small_rows(isa_level level, int M, int K, const float *x, const void
   const int chunk = level == ISA_AVX512 ? 8 : 4;
   const rows_kernel *kernels = level == ISA_AVX512 ? avx512_kernels : avx2_kernels;
   const int64_t block = M <= chunk ? n1 - n0 : ROW_BLOCK;
-  // Long rows in slices, so a chunk of X's rows stays in L1 (down_proj: 4864 columns).
-  const int slice = K > 2 * K_SLICE ? K_SLICE : K;
-  for (int k0 = 0; k0 < K; k0 += slice) {
-    const int width = K - k0 < slice ? K - k0 : slice;
-    const void *wk = (const char *)w + (size_t)k0 * (bf16 ? 2 : 4);
-    for (int64_t b = n0; b < n1; b += block) {
-      const int64_t e = b + block < n1 ? b + block : n1;
-      for (int m = 0; m < M; m += chunk)
-        kernels[M - m < chunk ? M - m : chunk](bf16, width, K, x + (size_t)m * K + k0, wk, b, e, y + (size_t)m * ldy, ldy, k0 > 0);
-    }
+  for (int64_t b = n0; b < n1; b += block) {
+    const int64_t e = b + block < n1 ? b + block : n1;
+    for (int m = 0; m < M; m += chunk) kernels[M - m < chunk ? M - m : chunk](bf16, K, x + (size_t)m * K, w, b, e, y + (size_t)m * ldy, ldy);
   }
 }
 #endif

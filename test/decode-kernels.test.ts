@@ -65,7 +65,7 @@ describe('decoding kernels', function () {
       onEnginePath(enginePath, () => {
         loadNativeKernels().kernels!.setThreads(1);
         const random = randoms(7);
-        // K: a tail after the last full vector, a plain width, and one long enough to be sliced.
+        // K: a tail after the last full vector, a plain width, and rows longer than X's chunk fits in L1.
         for (const K of [37, 896, 2500]) {
           const N = 301;
           const values = Float32Array.from({ length: N * K }, random);
