@@ -112,6 +112,18 @@ static int get_floats(napi_env env, napi_value value, float **data, size_t *leng
   return get_typed(env, value, napi_float32_array, (void **)data, length);
 }
 
+static int get_int32s(napi_env env, napi_value value, int32_t **data, size_t *length) {
+  return get_typed(env, value, napi_int32_array, (void **)data, length);
+}
+
+static int get_float64s(napi_env env, napi_value value, double **data, size_t *length) {
+  return get_typed(env, value, napi_float64_array, (void **)data, length);
+}
+
+static int get_number(napi_env env, napi_value value, double *out) {
+  return napi_get_value_double(env, value, out) == napi_ok;
+}
+
 // load(paths: string[]): the BLAS now in use ('' for the compiled loop).
 static napi_value load(napi_env env, napi_callback_info info) {
   size_t argc = 1;
@@ -223,10 +235,6 @@ static napi_value sum(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-static int get_number(napi_env env, napi_value value, double *out) {
-  return napi_get_value_double(env, value, out) == napi_ok;
-}
-
 // adamw(heap, param, grad, m, v, n, decayFactor, beta1, beta2, eps, stepSize, bc2Sqrt): one AdamW
 // update of n floats in place, the same arithmetic as core-adapters/model/optim.ts:
 //   p *= decayFactor; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -261,16 +269,23 @@ static napi_value adamw(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads]): see frozen.c;
-// splitThreads (default 1) lets a forward use that many threads. X and Y are float32 arrays (the
-// wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count elements.
+// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads[, scale, adapters]]):
+// see frozen.c; splitThreads (default 1) lets a forward use that many threads. X and Y are float32
+// arrays (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count
+// elements. adapters (a forward's LoRA deltas, times scale): a Float64Array of (A's offset, B's
+// offset, rank, width, first column) per adapter, A and B in X's array.
 static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
-  size_t argc = 12;
-  napi_value argv[12];
+  size_t argc = 14;
+  napi_value argv[14];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc != 11 && argc != 12) return throw_error(env, "frozenMatmul: expected 11 or 12 arguments");
+  if (argc != 11 && argc != 12 && argc != 14) return throw_error(env, "frozenMatmul: expected 11, 12 or 14 arguments");
   int64_t splitThreads = 1;
-  if (argc == 12 && !get_int(env, argv[11], &splitThreads)) return throw_error(env, "frozenMatmul: bad argument types");
+  if (argc >= 12 && !get_int(env, argv[11], &splitThreads)) return throw_error(env, "frozenMatmul: bad argument types");
+  double scale = 0;
+  double *terms = NULL;
+  size_t termValues = 0;
+  if (argc == 14 && (!get_number(env, argv[12], &scale) || !get_float64s(env, argv[13], &terms, &termValues) || termValues % 5))
+    return throw_error(env, "frozenMatmul: bad adapter arguments");
   int64_t backward, M, N, K, xOff, wOff, yOff, useBlas;
   float *X, *Y;
   size_t xLen, yLen, wLen;
@@ -292,11 +307,26 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
     memset(Y + yOff, 0, sizeof(float) * (size_t)yCount);
     return NULL;
   }
+  const int count = (int)(termValues / 5);
+  if (backward && count) return throw_error(env, "frozenMatmul: adapters are for a forward product");
+  lora_term *lora = count ? malloc(sizeof(lora_term) * (size_t)count) : NULL;
+  if (count && !lora) return throw_error(env, "frozenMatmul: out of memory");
+  for (int i = 0; i < count; i++) {
+    const double *t = terms + 5 * i;
+    const int64_t aOff = (int64_t)t[0], bOff = (int64_t)t[1], rank = (int64_t)t[2], width = (int64_t)t[3], column = (int64_t)t[4];
+    if (aOff < 0 || bOff < 0 || rank < 0 || width < 0 || column < 0 || column + width > N || (size_t)(aOff + K * rank) > xLen || (size_t)(bOff + rank * width) > xLen) {
+      free(lora);
+      return throw_error(env, "frozenMatmul: an adapter is out of bounds");
+    }
+    lora[i] = (lora_term){X + aOff, X + bOff, (int)rank, (int)width, (int)column};
+  }
   const sgemm_fn blas = useBlas ? blas_sgemm : NULL;
   const int bf16 = wType == napi_uint16_array;
   const void *w = (const char *)wRaw + wOff * (bf16 ? 2 : 4);
   const int failed = backward ? frozen_backward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas)
-                              : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads);
+                              : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads,
+                                               lora, count, (float)scale);
+  free(lora);
   if (failed) return throw_error(env, "frozenMatmul: out of memory");
   return NULL;
 }
@@ -398,10 +428,6 @@ static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
   return (double)shift + log(total);
 }
 
-static int get_int32s(napi_env env, napi_value value, int32_t **data, size_t *length) {
-  return get_typed(env, value, napi_int32_array, (void **)data, length);
-}
-
 // tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff):
 //   forward: OUT[r] = log softmax(Z[r] invT)[target r]; OUT[R + r] = its entropy (when asked).
 //   backward: OUT[r, j] = invT (gLp_r (1[j = t_r] - p_j) - gEnt_r p_j (log p_j + H_r)) with
@@ -450,10 +476,6 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-static int get_float64s(napi_env env, napi_value value, double **data, size_t *length) {
-  return get_typed(env, value, napi_float64_array, (void **)data, length);
-}
-
 // sampleRows(Z, zOff, rows, V, invT, topP, uniforms, tokens, logProbs, keptLogMass, threads): see
 // sampling.c; uniforms (Float64Array, NaN skips a row) are the rows' draws, the outputs one per row.
 static napi_value sample_rows_napi(napi_env env, napi_callback_info info) {
@@ -477,30 +499,6 @@ static napi_value sample_rows_napi(napi_env env, napi_callback_info info) {
     return throw_error(env, "sampleRows: bad sizes");
   const sample_job job = {Z + zOff, V, (int)rows, invT, topP, uniforms, tokens, logProbs, kept};
   if (sample_rows(&job, threads < 1 ? 1 : (int)threads) != 0) return throw_error(env, "sampleRows: out of memory");
-  return NULL;
-}
-
-// loraAdd(M, K, r, N, H, xOff, aOff, bOff, scale, yOff, ldy, useBlas): on one float32 array (the
-// wasm heap), Y[M, N] (rows ldy apart) += ((X[M, K] A[K, r]) * scale) B[r, N]; see frozen.c.
-static napi_value lora_add_napi(napi_env env, napi_callback_info info) {
-  size_t argc = 12;
-  napi_value argv[12];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc != 12) return throw_error(env, "loraAdd: expected 12 arguments");
-  int64_t M, K, r, N, xOff, aOff, bOff, yOff, ldy, useBlas;
-  double scale;
-  float *H;
-  size_t len;
-  if (!get_int(env, argv[0], &M) || !get_int(env, argv[1], &K) || !get_int(env, argv[2], &r) || !get_int(env, argv[3], &N) ||
-      !get_floats(env, argv[4], &H, &len) || !get_int(env, argv[5], &xOff) || !get_int(env, argv[6], &aOff) || !get_int(env, argv[7], &bOff) ||
-      !get_number(env, argv[8], &scale) || !get_int(env, argv[9], &yOff) || !get_int(env, argv[10], &ldy) || !get_int(env, argv[11], &useBlas))
-    return throw_error(env, "loraAdd: bad argument types");
-  if (M < 0 || K < 0 || r < 0 || N < 0 || ldy < N || xOff < 0 || aOff < 0 || bOff < 0 || yOff < 0 || (size_t)(xOff + M * K) > len ||
-      (size_t)(aOff + K * r) > len || (size_t)(bOff + r * N) > len || (M > 0 && (size_t)(yOff + (M - 1) * ldy + N) > len))
-    return throw_error(env, "loraAdd: out of bounds");
-  if (M == 0 || N == 0) return NULL;
-  if (lora_add((int)M, (int)K, (int)r, (int)N, H + xOff, H + aOff, H + bOff, (float)scale, H + yOff, ldy, useBlas ? blas_sgemm : NULL) != 0)
-    return throw_error(env, "loraAdd: out of memory");
   return NULL;
 }
 
@@ -578,11 +576,12 @@ static napi_value init(napi_env env, napi_value exports) {
       {"sum", NULL, sum, NULL, NULL, NULL, napi_default, NULL},
       {"adamw", NULL, adamw, NULL, NULL, NULL, napi_default, NULL},
       {"frozenMatmul", NULL, frozen_matmul, NULL, NULL, NULL, napi_default, NULL},
+      // The same function; its name tells JavaScript that this addon takes adapters.
+      {"frozenLinear", NULL, frozen_matmul, NULL, NULL, NULL, napi_default, NULL},
       {"tokenLogProbs", NULL, token_logprobs, NULL, NULL, NULL, napi_default, NULL},
       {"sampleRows", NULL, sample_rows_napi, NULL, NULL, NULL, napi_default, NULL},
       {"isa", NULL, isa_napi, NULL, NULL, NULL, napi_default, NULL},
       {"adviseHugePages", NULL, advise_huge_pages, NULL, NULL, NULL, napi_default, NULL},
-      {"loraAdd", NULL, lora_add_napi, NULL, NULL, NULL, napi_default, NULL},
       {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

@@ -26,13 +26,18 @@ int run_tasks(share_fn run, void *ctx, int tasks, int threads);
 const char *frozen_isa(void);
 // Caps it at `cap` (one of those names; the machine's level when higher or unknown); returns the level now in use.
 const char *frozen_cap_isa(const char *cap);
-// Y[M, N] = X[M, K] W^T over `threads` shares; blas may be NULL (compiled loops). 0, or -1 out of memory.
-int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads);
+// A LoRA adapter on a product's output columns [column, column + width): A [K, rank], B [rank, width].
+typedef struct {
+  const float *A, *B;
+  int rank, width, column;
+} lora_term;
+// Y[M, N] = X[M, K] W^T, plus each adapter's ((X A) * scale) B in its columns, over `threads`
+// threads; blas may be NULL (compiled loops). 0, or -1 out of memory.
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads,
+                   const lora_term *lora, int lora_count, float lora_scale);
 // Y[M, K] = X[M, N] W. 0, or -1 out of memory.
 int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas);
 
-// Y[M, N] (row stride ldy) += ((X[M, K] A[K, r]) * scale) B[r, N]. 0, or -1 out of memory.
-int lora_add(int M, int K, int r, int N, const float *x, const float *A, const float *B, float scale, float *y, int64_t ldy, sgemm_fn blas);
 
 // ---- sampling.c: one token per row from logits (temperature, optional top-p), as generate.ts's sampleToken.
 typedef struct {

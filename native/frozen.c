@@ -249,6 +249,43 @@ static void loop_gemm_nn(int M, int K, int N, const float *A, int lda, const flo
   }
 }
 
+// LoRA's deltas inside a product: T = (X A) * scale once per adapter, then each task adds T B to
+// its own columns of Y (decoding's adapters are too small to be worth a tensor op, or a thread, each).
+// T[M, r] = (X[M, K] A[K, r]) * scale.
+VECTOR_CLONES static void lora_down(int M, int K, int r, const float *x, const float *A, float scale, float *t, sgemm_fn blas) {
+  if (blas) {
+    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, r, K, scale, x, K, A, r, 0.0f, t, r);
+    return;
+  }
+  for (int m = 0; m < M; m++) {
+    const float *restrict xm = x + (size_t)m * K;
+    // t's columns 16 at a time in a fixed-size block the compiler keeps in registers.
+    for (int j0 = 0; j0 < r; j0 += 16) {
+      const int width = r - j0 < 16 ? r - j0 : 16;
+      float block[16] = {0};
+      for (int k = 0; k < K; k++)
+        for (int j = 0; j < width; j++) block[j] += xm[k] * A[(size_t)k * r + j0 + j];
+      for (int j = 0; j < width; j++) t[(size_t)m * r + j0 + j] = block[j] * scale;
+    }
+  }
+}
+
+// Y[M, cols] (rows ldy apart) += T[M, r] B[r, cols] (B's rows ldb apart).
+VECTOR_CLONES static void lora_up(int M, int cols, int r, const float *t, const float *B, int64_t ldb, float *y, int64_t ldy, sgemm_fn blas) {
+  if (blas) {
+    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, cols, r, 1.0f, t, r, B, (int)ldb, 1.0f, y, (int)ldy);
+    return;
+  }
+  for (int m = 0; m < M; m++) {
+    float *restrict ym = y + (size_t)m * ldy;
+    for (int j = 0; j < r; j++) {
+      const float tj = t[(size_t)m * r + j];
+      const float *restrict b = B + (size_t)j * ldb;
+      for (int n = 0; n < cols; n++) ym[n] += tj * b[n];
+    }
+  }
+}
+
 typedef struct {
   int M, K, bf16, small;
   int64_t N;
@@ -256,8 +293,21 @@ typedef struct {
   const void *w;
   float *y;
   sgemm_fn blas;
+  const lora_term *lora;
+  int lora_count;
+  const float *lora_t; // each adapter's T = (X A) * scale, [M, rank], one after another
   atomic_int failed;
 } forward_job;
+
+// Each adapter's T B added to Y's columns [n0, n1).
+static void add_lora(const forward_job *j, int64_t n0, int64_t n1) {
+  const float *t = j->lora_t;
+  for (int i = 0; i < j->lora_count; t += (size_t)j->M * j->lora[i].rank, i++) {
+    const lora_term *a = &j->lora[i];
+    const int64_t lo = n0 > a->column ? n0 : a->column, hi = n1 < a->column + a->width ? n1 : a->column + a->width;
+    if (lo < hi) lora_up(j->M, (int)(hi - lo), a->rank, t, a->B + (lo - a->column), a->width, j->y + lo, j->N, j->blas);
+  }
+}
 
 // Rows [n0, n1) of Y through the BLAS or the loop, bfloat16 converted a panel at a time.
 static int forward_panels(const forward_job *j, int64_t n0, int64_t n1) {
@@ -293,16 +343,29 @@ static void forward_task(void *arg, int task, int tasks) {
   int64_t n0 = (j->N * task / tasks) & ~(int64_t)1, n1 = task + 1 == tasks ? j->N : (j->N * (task + 1) / tasks) & ~(int64_t)1;
   if (n1 <= n0) return;
 #ifdef FLOWRL_X86
-  if (j->small) {
-    small_rows(isa(), j->M, j->K, j->x, j->w, j->bf16, n0, n1, j->y, j->N);
+  if (j->small) small_rows(isa(), j->M, j->K, j->x, j->w, j->bf16, n0, n1, j->y, j->N);
+  else
+#endif
+  if (forward_panels(j, n0, n1) != 0) {
+    atomic_store(&j->failed, 1);
     return;
   }
-#endif
-  if (forward_panels(j, n0, n1) != 0) atomic_store(&j->failed, 1);
+  add_lora(j, n0, n1);
 }
 
-int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads) {
-  forward_job job = {.M = M, .K = K, .bf16 = bf16, .N = N, .x = x, .w = w, .y = y, .blas = blas};
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads,
+                   const lora_term *lora, int lora_count, float lora_scale) {
+  forward_job job = {.M = M, .K = K, .bf16 = bf16, .N = N, .x = x, .w = w, .y = y, .blas = blas, .lora = lora, .lora_count = lora_count};
+  float *t = NULL;
+  if (lora_count) {
+    size_t ranks = 0;
+    for (int i = 0; i < lora_count; i++) ranks += (size_t)lora[i].rank;
+    t = malloc(sizeof(float) * (size_t)M * (ranks ? ranks : 1));
+    if (!t) return -1;
+    float *ti = t;
+    for (int i = 0; i < lora_count; ti += (size_t)M * lora[i].rank, i++) lora_down(M, K, lora[i].rank, x, lora[i].A, lora_scale, ti, blas);
+    job.lora_t = t;
+  }
   job.small = M <= small_rows_limit(isa());
   atomic_init(&job.failed, 0);
   // A BLAS with threads of its own is not split again.
@@ -315,6 +378,7 @@ int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int b
   } else {
     forward_task(&job, 0, 1);
   }
+  free(t);
   return atomic_load(&job.failed) ? -1 : 0;
 }
 
@@ -339,48 +403,5 @@ int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int 
     else loop_gemm_nn(M, K, (int)rows, x + n0, (int)N, wp, n0 != 0, y);
   }
   free(scratch);
-  return 0;
-}
-
-// Y[M, N] (row stride ldy) += ((X[M, K] A[K, r]) * scale) B[r, N]: a LoRA adapter's delta added to
-// a frozen product in place (decoding's adapters are too small to be worth a tensor op each).
-VECTOR_CLONES int lora_add(int M, int K, int r, int N, const float *x, const float *A, const float *B, float scale, float *y, int64_t ldy, sgemm_fn blas) {
-  float *t = malloc(sizeof(float) * (size_t)M * (size_t)(r > 0 ? r : 1));
-  if (!t) return -1;
-  if (blas) {
-    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, r, K, scale, x, K, A, r, 0.0f, t, r);
-    blas(ROW_MAJOR, NO_TRANS, NO_TRANS, M, N, r, 1.0f, t, r, B, N, 1.0f, y, (int)ldy);
-    free(t);
-    return 0;
-  }
-  for (int m = 0; m < M; m++) {
-    float *restrict tm = t + (size_t)m * r;
-    const float *restrict xm = x + (size_t)m * K;
-    // t's columns 16 at a time in a fixed-size block the compiler keeps in registers.
-    for (int j0 = 0; j0 < r; j0 += 16) {
-      float block[16] = {0};
-      if (r - j0 >= 16) {
-        for (int k = 0; k < K; k++)
-          for (int j = 0; j < 16; j++) block[j] += xm[k] * A[(size_t)k * r + j0 + j];
-      } else {
-        for (int k = 0; k < K; k++)
-          for (int j = 0; j < r - j0; j++) block[j] += xm[k] * A[(size_t)k * r + j0 + j];
-      }
-      for (int j = 0; j < 16 && j0 + j < r; j++) tm[j0 + j] = block[j] * scale;
-    }
-    // Y's row in blocks of 64 columns that stay in registers over every row of B.
-    float *restrict ym = y + (size_t)m * ldy;
-    int n0 = 0;
-    for (; n0 + 64 <= N; n0 += 64) {
-      float block[64];
-      for (int n = 0; n < 64; n++) block[n] = ym[n0 + n];
-      for (int j = 0; j < r; j++)
-        for (int n = 0; n < 64; n++) block[n] += tm[j] * B[(size_t)j * N + n0 + n];
-      for (int n = 0; n < 64; n++) ym[n0 + n] = block[n];
-    }
-    for (int j = 0; j < r; j++)
-      for (int n = n0; n < N; n++) ym[n] += tm[j] * B[(size_t)j * N + n];
-  }
-  free(t);
   return 0;
 }

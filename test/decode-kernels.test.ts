@@ -89,13 +89,15 @@ describe('decoding kernels', function () {
     it(`LoRA deltas added inside a frozen product equal x W^T + ((x A) * scale) B in float64 (${enginePath})`, () =>
       onEnginePath(enginePath, () => {
         const random = randoms(11);
-        const [N, K, rank, scale] = [96, 40, 4, 1.5];
+        // Enough weights to be split into tasks (of 74-76 rows) that the adapters' blocks straddle.
+        const [N, K, rank, scale] = [300, 256, 4, 1.5];
         const values = Float32Array.from({ length: N * K }, random);
         const w = FrozenMatrix.fromFloat32(values, N, K, 'float32');
-        // Two adapters side by side (q|k fused) and one column block left without an adapter.
+        // Adapters side by side (q|k|v fused), with column blocks left without one.
         const blocks = [
           { column: 0, width: 32 },
-          { column: 48, width: 48 },
+          { column: 40, width: 100 },
+          { column: 200, width: 96 },
         ];
         const factors = blocks.map(({ width }) => ({ A: Float32Array.from({ length: K * rank }, random), B: Float32Array.from({ length: rank * width }, random) }));
         for (const M of [1, 8, 70]) {
@@ -110,13 +112,15 @@ describe('decoding kernels', function () {
                 for (let n = 0; n < width; n++) expected[m * N + column + n] += t * scale * B[j * width + n];
               }
           });
-          const got = tf.tidy(() => {
-            const adapters = blocks.map(({ column, width }, i) => ({ A: tf.tensor2d(factors[i].A, [K, rank]), B: tf.tensor2d(factors[i].B, [rank, width]), column }));
-            const y = w.productWithAdapters(tf.tensor2d(x, [M, K]), adapters, scale);
-            expect(y, 'the fused kernel runs on this path').to.not.equal(undefined);
-            return Array.from(y!.dataSync());
-          });
-          expectClose(got, Array.from(expected), 1e-4, `M ${M}`);
+          const run = () =>
+            tf.tidy(() => {
+              const adapters = blocks.map(({ column, width }, i) => ({ A: tf.tensor2d(factors[i].A, [K, rank]), B: tf.tensor2d(factors[i].B, [rank, width]), column }));
+              const y = w.productWithAdapters(tf.tensor2d(x, [M, K]), adapters, scale);
+              expect(y, 'the fused kernel runs on this path').to.not.equal(undefined);
+              return Array.from(y!.dataSync());
+            });
+          expectClose(run(), Array.from(expected), 1e-3, `M ${M}`);
+          expectClose(splitFrozenProducts(run), Array.from(expected), 1e-3, `M ${M} split`);
         }
         // Under a tape (training) the fused kernel stands aside: its deltas have no gradient.
         tf.tidy(() => {

@@ -233,7 +233,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   if (native) replacements.push(['Sum', makeSum(native)]);
   if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
   if (native?.decodeAttention && !tf.getKernel(DECODE_ATTENTION, BACKEND)) tf.registerKernel({ kernelName: DECODE_ATTENTION, backendName: BACKEND, kernelFunc: decodeAttentionKernel as unknown as tf.KernelFunc });
-  if (native?.frozenMatmul && native.loraAdd && !tf.getKernel(FROZEN_LINEAR, BACKEND)) tf.registerKernel({ kernelName: FROZEN_LINEAR, backendName: BACKEND, kernelFunc: frozenLinear as unknown as tf.KernelFunc });
+  if (native?.frozenLinear && !tf.getKernel(FROZEN_LINEAR, BACKEND)) tf.registerKernel({ kernelName: FROZEN_LINEAR, backendName: BACKEND, kernelFunc: frozenLinear as unknown as tf.KernelFunc });
   for (const [kernelName, kernelFunc] of [
     [TOKEN_LOG_PROBS, tokenLogProbsKernel],
     [TOKEN_LOG_PROBS_GRAD, tokenLogProbsGradKernel],
@@ -307,18 +307,14 @@ function frozenLinear({ inputs, attrs, backend }: KernelArgs): tf.TensorInfo {
   const M = x.shape[0];
   const out = b.makeOutput([M, count], 'float32');
   const heap = b.wasm.HEAPF32;
-  activeNative!.frozenMatmul!(0, M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, heap, offset(b, out));
-  columns.forEach((column, i) => {
-    const [A, B] = [inputs[`A${i}`], inputs[`B${i}`]];
-    const [rank, width] = B.shape;
-    activeNative!.loraAdd!(M, weights.cols, rank, width, heap, offset(b, x), offset(b, A), offset(b, B), scale, offset(b, out) + column, count);
-  });
+  const adapters = new Float64Array(columns.flatMap((column, i) => [offset(b, inputs[`A${i}`]), offset(b, inputs[`B${i}`]), ...inputs[`B${i}`].shape, column]));
+  activeNative!.frozenLinear!(M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, offset(b, out), scale, adapters);
   return out;
 }
 
 /** Whether frozenLinearWithAdapters can run here (wasm and an addon that has it). */
 export function fusedAdaptersAvailable(): boolean {
-  return frozenProductsAvailable() && activeNative?.loraAdd !== undefined && tf.getKernel(FROZEN_LINEAR, BACKEND) !== undefined;
+  return frozenProductsAvailable() && activeNative?.frozenLinear !== undefined && tf.getKernel(FROZEN_LINEAR, BACKEND) !== undefined;
 }
 
 /**

@@ -35,8 +35,12 @@ export interface NativeKernels {
    * addons built before it.
    */
   sampleRows?: SampleRowsFn;
-  /** On one float32 array (the heap): Y[M, N] (rows ldy apart) += ((X[M, K] A[K, r]) * scale) B[r, N], a LoRA delta in place. Absent in old addons. */
-  loraAdd?: LoraAddFn;
+  /**
+   * frozenMatmul's forward on one float32 array (the heap) plus LoRA deltas: Y += ((X A) * scale) B
+   * in each adapter's columns, `adapters` holding (A's offset, B's offset, rank, width, first
+   * column) per adapter. Absent in old addons.
+   */
+  frozenLinear?: FrozenLinearFn;
   /**
    * One decode step's attention on one float32 array (the heap; arguments after it are offsets):
    * rotary on the new q and k, k and v written into the cache at `past`, softmax over the cached
@@ -60,8 +64,8 @@ export type IsaLevel = (typeof ISA_LEVELS)[number];
 /** See NativeKernels.decodeAttention. */
 export type DecodeAttentionFn = (heap: Float32Array, batch: number, heads: number, kvHeads: number, headDim: number, capacity: number, past: number, qkv: number, cos: number, sin: number, bias: number, keys: number, values: number, out: number) => void;
 
-/** See NativeKernels.loraAdd. */
-export type LoraAddFn = (M: number, K: number, rank: number, N: number, heap: Float32Array, xOffset: number, aOffset: number, bOffset: number, scale: number, yOffset: number, ldy: number) => void;
+/** See NativeKernels.frozenLinear. */
+export type FrozenLinearFn = (M: number, N: number, K: number, heap: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, yOffset: number, scale: number, adapters: Float64Array) => void;
 
 /** See NativeKernels.sampleRows. */
 export type SampleRowsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, invT: number, topP: number, uniforms: Float64Array, tokens: Int32Array, logProbs: Float64Array, keptLogMass: Float64Array) => void;
@@ -90,8 +94,8 @@ interface Addon {
   adviseHugePages?: NativeKernels['adviseHugePages'];
   /** As NativeKernels.decodeAttention, plus the threads it may use. */
   decodeAttention?: (...args: [...Parameters<DecodeAttentionFn>, number]) => void;
-  /** As NativeKernels.loraAdd, plus useBlas. */
-  loraAdd?: (...args: [...Parameters<LoraAddFn>, number]) => void;
+  /** frozenMatmul taking adapters (see NativeKernels.frozenLinear). */
+  frozenLinear?: (...args: [...Parameters<FrozenMatmulFn>, number, number, number, Float64Array]) => void;
 }
 
 /**
@@ -178,13 +182,15 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
     };
     const frozen = addon.frozenMatmul;
-    const lora = addon.loraAdd;
+    const linear = addon.frozenLinear;
+    const frozenLinear = (useBlas: number): FrozenLinearFn | undefined =>
+      linear && ((M, N, K, heap, xOffset, W, wOffset, yOffset, scale, adapters) => linear(0, M, N, K, heap, xOffset, W, wOffset, heap, yOffset, useBlas, productSplitThreads, scale, adapters));
     const kernels: NativeKernels = {
       blas,
       sgemm: addon.sgemm,
       ...shared,
       frozenMatmul: frozen && ((...a) => frozen(...a, 1, productSplitThreads)),
-      loraAdd: lora && ((...a) => lora(...a, 1)),
+      frozenLinear: frozenLinear(1),
     };
     kernels.setThreads(blasThreads());
     const loopOnly: NativeKernels = {
@@ -192,7 +198,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       sgemm: addon.sgemmLoop,
       ...shared,
       frozenMatmul: frozen && ((...a) => frozen(...a, 0, productSplitThreads)),
-      loraAdd: lora && ((...a) => lora(...a, 0)),
+      frozenLinear: frozenLinear(0),
     };
     cached = { kernels, loopOnly };
   } catch (e) {
