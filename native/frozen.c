@@ -54,9 +54,31 @@ static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const voi
   _mm_prefetch(p + (size_t)K * size, _MM_HINT_T0);
 }
 
-#define AVX512_KERNEL(MR)                                                                                                  \
-  static AVX512 void avx512_rows_##MR(int bf16, int K, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy) { \
+// The body of a kernel: `bf16` is a constant where it is expanded, so each type compiles apart.
+#define AVX512_ROWS(MR)                                                                                                 \
     int64_t n = n0;                                                                                                        \
+    for (; !bf16 && n + 3 <= n1; n += 3) {                                                                                          \
+      __m512 a[MR], b[MR], c[MR];                                                                                          \
+      for (int m = 0; m < MR; m++) a[m] = b[m] = c[m] = _mm512_setzero_ps();                                               \
+      for (int k = 0; k < K; k += 16) {                                                                                    \
+        const __mmask16 mask = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);                          \
+        const __m512 w0 = w16(w, bf16, n * K + k, mask), w1 = w16(w, bf16, (n + 1) * K + k, mask);                         \
+        const __m512 w2 = w16(w, bf16, (n + 2) * K + k, mask);                                                             \
+        prefetch_rows(w, bf16, n, k, K);                                                                                   \
+        prefetch_rows(w, bf16, n + 2, k, K);                                                                               \
+        for (int m = 0; m < MR; m++) {                                                                                     \
+          const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * K + k);                                            \
+          a[m] = _mm512_fmadd_ps(w0, xv, a[m]);                                                                            \
+          b[m] = _mm512_fmadd_ps(w1, xv, b[m]);                                                                            \
+          c[m] = _mm512_fmadd_ps(w2, xv, c[m]);                                                                            \
+        }                                                                                                                  \
+      }                                                                                                                    \
+      for (int m = 0; m < MR; m++) {                                                                                       \
+        y[m * ldy + n] = _mm512_reduce_add_ps(a[m]);                                                                       \
+        y[m * ldy + n + 1] = _mm512_reduce_add_ps(b[m]);                                                                   \
+        y[m * ldy + n + 2] = _mm512_reduce_add_ps(c[m]);                                                                   \
+      }                                                                                                                    \
+    }                                                                                                                      \
     for (; n + 2 <= n1; n += 2) {                                                                                          \
       __m512 a[MR], b[MR];                                                                                                 \
       for (int m = 0; m < MR; m++) a[m] = b[m] = _mm512_setzero_ps();                                                      \
@@ -84,7 +106,17 @@ static inline AVX512 __attribute__((always_inline)) void prefetch_rows(const voi
         for (int m = 0; m < MR; m++) a[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask, x + (size_t)m * K + k), a[m]); \
       }                                                                                                                    \
       for (int m = 0; m < MR; m++) y[m * ldy + n] = _mm512_reduce_add_ps(a[m]);                                            \
-    }                                                                                                                      \
+    }
+
+#define AVX512_KERNEL(MR)                                                                                               \
+  static AVX512 void avx512_rows_##MR(int is_bf16, int K, const float *x, const void *w, int64_t n0, int64_t n1, float *y, int64_t ldy) { \
+    if (is_bf16) {                                                                                                      \
+      const int bf16 = 1;                                                                                               \
+      AVX512_ROWS(MR)                                                                                                   \
+    } else {                                                                                                            \
+      const int bf16 = 0;                                                                                               \
+      AVX512_ROWS(MR)                                                                                                   \
+    }                                                                                                                   \
   }
 AVX512_KERNEL(1)
 AVX512_KERNEL(2)
