@@ -238,12 +238,15 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     for (const key of ['train_step_ms', 'sample_tokens_per_s']) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
   });
 
-  it('flowrl bench --model-config times a real shape with LoRA (random weights), and refuses a bad dtype', async () => {
-    const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', '--batch', '2', '--seq', '16', '--sample-prompts', '2', '--sample-tokens', '4', '--steps', '1', '--json'];
+  it('flowrl bench --model-config times a real shape with LoRA (random weights), the prefill and decode step against the limits, and refuses a bad dtype', async () => {
+    const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', '--batch', '2', '--seq', '16', '--sample-prompts', '2', '--sample-tokens', '4', '--steps', '1', '--limits-mb', '8', '--matrix', '128', '--json'];
     const bench = await flowrlInProcess(args);
     expect(bench.status, bench.stderr).to.equal(0);
     const result = JSON.parse(bench.stdout) as Record<string, number | string>;
-    for (const key of ['train_step_ms', 'sample_tokens_per_s', 'peak_rss_mb']) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
+    const measured = ['train_step_ms', 'sample_tokens_per_s', 'peak_rss_mb', 'prefill_s', 'prefill_gflop_s', 'prefill_fraction_of_sgemm', 'decode_step_ms', 'decode_gb_s', 'decode_fraction_of_bandwidth', 'decode_gflop_s', 'decode_fraction_of_sgemm'];
+    for (const key of measured) expect(result[key], key).to.be.a('number').and.to.be.greaterThan(0);
+    // Every weight is read once per decode step: 4 bytes each (float32 base, adapters on the heap).
+    expect(result.weights_read_mb).to.equal(Math.round((4 * (result.parameters as number)) / 1e6));
     // r (in + out) per adapted module: q 32+32, k and v 32+16, o 32+32, gate and up 32+64, down 64+32; two layers.
     expect(result.trainable_parameters).to.equal(2 * 4 * (64 + 48 + 48 + 64 + 96 + 96 + 96));
     expect(result.parameters).to.be.greaterThan(result.trainable_parameters as number);

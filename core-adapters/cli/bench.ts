@@ -149,6 +149,9 @@ export interface ModelBenchResult extends BenchResult {
   decode_step_ms: number;
   decode_gb_s: number;
   decode_fraction_of_bandwidth: number;
+  /** The decode step's multiplies per second, and that over the sgemm peak (the bound at larger batches). */
+  decode_gflop_s: number;
+  decode_fraction_of_sgemm: number;
   weights_read_mb: number;
   limits: Limits;
 }
@@ -198,7 +201,11 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   const prefillGflop = (2 * weights.bodyValues * options.samplePrompts * options.promptTokens + 2 * weights.headValues * options.samplePrompts) / 1e9;
   const decodeMs = decodeSteps ? (sampleMs - prefillMs) / decodeSteps : 0;
   const decodeGbS = decodeSteps ? weights.readBytes / decodeMs / 1e6 : 0;
+  // At larger batches decoding is bound by multiplying instead: every weight times every row.
+  const decodeGflopS = decodeSteps ? (2 * (weights.bodyValues + weights.headValues) * options.samplePrompts) / decodeMs / 1e6 : 0;
   const sgemmLimit = limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
+  // Three significant digits: a tiny model's rates are far below 1.
+  const significant = (x: number) => Number(x.toPrecision(3));
   const count = (tensors: Iterable<{ size: number }>) => [...tensors].reduce((n, t) => n + t.size, 0);
   const frozenValues = [...model.frozen.values()].reduce((n, m) => n + m.rows * m.cols, 0);
   const result: ModelBenchResult = {
@@ -218,11 +225,13 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
     wasm_heap_mb: info.backend === 'wasm' ? Math.round(wasmHeapBytes() / 2 ** 20) : 0,
     load_s: Math.round(loadSeconds * 10) / 10,
     prefill_s: round3(prefillMs / 1000),
-    prefill_gflop_s: Math.round(prefillGflop / (prefillMs / 1000)),
-    prefill_fraction_of_sgemm: round3(prefillGflop / (prefillMs / 1000) / sgemmLimit),
+    prefill_gflop_s: significant(prefillGflop / (prefillMs / 1000)),
+    prefill_fraction_of_sgemm: significant(prefillGflop / (prefillMs / 1000) / sgemmLimit),
     decode_step_ms: Math.round(decodeMs * 10) / 10,
-    decode_gb_s: Math.round(decodeGbS * 10) / 10,
-    decode_fraction_of_bandwidth: round3(decodeGbS / limits.read_gb_s),
+    decode_gb_s: significant(decodeGbS),
+    decode_fraction_of_bandwidth: significant(decodeGbS / limits.read_gb_s),
+    decode_gflop_s: significant(decodeGflopS),
+    decode_fraction_of_sgemm: significant(decodeGflopS / sgemmLimit),
     weights_read_mb: Math.round(weights.readBytes / 1e6),
     limits,
   };
@@ -441,7 +450,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   console.log(`  KV-cache sampling ${ours.sample_tokens_per_s} new tokens/s (${options.samplePrompts} prompts of ${PROMPT_TOKENS} tokens, ${options.sampleTokens} new tokens each)`);
   const sgemm = ours.limits.sgemm_gflop_s ?? ours.limits.sgemm_loop_gflop_s;
   console.log(`    prefill         ${ours.prefill_s.toFixed(2)} s, ${ours.prefill_gflop_s} GFLOP/s: ${(100 * ours.prefill_fraction_of_sgemm).toFixed(0)} % of the sgemm peak (${sgemm.toFixed(0)} GFLOP/s)`);
-  console.log(`    decode step     ${ours.decode_step_ms.toFixed(1)} ms at batch ${options.samplePrompts}, reading ${ours.weights_read_mb} MB: ${ours.decode_gb_s.toFixed(1)} GB/s, ${(100 * ours.decode_fraction_of_bandwidth).toFixed(0)} % of the read bandwidth (${ours.limits.read_gb_s.toFixed(1)} GB/s)`);
+  console.log(`    decode step     ${ours.decode_step_ms.toFixed(1)} ms at batch ${options.samplePrompts}, reading ${ours.weights_read_mb} MB: ${ours.decode_gb_s.toFixed(1)} GB/s, ${(100 * ours.decode_fraction_of_bandwidth).toFixed(0)} % of the read bandwidth (${ours.limits.read_gb_s.toFixed(1)} GB/s); ${ours.decode_gflop_s} GFLOP/s, ${(100 * ours.decode_fraction_of_sgemm).toFixed(0)} % of the sgemm peak`);
   console.log(`  memory            peak RSS ${ours.peak_rss_mb} MB; wasm heap ${ours.wasm_heap_mb} MB; frozen base outside it ${ours.base_outside_heap_mb} MB; built in ${ours.load_s} s`);
   if (!torch) return;
   if (!torch.result) {
