@@ -262,7 +262,10 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(bench.status, bench.stderr).to.equal(0);
     const result = JSON.parse(bench.stdout) as { sequences: number; step_seconds: number; phases: { name: string; seconds: number; rate: number; fraction_of_limit: number; unit: string }[] };
     expect(result.sequences).to.equal(4);
-    expect(result.phases.map((p) => [p.name, p.unit])).to.deep.equal([['rollout', 'GB/s'], ['old_log_prob', 'GFLOP/s'], ['ref_log_prob', 'GFLOP/s'], ['update', 'GFLOP/s']]);
+    // Rollout against the limit that binds it (the bandwidth for few rows, the sgemm peak for many).
+    expect(result.phases.map((p) => p.name)).to.deep.equal(['rollout', 'old_log_prob', 'ref_log_prob', 'update']);
+    expect(['GB/s', 'GFLOP/s']).to.include(result.phases[0].unit);
+    expect(result.phases.slice(1).map((p) => p.unit)).to.deep.equal(['GFLOP/s', 'GFLOP/s', 'GFLOP/s']);
     for (const p of result.phases) for (const key of ['seconds', 'rate', 'fraction_of_limit'] as const) expect(p[key], `${p.name} ${key}`).to.be.a('number').and.to.be.greaterThan(0);
     expect(result.step_seconds).to.be.closeTo(result.phases.reduce((s, p) => s + p.seconds, 0), 1e-9);
     const bad = await flowrlInProcess([...args.slice(0, 4), '--prompts', '0']);

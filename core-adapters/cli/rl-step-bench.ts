@@ -1,7 +1,9 @@
 // flowrl bench --model-config FILE --rl-step: one whole RL step at a real model's shape (random
 // weights), phase by phase, each stated as a fraction of this machine's limits (./limits.ts):
 //   rollout    prompts x samples sampled with the KV cache: decoding reads every weight once per
-//              new token, so its rate is compared with the read bandwidth;
+//              new token and multiplies it by every row, so its rate is compared with the limit
+//              that binds: the read bandwidth for a few rows, the sgemm peak for many (with the
+//              prefill's FLOPs);
 //   old, ref   log-probs of every sequence under the policy and the reference (adapters off):
 //              forward passes, compared with the sgemm peak;
 //   update     one optimizer step over every sequence in micro-batches (forward and backward).
@@ -153,8 +155,10 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
     return { name, seconds, rate, unit: 'GFLOP/s', fraction_of_limit: rate / sgemmLimit };
   };
   const readRate = (o.responseTokens * readBytes) / rolloutS / 1e9;
+  const rolloutFlops = 2 * bodyValues * rows.length * o.promptTokens + 2 * (bodyValues + headValues) * rows.length * o.responseTokens;
+  const computeBound = rolloutFlops / (sgemmLimit * 1e9) > (o.responseTokens * readBytes) / (limits.read_gb_s * 1e9);
   const phases: RlPhase[] = [
-    { name: 'rollout', seconds: rolloutS, rate: readRate, unit: 'GB/s', fraction_of_limit: readRate / limits.read_gb_s },
+    computeBound ? compute('rollout', rolloutFlops, rolloutS) : { name: 'rollout', seconds: rolloutS, rate: readRate, unit: 'GB/s', fraction_of_limit: readRate / limits.read_gb_s },
     compute('old_log_prob', forwardFlops, oldS),
     compute('ref_log_prob', forwardFlops, refS),
     compute('update', forwardFlops * (lora ? 2 : 3), updateS),
