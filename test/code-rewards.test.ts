@@ -11,15 +11,24 @@ import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SAN
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
 
-/** Processes left on the machine under the sandbox's uids. */
+const isSandboxUid = (uid: number) => uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
+
+/**
+ * Processes left on the machine under the sandbox's uids, outside any live run: a run's own
+ * setpriv, prlimit and bwrap, and whatever a sandbox-uid process started, belong to a run still going
+ * (other test files may be running sandboxes meanwhile); an orphan's parent is the machine's init.
+ */
 function sandboxProcesses(): number[] {
   return fs
     .readdirSync('/proc')
     .filter((p) => /^\d+$/.test(p))
     .filter((p) => {
       try {
-        const uid = fs.statSync(`/proc/${p}`).uid;
-        return uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
+        if (!isSandboxUid(fs.statSync(`/proc/${p}`).uid)) return false;
+        const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+        const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        return !['setpriv', 'prlimit', 'bwrap'].includes(name) && !isSandboxUid(fs.statSync(`/proc/${ppid}`).uid);
       } catch {
         return false;
       }

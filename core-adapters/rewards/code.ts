@@ -162,7 +162,7 @@ export class SandboxRunner implements CodeRunner {
   }
 }
 
-/** Output longer than this is not kept for reuse (4096 kept runs must not hold gigabytes). */
+/** A run whose stdout and report together are longer than this (UTF-16 units) is not kept for reuse. */
 const REUSE_MAX_STDOUT = 64 * 1024;
 
 /**
@@ -170,14 +170,21 @@ const REUSE_MAX_STDOUT = 64 * 1024;
  * done, share the first run's result. A group of samples often repeats answers, and validation
  * at low temperature more so; the result is the same for any program whose outcome is not random.
  * Not kept: a run that throws (sandbox failure), one that timed out (the machine may have been
- * busy) and one with long output.
+ * busy) and one with long output. Kept runs are bounded in bytes too (`maxBytes`, 64 MiB): their
+ * stdout, report and key at two bytes a UTF-16 unit, the least recently used evicted first.
  */
 export class ReusedRuns implements CodeRunner {
-  private readonly runs = new Map<string, Promise<ProgramRun>>();
+  /** 4096 runs of 64 KiB would be 512 MiB (twice that as UTF-16): the default bound on bytes held. */
+  static readonly MAX_BYTES = 64 * 1024 * 1024;
+
+  /** Each kept run and the bytes it holds (its key until it finishes, then its output too). */
+  private readonly runs = new Map<string, { run: Promise<ProgramRun>; bytes: number }>();
+  private held = 0;
 
   constructor(
     private readonly runner: CodeRunner,
     private readonly capacity: number,
+    private readonly maxBytes = ReusedRuns.MAX_BYTES,
   ) {}
 
   run(code: string, stdin: string): Promise<ProgramRun> {
@@ -187,15 +194,35 @@ export class ReusedRuns implements CodeRunner {
       // Most recently used last, so the oldest entry is the first one evicted.
       this.runs.delete(key);
       this.runs.set(key, known);
-      return known;
+      return known.run;
     }
     const run = this.runner.run(code, stdin);
-    this.runs.set(key, run);
+    const entry = { run, bytes: 2 * key.length };
+    this.runs.set(key, entry);
+    this.held += entry.bytes;
     // Only this run's own entry goes: a newer one under the same key stays.
-    const forget = () => this.runs.get(key) === run && this.runs.delete(key);
-    run.then((result) => (result.status === 'timeout' || result.stdout.length > REUSE_MAX_STDOUT) && forget(), forget);
-    if (this.runs.size > this.capacity) this.runs.delete(this.runs.keys().next().value!);
+    const forget = () => this.runs.get(key) === entry && this.drop(key);
+    run.then((result) => {
+      // A harness's report is held too (ProgramRun's optional report, where a runner sets one).
+      const size = result.stdout.length + ((result as ProgramRun & { report?: string }).report?.length ?? 0);
+      if (result.status === 'timeout' || size > REUSE_MAX_STDOUT) return void forget();
+      if (this.runs.get(key) !== entry) return;
+      entry.bytes += 2 * size;
+      this.held += 2 * size;
+      this.evict();
+    }, forget);
+    this.evict();
     return run;
+  }
+
+  private drop(key: string): void {
+    this.held -= this.runs.get(key)!.bytes;
+    this.runs.delete(key);
+  }
+
+  /** Drops the least recently used runs until both the count and the bytes fit. */
+  private evict(): void {
+    while (this.runs.size > 0 && (this.runs.size > this.capacity || this.held > this.maxBytes)) this.drop(this.runs.keys().next().value!);
   }
 }
 

@@ -1,11 +1,26 @@
 // Running untrusted programs for code rewards. Each run is a fresh bubblewrap sandbox: new user,
-// pid, network, ipc, uts and cgroup namespaces (no network but its own loopback), the system's /usr
-// read-only and nothing else of the host (no /etc, /home, /root or working directory), a private
-// size-limited /tmp as the only writable place, and CPU-time, address-space, process, file-size and
-// open-file limits set by prlimit before bwrap starts. The parent adds the wall-clock and output
-// limits and kills the sandbox on either; when its init dies the kernel kills every process left in
-// its pid namespace, so nothing outlives a run. A pool bounds how many run at once.
-import { spawn } from 'node:child_process';
+// pid, network, ipc, uts and cgroup namespaces (no network but its own loopback), a read-only root
+// holding the system's /usr and nothing else of the host (no /home, /root, working directory or
+// /etc but the library links below), a private size-limited /tmp as the only writable place
+// (/dev/shm links to it), a seccomp filter against shared memory that no limit would bound, and
+// CPU-time, address-space, process, file-size, open-file and message-queue limits set by prlimit
+// before bwrap starts. The parent adds the wall-clock and output limits: on either it kills the
+// sandbox's init (the program, pid 1 of its namespace, whose death takes every process in the
+// namespace with it), then bwrap should it linger; a run is over at bwrap's exit plus a short grace
+// even if something still holds its pipes. A pool bounds how many run at once.
+//
+// Descriptors of the sandboxed command, as spawned:
+//   0, 1, 2   stdin, stdout, stderr
+//   3         the program's text (--ro-bind-data; bwrap reads and closes it)
+//   4         with report: true, the run's secret (32 hex digits and "\n", then EOF), for the program
+//   5         with report: true, the report channel, written by the program
+//   6 (or 4)  bwrap's --json-status-fd (the child's pid, then its exit code); closed in the sandbox
+//   7 (or 5)  the seccomp filter (--seccomp; bwrap reads and closes it)
+// Without a report bwrap's two take 4 and 5, so those are closed in the program whatever this
+// process inherited there. A program sees 0-2, and 4 and 5 when asked for a report; of ours, nothing
+// else (a descriptor this process inherited without close-on-exec would pass through, as with any child).
+import { spawn, type StdioOptions } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -38,6 +53,16 @@ export interface RunResult {
   stdout: string;
   stderr: string;
   wallMs: number;
+  /**
+   * With report: true, what the program wrote on fd 5 after the first occurrence of its secret line
+   * (the secret read from fd 4, then "\n"); undefined when it never wrote that line.
+   */
+  report?: string;
+}
+
+export interface RunOptions {
+  /** Give the program a secret on fd 4 and a report channel on fd 5 (see RunResult.report). */
+  report?: boolean;
 }
 
 export interface Language {
@@ -116,7 +141,7 @@ function userThreadCount(uid: number): number {
 }
 
 /** Reads a stream up to `limit` bytes; calls `over` when more than that arrives. */
-function capped(stream: NodeJS.ReadableStream, limit: number, over: () => void): () => string {
+function capped(stream: NodeJS.ReadableStream, limit: number, over: () => void): () => Buffer {
   const chunks: Buffer[] = [];
   let size = 0;
   stream.on('data', (chunk: Buffer) => {
@@ -125,7 +150,79 @@ function capped(stream: NodeJS.ReadableStream, limit: number, over: () => void):
     size += Math.min(chunk.length, Math.max(0, room));
     if (chunk.length > room) over();
   });
-  return () => Buffer.concat(chunks).toString('utf8');
+  return () => Buffer.concat(chunks);
+}
+
+/**
+ * Seccomp's view of the architectures the filter knows: the audit arch a native syscall carries and
+ * the numbers it denies (x86_64 from asm/unistd_64.h, aarch64 from asm-generic/unistd.h).
+ */
+const SECCOMP_ARCHES: Record<string, { audit: number; x32: boolean; prctl: number; denied: Record<string, number> }> = {
+  x64: { audit: 0xc000003e, x32: true, prctl: 157, denied: { memfd_create: 319, memfd_secret: 447, shmget: 29, msgget: 68, semget: 64 } },
+  arm64: { audit: 0xc00000b7, x32: false, prctl: 167, denied: { memfd_create: 279, memfd_secret: 447, shmget: 194, msgget: 186, semget: 190 } },
+};
+
+/**
+ * The seccomp filter every sandbox runs under, as classic BPF for bwrap's --seccomp: EPERM for
+ * memfd_create and memfd_secret (memory that RLIMIT_AS does not count), SysV shmget, msgget and
+ * semget (the same, per IPC namespace), and prctl(PR_SET_PDEATHSIG) (so the program cannot outlive
+ * bwrap); EPERM too for any other ABI (x32, i386, arm32), whose numbers differ. Everything else is
+ * allowed. `lockParentDeath: false` leaves prctl alone (tests use it to check the host's own kill).
+ */
+export function seccompFilter(arch: string = process.arch, options: { lockParentDeath?: boolean } = {}): Buffer {
+  const known = SECCOMP_ARCHES[arch];
+  if (!known) throw new InputError(`the code sandbox's seccomp filter knows x86_64 and aarch64, not ${arch}; programs are never run unsandboxed`);
+  // Classic BPF opcodes (linux/bpf_common.h) and seccomp's return values (linux/seccomp.h).
+  const LD_W_ABS = 0x20;
+  const JEQ = 0x15;
+  const JGE = 0x35;
+  const RET = 0x06;
+  const ALLOW = 0x7fff0000;
+  const DENY = 0x00050000 | 1; // SECCOMP_RET_ERRNO | EPERM
+  // struct seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low 32 bits first, little-endian).
+  type Insn = [code: number, jt: number | 'deny' | 'allow', jf: number | 'deny' | 'allow', k: number];
+  const prog: Insn[] = [
+    [LD_W_ABS, 0, 0, 4],
+    [JEQ, 0, 'deny', known.audit],
+    [LD_W_ABS, 0, 0, 0],
+  ];
+  // x32 syscalls share x86_64's audit arch and set bit 30 of the number.
+  if (known.x32) prog.push([JGE, 'deny', 0, 0x40000000]);
+  for (const nr of Object.values(known.denied)) prog.push([JEQ, 'deny', 0, nr]);
+  if (options.lockParentDeath ?? true) {
+    // prctl's option is an int: only the low half of the argument counts. PR_SET_PDEATHSIG is 1.
+    prog.push([JEQ, 0, 'allow', known.prctl], [LD_W_ABS, 0, 0, 16], [JEQ, 'deny', 'allow', 1]);
+  }
+  const allowAt = prog.length;
+  prog.push([RET, 0, 0, ALLOW], [RET, 0, 0, DENY]);
+  const out = Buffer.alloc(prog.length * 8);
+  prog.forEach(([code, jt, jf, k], i) => {
+    // Jumps count from the next instruction.
+    const to = (j: number | 'deny' | 'allow') => (j === 'allow' ? allowAt - i - 1 : j === 'deny' ? allowAt - i : j);
+    out.writeUInt16LE(code, i * 8);
+    out.writeUInt8(to(jt), i * 8 + 2);
+    out.writeUInt8(to(jf), i * 8 + 3);
+    out.writeUInt32LE(k >>> 0, i * 8 + 4);
+  });
+  return out;
+}
+
+/** Host files bound read-only when present: Debian resolves shared libraries (numpy's BLAS) through them. */
+const LIBRARY_LINKS = ['/etc/alternatives', '/etc/ld.so.cache'];
+
+/** The device nodes a program gets (bound from the host, as bwrap's --dev does); /dev itself is read-only. */
+const DEVICES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/random', '/dev/urandom', '/dev/tty'];
+
+/** How long a run may take past its end (bwrap's exit or the kill) for its pipes to drain. */
+const GRACE_MS = 500;
+
+/** Kills the sandbox's init from the host, when `pid` is still that process (its pid namespace checked, as pids are reused). */
+function killInit(pid: number, pidNamespace: number): void {
+  try {
+    if (fs.readlinkSync(`/proc/${pid}/ns/pid`) === `pid:[${pidNamespace}]`) process.kill(pid, 'SIGKILL');
+  } catch {
+    // Gone already.
+  }
 }
 
 /** A pool of sandboxes: at most `concurrency` programs run at once, the rest wait their turn. */
@@ -138,22 +235,25 @@ export class Sandbox {
   private readonly waiting: (() => void)[] = [];
   /** Runs started; with a per-process offset, picks each run's uid (as root). */
   private runs = process.pid * 17;
+  private readonly filter: Buffer;
 
   constructor(options: { limits?: Partial<SandboxLimits>; concurrency?: number } = {}) {
     this.tools = findSandboxTools();
+    // Built here so an architecture the filter does not know is refused before any run.
+    this.filter = seccompFilter();
     this.limits = { ...DEFAULT_SANDBOX_LIMITS, ...options.limits };
     this.concurrency = Math.max(1, options.concurrency ?? os.availableParallelism());
   }
 
   /** Runs `code` in `language` with `stdin`; never rejects for anything the program does. */
-  async run(language: string, code: string, stdin = ''): Promise<RunResult> {
+  async run(language: string, code: string, stdin = '', options: RunOptions = {}): Promise<RunResult> {
     const lang = this.languages[language];
     if (!lang) throw new InputError(`sandbox: unknown language '${language}'; known: ${Object.keys(this.languages).join(', ')}`);
     if (!fs.existsSync(lang.command[0])) throw new InputError(`sandbox: ${language} programs run with ${lang.command[0]}, which is missing (${lang.install})`);
     if (this.running >= this.concurrency) await new Promise<void>((resolve) => this.waiting.push(resolve));
     else this.running++;
     try {
-      return await this.runIn(lang, code, stdin);
+      return await this.runIn(lang, code, stdin, options.report ?? false);
     } finally {
       // The slot passes straight to the next waiting run, or is freed.
       const next = this.waiting.shift();
@@ -162,18 +262,25 @@ export class Sandbox {
     }
   }
 
-  /** The command line: setpriv (as root) > prlimit > bwrap > interpreter. */
-  private commandLine(lang: Language): string[] {
+  /** The seccomp filter (BPF) each run loads; see seccompFilter. */
+  protected seccompFilter(): Buffer {
+    return this.filter;
+  }
+
+  /** The command line: setpriv (as root) > prlimit > bwrap > interpreter; `fds` are bwrap's json status and seccomp descriptors. */
+  private commandLine(lang: Language, fds: { status: number; seccomp: number }): string[] {
     const l = this.limits;
     const mib = 1024 * 1024;
     const javascript = lang.file.endsWith('.js');
     const uid = this.tools.setpriv ? SANDBOX_UIDS.first + (this.runs++ % SANDBOX_UIDS.count) : process.getuid!();
     // Without root the program shares the user's thread count, so it gets that many more.
     const nproc = this.tools.setpriv ? l.processes : userThreadCount(uid) + l.processes;
-    const limits = [`--cpu=${l.cpuSeconds}`, `--nproc=${nproc}`, `--fsize=${l.tmpMb * mib}`, '--nofile=64', '--core=0'];
+    // No POSIX message queues: their memory is not the address space's.
+    const limits = [`--cpu=${l.cpuSeconds}`, `--nproc=${nproc}`, `--fsize=${l.tmpMb * mib}`, '--nofile=64', '--core=0', '--msgqueue=0'];
     if (!javascript) limits.push(`--as=${l.memoryMb * mib}`);
     const command = lang.command.map((a) => a.replace('MEMORY', String(l.memoryMb)));
-    const binds = lang.binds.flatMap((b) => ['--ro-bind', b, b]);
+    const binds = [...lang.binds, ...LIBRARY_LINKS.filter((f) => fs.existsSync(f))].flatMap((b) => ['--ro-bind', b, b]);
+    const devices = DEVICES.filter((d) => fs.existsSync(d)).flatMap((d) => ['--dev-bind', d, d]);
     const bwrap = [
       this.tools.bwrap,
       '--unshare-all',
@@ -182,6 +289,8 @@ export class Sandbox {
       '--die-with-parent',
       '--new-session',
       '--as-pid-1',
+      '--json-status-fd', String(fds.status),
+      '--seccomp', String(fds.seccomp),
       '--hostname', 'sandbox',
       '--ro-bind', '/usr', '/usr',
       '--symlink', 'usr/lib', '/lib',
@@ -189,12 +298,22 @@ export class Sandbox {
       '--symlink', 'usr/bin', '/bin',
       ...binds,
       '--proc', '/proc',
-      '--dev', '/dev',
+      // bwrap's --dev would make /dev a writable tmpfs with its own /dev/shm; these are the same nodes on the read-only root.
+      ...devices,
+      '--symlink', '/proc/self/fd', '/dev/fd',
+      '--symlink', '/proc/self/fd/0', '/dev/stdin',
+      '--symlink', '/proc/self/fd/1', '/dev/stdout',
+      '--symlink', '/proc/self/fd/2', '/dev/stderr',
       '--size', String(l.tmpMb * mib), '--tmpfs', '/tmp',
+      // POSIX shared memory and semaphores live in /dev/shm: inside /tmp's cap.
+      '--symlink', '/tmp', '/dev/shm',
       '--dir', '/sandbox',
       '--ro-bind-data', '3', `/sandbox/${lang.file}`,
+      // Last, so every mount point above exists: the root tmpfs (/, /dev, /sandbox, /etc) becomes read-only.
+      '--remount-ro', '/',
       '--chdir', '/tmp',
-      '--clearenv', '--setenv', 'PATH', '/usr/bin', '--setenv', 'HOME', '/tmp', '--setenv', 'LANG', 'C.UTF-8',
+      // One BLAS thread: the pool already fills the cores, and each thread's buffers count against RLIMIT_AS.
+      '--clearenv', '--setenv', 'PATH', '/usr/bin', '--setenv', 'HOME', '/tmp', '--setenv', 'LANG', 'C.UTF-8', '--setenv', 'OPENBLAS_NUM_THREADS', '1', '--setenv', 'OMP_NUM_THREADS', '1',
       '--',
       ...command,
       `/sandbox/${lang.file}`,
@@ -203,38 +322,111 @@ export class Sandbox {
     return this.tools.setpriv ? [this.tools.setpriv, `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--inh-caps=-all', ...prlimit] : prlimit;
   }
 
-  private runIn(lang: Language, code: string, stdin: string): Promise<RunResult> {
-    const [file, ...args] = this.commandLine(lang);
+  private runIn(lang: Language, code: string, stdin: string, report: boolean): Promise<RunResult> {
+    // See the descriptor table at the top of this file.
+    const fds = report ? { status: 6, seccomp: 7 } : { status: 4, seccomp: 5 };
+    const [file, ...args] = this.commandLine(lang, fds);
     const started = performance.now();
+    const secret = report ? randomBytes(16).toString('hex') : undefined;
+    const filter = this.seccompFilter();
+    const stdio: StdioOptions = Array.from({ length: fds.seccomp + 1 }, () => 'pipe' as const);
     return new Promise((resolve) => {
-      const child = spawn(file, args, { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], env: {} });
+      const child = spawn(file, args, { stdio, env: {} });
+      const pipe = (fd: number) => child.stdio[fd] as (NodeJS.ReadableStream & NodeJS.WritableStream & { destroy(): void }) | null;
       let status: RunStatus | undefined;
-      const stop = (why: RunStatus) => {
-        status ??= why;
-        child.kill('SIGKILL');
-      };
-      const stdout = capped(child.stdout!, this.limits.outputBytes, () => stop('output_limit'));
-      const stderr = capped(child.stderr!, this.limits.outputBytes, () => stop('output_limit'));
-      const timer = setTimeout(() => stop('timeout'), this.limits.wallSeconds * 1000);
-      // A program that exits without reading its input (or its code, when bwrap failed) closes these pipes early.
-      for (const pipe of [child.stdin!, child.stdio[3] as NodeJS.WritableStream]) pipe.on('error', () => {});
-      (child.stdio[3] as NodeJS.WritableStream).end(code);
-      child.stdin!.end(stdin);
-      child.on('error', (e) => {
+      // From bwrap's json status: the sandbox's init as the host sees it, and whether the program started.
+      let init: { pid: number; pidNamespace: number } | undefined;
+      let programExited = false;
+      let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+      let done = false;
+      let deadline: NodeJS.Timeout | undefined;
+      const finish = () => {
+        if (done) return;
+        done = true;
         clearTimeout(timer);
-        resolve({ status: 'sandbox_error', exitCode: null, signal: null, stdout: '', stderr: e.message, wallMs: performance.now() - started });
-      });
-      child.on('close', (exitCode, signal) => {
-        clearTimeout(timer);
-        const err = stderr();
-        // bwrap reports its own failures with its name and exit code 1 before the program starts.
-        const sandboxFailed = exitCode === 1 && /^bwrap: /m.test(err) && status === undefined;
+        clearTimeout(deadline);
+        clearTimeout(bwrapKill);
+        // Whatever still holds the pipes, the run is over: stop reading and writing them.
+        for (let fd = 0; fd < stdio.length; fd++) pipe(fd)?.destroy();
+        const err = stderr().toString('utf8');
+        const exitCode = exit?.code ?? null;
+        const signal = exit?.signal ?? null;
+        // bwrap reports the program's exit status only once setup is done and the program was executed: without it, bwrap failed.
+        const sandboxFailed = !programExited && exit !== undefined && signal === null;
         // The program is the sandbox's pid 1; bwrap exits 128 + n when it dies of signal n (RLIMIT_CPU sends SIGKILL).
         const died = exitCode !== null && exitCode > 128 ? exitCode - 128 : undefined;
         const cpu = died === os.constants.signals.SIGKILL || died === os.constants.signals.SIGXCPU;
         const finalStatus: RunStatus = status ?? (sandboxFailed ? 'sandbox_error' : cpu ? 'timeout' : died || signal ? 'signalled' : 'exited');
-        resolve({ status: finalStatus, exitCode, signal, stdout: stdout(), stderr: err, wallMs: performance.now() - started });
+        const result: RunResult = { status: finalStatus, exitCode, signal, stdout: stdout().toString('utf8'), stderr: err, wallMs: performance.now() - started };
+        if (secret !== undefined) {
+          const text = reportText();
+          const at = text.indexOf(`${secret}\n`);
+          result.report = at < 0 ? undefined : text.subarray(at + secret.length + 1).toString('utf8');
+        }
+        resolve(result);
+      };
+      let bwrapKill: NodeJS.Timeout | undefined;
+      const kill = () => {
+        if (!init) return void child.kill('SIGKILL');
+        // bwrap reaps its killed init and exits; killed at once, it would leave the init a zombie for the host's init to reap.
+        killInit(init.pid, init.pidNamespace);
+        bwrapKill ??= setTimeout(() => child.kill('SIGKILL'), GRACE_MS / 2);
+      };
+      const stop = (why: RunStatus) => {
+        status ??= why;
+        kill();
+        // Ends the run even if bwrap's exit never comes.
+        deadline ??= setTimeout(finish, GRACE_MS);
+      };
+      const stdout = capped(child.stdout!, this.limits.outputBytes, () => stop('output_limit'));
+      const stderr = capped(child.stderr!, this.limits.outputBytes, () => stop('output_limit'));
+      const reportText = report ? capped(pipe(5)!, this.limits.outputBytes, () => stop('output_limit')) : () => Buffer.alloc(0);
+      let statusText = '';
+      pipe(fds.status)!.on('data', (chunk: Buffer) => {
+        // bwrap writes one JSON object per line: the child's pid and namespaces, then (if the program ran) its exit code.
+        statusText = (statusText + chunk.toString('utf8')).slice(-65536);
+        let nl: number;
+        while ((nl = statusText.indexOf('\n')) >= 0) {
+          const line = statusText.slice(0, nl);
+          statusText = statusText.slice(nl + 1);
+          let record: Record<string, unknown>;
+          try {
+            record = JSON.parse(line) as Record<string, unknown>;
+          } catch {
+            continue;
+          }
+          if (typeof record['child-pid'] === 'number' && typeof record['pid-namespace'] === 'number') {
+            init ??= { pid: record['child-pid'], pidNamespace: record['pid-namespace'] };
+            // Stopped before bwrap told its child's pid (bwrap killed already): kill that too.
+            if (status !== undefined) killInit(init.pid, init.pidNamespace);
+          }
+          if (typeof record['exit-code'] === 'number') programExited = true;
+        }
       });
+      const timer = setTimeout(() => stop('timeout'), this.limits.wallSeconds * 1000);
+      // A program that exits without reading its input (or its code, when bwrap failed) closes these pipes early; none may throw.
+      for (let fd = 0; fd < stdio.length; fd++) pipe(fd)?.on('error', () => {});
+      pipe(fds.seccomp)!.end(filter);
+      pipe(3)!.end(code);
+      if (secret !== undefined) pipe(4)!.end(`${secret}\n`);
+      child.stdin!.end(stdin);
+      child.on('error', (e) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        clearTimeout(deadline);
+        resolve({ status: 'sandbox_error', exitCode: null, signal: null, stdout: '', stderr: e.message, wallMs: performance.now() - started });
+      });
+      child.on('exit', (code, signal) => {
+        exit = { code, signal };
+        clearTimeout(timer);
+        clearTimeout(bwrapKill);
+        // bwrap is gone; should its init be alive (bwrap killed, or it died), nothing else will end it.
+        if (init) killInit(init.pid, init.pidNamespace);
+        // Its pipes normally close at once; a process still holding one does not hold up the run.
+        deadline ??= setTimeout(finish, GRACE_MS);
+      });
+      child.on('close', finish);
     });
   }
 

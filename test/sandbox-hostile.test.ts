@@ -1,0 +1,193 @@
+// The code sandbox against programs that try to hang it, fill it or fool it (issue 31, items 5-9):
+// runs that never end, writable space and shared memory beyond the limits, a program posing as
+// bwrap's own failure, the report channel; as root and as nobody, one by one and 64 at once.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import ts from 'typescript';
+import { ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
+import { expectFreshDist, expectInputError, ROOT, runCommand } from './helpers.js';
+
+/**
+ * Reaps for the runner: as the child subreaper, every process of a sandbox that outlives its bwrap
+ * comes here. After the runner exits it waits 2 s for the last ones to go and prints, as JSON, the
+ * orphans it reaped and those still alive (then killed).
+ */
+const REAPER = `import ctypes, json, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(36, 1, 0, 0, 0) == 0
+runner = subprocess.Popen(sys.argv[1:])
+code = runner.wait()
+reaped, alive = [], []
+deadline = time.time() + 2
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid:
+        reaped.append(pid)
+    if time.time() > deadline:
+        for task in os.listdir("/proc/self/task"):
+            for child in open(f"/proc/self/task/{task}/children").read().split():
+                try:
+                    alive.append(open(f"/proc/{child}/cmdline").read().replace("\\0", " ").strip())
+                    os.kill(int(child), 9)
+                except OSError:
+                    pass
+        deadline = float("inf")
+    elif not pid:
+        time.sleep(0.05)
+print(json.dumps({"code": code, "reaped": reaped, "alive": alive}))
+`;
+
+const RUNNER = `import { Sandbox, seccompFilter } from './rewards/sandbox.js';
+import { hostileBatch, hostileChecks } from './programs.js';
+// The same sandbox with prctl(PR_SET_PDEATHSIG) allowed: only the host's kill can end its sleepers.
+class Permissive extends Sandbox {
+  seccompFilter() {
+    return seccompFilter(process.arch, { lockParentDeath: false });
+  }
+}
+const limits = { wallSeconds: 2, cpuSeconds: 1, memoryMb: 256, processes: 16, outputBytes: 65536, tmpMb: 16 };
+const checks = await hostileChecks(new Sandbox({ limits, concurrency: 8 }), new Permissive({ limits, concurrency: 4 }));
+const batch = await hostileBatch(new Sandbox({ limits, concurrency: 16 }));
+console.log(JSON.stringify({ uid: process.getuid(), checks, batch }));
+`;
+
+interface Outcome {
+  uid: number;
+  checks: { failures: string[]; figures: Record<string, unknown> };
+  batch: { failures: string[]; figures: Record<string, unknown> };
+  reaper: { code: number; reaped: number[]; alive: string[] };
+  seconds: number;
+}
+
+/**
+ * Runs the hostile programs (test/sandbox-hostile-programs.ts) with the built sandbox module from a
+ * directory any user can read, as root or as nobody, under the reaper.
+ */
+async function runHostile(user: 'root' | 'nobody'): Promise<Outcome> {
+  expectFreshDist();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-sandbox-hostile-'));
+  try {
+    fs.mkdirSync(path.join(dir, 'rewards'));
+    fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
+    fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
+    const source = fs.readFileSync(path.join(ROOT, 'test', 'sandbox-hostile-programs.ts'), 'utf8');
+    const programs = ts.transpileModule(source, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+    fs.writeFileSync(path.join(dir, 'programs.js'), programs);
+    fs.writeFileSync(path.join(dir, 'run.js'), RUNNER);
+    fs.writeFileSync(path.join(dir, 'reaper.py'), REAPER);
+    fs.writeFileSync(path.join(dir, 'package.json'), '{"type": "module"}\n');
+    for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', 'programs.js', 'run.js', 'reaper.py', 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
+    const command = ['/usr/bin/python3', path.join(dir, 'reaper.py'), process.execPath, path.join(dir, 'run.js')];
+    const started = performance.now();
+    const run = user === 'root' ? await runCommand(command[0], command.slice(1), dir, 60_000) : await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...command], dir, 60_000, { HOME: dir });
+    const seconds = (performance.now() - started) / 1000;
+    expect(run.status, run.stderr).to.equal(0);
+    const lines = run.stdout.trim().split('\n');
+    const reaper = JSON.parse(lines.at(-1)!) as Outcome['reaper'];
+    expect(reaper.code, run.stderr).to.equal(0);
+    return { ...(JSON.parse(lines.at(-2)!) as Omit<Outcome, 'reaper' | 'seconds'>), reaper, seconds };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function expectContained(outcome: Outcome, uid: number): void {
+  expect(outcome.uid).to.equal(uid);
+  expect(outcome.checks.failures, 'one by one').to.deep.equal([]);
+  expect(outcome.batch.failures, '64 at once').to.deep.equal([]);
+  // No process of any run outlived it: none came to the reaper, alive or dead.
+  expect(outcome.reaper.alive, 'processes alive after the runner').to.deep.equal([]);
+  expect(outcome.reaper.reaped, 'orphans reaped').to.deep.equal([]);
+  if (process.env.FLOWRL_SANDBOX_VERBOSE) console.log(JSON.stringify({ user: uid, seconds: outcome.seconds, checks: outcome.checks.figures, batch: outcome.batch.figures }, null, 1));
+}
+
+describe('the code sandbox against hostile programs', function () {
+  this.timeout(90_000);
+  const isRoot = process.getuid?.() === 0;
+
+  it('hangs, fills and fools nothing as root: every run ends by its limit, only /tmp takes writes, bwrap lookalikes and the report channel are told apart; 64 at once leave nothing behind', async function () {
+    if (!isRoot) this.skip();
+    expectContained(await runHostile('root'), 0);
+  });
+
+  (isRoot ? it : it.skip)('the same as nobody (a user without root, the runs sharing its uid)', async () => {
+    expectContained(await runHostile('nobody'), 65534);
+  });
+
+  it('without root, as the user running the tests', async function () {
+    if (isRoot) this.skip();
+    expectContained(await runHostile('root'), process.getuid!());
+  });
+
+  it("a program posing as bwrap's failure is scored, a real setup failure stops the scorer", async () => {
+    const limits = { wallSeconds: 2, cpuSeconds: 1 };
+    const runner = new SandboxRunner(new Sandbox({ limits, concurrency: 1 }));
+    const fake = await runner.run('import sys\nsys.stderr.write("bwrap: Creating new namespace failed\\n")\nsys.exit(1)', '');
+    expect(fake).to.include({ finished: false, stdout: '', status: 'runtime_error' });
+    // No processes at all: bwrap itself cannot clone its sandbox.
+    const broken = new Sandbox({ limits: { ...limits, processes: 0 }, concurrency: 1 });
+    if (isRoot) {
+      const result = await broken.run('python', 'print(1)');
+      expect(result.status).to.equal('sandbox_error');
+      expect(result.stderr).to.match(/^bwrap: /);
+      let error: Error | undefined;
+      await new SandboxRunner(broken).run('print(1)', '').catch((e: Error) => (error = e));
+      expect(error?.message).to.include('the code sandbox failed to start: bwrap:');
+    }
+    // A size bwrap refuses.
+    const result = await new Sandbox({ limits: { ...limits, tmpMb: 0 }, concurrency: 1 }).run('python', 'print(1)');
+    expect([result.status, result.stderr]).to.deep.equal(['sandbox_error', 'bwrap: --size takes a non-zero number of bytes\n']);
+  });
+
+  it('the seccomp filter is classic BPF for x86_64 and aarch64, and refuses other architectures', () => {
+    for (const arch of ['x64', 'arm64']) {
+      const filter = seccompFilter(arch);
+      expect(filter.length % 8).to.equal(0);
+      // It starts by loading the audit arch, and ends allowing, then denying with EPERM.
+      expect([filter.readUInt16LE(0), filter.readUInt32LE(4)]).to.deep.equal([0x20, 4]);
+      expect(filter.readUInt32LE(filter.length - 12)).to.equal(0x7fff0000);
+      expect(filter.readUInt32LE(filter.length - 4)).to.equal(0x00050001);
+      expect(seccompFilter(arch, { lockParentDeath: false }).length).to.equal(filter.length - 24);
+    }
+    expect(seccompFilter('x64').readUInt32LE(12)).to.equal(0xc000003e);
+    expect(seccompFilter('arm64').readUInt32LE(12)).to.equal(0xc00000b7);
+    expectInputError(() => seccompFilter('riscv64'), 'x86_64 and aarch64, not riscv64', 'never run unsandboxed');
+  });
+});
+
+describe('reused runs are bounded in bytes (reward_model.code.reuse_runs)', () => {
+  it('keeps runs within its byte budget, evicting the least recently used; counts stdout, report and key', async () => {
+    const calls: string[] = [];
+    const kib = 1024;
+    const runner = {
+      channel: { kind: 'descriptors' } as const,
+      async run(code: string) {
+        calls.push(code);
+        // 30 KiB of output each (60 KiB as UTF-16), 10 KiB more as a report for "r" programs.
+        return { finished: true, stdout: 'x'.repeat(30 * kib), status: 'finished', ...(code.startsWith('r') ? { report: 'y'.repeat(10 * kib) } : {}) };
+      },
+    };
+    // Room for a few entries by bytes, far more by count.
+    const reused = new ReusedRuns(runner, 4096, 200 * kib);
+    for (const code of ['a', 'b', 'c']) await reused.run(code, '');
+    await reused.run('a', ''); // a is now the most recent; b the least
+    await reused.run('d', ''); // 4 x 60 KiB > 200 KiB: b goes
+    expect(calls).to.deep.equal(['a', 'b', 'c', 'd']);
+    await reused.run('a', '');
+    await reused.run('b', '');
+    expect(calls).to.deep.equal(['a', 'b', 'c', 'd', 'b']);
+    // Reports count too: two of 80 KiB fill the budget, leaving out the older plain ones.
+    await reused.run('r1', '');
+    await reused.run('r2', '');
+    const before = calls.length;
+    for (const code of ['r1', 'r2']) await reused.run(code, '');
+    expect(calls.length).to.equal(before);
+    await reused.run('a', '');
+    expect(calls.length).to.equal(before + 1);
+  });
+});
