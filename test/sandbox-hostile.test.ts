@@ -2,12 +2,14 @@
 // runs that never end, writable space and shared memory beyond the limits, a program posing as
 // bwrap's own failure, the report channel; as root and as nobody, one by one and 64 at once.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
 import { ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
 import { expectFreshDist, expectInputError, ROOT, runCommand } from './helpers.js';
+import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 /**
  * Reaps for the runner: as the child subreaper, every process of a sandbox that outlives its bwrap
@@ -96,6 +98,32 @@ async function runHostile(user: 'root' | 'nobody'): Promise<Outcome> {
   }
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A process's name and state from /proc/PID/stat; undefined once it is gone. */
+function processStat(pid: number): { name: string; state: string; ppid: number } | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), state, ppid: Number(ppid) };
+  } catch {
+    return undefined;
+  }
+}
+const processName = (pid: number) => processStat(pid)?.name;
+const processState = (pid: number) => processStat(pid)?.state;
+
+/** The processes below `root`. */
+function descendants(root: number): number[] {
+  const pids = fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).map(Number);
+  const parent = new Map(pids.map((p) => [p, processStat(p)?.ppid]));
+  const below = (p: number): boolean => {
+    const up = parent.get(p);
+    return up === root || (up !== undefined && up > 1 && below(up));
+  };
+  return pids.filter(below);
+}
+
 function expectContained(outcome: Outcome, uid: number): void {
   expect(outcome.uid).to.equal(uid);
   expect(outcome.checks.failures, 'one by one').to.deep.equal([]);
@@ -122,6 +150,32 @@ describe('the code sandbox against hostile programs', function () {
   it('without root, as the user running the tests', async function () {
     if (isRoot) this.skip();
     expectContained(await runHostile('root'), process.getuid!());
+  });
+
+  it('a trainer killed with SIGKILL takes its runs with it: the program cannot clear its parent-death signal', async () => {
+    expectFreshDist();
+    const sandboxModule = path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js');
+    const script = [
+      `import { Sandbox } from ${JSON.stringify(sandboxModule)};`,
+      'const sandbox = new Sandbox({ limits: { wallSeconds: 60 }, concurrency: 2 });',
+      `for (let i = 0; i < 2; i++) sandbox.run('python', ${JSON.stringify(PROGRAMS.sleeper)});`,
+    ].join('\n');
+    const trainer = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+    let tree: number[] = [];
+    try {
+      // Its sandboxes' processes, once both programs run (and have had time to try prctl).
+      for (let i = 0; i < 100 && descendants(trainer.pid!).filter((p) => processName(p) === 'python3').length < 2; i++) await sleep(50);
+      await sleep(500);
+      tree = descendants(trainer.pid!);
+      expect(tree.filter((p) => processName(p) === 'python3')).to.have.length(2);
+    } finally {
+      trainer.kill('SIGKILL');
+    }
+    const alive = () => tree.filter((p) => processState(p) !== undefined && processState(p) !== 'Z');
+    for (let i = 0; i < 40 && alive().length; i++) await sleep(50);
+    const left = alive();
+    for (const p of left) process.kill(p, 'SIGKILL');
+    expect(left, "processes of the killed trainer's runs").to.deep.equal([]);
   });
 
   it("a program posing as bwrap's failure is scored, a real setup failure stops the scorer", async () => {
