@@ -14,13 +14,16 @@ const hasChromium = () => chromiumPaths.some((p) => fs.existsSync(p));
 const ldconfig = ['ldconfig', '/sbin/ldconfig', '/usr/sbin/ldconfig'].find((cmd) => spawnSync(cmd, ['-p'], { stdio: 'ignore' }).status === 0);
 const hasOpenBlas = () => process.platform !== 'linux' || !ldconfig || /libopenblas\.so\.0\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');
 
-// The code sandbox's tools (core-adapters/rewards/sandbox.ts looks in the same places).
+// The code sandbox's tools (core-adapters/rewards/sandbox.ts looks in the same places), and the
+// Debian Python with numpy that sandboxed test programs run on (verl's code corpus imports numpy).
 const hasBubblewrap = () => ['/usr/bin/bwrap', '/bin/bwrap', '/usr/local/bin/bwrap'].some((p) => fs.existsSync(p));
-const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap'])];
+const hasNumpy = () => process.platform !== 'linux' || spawnSync('/usr/bin/python3', ['-c', 'import numpy'], { stdio: 'ignore' }).status === 0;
+const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap']), ...(hasNumpy() ? [] : ['python3-numpy'])];
 
 const missing = [];
 if (!hasChromium()) missing.push('chromium');
 if (!hasBubblewrap()) missing.push('bubblewrap');
+if (!hasNumpy()) missing.push('python3-numpy');
 if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
 if (missing.length === 0) process.exit(0);
 
@@ -49,6 +52,10 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
 
 if (!hasBubblewrap()) {
   console.error(`flowrl test: the code-reward tests run programs in bubblewrap, which is not installed. Run: ${hasAptGet ? command('sudo ') : 'install bubblewrap (dnf install bubblewrap; pacman -S bubblewrap)'}`);
+  process.exit(1);
+}
+if (!hasNumpy()) {
+  console.error(`flowrl test: the code-reward tests run programs that import numpy with /usr/bin/python3, which lacks it. Run: ${hasAptGet ? command('sudo ') : 'install numpy for /usr/bin/python3 (dnf install python3-numpy)'}`);
   process.exit(1);
 }
 if (!hasChromium()) {

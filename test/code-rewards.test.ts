@@ -69,11 +69,21 @@ describe('code rewards', function () {
       expect(extractCode('print(3)')).to.equal('print(3)');
       expect(sameOutput('3\n', '3')).to.equal(true);
       expect(sameOutput('  1 2  \n3\n\n', '1 2\n3')).to.equal(true);
-      expect(sameOutput('1  2\n3', '1 2 3')).to.equal(true); // tokens
-      expect(sameOutput('0.3333333', '0.33333333')).to.equal(true); // allclose
+      expect(sameOutput('1\n\n2', '1\n2\n')).to.equal(true); // empty lines dropped
+      expect(sameOutput('1\r2', '1\n2')).to.equal(true); // Python's splitlines
+      expect(sameOutput('1  2\n3', '1 2\n3')).to.equal(false); // no token rung in prime_code
+      expect(sameOutput('0.3333333', '0.33333333')).to.equal(true); // allclose, line by line
+      expect(sameOutput('0.3333333 1', '0.33333333 1')).to.equal(false); // not on a line of several numbers
       expect(sameOutput('0.34', '0.33')).to.equal(false);
       expect(sameOutput('2 1', '1 2')).to.equal(false); // no unordered sets
       expect(sameOutput('', '0')).to.equal(false);
+      // Integers: exact, whatever their size or sign; Python's float() grammar, not JavaScript's.
+      expect(sameOutput('1000000000', '1000000007')).to.equal(false);
+      expect(sameOutput('-1000000000\n0.5', '-1000000007\n0.5')).to.equal(false);
+      expect(sameOutput('-100000000000000000001\n0.5', '-100000000000000000000\n0.5')).to.equal(false);
+      expect(sameOutput('0x10\n0.5', '16\n0.5')).to.equal(false);
+      expect(sameOutput('025', '25')).to.equal(false);
+      expect(sameOutput('1e3\n0.5', '1000\n0.5')).to.equal(true); // as verl: a float line within tolerance
     });
 
     it('scores the fraction of tests passed, or all-or-nothing (hand-computed)', async () => {
@@ -208,19 +218,24 @@ describe('code rewards', function () {
       const requests: Record<string, unknown>[] = [];
       let gatewayTimeouts = 1;
       // A fake SandboxFusion server (RunCodeRequest/RunCodeResponse as sandbox/server/sandbox_api.py at
-      // 53a6341 defines them): runs nothing, answers as the program `print(input())` would.
+      // 53a6341 defines them): runs the posted code in the local sandbox, as the server would in its own.
+      const local = new Sandbox({ limits: { wallSeconds: 4, cpuSeconds: 4 } });
       const server = http.createServer((req, res) => {
         let body = '';
         req.on('data', (d) => (body += d));
         req.on('end', () => {
-          const request = JSON.parse(body) as { code: string; stdin: string };
-          requests.push({ ...request, path: req.url, contentType: req.headers['content-type'] });
-          if (request.code.includes('gateway') && gatewayTimeouts-- > 0) return void res.writeHead(504).end();
-          if (request.code.includes('sleep')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'Failed', message: '', compile_result: null, run_result: { status: 'TimeLimitExceeded', execution_time: 4, return_code: null, stdout: 'partial', stderr: '' }, executor_pod_name: null, files: {} }));
-          if (request.code.includes('broken')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'SandboxError', message: 'no executor', compile_result: null, run_result: null }));
-          const fails = request.code.includes('raise');
-          const run_result = { status: 'Finished', execution_time: 0.01, return_code: fails ? 1 : 0, stdout: fails ? '' : `${request.stdin}\n`, stderr: fails ? 'Traceback' : '' };
-          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: fails ? 'Failed' : 'Success', message: '', compile_result: null, run_result, executor_pod_name: null, files: {} }));
+          void (async () => {
+            const request = JSON.parse(body) as { code: string; stdin: string };
+            requests.push({ ...request, path: req.url, contentType: req.headers['content-type'] });
+            const answer = (status: number, value?: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(value === undefined ? undefined : JSON.stringify(value));
+            if (request.code.includes('gateway') && gatewayTimeouts-- > 0) return answer(504);
+            if (request.code.includes('time.sleep')) return answer(200, { status: 'Failed', message: '', compile_result: null, run_result: { status: 'TimeLimitExceeded', execution_time: 4, return_code: null, stdout: 'partial', stderr: '' }, executor_pod_name: null, files: {} });
+            if (request.code.includes('# broken')) return answer(200, { status: 'SandboxError', message: 'no executor', compile_result: null, run_result: null });
+            const run = await local.run('python', request.code, request.stdin);
+            const ok = run.status === 'exited' && run.exitCode === 0;
+            const run_result = { status: ok || run.status === 'exited' ? 'Finished' : 'Error', execution_time: run.wallMs / 1000, return_code: run.exitCode, stdout: run.stdout, stderr: run.stderr };
+            answer(200, { status: ok ? 'Success' : 'Failed', message: '', compile_result: null, run_result, executor_pod_name: null, files: {} });
+          })();
         });
       });
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -229,7 +244,9 @@ describe('code rewards', function () {
       try {
         const truth = { inputs: ['a', 'b', 'c'], outputs: ['a', 'b', 'x'] };
         expect(scoreValue((await scoreCode(fusion, 'print(input())', truth, 'fraction')) as ScoreResult).score).to.equal(2 / 3);
-        expect(requests[0]).to.deep.include({ path: '/run_code', contentType: 'application/json', code: 'print(input())', stdin: 'a', language: 'python', compile_timeout: 4, run_timeout: 4, memory_limit_MB: 1024, files: {}, fetch_files: [] });
+        expect(requests[0]).to.deep.include({ path: '/run_code', contentType: 'application/json', language: 'python', compile_timeout: 4, run_timeout: 4, memory_limit_MB: 1024, files: {}, fetch_files: [] });
+        // The program goes inside the harness, whose record comes back on stderr after its marker.
+        expect(requests[0].code).to.include('print(input())').and.include(fusion.channel.kind === 'stderr' ? fusion.channel.marker : 'no marker');
         expect(scoreValue((await scoreCode(fusion, 'raise SystemExit(1)', truth, 'fraction')) as ScoreResult).score).to.equal(0);
         expect(scoreValue((await scoreCode(fusion, 'import time; time.sleep(9)', { inputs: ['partial'], outputs: ['partial'] }, 'fraction')) as ScoreResult).score).to.equal(0);
         requests.length = 0;
@@ -249,6 +266,7 @@ describe('code rewards', function () {
       const calls: string[] = [];
       let failNext = false;
       const counting = {
+        channel: { kind: 'descriptors' } as const,
         async run(code: string, stdin: string) {
           calls.push(`${code}|${stdin}`);
           await new Promise((resolve) => setTimeout(resolve, 5));

@@ -10,8 +10,10 @@ import {
   scoreGsm8k,
   scoreMath,
   scoreValue,
+  ScorerRegistry,
   type ScoreResult,
 } from '../core-adapters/rewards/index.js';
+import { resolveConfig } from '../core-adapters/config/load.js';
 import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
 
 
@@ -91,9 +93,9 @@ describe('rewards: gsm8k', () => {
     expect(scoreGsm8k('No digits.', '1', flexible)).to.deep.equal({ score: 0, acc: false, pred: '.' });
   });
 
-  it('gives formatScore to a wrong extracted answer only', () => {
-    expect(scoreGsm8k('#### 71', '72', { formatScore: 0.1 }).score).to.equal(0.1);
-    expect(scoreGsm8k('no answer', '72', { formatScore: 0.1 }).score).to.equal(0);
+  it('gives format_score to a wrong extracted answer only', () => {
+    expect(scoreGsm8k('#### 71', '72', { format_score: 0.1 }).score).to.equal(0.1);
+    expect(scoreGsm8k('no answer', '72', { format_score: 0.1 }).score).to.equal(0);
     expect(scoreGsm8k('#### 72', 72, { score: 5 }).score).to.equal(5);
     expectInputError(() => scoreGsm8k('#### 72', { value: 72 }), 'gsm8k ground_truth');
   });
@@ -118,30 +120,32 @@ describe('rewards: math (math_dapo)', () => {
     for (const [input, output] of cases) expect(normalizeFinalAnswer(input), input).to.equal(output);
   });
 
-  it('scores "Answer:" lines and \\boxed{} answers +1 / -1', () => {
+  it('scores "Answer:" lines +1 / -1 by default, as verl (minerva); a \\boxed{} alone is not an answer', () => {
     expect(scoreMath('2 * 21 = 42.\nAnswer: 42', '42')).to.deep.equal({ score: 1, acc: true, pred: '42' });
     expect(scoreMath('final answer: $42$ dollars', '42').score).to.equal(1);
-    expect(scoreMath('So $x = \\boxed{\\frac{1}{2}}$.', '\\frac12')).to.deep.equal({ score: 1, acc: true, pred: '\\frac{1}{2}' });
-    expect(scoreMath('\\boxed{\\frac{\\sqrt{3}}{2}}', '\\frac{\\sqrt{3}}{2}').score).to.equal(1);
-    expect(scoreMath('\\boxed{41}', '42')).to.deep.equal({ score: -1, acc: false, pred: '41' });
+    expect(scoreMath('So the answer: $x = \\boxed{\\frac{1}{2}}$', '\\frac12')).to.deep.equal({ score: 1, acc: true, pred: '\\frac{1}{2}' });
+    expect(scoreMath('So the answer: $x = \\boxed{\\frac{1}{2}}$.', '\\frac12').pred, "verl keeps a period after the closing $").to.equal('\\frac{1}{2}.');
+    expect(scoreMath('The answer is \\boxed{5}', '5')).to.deep.equal({ score: -1, acc: false, pred: '[INVALID]' });
+    expect(scoreMath('Answer: 41', '42')).to.deep.equal({ score: -1, acc: false, pred: '41' });
     expect(scoreMath('I am not sure.', '42')).to.deep.equal({ score: -1, acc: false, pred: '[INVALID]' });
     expect(scoreMath('Answer: 42', 42).score).to.equal(1);
   });
 
-  it('takes whichever of the last \\boxed{} and the last "Answer:" comes later', () => {
-    expect(scoreMath('\\boxed{3}. Wait, that was wrong.\nAnswer: 4', '4').score).to.equal(1);
-    expect(scoreMath('Answer: 3\nWait, that was wrong: \\boxed{4}', '4').score).to.equal(1);
+  it('boxed_or_answer (opt-in) takes whichever of the last \\boxed{} and the last "Answer:" comes later', () => {
+    const lenient = { method: 'boxed_or_answer' } as const;
+    expect(scoreMath('\\boxed{3}. Wait, that was wrong.\nAnswer: 4', '4', lenient).score).to.equal(1);
+    expect(scoreMath('Answer: 3\nWait, that was wrong: \\boxed{4}', '4', lenient).score).to.equal(1);
+    expect(scoreMath('\\boxed{\\frac{\\sqrt{3}}{2}}', '\\frac{\\sqrt{3}}{2}', lenient).score).to.equal(1);
   });
 
   it('looks only at the last 300 characters', () => {
-    expect(scoreMath('\\boxed{42}' + ' blah'.repeat(60), '42').score).to.equal(-1);
-    expect(scoreMath(' blah'.repeat(60) + '\\boxed{42}', '42').score).to.equal(1);
+    expect(scoreMath('Answer: 42\n' + ' blah'.repeat(60), '42').score).to.equal(-1);
+    expect(scoreMath(' blah'.repeat(60) + '\nAnswer: 42', '42').score).to.equal(1);
   });
 
-  it("reproduces verl's two modes: minerva ignores \\boxed{}, strict_box does not normalise", () => {
-    expect(scoreMath('The answer is \\boxed{5}', '5', { method: 'minerva' })).to.deep.equal({ score: -1, acc: false, pred: '[INVALID]' });
-    expect(scoreMath('Answer: \\boxed{5}', '5', { method: 'minerva' }).score).to.equal(1);
+  it("reproduces verl's strict_box_verify: the last \\boxed{} of the last 100 characters, not normalised", () => {
     expect(scoreMath('The answer is \\boxed{5}', '5', { method: 'strict_box' })).to.deep.equal({ score: 1, acc: true, pred: '5' });
+    expect(scoreMath('The answer is \\boxed{5}', '5', { strict_box_verify: true }).score).to.equal(1);
     expect(scoreMath('\\boxed{\\frac{1}{2}}', '\\frac12', { method: 'strict_box' }).score).to.equal(-1);
     expect(scoreMath('Answer: 5', '5', { method: 'strict_box' })).to.deep.equal({ score: -1, acc: false, pred: '' });
   });
@@ -158,10 +162,33 @@ describe('rewards: registry', () => {
       expect(scoreValue(defaultScorer(source)!('#### 5', '5') as ScoreResult).score, source).to.equal(1);
       expect(scoreValue(defaultScorer(source)!('#### 6', '5') as ScoreResult).score, source).to.equal(0);
     }
-    for (const source of ['math', 'math_dapo', 'lighteval/MATH', 'DigitalLearningGmbH/MATH-lighteval', 'aime', 'aime2024', 'aime25']) {
+    for (const source of ['math', 'math_dapo', 'math_dapo_reasoning', 'aime', 'aime2024', 'aime25']) {
       expect(scoreValue(defaultScorer(source)!('Answer: 5', '5') as ScoreResult).score, source).to.equal(1);
       expect(scoreValue(defaultScorer(source)!('Answer: 6', '5') as ScoreResult).score, source).to.equal(-1);
     }
+    // verl v0.9.0 sends the Hendrycks MATH sets to math_reward: the last \boxed{}, 1 or 0.
+    for (const source of ['lighteval/MATH', 'DigitalLearningGmbH/MATH-lighteval', 'HuggingFaceH4/MATH-500']) {
+      expect(scoreValue(defaultScorer(source)!('so \\boxed{\\dfrac{1}{2}}', '0.5') as ScoreResult).score, source).to.equal(1);
+      expect(scoreValue(defaultScorer(source)!('Answer: 5', '5') as ScoreResult).score, source).to.equal(0);
+    }
+  });
+
+  it("checks each scorer's options by verl's names, naming the key", () => {
+    expect(scoreValue(defaultScorer('openai/gsm8k', { method: 'flexible', format_score: 0.1 })!('so 6', '5') as ScoreResult).score).to.equal(0.1);
+    expectInputError(() => defaultScorer('openai/gsm8k', { method: 'flex' }), 'reward_model.reward_kwargs.openai/gsm8k.method must be one of strict, flexible');
+    expectInputError(() => defaultScorer('openai/gsm8k', { formatScore: 0.1 }), "reward_model.reward_kwargs.openai/gsm8k: unknown option 'formatScore'", 'format_score');
+    expectInputError(() => defaultScorer('HuggingFaceH4/MATH-500', { method: 'minerva' }), 'takes no options');
+    expect(scoreValue(defaultScorer('aime2024', { method: 'boxed_or_answer' })!('\\boxed{7}', '7') as ScoreResult).score).to.equal(1);
+  });
+
+  it('takes scorer options as key=value overrides, data_source names with a slash included', () => {
+    const config = resolveConfig({ user: {}, userFile: 'command line', overrides: ['reward_model.reward_kwargs.openai/gsm8k.method=flexible', 'reward_model.reward_kwargs.openai/gsm8k.format_score=0.25'] });
+    expect(config.reward_model.reward_kwargs).to.deep.equal({ 'openai/gsm8k': { method: 'flexible', format_score: 0.25 } });
+    const registry = new ScorerRegistry(config.reward_model);
+    registry.checkRewardKwargs(config.reward_model.reward_kwargs);
+    const options = config.reward_model.reward_kwargs['openai/gsm8k'] as Record<string, unknown>;
+    expect(scoreValue(registry.scorer('openai/gsm8k', options)!('it is 7', '8') as ScoreResult).score).to.equal(0.25);
+    expectInputError(() => registry.checkRewardKwargs({ 'my/set': { x: 1 } }), "reward_model.reward_kwargs.my/set: no scorer for data_source 'my/set'");
   });
 
   it('has no scorer for an unknown data_source', () => {

@@ -40,6 +40,7 @@ export async function rewardCommand(argv: string[]): Promise<void> {
   const { path: customPath, name } = config.custom_reward_function;
   const custom = customPath ? await loadCustomScorer(customPath, name) : undefined;
   const kwargs = config.reward_model.reward_kwargs as Record<string, Record<string, unknown> | undefined>;
+  if (!custom) scorers.checkRewardKwargs(kwargs);
   // Every row is checked before anything runs, so a bad one is named at once.
   const perRow: Scorer[] = rows.map((row, i) => {
     if (custom) return custom;

@@ -56,7 +56,8 @@ export function parseOverride(arg: string): { key: string; value: ConfigValue } 
   const eq = arg.indexOf('=');
   if (eq <= 0) throw new InputError(`override '${arg}' must look like section.key=value`);
   const key = arg.slice(0, eq).trim();
-  if (!/^[A-Za-z0-9_.-]+$/.test(key)) throw new InputError(`override '${arg}': '${key}' is not a dotted key`);
+  // '/' for data_source names under reward_model.reward_kwargs (openai/gsm8k).
+  if (!/^[A-Za-z0-9_./-]+$/.test(key)) throw new InputError(`override '${arg}': '${key}' is not a dotted key`);
   for (const part of key.split('.')) checkKey(part, `override '${arg}'`);
   const raw = arg.slice(eq + 1);
   let value: ConfigValue;

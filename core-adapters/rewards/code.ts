@@ -1,21 +1,21 @@
-// Code rewards as verl v0.7.0 scores them (verl/utils/reward_score: prime_code locally, sandbox_fusion
-// through a SandboxFusion server): the response's program runs against the row's tests and scores the
-// share passed (or 1/0 for all-or-nothing). A row's reward_model.ground_truth is a JSON string or an
-// object in one of verl's three styles:
+// Code rewards as verl v0.9.0 scores them (verl/utils/reward_score/prime_code, continuous): the
+// response's program runs against the row's tests, each in its own sandbox (./sandbox.ts) or server
+// request, inside a harness (./python-harness.ts) that reports on a channel the program cannot write
+// to by accident. A row's reward_model.ground_truth is a JSON string or an object in one of three styles:
 //   standard input: {"inputs": [stdin, ...], "outputs": [expected stdout, ...]}
 //   call-based:     {"fn_name": f, "inputs": [args as JSON values, one per line], "outputs": [JSON result]}
-//                   (a global f, or a method of class Solution; a list result may also match the
-//                   expected list's first element, as prime_code allows)
+//                   (a global f, or a method of class Solution when the program defines one)
 //   assert:         {"assert_case": ["assert f(1) == 2", ...]}: each appended to the program, passing
-//                   when it exits 0
-// Every test runs in its own sandbox (./sandbox.ts) or server request.
-import { createHash } from 'node:crypto';
+//                   when every statement ran to the end
+import { createHash, randomBytes } from 'node:crypto';
 import { InputError } from '../errors.js';
 import { isTree } from '../config/load.js';
+import { harnessInput, pythonHarness, readHarnessRecord, type Execution, type HarnessMode, type PyValue, type ReportChannel } from './python-harness.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
+import { asciiDigits, pyIsDigit, pySplitLines, pyStrip } from './text.js';
 import type { ScoreResult } from './types.js';
 
-/** The data_source values verl v0.7.0's default_compute_score scores as code. */
+/** The data_source values verl v0.9.0's default_compute_score scores as code. */
 export const CODE_SOURCES = ['codecontests', 'apps', 'codeforces', 'taco'] as const;
 
 export interface CodeTests {
@@ -76,89 +76,142 @@ export function extractCode(response: string): string {
   return response.split('```python').at(-1)!.split('```')[0];
 }
 
-const lines = (text: string) => {
-  const out = text.split('\n').map((l) => l.trim());
-  while (out.length && out.at(-1) === '') out.pop();
-  return out;
-};
-const tokens = (text: string) => text.split(/\s+/).filter(Boolean);
+/**
+ * Python's float() on a line of output: surrounding whitespace, a sign, digits (of any script) with
+ * single underscores, a fraction, an exponent, or inf/infinity/nan in any case. undefined where
+ * float() raises (so "0x10" is not 16).
+ */
+export function pyFloat(text: string): number | undefined {
+  const t = asciiDigits(pyStrip(text));
+  const digits = '[0-9](?:_?[0-9])*';
+  const number = new RegExp(`^[+-]?(?:(?:${digits}(?:\\.(?:${digits})?)?|\\.${digits})(?:[eE][+-]?${digits})?|inf|infinity|nan)$`, 'i');
+  if (!number.test(t)) return undefined;
+  const plain = t.replaceAll('_', '').toLowerCase().replace('infinity', 'inf');
+  if (plain.endsWith('inf')) return plain.startsWith('-') ? -Infinity : Infinity;
+  if (plain.endsWith('nan')) return NaN;
+  return Number(plain);
+}
+
+const INTEGER = /^[+-]?[0-9]+$/;
+
+/** numpy.isclose's rule with its defaults (rtol 1e-5, atol 1e-8), the expected value second. */
+const isClose = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) ? Math.abs(a - b) <= 1e-8 + 1e-5 * Math.abs(b) : a === b);
+
+const sameLines = (a: string[], b: string[]) => a.length === b.length && a.every((line, i) => line === b[i]);
 
 /**
- * Whether a program's stdout matches the expected one, leniently as prime_code's ladder does: line by
- * line with surrounding spaces ignored, then token by token, then as numbers within numpy.allclose's
- * tolerance (|a - b| <= 1e-8 + 1e-5 |b|). prime_code's last rung (tokens as unordered sets) is left out.
+ * Whether a program's stdout matches the expected output, by prime_code's ladder (verl v0.9.0,
+ * testing_util.run_test): the whole text stripped, or with each line stripped; then the printed
+ * lines against the expected lines that are not empty (each stripped), as printed and without
+ * empty lines; then, unless every line of both is a plain digit string, each line as one number
+ * within numpy.allclose's tolerance. One departure: two integer lines compare exactly (prime_code
+ * reads "-1000000000" and "-1000000007" as close floats).
  */
 export function sameOutput(actual: string, expected: string): boolean {
-  const [a, e] = [lines(actual), lines(expected)];
-  if (a.length === e.length && a.every((l, i) => l === e[i])) return true;
-  const [ta, te] = [tokens(actual), tokens(expected)];
-  if (ta.length === te.length && ta.every((t, i) => t === te[i])) return true;
-  if (ta.length !== te.length || ta.length === 0) return false;
-  const [na, ne] = [ta.map(Number), te.map(Number)];
-  return na.every((x, i) => Number.isFinite(x) && Number.isFinite(ne[i]) && Math.abs(x - ne[i]) <= 1e-8 + 1e-5 * Math.abs(ne[i]));
+  const printed = pySplitLines(actual);
+  const want = pyStrip(expected);
+  if (pyStrip(printed.join('\n')) === want || pyStrip(printed.map(pyStrip).join('\n')) === want) return true;
+  const wanted = expected.split('\n').filter((line) => line.length > 0).map(pyStrip);
+  if (sameLines(printed, wanted)) return true;
+  const nonEmpty = printed.filter((line) => line.length > 0);
+  if (sameLines(nonEmpty, wanted)) return true;
+  if (nonEmpty.length !== wanted.length || nonEmpty.every((line, i) => pyIsDigit(line) && pyIsDigit(wanted[i]))) return false;
+  return nonEmpty.every((line, i) => {
+    const [a, b] = [asciiDigits(pyStrip(line)), asciiDigits(wanted[i])];
+    if (INTEGER.test(a) && INTEGER.test(b)) return BigInt(a) === BigInt(b);
+    const [x, y] = [pyFloat(a), pyFloat(b)];
+    return x !== undefined && y !== undefined && isClose(x, y);
+  });
 }
 
-/** Deep equality of JSON values (call-based results). */
-function sameJson(a: unknown, b: unknown): boolean {
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => sameJson(x, b[i]));
-  if (isTree(a) && isTree(b)) {
-    const keys = Object.keys(a);
-    return keys.length === Object.keys(b).length && keys.every((k) => k in b && sameJson(a[k], b[k]));
+/** A harness value as a number (bool, int, float), for Python's mixed-type numeric ==; undefined otherwise. */
+function numeric(value: PyValue): bigint | number | undefined {
+  if (typeof value === 'boolean') return value ? 1n : 0n;
+  if (value === null) return undefined;
+  if ('i' in value) return BigInt(value.i);
+  if ('f' in value) return pyFloat(value.f);
+  return undefined;
+}
+
+/** Python's == on numbers: ints exactly, an int and a float only when the float is that integer. */
+function sameNumber(x: bigint | number, y: bigint | number): boolean {
+  if (typeof x === 'bigint' && typeof y === 'bigint') return x === y;
+  if (typeof x === 'number' && typeof y === 'number') return x === y;
+  const [float, int] = typeof x === 'number' ? [x, y as bigint] : [y as number, x];
+  return Number.isInteger(float) && BigInt(float) === int;
+}
+
+const items = (v: PyValue, tag: 'l' | 't'): PyValue[] | undefined => (v !== null && typeof v === 'object' && tag in v ? (v as Record<typeof tag, PyValue[]>)[tag] : undefined);
+
+/** The text of a harness str value; undefined for any other value. */
+export function pyText(value: PyValue): string | undefined {
+  return value !== null && typeof value === 'object' && 's' in value ? Buffer.from(value.s, 'hex').toString('utf8') : undefined;
+}
+
+/** Python's == between two harness values: 1 == 1.0 == True, a list never equals a tuple, dicts by key. */
+export function pyEquals(a: PyValue, b: PyValue): boolean {
+  const [x, y] = [numeric(a), numeric(b)];
+  if (x !== undefined || y !== undefined) return x !== undefined && y !== undefined && sameNumber(x, y);
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return a === b;
+  if ('s' in a || 's' in b) return 's' in a && 's' in b && a.s === b.s;
+  for (const tag of ['l', 't'] as const) {
+    const [p, q] = [items(a, tag), items(b, tag)];
+    if (p || q) return p !== undefined && q !== undefined && p.length === q.length && p.every((v, i) => pyEquals(v, q[i]));
   }
-  return a === b;
-}
-
-/** Whether a call's printed result matches: equal as JSON, or equal to the expected list's first element. */
-function sameResult(stdout: string, expected: string): boolean {
-  let got: unknown;
-  try {
-    got = JSON.parse(stdout.trim());
-  } catch {
-    return false;
+  if ('d' in a && 'd' in b) {
+    return a.d.length === b.d.length && a.d.every(([key, value]) => b.d.some(([otherKey, otherValue]) => pyEquals(key, otherKey) && pyEquals(value, otherValue)));
   }
-  const want: unknown = JSON.parse(expected);
-  return sameJson(got, want) || (Array.isArray(want) && want.length > 0 && sameJson(got, want[0]));
+  return false;
 }
 
-/** The call-based harness appended to the program: arguments from stdin as JSON lines, the result printed as JSON. */
-function callHarness(fnName: string): string {
-  return `
-
-import json as _flowrl_json, sys as _flowrl_sys
-def _flowrl_call():
-    _text = _flowrl_sys.stdin.read()
-    _args = [_flowrl_json.loads(_line) for _line in _text.split("\\n")] if _text.strip() else []
-    _fn = globals().get(${JSON.stringify(fnName)})
-    if _fn is None and "Solution" in globals():
-        _fn = getattr(globals()["Solution"](), ${JSON.stringify(fnName)})
-    _result = _fn(*_args)
-    print(_flowrl_json.dumps(list(_result) if isinstance(_result, tuple) else _result))
-_flowrl_call()
-`;
+/**
+ * Whether a call's result passes, as prime_code decides (the result already serialisable, or the
+ * harness reports no output): a tuple is taken as a list; equal to the expected value, or to its
+ * first element when that is a non-empty list, or, for a list of tuples, as lists to that first element.
+ */
+export function sameCallResult(output: PyValue, expected: PyValue): boolean {
+  const asList = (v: PyValue): PyValue => {
+    const tuple = items(v, 't');
+    return tuple ? { l: tuple } : v;
+  };
+  const result = asList(output);
+  if (pyEquals(result, expected)) return true;
+  const first = items(expected, 'l')?.[0];
+  if (first === undefined) return false;
+  if (pyEquals(result, first)) return true;
+  const elements = items(result, 'l');
+  return elements !== undefined && elements.length > 0 && items(elements[0], 't') !== undefined && pyEquals({ l: elements.map(asList) }, first);
 }
 
-/** One test program's outcome: passed when it finished with exit code 0 (and, where compared, the right output). */
+/** One test program's outcome. */
 export interface ProgramRun {
+  /** The program ran to its end: exit code 0 (and, with a harness, its record written). */
   finished: boolean;
   stdout: string;
   /** Why it did not finish (timeout, output_limit, runtime_error, ...). */
   status: string;
+  /** What a harness reported on its private channel; undefined when it wrote nothing. */
+  report?: string;
 }
 
 /** Runs one Python program with stdin: the local sandbox or a SandboxFusion server. */
 export interface CodeRunner {
+  /** How a harness reports to the host through this runner. */
+  readonly channel: ReportChannel;
   run(code: string, stdin: string): Promise<ProgramRun>;
 }
 
-/** The local bubblewrap sandbox as a runner. */
+/** The local bubblewrap sandbox as a runner: harness records come on its private descriptors. */
 export class SandboxRunner implements CodeRunner {
+  readonly channel: ReportChannel = { kind: 'descriptors' };
+
   constructor(readonly sandbox: Sandbox) {}
 
   async run(code: string, stdin: string): Promise<ProgramRun> {
-    const result = await this.sandbox.run('python', code, stdin);
+    const result = await this.sandbox.run('python', code, stdin, { report: true });
     if (result.status === 'sandbox_error') throw new Error(`the code sandbox failed to start: ${result.stderr.trim()}`);
     const finished = result.status === 'exited' && result.exitCode === 0;
-    return { finished, stdout: result.stdout, status: finished ? 'finished' : result.status === 'exited' ? 'runtime_error' : result.status };
+    return { finished, stdout: result.stdout, status: finished ? 'finished' : result.status === 'exited' ? 'runtime_error' : result.status, report: result.report };
   }
 }
 
@@ -174,6 +227,10 @@ const REUSE_MAX_STDOUT = 64 * 1024;
  * stdout, report and key at two bytes a UTF-16 unit, the least recently used evicted first.
  */
 export class ReusedRuns implements CodeRunner {
+  get channel(): ReportChannel {
+    return this.runner.channel;
+  }
+
   /** 4096 runs of 64 KiB would be 512 MiB (twice that as UTF-16): the default bound on bytes held. */
   static readonly MAX_BYTES = 64 * 1024 * 1024;
 
@@ -227,7 +284,8 @@ export class ReusedRuns implements CodeRunner {
 }
 
 export interface CodeSettings {
-  score: 'fraction' | 'all';
+  score: CodeScoreMode;
+  execution: Execution;
   timeout_s: number;
   memory_mb: number;
   processes: number;
@@ -241,23 +299,54 @@ export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits
   return { cpuSeconds: Math.max(1, Math.ceil(settings.timeout_s)), wallSeconds: settings.timeout_s, memoryMb: settings.memory_mb, processes: settings.processes, outputBytes: settings.output_bytes };
 }
 
-/** Scores responses against code tests with a runner; a test that cannot run (bad program, timeout) fails. */
-export async function scoreCode(runner: CodeRunner, response: string, groundTruth: unknown, mode: 'fraction' | 'all'): Promise<ScoreResult> {
+/**
+ * How a row's test results become its score. prime_code (verl's default, continuous): 1 when every
+ * test passes, else the share passed of the first 10; a call-based row that fails any test scores 0
+ * there (verl reruns each test without its fn_name, as a standard-input program that prints nothing).
+ * fraction: the share of all tests passed. all: 1 when every test passes, else 0.
+ */
+export type CodeScoreMode = 'prime_code' | 'fraction' | 'all';
+
+/** Whether one test passes: the harness got to its end, and the program's result matches. */
+function testPassed(run: ProgramRun, mode: HarnessMode, expected: string | null): boolean {
+  const record = readHarnessRecord(run.report);
+  if (!run.finished || !record?.done) return false;
+  if (expected === null) return true;
+  if (mode.kind === 'call') return record.output !== undefined && record.expected !== undefined && sameCallResult(record.output, record.expected);
+  // Under prime_code the harness captured the output; a program's output is its stdout.
+  const output = record.output === undefined ? run.stdout : pyText(record.output);
+  return output !== undefined && sameOutput(output, expected);
+}
+
+/** Runs one test through the harness and says whether it passed. */
+async function runTest(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, input: string, expected: string | null): Promise<boolean> {
+  const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, input, expected));
+  return testPassed(run, mode, expected);
+}
+
+/**
+ * Scores a response against code tests with a runner; a test that cannot run (bad program, timeout)
+ * fails. `execution` says how programs run (see python-harness.ts).
+ */
+export async function scoreCode(runner: CodeRunner, response: string, groundTruth: unknown, mode: CodeScoreMode, execution: Execution = 'prime_code'): Promise<ScoreResult> {
   const tests = parseCodeTests(groundTruth);
   const program = extractCode(response);
-  const passed = await Promise.all(
-    tests.inputs.map(async (input, i) => {
-      const code = tests.asserts ? `${program}\n\n${tests.asserts[i]}\n` : tests.fnName ? program + callHarness(tests.fnName) : program;
-      const run = await runner.run(code, input);
-      if (!run.finished) return false;
-      const expected = tests.outputs[i];
-      if (expected === null) return true;
-      return tests.fnName ? sameResult(run.stdout, expected) : sameOutput(run.stdout, expected);
-    }),
-  );
+  const modeOf = (i: number): HarnessMode => (tests.asserts ? { kind: 'assert', statement: tests.asserts[i] } : tests.fnName ? { kind: 'call', fnName: tests.fnName } : { kind: 'stdin' });
+  const passed = await Promise.all(tests.inputs.map((input, i) => runTest(runner, program, modeOf(i), execution, input, tests.outputs[i])));
   const count = passed.filter(Boolean).length;
+  const all = count === passed.length;
   const fraction = count / passed.length;
-  return { score: mode === 'all' ? (count === passed.length ? 1 : 0) : fraction, acc: count === passed.length, passed_fraction: fraction };
+  let primeCode = 1;
+  if (mode === 'prime_code' && !all) {
+    // verl reruns the first 10 tests one by one, without fn_name: a call-based row's tests then run
+    // as standard-input programs reading the arguments' text.
+    const firstTen = tests.fnName
+      ? await Promise.all(tests.inputs.slice(0, 10).map((input, i) => runTest(runner, program, { kind: 'stdin' }, execution, input, tests.outputs[i])))
+      : passed.slice(0, 10);
+    primeCode = firstTen.filter(Boolean).length / firstTen.length;
+  }
+  const score = mode === 'all' ? (all ? 1 : 0) : mode === 'fraction' ? fraction : primeCode;
+  return { score, acc: all, passed_fraction: fraction };
 }
 
 /**
@@ -278,6 +367,8 @@ interface RunCodeResponse {
  * is Success with run_result Finished and return code 0. Requests at once are capped by max_concurrent.
  */
 export class SandboxFusionRunner implements CodeRunner {
+  /** A server gives no private descriptors: the harness's record follows this marker on stderr (one per process, so runs stay reusable). */
+  readonly channel: ReportChannel = { kind: 'stderr', marker: `flowrl-report-${randomBytes(16).toString('hex')}` };
   private running = 0;
   private readonly waiting: (() => void)[] = [];
 
@@ -321,7 +412,10 @@ export class SandboxFusionRunner implements CodeRunner {
       const run = answer.run_result;
       const finished = answer.status === 'Success' && run?.status === 'Finished' && run.return_code === 0;
       const status = finished ? 'finished' : run?.status === 'TimeLimitExceeded' ? 'timeout' : run ? 'runtime_error' : 'compile_error';
-      return { finished, stdout: run?.stdout ?? '', status };
+      const stderr = run?.stderr ?? '';
+      const mark = this.channel.kind === 'stderr' ? `\n${this.channel.marker}\n` : '';
+      const at = mark ? stderr.lastIndexOf(mark) : -1;
+      return { finished, stdout: run?.stdout ?? '', status, report: at >= 0 ? stderr.slice(at + mark.length) : undefined };
     }
     throw new Error(`SandboxFusion at ${this.url}: ${last} after 3 tries`);
   }

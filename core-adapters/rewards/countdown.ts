@@ -3,7 +3,7 @@
 import { Fraction } from './fraction.js';
 import { InputError } from '../errors.js';
 import { solveCountdown } from './countdown-solver.js';
-import type { GradedAnswer } from './types.js';
+import { FINITE_NUMBER, type GradedAnswer, type ScorerOptionRules } from './types.js';
 
 // Parsing: expr := term (('+' | '-') term)*, term := factor (('*' | '/') factor)*,
 // factor := integer | '(' expr ')'. No unary minus and no decimals, so an accepted expression that
@@ -98,6 +98,8 @@ export interface CountdownScoreOptions {
   /** Score of a wrong answer given inside <answer></answer> tags (TinyZero's format_score is 0.1). Default: `incorrect`. */
   format?: number;
 }
+
+export const COUNTDOWN_OPTIONS: ScorerOptionRules = { correct: FINITE_NUMBER, incorrect: FINITE_NUMBER, format: FINITE_NUMBER };
 
 /** The expression a response proposes, and whether it came from <answer> tags. */
 export function extractCountdownAnswer(solution: string): { expression: string; tagged: boolean } {

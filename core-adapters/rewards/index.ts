@@ -6,3 +6,6 @@ export * from './math.js';
 export * from './registry.js';
 export * from './code.js';
 export * from './sandbox.js';
+export * from './math-reward.js';
+export * from './python-harness.js';
+export * from './text.js';

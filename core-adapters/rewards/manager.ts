@@ -29,6 +29,7 @@ export class NaiveRewardManager implements RewardManager {
   async init(): Promise<void> {
     const { path, name } = this.config.custom_reward_function;
     if (path) this.custom = await loadCustomScorer(path, name);
+    else this.scorers.checkRewardKwargs(this.config.reward_model.reward_kwargs);
   }
 
   private readonly builtIn = new Map<string, Scorer | undefined>();

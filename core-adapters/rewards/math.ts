@@ -1,19 +1,25 @@
-// Math scoring in the manner of verl's reward_score/math_dapo.py (after Minerva / lm-eval-harness):
+// Math scoring as verl v0.9.0's reward_score/math_dapo.py does (after Minerva / lm-eval-harness):
 // extract the final answer, normalise it and the ground truth the same way, compare strings; +1 / -1.
+// verl routes math_dapo, math, math_dapo_reasoning and aime* here.
 import { InputError } from '../errors.js';
-import { lastCharacters } from './text.js';
-import type { GradedAnswer } from './types.js';
+import { lastCharacters, pyIsDigit, pyStrip } from './text.js';
+import { BOOLEAN, oneOf, type GradedAnswer, type ScorerOptionRules } from './types.js';
 
 /**
- * 'auto': the later of the last \boxed{...} and the last "Answer: ..." line, normalised.
- * 'minerva': only "Answer: ..." (verl's default path). 'strict_box': only \boxed{...}, compared to the
- * ground truth without normalisation (verl's strict_box_verify).
+ * 'minerva' (verl's default): the last "Answer: ..." line only. 'strict_box' (verl's
+ * strict_box_verify): the last \boxed{...} of the last 100 characters, compared to the ground truth
+ * without normalisation. 'boxed_or_answer' (not verl's; opt-in): the later of the last \boxed{...}
+ * and the last "Answer:" line, normalised as minerva, so a boxed answer without an "Answer:" line counts.
  */
-export type MathMethod = 'auto' | 'minerva' | 'strict_box';
+export type MathMethod = 'minerva' | 'strict_box' | 'boxed_or_answer';
 
 export interface MathScoreOptions {
   method?: MathMethod;
+  /** verl's own switch for strict_box; true is method 'strict_box'. */
+  strict_box_verify?: boolean;
 }
+
+export const MATH_DAPO_OPTIONS: ScorerOptionRules = { method: oneOf('minerva', 'strict_box', 'boxed_or_answer'), strict_box_verify: BOOLEAN };
 
 /** What verl reports as the prediction when no answer can be extracted. */
 export const INVALID_ANSWER = '[INVALID]';
@@ -82,8 +88,8 @@ export function normalizeFinalAnswer(answer: string): string {
   text = text.replace(/sqrt([^{])/g, (_match, radicand: string) => `sqrt{${radicand}}`);
   text = text.replaceAll('$', '');
 
-  if (/^\p{Nd}+$/u.test(text.replaceAll(',', ''))) text = text.replaceAll(',', '');
-  return text.trim();
+  if (pyIsDigit(text.replaceAll(',', ''))) text = text.replaceAll(',', '');
+  return pyStrip(text);
 }
 
 function groundTruthText(groundTruth: unknown): string {
@@ -95,7 +101,8 @@ function groundTruthText(groundTruth: unknown): string {
 /** +1 when the extracted answer matches the ground truth, else -1: `{ score, acc, pred }`. */
 export function scoreMath(solution: string, groundTruth: unknown, options: MathScoreOptions = {}): GradedAnswer {
   const truth = groundTruthText(groundTruth);
-  const method = options.method ?? 'auto';
+  const method = options.strict_box_verify ? 'strict_box' : (options.method ?? 'minerva');
+  if (!['minerva', 'strict_box', 'boxed_or_answer'].includes(method)) throw new InputError(`math method must be minerva, strict_box or boxed_or_answer (got ${JSON.stringify(method)})`);
   // The longest MATH-500 answer is 159 characters; verl looks at the last 300 only.
   const tail = lastCharacters(solution, 300);
 
@@ -106,7 +113,7 @@ export function scoreMath(solution: string, groundTruth: unknown, options: MathS
   }
 
   const answerLine = lastAnswerLine(tail);
-  const boxed = method === 'auto' ? lastBoxed(tail) : undefined;
+  const boxed = method === 'boxed_or_answer' ? lastBoxed(tail) : undefined;
   const extracted = boxed && (!answerLine || boxed.start > answerLine.start) ? boxed : answerLine;
   const pred = normalizeFinalAnswer(extracted?.content ?? INVALID_ANSWER);
   const acc = pred === normalizeFinalAnswer(truth);

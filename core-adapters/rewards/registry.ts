@@ -6,24 +6,22 @@ import { pathToFileURL } from 'node:url';
 import type { Config } from '../config/load.js';
 import { CORE_DEFAULTS } from '../config/defaults.js';
 import { InputError } from '../errors.js';
+import { isTree } from '../config/load.js';
 import { CODE_SOURCES, codeSandboxLimits, parseCodeTests, ReusedRuns, SandboxFusionRunner, SandboxRunner, scoreCode, type CodeRunner } from './code.js';
-import { countdownCorrectAnswers, scoreCountdown } from './countdown.js';
-import { scoreGsm8k } from './gsm8k.js';
-import { scoreMath } from './math.js';
+import { COUNTDOWN_OPTIONS, countdownCorrectAnswers, scoreCountdown } from './countdown.js';
+import { GSM8K_OPTIONS, scoreGsm8k } from './gsm8k.js';
+import { MATH_DAPO_OPTIONS, scoreMath } from './math.js';
+import { scoreMathReward } from './math-reward.js';
 import { Sandbox } from './sandbox.js';
-import type { ScoreExtra, ScoreResult, Scorer } from './types.js';
+import { checkScorerOptions, type ScoreExtra, type ScoreResult, type Scorer, type ScorerOptionRules } from './types.js';
 
 export type { ScoreResult, Scorer } from './types.js';
 
 const GSM8K_SOURCES = new Set(['openai/gsm8k', 'gsm8k']);
-const MATH_SOURCES = new Set([
-  'math',
-  'math_dapo',
-  'math_dapo_reasoning',
-  'lighteval/MATH',
-  'DigitalLearningGmbH/MATH-lighteval',
-  'HuggingFaceH4/MATH-500',
-]);
+// verl v0.9.0's default_compute_score: Hendrycks MATH sets to math_reward (0/1, last \boxed{}),
+// DAPO's sets and AIME to math_dapo (+1/-1, "Answer:" lines).
+const MATH_REWARD_SOURCES = new Set(['lighteval/MATH', 'DigitalLearningGmbH/MATH-lighteval', 'HuggingFaceH4/MATH-500']);
+const MATH_DAPO_SOURCES = new Set(['math', 'math_dapo', 'math_dapo_reasoning']);
 
 /** One scorer in a ScorerRegistry: the data_source values it scores, how, and who registered it. */
 interface ScorerEntry {
@@ -35,6 +33,8 @@ interface ScorerEntry {
   correctAnswers?: (groundTruth: unknown) => string[] | undefined;
   /** Throws an InputError when a row's ground truth cannot be scored (checked when the data loads). */
   check?: (groundTruth: unknown) => void;
+  /** The options it takes from reward_model.reward_kwargs.<data_source>; none when absent. */
+  options?: ScorerOptionRules;
   provider: string;
 }
 
@@ -54,11 +54,12 @@ export class ScorerRegistry {
 
   /** `settings`: the run's reward_model section (code tests' limits, SandboxFusion); the defaults otherwise. */
   constructor(private readonly settings: RewardModelSettings = CORE_DEFAULTS.reward_model) {
-    const code = (solution: string, groundTruth: unknown) => scoreCode(this.codeRunner(), solution, groundTruth, this.settings.code.score);
+    const code = (solution: string, groundTruth: unknown) => scoreCode(this.codeRunner(), solution, groundTruth, this.settings.code.score, this.settings.code.execution);
     this.entries.push(
-      { label: 'countdown', scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers, provider: 'core' },
-      { label: [...GSM8K_SOURCES].join(', '), scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k, provider: 'core' },
-      { label: `${[...MATH_SOURCES].join(', ')}, aime*`, scores: (source) => MATH_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath, provider: 'core' },
+      { label: 'countdown', scores: (source) => source === 'countdown', score: scoreCountdown, correctAnswers: countdownCorrectAnswers, options: COUNTDOWN_OPTIONS, provider: 'core' },
+      { label: [...GSM8K_SOURCES].join(', '), scores: (source) => GSM8K_SOURCES.has(source), score: scoreGsm8k, options: GSM8K_OPTIONS, provider: 'core' },
+      { label: [...MATH_REWARD_SOURCES].join(', '), scores: (source) => MATH_REWARD_SOURCES.has(source), score: scoreMathReward, provider: 'core' },
+      { label: `${[...MATH_DAPO_SOURCES].join(', ')}, aime*`, scores: (source) => MATH_DAPO_SOURCES.has(source) || source.startsWith('aime'), score: scoreMath, options: MATH_DAPO_OPTIONS, provider: 'core' },
       { label: CODE_SOURCES.join(', '), scores: (source) => (CODE_SOURCES as readonly string[]).includes(source), score: code, check: parseCodeTests, provider: 'core' },
     );
   }
@@ -90,6 +91,18 @@ export class ScorerRegistry {
   }
 
   /**
+   * Checks reward_model.reward_kwargs before any scoring: each entry names a data_source that has a
+   * scorer and gives only options that scorer takes, with values it allows (an InputError naming the key).
+   */
+  checkRewardKwargs(kwargs: Record<string, unknown>): void {
+    for (const [dataSource, options] of Object.entries(kwargs)) {
+      if (!this.scorer(dataSource, options as Record<string, unknown>)) {
+        throw new InputError(`reward_model.reward_kwargs.${dataSource}: no scorer for data_source '${dataSource}' (registered: ${this.describe()})`);
+      }
+    }
+  }
+
+  /**
    * Adds a scorer for `dataSource` (exact name). A name another provider scores already is an
    * InputError naming both; `correctAnswers`, where the task can list every correct answer, enables
    * the exact matching metrics.
@@ -102,11 +115,16 @@ export class ScorerRegistry {
 
   /**
    * The scorer for a data_source, or undefined when there is none. `options` are the scorer's
-   * settings (reward_model.reward_kwargs.<data_source>), e.g. countdown's correct/incorrect.
+   * settings (reward_model.reward_kwargs.<data_source>), e.g. gsm8k's method and format_score; an
+   * option the scorer does not take, or a value it does not allow, is an InputError naming the key.
    */
   scorer(dataSource: string, options: Record<string, unknown> = {}): Scorer | undefined {
     const entry = this.entries.find((e) => e.scores(dataSource));
-    return entry && ((solution, groundTruth, extraInfo) => entry.score(solution, groundTruth, options, extraInfo, dataSource));
+    if (!entry) return undefined;
+    const where = `reward_model.reward_kwargs.${dataSource}`;
+    if (!isTree(options)) throw new InputError(`${where} must be a mapping of options; got ${JSON.stringify(options)}`);
+    checkScorerOptions(options, entry.options ?? {}, where);
+    return (solution, groundTruth, extraInfo) => entry.score(solution, groundTruth, options, extraInfo, dataSource);
   }
 
   /** Every correct answer text for a prompt of a task that can list them; undefined otherwise. */

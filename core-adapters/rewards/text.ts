@@ -1,7 +1,54 @@
-// Small text helpers shared by the rule-based scorers.
+// Small text helpers shared by the rule-based scorers: Python's string semantics where verl's scorers
+// rely on them (code points, str.strip, str.splitlines, str.isdigit), so a port gives verl's answers.
 
 /** The last `count` characters, counted in code points as Python slices strings. */
 export function lastCharacters(text: string, count: number): string {
   const characters = [...text];
   return characters.length > count ? characters.slice(-count).join('') : text;
+}
+
+// str.isspace(): JavaScript's \s without U+FEFF, plus the separators U+001C-U+001F and U+0085.
+const PY_SPACE = '[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+const LEADING_SPACE = new RegExp(`^${PY_SPACE}+`);
+const TRAILING_SPACE = new RegExp(`${PY_SPACE}+$`);
+const SPACE_RUN = new RegExp(`${PY_SPACE}+`);
+
+/** Python's str.strip() with no argument. */
+export function pyStrip(text: string): string {
+  return text.replace(LEADING_SPACE, '').replace(TRAILING_SPACE, '');
+}
+
+/** Python's str.split() with no argument: runs of whitespace separate, none empty. */
+export function pySplit(text: string): string[] {
+  return pyStrip(text).split(SPACE_RUN).filter((part) => part !== '');
+}
+
+/** Python's str.splitlines(): every line boundary Python knows, no trailing empty line. */
+export function pySplitLines(text: string): string[] {
+  if (text === '') return [];
+  const lines = text.split(/\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/);
+  if (lines.at(-1) === '') lines.pop();
+  return lines;
+}
+
+/** Python's str.isdigit() for what programs print: decimal digits of any script and superscript digits. */
+export function pyIsDigit(text: string): boolean {
+  return /^[\p{Nd}\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u2080-\u2089]+$/u.test(text);
+}
+
+const DECIMAL_DIGIT = /\p{Nd}/u;
+
+/**
+ * Decimal digits of any script as ASCII digits, as Python's int() and float() read them. Unicode
+ * encodes each script's digits as a run of ten from its zero, and runs of one script are adjacent,
+ * so a digit's value is its distance from the start of its run of digits, modulo 10.
+ */
+export function asciiDigits(text: string): string {
+  return text.replace(/\p{Nd}/gu, (digit) => {
+    if (digit >= '0' && digit <= '9') return digit;
+    const code = digit.codePointAt(0)!;
+    let start = code;
+    while (DECIMAL_DIGIT.test(String.fromCodePoint(start - 1))) start--;
+    return String((code - start) % 10);
+  });
 }
