@@ -253,7 +253,15 @@ export class Sandbox {
     if (this.running >= this.concurrency) await new Promise<void>((resolve) => this.waiting.push(resolve));
     else this.running++;
     try {
-      return await this.runIn(lang, code, stdin, options.report ?? false);
+      // Without root the runs share one process count, so other runs' forks can leave bwrap none to
+      // start with (EAGAIN): that is not the sandbox failing, so it tries again while the wall limit allows.
+      const started = performance.now();
+      for (let delay = 50; ; delay *= 2) {
+        const result = await this.runIn(lang, code, stdin, options.report ?? false);
+        const busy = result.status === 'sandbox_error' && result.stderr.includes('Resource temporarily unavailable');
+        if (!busy || performance.now() - started + delay > this.limits.wallSeconds * 1000) return result;
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
     } finally {
       // The slot passes straight to the next waiting run, or is freed.
       const next = this.waiting.shift();
