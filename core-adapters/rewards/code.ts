@@ -260,8 +260,8 @@ export class ReusedRuns implements CodeRunner {
     // Only this run's own entry goes: a newer one under the same key stays.
     const forget = () => this.runs.get(key) === entry && this.drop(key);
     run.then((result) => {
-      // A harness's report is held too (ProgramRun's optional report, where a runner sets one).
-      const size = result.stdout.length + ((result as ProgramRun & { report?: string }).report?.length ?? 0);
+      // A harness's report is held too.
+      const size = result.stdout.length + (result.report?.length ?? 0);
       if (result.status === 'timeout' || size > REUSE_MAX_STDOUT) return void forget();
       if (this.runs.get(key) !== entry) return;
       entry.bytes += 2 * size;
