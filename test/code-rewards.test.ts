@@ -106,6 +106,58 @@ describe('code rewards', function () {
     });
   });
 
+  describe('the harness: a program is scored on what it did, not on its exit status or its stdout', () => {
+    const sq = { assert_case: ['assert sq(3) == 9', 'assert sq(4) == 16'] };
+    const honest = 'def sq(x):\n    return x * x';
+
+    it('an assert test passes only when the asserts ran: early exits, atexit hooks and forged records score 0', async () => {
+      expect((await score(runner, honest, sq)).score).to.equal(1);
+      const hacks = [
+        'def sq(x):\n    return 0\nimport sys\nsys.exit(0)',
+        'def sq(x):\n    return 0\nimport os\nos._exit(0)',
+        'def sq(x):\n    return 0\nimport atexit, os\natexit.register(lambda: os._exit(0))\nraise SystemExit(0)',
+        'def sq(x):\n    return 0\nimport os\nos.write(5, b\'{"done": true}\')\nos._exit(0)',
+        'def sq(x):\n    return 0\nimport os\nos.write(5, b\'0123456789abcdef0123456789abcdef\\n{"done": true}\')\nos._exit(0)',
+        'def sq(x):\n    return 0\nimport builtins\nbuiltins.AssertionError = SystemExit',
+      ];
+      for (const hack of hacks) expect((await score(runner, hack, sq)).score, hack).to.equal(0);
+      // What remains, as docs/code-rewards.md says: the harness shares the program's process, so a
+      // program that reads the secret from the harness's frame can write a record.
+      const introspection = 'def sq(x):\n    return 0\nimport sys, os\nf = sys._getframe(1)\nos.write(f.f_locals["fd"], f.f_locals["head"] + b"\\n" + b\'{"done": true}\')\nos._exit(0)';
+      expect((await score(runner, introspection, sq)).score).to.equal(1);
+    });
+
+    it("call-based: prints of the program's own do not matter; an __eq__ that equals anything gains nothing", async () => {
+      const add = { fn_name: 'add', inputs: ['1\n2', '5\n5'], outputs: ['3', '10'] };
+      const demo = 'print("demo:", 1 + 2)\ndef add(a, b):\n    print("adding", a, b)\n    return a + b\nif __name__ == "__main__":\n    print(add(2, 2))';
+      for (const execution of ['prime_code', 'program'] as const) {
+        expect(scoreValue((await scoreCode(runner, demo, add, 'prime_code', execution)) as ScoreResult).score, execution).to.equal(1);
+        const liars = [
+          'class Any:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Any()',
+          'class Int(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Int(0)',
+          'class Lst(list):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Lst()',
+        ];
+        for (const liar of liars) expect(scoreValue((await scoreCode(runner, liar, add, 'fraction', execution)) as ScoreResult).score, liar).to.equal(0);
+      }
+      // An int subclass that tells the truth is its value, as json.dumps reads it.
+      expect((await score(runner, 'class Int(int):\n    pass\ndef add(a, b):\n    return Int(a + b)', add)).score).to.equal(1);
+    });
+
+    it('prime_code and program execution differ where verl is not a real program: exit(), sys.stdin.buffer, global', async () => {
+      const echo = { inputs: ['7\n'], outputs: ['7\n'] };
+      const cases: [string, number, number][] = [
+        ['print(input())\nexit()', 0, 1],
+        ['import sys\nprint(sys.stdin.buffer.read().decode().strip())', 0, 1],
+        ['n = int(input())\ndef show():\n    global n\n    print(n)\nshow()', 0, 1],
+        ['print(int(sqrt(49)))', 1, 0],
+      ];
+      for (const [program, primeCode, asProgram] of cases) {
+        expect(scoreValue((await scoreCode(runner, program, echo, 'prime_code', 'prime_code')) as ScoreResult).score, `prime_code: ${program}`).to.equal(primeCode);
+        expect(scoreValue((await scoreCode(runner, program, echo, 'prime_code', 'program')) as ScoreResult).score, `program: ${program}`).to.equal(asProgram);
+      }
+    });
+  });
+
   describe('hostile programs score 0 within their limits and leave the host as it was', () => {
     it('loops, forks, exhausts memory, floods output, reads and writes outside, connects out, signals others, leaves daemons', async () => {
       const home = os.homedir();
