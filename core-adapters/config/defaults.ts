@@ -186,7 +186,7 @@ export const CORE_SPEC = {
     reward_kwargs: key({} as Record<string, unknown>, "Extra keyword options passed to the scorer of each data_source.", { open: true }),
     /** Code rewards (data_source codecontests, apps, codeforces, taco): programs run against each row's tests. */
     code: {
-      score: key<'prime_code' | 'fraction' | 'all'>('prime_code', "prime_code: verl's (1 when every test passes, else the share passed of the first 10; 0 for a call-based row that fails any); fraction: the share of all tests passed; all: 1 or 0.", { choices: ['prime_code', 'fraction', 'all'] as const }),
+      score: key<'prime_code' | 'fraction' | 'all'>('prime_code', "prime_code: verl's (1 when every test passes, else the share passed of the first 10, a call-based row's rerun as standard-input programs as verl does); fraction: the share of all tests passed; all: 1 or 0.", { choices: ['prime_code', 'fraction', 'all'] as const }),
       execution: key<'prime_code' | 'program'>('prime_code', "How a test's program runs. prime_code: as verl's prime_code runs it (its prelude of imports, exit/quit/os.fork/... disabled, a standard-input program's body called as a function with stdin patched); program: as a real program (python3 main.py; a call-based function imported and called).", { choices: ['prime_code', 'program'] as const }),
       timeout_s: key(5, "Wall-clock seconds per test in the local sandbox (the CPU limit is the same).", { min: 0, exclusiveMin: true }),
       memory_mb: key(512, "Address space per test program in the local sandbox, MiB.", { integer: true, min: 16 }),
