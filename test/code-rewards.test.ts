@@ -143,6 +143,23 @@ describe('code rewards', function () {
       expect((await score(runner, 'class Int(int):\n    pass\ndef add(a, b):\n    return Int(a + b)', add)).score).to.equal(1);
     });
 
+    it("prime_code scoring as verl's: a first pass over the whole row in one run, then the first 10 one by one when any fails", async () => {
+      let runs = 0;
+      const counting = { channel: runner.channel, run: (code: string, stdin: string) => (runs++, runner.run(code, stdin)) };
+      const square = { inputs: Array.from({ length: 12 }, (_, i) => `${i}\n`), outputs: Array.from({ length: 12 }, (_, i) => `${i * i}\n`) };
+      const scored = async (program: string, truth: unknown) => {
+        runs = 0;
+        return { score: scoreValue((await scoreCode(counting, program, truth, 'prime_code')) as ScoreResult).score, runs };
+      };
+      expect(await scored('n = int(input())\nprint(n * n)', square)).to.deep.equal({ score: 1, runs: 1 });
+      // Wrong on input 2 only: 9 of the first 10 (the 12th does not count), after 1 + 10 runs.
+      expect(await scored('n = int(input())\nprint(5 if n == 2 else n * n)', square)).to.deep.equal({ score: 0.9, runs: 11 });
+      // A call-based row that fails one test is rerun as standard-input programs, which print nothing here.
+      const add = { fn_name: 'add', inputs: ['1\n2', '100\n1'], outputs: ['3', '101'] };
+      expect(await scored('def add(a, b):\n    return 0 if a == 100 else a + b', add)).to.deep.equal({ score: 0, runs: 3 });
+      expect(await scored('def add(a, b):\n    return a + b', add)).to.deep.equal({ score: 1, runs: 1 });
+    });
+
     it('prime_code and program execution differ where verl is not a real program: exit(), sys.stdin.buffer, global', async () => {
       const echo = { inputs: ['7\n'], outputs: ['7\n'] };
       const cases: [string, number, number][] = [

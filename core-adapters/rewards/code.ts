@@ -10,7 +10,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { InputError } from '../errors.js';
 import { isTree } from '../config/load.js';
-import { harnessInput, pythonHarness, readHarnessRecord, type Execution, type HarnessMode, type PyValue, type ReportChannel } from './python-harness.js';
+import { harnessInput, pythonHarness, readHarnessRecord, readsTests, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel, type TestRecord } from './python-harness.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
 import { asciiDigits, pyIsDigit, pySplitLines, pyStrip } from './text.js';
 import type { ScoreResult } from './types.js';
@@ -307,32 +307,41 @@ export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits
  */
 export type CodeScoreMode = 'prime_code' | 'fraction' | 'all';
 
-/** Whether one test passes: the harness got to its end, and the program's result matches. */
-function testPassed(run: ProgramRun, mode: HarnessMode, expected: string | null): boolean {
-  const record = readHarnessRecord(run.report);
-  if (!run.finished || !record?.done) return false;
+/** Whether a test's outcome passes: a call's result, or standard input's output, matches. */
+function resultPasses(result: TestRecord | undefined, mode: HarnessMode, expected: string | null, stdout: string): boolean {
   if (expected === null) return true;
-  if (mode.kind === 'call') return record.output !== undefined && record.expected !== undefined && sameCallResult(record.output, record.expected);
+  if (mode.kind === 'call') return result?.output !== undefined && result.expected !== undefined && sameCallResult(result.output, result.expected);
   // Under prime_code the harness captured the output; a program's output is its stdout.
-  const output = record.output === undefined ? run.stdout : pyText(record.output);
+  const output = result === undefined ? stdout : result.output === undefined ? undefined : pyText(result.output);
   return output !== undefined && sameOutput(output, expected);
 }
 
-/** Runs one test through the harness and says whether it passed. */
-async function runTest(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, input: string, expected: string | null): Promise<boolean> {
-  const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, input, expected));
-  return testPassed(run, mode, expected);
+/**
+ * Runs tests through the harness, in one run when the harness reads them (all of a row for
+ * prime_code's first pass, or one), else one; says which passed (none when the run did not end).
+ */
+async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, tests: HarnessTest[]): Promise<boolean[]> {
+  const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, tests));
+  const record = readHarnessRecord(run.report);
+  if (!run.finished || !record?.done) return tests.map(() => false);
+  const results = readsTests(mode, execution) ? (record.results ?? []) : [undefined];
+  return tests.map((test, i) => (readsTests(mode, execution) ? results[i] !== undefined && !results[i]!.error : true) && resultPasses(results[i], mode, test.expected, run.stdout));
 }
 
 /**
  * Scores a response against code tests with a runner; a test that cannot run (bad program, timeout)
- * fails. `execution` says how programs run (see python-harness.ts).
+ * fails. `execution` says how programs run (see python-harness.ts). Under prime_code scoring and
+ * execution, as verl: a first pass runs the row's tests in one process (one time limit for all);
+ * when any fails, the first 10 run again one by one, a call-based row's as standard-input programs.
  */
 export async function scoreCode(runner: CodeRunner, response: string, groundTruth: unknown, mode: CodeScoreMode, execution: Execution = 'prime_code'): Promise<ScoreResult> {
-  const tests = parseCodeTests(groundTruth);
+  const parsed = parseCodeTests(groundTruth);
   const program = extractCode(response);
-  const modeOf = (i: number): HarnessMode => (tests.asserts ? { kind: 'assert', statement: tests.asserts[i] } : tests.fnName ? { kind: 'call', fnName: tests.fnName } : { kind: 'stdin' });
-  const passed = await Promise.all(tests.inputs.map((input, i) => runTest(runner, program, modeOf(i), execution, input, tests.outputs[i])));
+  const tests = parsed.inputs.map((input, i) => ({ input, expected: parsed.outputs[i] }));
+  const modeOf = (i: number): HarnessMode => (parsed.asserts ? { kind: 'assert', statement: parsed.asserts[i] } : parsed.fnName ? { kind: 'call', fnName: parsed.fnName } : { kind: 'stdin' });
+  const oneByOne = (kind: HarnessMode | undefined, count: number) => Promise.all(tests.slice(0, count).map(async (test, i) => (await runTests(runner, program, kind ?? modeOf(i), execution, [test]))[0]));
+  const firstPass = mode === 'prime_code' && execution === 'prime_code' && !parsed.asserts;
+  const passed = firstPass ? await runTests(runner, program, modeOf(0), execution, tests) : await oneByOne(undefined, tests.length);
   const count = passed.filter(Boolean).length;
   const all = count === passed.length;
   const fraction = count / passed.length;
@@ -340,9 +349,7 @@ export async function scoreCode(runner: CodeRunner, response: string, groundTrut
   if (mode === 'prime_code' && !all) {
     // verl reruns the first 10 tests one by one, without fn_name: a call-based row's tests then run
     // as standard-input programs reading the arguments' text.
-    const firstTen = tests.fnName
-      ? await Promise.all(tests.inputs.slice(0, 10).map((input, i) => runTest(runner, program, { kind: 'stdin' }, execution, input, tests.outputs[i])))
-      : passed.slice(0, 10);
+    const firstTen = firstPass || parsed.fnName ? await oneByOne(parsed.fnName ? { kind: 'stdin' } : undefined, 10) : passed.slice(0, 10);
     primeCode = firstTen.filter(Boolean).length / firstTen.length;
   }
   const score = mode === 'all' ? (all ? 1 : 0) : mode === 'fraction' ? fraction : primeCode;

@@ -18,10 +18,12 @@
 //   program: as a real program: `python3 main.py` with the test input on stdin, or the module
 //     imported and the function called; nothing disabled, nothing imported for it.
 //
-// Records: {"done": true} (assert tests, and standard-input tests run as programs: the output is
-// the process's stdout), {"done": true, "output": V} (standard-input tests under prime_code: the
-// captured output, a str), {"done": true, "output": V, "expected": V} (call-based), or
-// {"done": false, "error": "..."}. V is a Python value with its types kept: null, true/false,
+// Records: {"done": true} for assert tests and standard-input tests run as programs (the output is
+// the process's stdout); otherwise {"done": true, "results": [...]}, one per test given on stdin,
+// each {"output": V} (standard input under prime_code: the captured output, a str),
+// {"output": V, "expected": V} (call-based) or {"error": "..."}; {"done": false, "error": "..."}
+// when the program did not load. Several tests in one run share the loaded module, as prime_code's
+// first pass over a row does. V is a Python value with its types kept: null, true/false,
 // {"i": "<digits>"}, {"f": "<repr>"}, {"s": "<utf-8 hex>"}, {"l": [...]}, {"t": [...]},
 // {"d": [[k, v], ...]}. Only what json.dumps accepts is encoded (verl serialises a result before
 // comparing, so anything else fails there too), and under prime_code a numpy scalar result fails
@@ -37,11 +39,17 @@ export type Execution = 'prime_code' | 'program';
 /** Where the record goes: descriptors 4 and 5 (the local sandbox), or stderr after a marker line. */
 export type ReportChannel = { kind: 'descriptors' } | { kind: 'stderr'; marker: string };
 
-/** One test's record as the harness wrote it. */
-export interface HarnessRecord {
-  done: boolean;
+/** One test's outcome in a record. */
+export interface TestRecord {
   output?: PyValue;
   expected?: PyValue;
+  error?: string;
+}
+
+/** A run's record as the harness wrote it. */
+export interface HarnessRecord {
+  done: boolean;
+  results?: TestRecord[];
   error?: string;
 }
 
@@ -161,15 +169,14 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
         for name in guarded["modules"]:
             sys.modules[name] = None
 
-    # The test's input (and expected result) come on stdin, read to its end before the program runs.
-    spec = json.loads(sys.stdin.read()) if mode == "call" or (mode == "stdin" and execution == "prime_code") else None
-    if mode == "call":
-        args = [json.loads(line) for line in spec["input"].split("\n")]
+    def prepare(test):
+        # A call's arguments and expected value, read as prime_code reads them.
+        args = [json.loads(line) for line in test["input"].split("\n")]
         if args and isinstance(args[0], dict):
             converted, value = int_keys(args[0])
             if converted:
                 args = [value]
-        expected = json.loads(spec["expected"])
+        expected = json.loads(test["expected"])
         if isinstance(expected, dict):
             converted, value = int_keys(expected)
             if converted:
@@ -178,7 +185,12 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
             converted, value = int_keys(expected[0])
             if converted:
                 expected = [value]
-        expected_text = encode(expected, set())
+        return args, encode(expected, set())
+
+    # The tests (inputs and expected results) come on stdin, read to its end before the program runs.
+    tests = json.loads(sys.stdin.read())["tests"] if mode == "call" or (mode == "stdin" and execution == "prime_code") else []
+    calls = [prepare(test) for test in tests] if mode == "call" else []
+    results = []
 
     if execution == "prime_code":
         guard()
@@ -219,24 +231,27 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
             except BaseException:
                 sys.stdout = stdout
                 fail("compile_error")
-            inputs = spec["input"]
-            remaining = iter(inputs.split("\n"))
             patched = sys.stdin
-            patched.read = lambda *a: inputs
-            patched.readline = lambda *a: next(remaining)
-            patched.readlines = lambda *a: inputs.split("\n")
-            sys.stdin = io.StringIO(inputs)
-            captured = io.StringIO()
-            sys.stdout = captured
-            try:
-                run()
-            except SystemExit:
-                pass
-            except BaseException:
-                sys.stdout = stdout
-                fail("runtime_error")
+            for test in tests:
+                # Each test as prime_code calls code(): the module's stdin patched, sys.stdin a StringIO, print captured.
+                inputs = test["input"]
+                remaining = iter(inputs.split("\n"))
+                patched.read = lambda *a, inputs=inputs: inputs
+                patched.readline = lambda *a, remaining=remaining: next(remaining)
+                patched.readlines = lambda *a, inputs=inputs: inputs.split("\n")
+                sys.stdin = io.StringIO(inputs)
+                captured = io.StringIO()
+                sys.stdout = captured
+                try:
+                    run()
+                    results.append('{"output":' + encode(captured.getvalue(), set()) + "}")
+                except SystemExit:
+                    results.append('{"output":' + encode(captured.getvalue(), set()) + "}")
+                except BaseException:
+                    results.append('{"error":"runtime_error"}')
+                sys.stdout = sink
             sys.stdout = stdout
-            report([("done", "true"), ("output", encode(captured.getvalue(), set()))])
+            report([("done", "true"), ("results", "[" + ",".join(results) + "]")])
         target = module
     else:
         module = types.ModuleType("__main__" if mode != "call" else "solution")
@@ -260,17 +275,22 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     try:
         if "class Solution" in program:
             target = target.Solution()
-        result = getattr(target, argument)(*args)
-        if execution == "prime_code" and getattr_(type_(result), "__module__", "").startswith("numpy"):
-            raise TypeError("a numpy value: its == gives numpy.bool_, which prime_code's 'is True' rejects")
-        if isinstance(result, tuple):
-            result = list(result)
-        output_text = encode(result, set())
+        function = getattr(target, argument)
     except BaseException:
         sys.stdout = stdout
         fail("runtime_error")
+    for args, expected_text in calls:
+        try:
+            result = function(*args)
+            if execution == "prime_code" and getattr_(type_(result), "__module__", "").startswith("numpy"):
+                raise TypeError("a numpy value: its == gives numpy.bool_, which prime_code's 'is True' rejects")
+            if isinstance(result, tuple):
+                result = list(result)
+            results.append('{"output":' + encode(result, set()) + ',"expected":' + expected_text + "}")
+        except BaseException:
+            results.append('{"error":"runtime_error"}')
     sys.stdout = stdout
-    report([("done", "true"), ("output", output_text), ("expected", expected_text)])
+    report([("done", "true"), ("results", "[" + ",".join(results) + "]")])
 `;
 
 /** Python source of a string, as a literal (JSON's escapes are Python's). */
@@ -288,14 +308,20 @@ export function pythonHarness(program: string, mode: HarnessMode, execution: Exe
   return `${HARNESS}\n_flowrl_harness(${args}, ${JSON.stringify(GUARDED)})\n`;
 }
 
-/**
- * The stdin a test's harness reads: the test input (and a call's expected result) as JSON text; a
- * standard-input test run as a program reads its input itself.
- */
-export function harnessInput(mode: HarnessMode, execution: Execution, input: string, expected: string | null): string {
-  if (mode.kind === 'call') return JSON.stringify({ input, expected });
-  if (mode.kind === 'stdin' && execution === 'prime_code') return JSON.stringify({ input });
-  return input;
+/** One test: its stdin (or a call's arguments) and expected output (or result). */
+export interface HarnessTest {
+  input: string;
+  expected: string | null;
+}
+
+/** Whether the harness reads its tests from stdin (else a standard-input program reads its one test's input itself). */
+export const readsTests = (mode: HarnessMode, execution: Execution) => mode.kind === 'call' || (mode.kind === 'stdin' && execution === 'prime_code');
+
+/** The stdin of a harness run: the tests as JSON text where the harness reads them, else the one test's input. */
+export function harnessInput(mode: HarnessMode, execution: Execution, tests: HarnessTest[]): string {
+  if (readsTests(mode, execution)) return JSON.stringify({ tests });
+  if (tests.length !== 1) throw new Error('a program reading stdin runs one test at a time');
+  return tests[0].input;
 }
 
 /** Reads a harness record; undefined when there is none or it does not parse (the program interfered). */
