@@ -1,6 +1,6 @@
 // Runs before `npm test`, in the spirit of `playwright install --with-deps`: the suite opens the HTML
-// report in Chromium, runs code rewards' hostile programs in bubblewrap, and covers the native BLAS
-// engine path when OpenBLAS is installed. Missing
+// report in Chromium, runs code rewards' hostile programs in bubblewrap (and programs importing
+// numpy with Debian's Python), and covers the native BLAS engine path when OpenBLAS is installed. Missing
 // packages are installed where this user can (root with apt-get), announced in one line; otherwise
 // the run stops here with the command to run, before any test can fail for want of them.
 import { spawnSync } from 'node:child_process';
