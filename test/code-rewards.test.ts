@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameOutput, scoreCode, scoreValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
 
@@ -84,6 +84,15 @@ describe('code rewards', function () {
       expect(sameOutput('0x10\n0.5', '16\n0.5')).to.equal(false);
       expect(sameOutput('025', '25')).to.equal(false);
       expect(sameOutput('1e3\n0.5', '1000\n0.5')).to.equal(true); // as verl: a float line within tolerance
+      expect(sameOutput('1\x1f\n2.0', '1\n2')).to.equal(false); // float() refuses U+001F, which strip() takes
+      // Python's json.loads takes NaN and Infinity; so does the row check.
+      expect(parseCodeTests({ fn_name: 'f', inputs: ['[1, NaN]\n"Infinity"'], outputs: ['-Infinity'] }).fnName).to.equal('f');
+      // The tuple rule is [list(x) for x in output]: a number among the tuples fails it, a str is its characters.
+      const py = (v: unknown): PyValue => (typeof v === 'number' ? { i: String(v) } : typeof v === 'string' ? { s: v } : Array.isArray(v) ? { l: v.map(py) } : (v as PyValue));
+      const tuple = (...v: unknown[]): PyValue => ({ t: v.map(py) });
+      expect(sameCallResult({ l: [tuple(1, 2), tuple(3)] }, py([[[1, 2], [3]]]))).to.equal(true);
+      expect(sameCallResult({ l: [tuple(), py(0), py('a')] }, py([[[], 0, 'a']]))).to.equal(false);
+      expect(sameCallResult({ l: [tuple(), py('ab')] }, py([[[], ['a', 'b']]]))).to.equal(true);
     });
 
     it('scores the fraction of tests passed, or all-or-nothing (hand-computed)', async () => {
@@ -139,6 +148,9 @@ describe('code rewards', function () {
         ];
         for (const liar of liars) expect(scoreValue((await scoreCode(runner, liar, add, 'fraction', execution)) as ScoreResult).score, liar).to.equal(0);
       }
+      // Strings keep every code unit, lone surrogates included; a numpy str compares as verl's does.
+      expect((await score(runner, 'print(input())', { inputs: ['\ud800'], outputs: ['\ud800'] })).score).to.equal(1);
+      expect((await score(runner, 'import numpy as np\ndef f(a):\n    return np.array(["ab", "c"])[0]', { fn_name: 'f', inputs: ['1'], outputs: ['"ab"'] })).score).to.equal(1);
       // An int subclass that tells the truth is its value, as json.dumps reads it.
       expect((await score(runner, 'class Int(int):\n    pass\ndef add(a, b):\n    return Int(a + b)', add)).score).to.equal(1);
     });

@@ -143,6 +143,14 @@ describe('rewards: math (math_dapo)', () => {
     expect(scoreMath(' blah'.repeat(60) + '\nAnswer: 42', '42').score).to.equal(1);
   });
 
+  it("reads Answer: lines with Python's whitespace and case folding, and shorthand over any character (values from verl's own function)", () => {
+    expect(scoreMath('Answer:\ufeff5', '5').score).to.equal(-1); // U+FEFF is not whitespace to Python
+    expect(scoreMath('Answer:\x851,000', '1000').score).to.equal(1); // U+0085 is
+    expect(scoreMath('Anſwer: 5', '5').score).to.equal(1); // 'ſ' folds to 's'
+    expect(scoreMath('Answer: \\sqrt😀', '\\sqrt{😀}').score).to.equal(1); // a whole code point, not half
+    expect(scoreMath('Answer: ①,000', '①000').score).to.equal(1); // isdigit() takes circled digits
+  });
+
   it("reproduces verl's strict_box_verify: the last \\boxed{} of the last 100 characters, not normalised", () => {
     expect(scoreMath('The answer is \\boxed{5}', '5', { method: 'strict_box' })).to.deep.equal({ score: 1, acc: true, pred: '5' });
     expect(scoreMath('The answer is \\boxed{5}', '5', { strict_box_verify: true }).score).to.equal(1);

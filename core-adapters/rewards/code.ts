@@ -30,6 +30,33 @@ export interface CodeTests {
 
 const isStringList = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
 
+/**
+ * JSON as Python's json.loads reads it, which also takes NaN, Infinity and -Infinity: those words
+ * outside strings are read as null here (only whether the text parses matters). Throws as JSON.parse.
+ */
+function parsePythonJson(text: string): unknown {
+  let out = '';
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      out += c;
+      if (c === '\\') out += text[++i] ?? '';
+      else if (c === '"') inString = false;
+      continue;
+    }
+    if (c === '"') inString = true;
+    const word = /^(?:-?Infinity|NaN)/.exec(text.slice(i, i + 9))?.[0];
+    if (word) {
+      out += 'null';
+      i += word.length - 1;
+      continue;
+    }
+    out += c;
+  }
+  return JSON.parse(out);
+}
+
 /** Reads a row's ground truth; throws an InputError saying what is wrong (the caller names the row). */
 export function parseCodeTests(groundTruth: unknown): CodeTests {
   let spec: unknown = groundTruth;
@@ -55,7 +82,7 @@ export function parseCodeTests(groundTruth: unknown): CodeTests {
   inputs.forEach((input, i) => {
     for (const line of input.split('\n')) {
       try {
-        JSON.parse(line);
+        parsePythonJson(line);
       } catch {
         throw new InputError(`reward_model.ground_truth.inputs[${i}]: each line must be one JSON argument (got ${JSON.stringify(line.slice(0, 60))})`);
       }
@@ -63,7 +90,7 @@ export function parseCodeTests(groundTruth: unknown): CodeTests {
   });
   outputs.forEach((output, i) => {
     try {
-      JSON.parse(output);
+      parsePythonJson(output);
     } catch {
       throw new InputError(`reward_model.ground_truth.outputs[${i}] must be JSON (got ${JSON.stringify(output.slice(0, 60))})`);
     }
@@ -82,7 +109,7 @@ export function extractCode(response: string): string {
  * float() raises (so "0x10" is not 16).
  */
 export function pyFloat(text: string): number | undefined {
-  const t = asciiDigits(pyStrip(text));
+  const t = asciiDigits(floatStrip(text));
   const digits = '[0-9](?:_?[0-9])*';
   const number = new RegExp(`^[+-]?(?:(?:${digits}(?:\\.(?:${digits})?)?|\\.${digits})(?:[eE][+-]?${digits})?|inf|infinity|nan)$`, 'i');
   if (!number.test(t)) return undefined;
@@ -93,6 +120,11 @@ export function pyFloat(text: string): number | undefined {
 }
 
 const INTEGER = /^[+-]?[0-9]+$/;
+
+// The whitespace float() strips: Python's, less U+001C-U+001F, which it refuses.
+const FLOAT_SPACE = '[\\t\\n\\v\\f\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+const FLOAT_SPACE_AROUND = new RegExp(`^${FLOAT_SPACE}+|${FLOAT_SPACE}+$`, 'g');
+const floatStrip = (text: string) => text.replace(FLOAT_SPACE_AROUND, '');
 
 /** numpy.isclose's rule with its defaults (rtol 1e-5, atol 1e-8), the expected value second. */
 const isClose = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) ? Math.abs(a - b) <= 1e-8 + 1e-5 * Math.abs(b) : a === b);
@@ -117,7 +149,7 @@ export function sameOutput(actual: string, expected: string): boolean {
   if (sameLines(nonEmpty, wanted)) return true;
   if (nonEmpty.length !== wanted.length || nonEmpty.every((line, i) => pyIsDigit(line) && pyIsDigit(wanted[i]))) return false;
   return nonEmpty.every((line, i) => {
-    const [a, b] = [asciiDigits(pyStrip(line)), asciiDigits(wanted[i])];
+    const [a, b] = [asciiDigits(floatStrip(line)), asciiDigits(floatStrip(wanted[i]))];
     if (INTEGER.test(a) && INTEGER.test(b)) return BigInt(a) === BigInt(b);
     const [x, y] = [pyFloat(a), pyFloat(b)];
     return x !== undefined && y !== undefined && isClose(x, y);
@@ -145,7 +177,17 @@ const items = (v: PyValue, tag: 'l' | 't'): PyValue[] | undefined => (v !== null
 
 /** The text of a harness str value; undefined for any other value. */
 export function pyText(value: PyValue): string | undefined {
-  return value !== null && typeof value === 'object' && 's' in value ? Buffer.from(value.s, 'hex').toString('utf8') : undefined;
+  return value !== null && typeof value === 'object' && 's' in value ? value.s : undefined;
+}
+
+/** Python's list(x): a tuple's or list's items, a str's characters, a dict's keys; undefined for what is not iterable. */
+function pyList(value: PyValue): PyValue | undefined {
+  if (value === null || typeof value !== 'object') return undefined;
+  if ('t' in value) return { l: value.t };
+  if ('l' in value) return value;
+  if ('s' in value) return { l: [...value.s].map((c) => ({ s: c })) };
+  if ('d' in value) return { l: value.d.map(([key]) => key) };
+  return undefined;
 }
 
 /** Python's == between two harness values: 1 == 1.0 == True, a list never equals a tuple, dicts by key. */
@@ -179,8 +221,11 @@ export function sameCallResult(output: PyValue, expected: PyValue): boolean {
   const first = items(expected, 'l')?.[0];
   if (first === undefined) return false;
   if (pyEquals(result, first)) return true;
+  // [list(x) for x in output]: list() of each element, failing on one it cannot iterate.
   const elements = items(result, 'l');
-  return elements !== undefined && elements.length > 0 && items(elements[0], 't') !== undefined && pyEquals({ l: elements.map(asList) }, first);
+  if (elements === undefined || elements.length === 0 || items(elements[0], 't') === undefined) return false;
+  const listed = elements.map(pyList);
+  return listed.every((x) => x !== undefined) && pyEquals({ l: listed as PyValue[] }, first);
 }
 
 /** One test program's outcome. */

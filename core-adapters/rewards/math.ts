@@ -2,7 +2,7 @@
 // extract the final answer, normalise it and the ground truth the same way, compare strings; +1 / -1.
 // verl routes math_dapo, math, math_dapo_reasoning and aime* here.
 import { InputError } from '../errors.js';
-import { lastCharacters, pyIsDigit, pyStrip } from './text.js';
+import { lastCharacters, PY_SPACE, pyIsDigit, pyStrip } from './text.js';
 import { BOOLEAN, oneOf, type GradedAnswer, type ScorerOptionRules } from './types.js';
 
 /**
@@ -38,8 +38,11 @@ export function lastBoxed(text: string): { content: string; start: number } | un
 }
 
 /** The last "Answer: ..." (case-insensitive, to the end of its line) and where it starts. */
+// verl's (?i)Answer\s*:\s*([^\n]+) with Python's \s and case folding ('ſ' matches 's').
+const ANSWER_LINE = new RegExp(`Answer${PY_SPACE}*:${PY_SPACE}*([^\\n]+)`, 'giu');
+
 function lastAnswerLine(text: string): { content: string; start: number } | undefined {
-  const matches = [...text.matchAll(/Answer\s*:\s*([^\n]+)/gi)];
+  const matches = [...text.matchAll(ANSWER_LINE)];
   const last = matches[matches.length - 1];
   return last ? { content: last[1], start: last.index } : undefined;
 }
@@ -78,14 +81,14 @@ export function normalizeFinalAnswer(answer: string): string {
   for (const [before, after] of SUBSTITUTIONS) text = text.replaceAll(before, after);
   for (const expression of REMOVED_EXPRESSIONS) text = text.replaceAll(expression, '');
 
-  text = text.replace(/([^\n]*?)\$([^\n]*?)\$([^\n]*)/g, (_match, _before, inner: string) => `$${inner}$`);
-  text = text.replace(/\\text\{([^\n]*?)\}/g, (_match, inner: string) => inner);
-  text = text.replace(/\\textbf\{([^\n]*?)\}/g, (_match, inner: string) => inner);
-  text = text.replace(/\\overline\{([^\n]*?)\}/g, (_match, inner: string) => inner);
-  text = text.replace(/\\boxed\{([^\n]*)\}/g, (_match, inner: string) => inner);
+  text = text.replace(/([^\n]*?)\$([^\n]*?)\$([^\n]*)/gu, (_match, _before, inner: string) => `$${inner}$`);
+  text = text.replace(/\\text\{([^\n]*?)\}/gu, (_match, inner: string) => inner);
+  text = text.replace(/\\textbf\{([^\n]*?)\}/gu, (_match, inner: string) => inner);
+  text = text.replace(/\\overline\{([^\n]*?)\}/gu, (_match, inner: string) => inner);
+  text = text.replace(/\\boxed\{([^\n]*)\}/gu, (_match, inner: string) => inner);
 
-  text = text.replace(/frac([^{])([^\n])/g, (_match, numerator: string, denominator: string) => `frac{${numerator}}{${denominator}}`);
-  text = text.replace(/sqrt([^{])/g, (_match, radicand: string) => `sqrt{${radicand}}`);
+  text = text.replace(/frac([^{])([^\n])/gu, (_match, numerator: string, denominator: string) => `frac{${numerator}}{${denominator}}`);
+  text = text.replace(/sqrt([^{])/gu, (_match, radicand: string) => `sqrt{${radicand}}`);
   text = text.replaceAll('$', '');
 
   if (pyIsDigit(text.replaceAll(',', ''))) text = text.replaceAll(',', '');

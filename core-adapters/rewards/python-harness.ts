@@ -24,10 +24,10 @@
 // {"output": V, "expected": V} (call-based) or {"error": "..."}; {"done": false, "error": "..."}
 // when the program did not load. Several tests in one run share the loaded module, as prime_code's
 // first pass over a row does. V is a Python value with its types kept: null, true/false,
-// {"i": "<digits>"}, {"f": "<repr>"}, {"s": "<utf-8 hex>"}, {"l": [...]}, {"t": [...]},
+// {"i": "<digits>"}, {"f": "<repr>"}, {"s": "<the str>"}, {"l": [...]}, {"t": [...]},
 // {"d": [[k, v], ...]}. Only what json.dumps accepts is encoded (verl serialises a result before
-// comparing, so anything else fails there too), and under prime_code a numpy scalar result fails
-// (verl's `is True` check rejects the numpy.bool_ its == gives); subclasses are read as their base
+// comparing, so anything else fails there too), and under prime_code a numpy scalar result other
+// than a str fails (verl's `is True` check rejects the numpy.bool_ its == gives); subclasses are read as their base
 // type, so an overridden __eq__ changes nothing.
 
 /** How a test's program is run: reading stdin, as a function called per test, or followed by an assert. */
@@ -81,7 +81,8 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     # Everything used after the program has run is bound now, out of its reach.
     os_write, os_exit, os_read, os_close = os.write, os._exit, os.read, os.close
     isinstance_, type_, len_, id_, range_, getattr_ = isinstance, type, len, id, range, getattr
-    int_repr, float_repr, str_str, str_encode, bytes_hex = int.__repr__, float.__repr__, str.__str__, str.encode, bytes.hex
+    int_repr, float_repr, str_str, str_encode = int.__repr__, float.__repr__, str.__str__, str.encode
+    escape = json.encoder.encode_basestring_ascii  # a JSON string literal, ASCII only: lone surrogates survive
     list_get, tuple_get, list_len, tuple_len, dict_items = list.__getitem__, tuple.__getitem__, list.__len__, tuple.__len__, dict.items
     stdout, stderr = sys.stdout, sys.stderr
     if channel == "descriptors":
@@ -102,7 +103,7 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
         if value is True or value is False:
             return "true" if value else "false"
         if isinstance_(value, str):
-            return '{"s":"' + bytes_hex(str_encode(str_str(value), "utf-8", "surrogatepass")) + '"}'
+            return '{"s":' + escape(str_str(value)) + "}"
         if isinstance_(value, int):
             return '{"i":"' + int_repr(value) + '"}'
         if isinstance_(value, float):
@@ -282,7 +283,7 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     for args, expected_text in calls:
         try:
             result = function(*args)
-            if execution == "prime_code" and getattr_(type_(result), "__module__", "").startswith("numpy"):
+            if execution == "prime_code" and not isinstance_(result, str) and getattr_(type_(result), "__module__", "").startswith("numpy"):
                 raise TypeError("a numpy value: its == gives numpy.bool_, which prime_code's 'is True' rejects")
             if isinstance(result, tuple):
                 result = list(result)

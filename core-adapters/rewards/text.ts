@@ -7,8 +7,8 @@ export function lastCharacters(text: string, count: number): string {
   return characters.length > count ? characters.slice(-count).join('') : text;
 }
 
-// str.isspace(): JavaScript's \s without U+FEFF, plus the separators U+001C-U+001F and U+0085.
-const PY_SPACE = '[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+/** Python's whitespace (str.isspace, and re's \s on str): JavaScript's \s without U+FEFF, plus U+001C-U+001F and U+0085. */
+export const PY_SPACE = '[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
 const LEADING_SPACE = new RegExp(`^${PY_SPACE}+`);
 const TRAILING_SPACE = new RegExp(`${PY_SPACE}+$`);
 const SPACE_RUN = new RegExp(`${PY_SPACE}+`);
@@ -31,9 +31,14 @@ export function pySplitLines(text: string): string[] {
   return lines;
 }
 
-/** Python's str.isdigit() for what programs print: decimal digits of any script and superscript digits. */
+// Python's isdigit() beyond decimal digits (Numeric_Type=Digit): superscripts, subscripts, circled,
+// parenthesised and dingbat digits, and a few scripts' own.
+const OTHER_DIGITS = '\\u00b2\\u00b3\\u00b9\\u1369-\\u1371\\u19da\\u2070\\u2074-\\u2079\\u2080-\\u2089\\u2460-\\u2468\\u2474-\\u247c\\u2488-\\u2490\\u24ea\\u24f5-\\u24fd\\u24ff\\u2776-\\u277e\\u2780-\\u2788\\u278a-\\u2792\\u{10a40}-\\u{10a43}\\u{10e60}-\\u{10e68}\\u{11052}-\\u{1105a}\\u{1f100}-\\u{1f10a}';
+const PY_DIGITS = new RegExp(`^[\\p{Nd}${OTHER_DIGITS}]+$`, 'u');
+
+/** Python's str.isdigit(). */
 export function pyIsDigit(text: string): boolean {
-  return /^[\p{Nd}\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u2080-\u2089]+$/u.test(text);
+  return PY_DIGITS.test(text);
 }
 
 const DECIMAL_DIGIT = /\p{Nd}/u;
