@@ -10,6 +10,7 @@ import path from 'node:path';
 import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
+import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 const isSandboxUid = (uid: number) => uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
 
@@ -278,6 +279,32 @@ describe('code rewards', function () {
       } finally {
         fs.rmSync(dir, { recursive: true, force: true });
       }
+    });
+
+    it('64 responses scored at once, hostile and correct mixed: the scorer ends in its bound, correct ones score 1, nothing is left', async () => {
+      // Through the scorer as training calls it (the harness, programs run as written so nothing is disabled for them).
+      const batch = new SandboxRunner(new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, memoryMb: 256, outputBytes: 65536 }, concurrency: 16 }));
+      const kinds = ['sleeper', 'forkChain', 'shmFiles', 'memfd', 'sysv', 'fakeBwrap', 'earlyExit'] as const;
+      const correct = 'print(sum(int(x) for x in input().split()))';
+      const jobs = Array.from({ length: 64 }, (_, i) => {
+        const numbers = Array.from({ length: 5 }, (_, j) => i * 10 + j);
+        const truth = { inputs: [numbers.join(' ')], outputs: [String(numbers.reduce((a, b) => a + b, 0))] };
+        return i % 8 === 7 ? { kind: 'correct', program: correct, truth } : { kind: kinds[i % 8], program: PROGRAMS[kinds[i % 8]], truth };
+      });
+      const shmBefore = fs.readdirSync('/dev/shm').length;
+      const sysvBefore = fs.readFileSync('/proc/sysvipc/shm', 'utf8');
+      const rssBefore = process.memoryUsage().rss;
+      const started = performance.now();
+      const scores = await Promise.all(jobs.map(async (job) => scoreValue((await scoreCode(batch, job.program, job.truth, 'prime_code', 'program')) as ScoreResult).score));
+      const seconds = (performance.now() - started) / 1000;
+      jobs.forEach((job, i) => expect(scores[i], `${job.kind} #${i}`).to.equal(job.kind === 'correct' ? 1 : 0));
+      // Four rounds of 16 at the 2 s wall limit (and its 0.5 s grace), with room for a busy machine.
+      expect(seconds).to.be.below(4 * 2.5 + 6);
+      expect(process.memoryUsage().rss - rssBefore, "the scorer's own memory").to.be.below(200 * 1024 * 1024);
+      for (let i = 0; i < 50 && sandboxProcesses().length; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(sandboxProcesses(), 'processes left under sandbox uids').to.deep.equal([]);
+      expect(fs.readdirSync('/dev/shm').length, "the host's /dev/shm").to.equal(shmBefore);
+      expect(fs.readFileSync('/proc/sysvipc/shm', 'utf8'), "the host's SysV shared memory").to.equal(sysvBefore);
     });
 
     it('the sandbox reports output cut at the limit and the run stopped for it', async () => {
