@@ -360,7 +360,8 @@ export class Sandbox {
         const exitCode = exit?.code ?? null;
         const signal = exit?.signal ?? null;
         // bwrap reports the program's exit status only once setup is done and the program was executed: without it, bwrap failed.
-        const sandboxFailed = !programExited && exit !== undefined && signal === null;
+        // Only a status stream read to its end can say the program never ran; otherwise it is the program's.
+        const sandboxFailed = statusEnded && !programExited && exit !== undefined && signal === null;
         // The program is the sandbox's pid 1; bwrap exits 128 + n when it dies of signal n (RLIMIT_CPU sends SIGKILL).
         const died = exitCode !== null && exitCode > 128 ? exitCode - 128 : undefined;
         const cpu = died === os.constants.signals.SIGKILL || died === os.constants.signals.SIGXCPU;
@@ -384,12 +385,17 @@ export class Sandbox {
         status ??= why;
         kill();
         // Ends the run even if bwrap's exit never comes.
-        deadline ??= setTimeout(finish, GRACE_MS);
+        deadline ??= setTimeout(finishAfterReads, GRACE_MS);
       };
       const stdout = capped(child.stdout!, this.limits.outputBytes, () => stop('output_limit'));
       const stderr = capped(child.stderr!, this.limits.outputBytes, () => stop('output_limit'));
       const reportText = report ? capped(pipe(5)!, this.limits.outputBytes, () => stop('output_limit')) : () => Buffer.alloc(0);
       let statusText = '';
+      // A busy event loop can run an expired timer before the reads already waiting: finishing from a
+      // timer waits for the next poll phase, so output, report and status that arrived are read first.
+      const finishAfterReads = () => setImmediate(finish);
+      let statusEnded = false;
+      pipe(fds.status)!.on('end', () => (statusEnded = true));
       pipe(fds.status)!.on('data', (chunk: Buffer) => {
         // bwrap writes one JSON object per line: the child's pid and namespaces, then (if the program ran) its exit code.
         statusText = (statusText + chunk.toString('utf8')).slice(-65536);
@@ -432,7 +438,7 @@ export class Sandbox {
         // bwrap is gone; should its init be alive (bwrap killed, or it died), nothing else will end it.
         if (init) killInit(init.pid, init.pidNamespace);
         // Its pipes normally close at once; a process still holding one does not hold up the run.
-        deadline ??= setTimeout(finish, GRACE_MS);
+        deadline ??= setTimeout(finishAfterReads, GRACE_MS);
       });
       child.on('close', finish);
     });
