@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
-import { expectFreshDist, expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 const isSandboxUid = (uid: number) => uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
@@ -43,7 +43,7 @@ describe('code rewards', function () {
   this.timeout(60_000);
   const runner = new SandboxRunner(new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, memoryMb: 256, outputBytes: 65536 }, concurrency: 4 }));
 
-  describe('test formats (verl v0.7.0 prime_code and sandbox_fusion)', () => {
+  describe('test formats (verl v0.9.0 prime_code and sandbox_fusion)', () => {
     it('reads standard-input, call-based and assert tests, from JSON text or objects', () => {
       expect(parseCodeTests('{"inputs": ["1\\n"], "outputs": ["2\\n"]}')).to.deep.equal({ inputs: ['1\n'], outputs: ['2\n'] });
       expect(parseCodeTests({ fn_name: 'f', inputs: ['1\n[2, 3]'], outputs: ['5'] })).to.deep.equal({ inputs: ['1\n[2, 3]'], outputs: ['5'], fnName: 'f' });
@@ -250,25 +250,16 @@ describe('code rewards', function () {
     // As root the suite runs each program under its own uid; this runs the other path, a normal user's:
     // the built module (npm test builds dist/) copied where any user can read it, run as nobody.
     (process.getuid?.() === 0 ? it : it.skip)("as a user without root: the process limit counts on top of the user's own threads; a fork bomb is contained, files stay out of reach", async () => {
-      expectFreshDist();
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-sandbox-user-'));
+      const runner = [
+        "import { Sandbox } from './rewards/sandbox.js';",
+        'const sandbox = new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, processes: 8 }, concurrency: 2 });',
+        "const fork = await sandbox.run('python', 'import os\\nwhile True:\\n    os.fork()');",
+        "const ok = await sandbox.run('python', 'print(input()[::-1])', 'abc');",
+        "const passwd = await sandbox.run('python', 'print(open(\"/etc/passwd\").read())');",
+        'console.log(JSON.stringify({ uid: process.getuid(), fork: fork.status, ok: [ok.status, ok.stdout], passwd: [passwd.exitCode, passwd.stdout] }));',
+      ].join('\n');
+      const dir = worldReadableSandboxDir('flowrl-sandbox-user-', { 'run.js': runner });
       try {
-        fs.mkdirSync(path.join(dir, 'rewards'));
-        fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
-        fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
-        fs.writeFileSync(path.join(dir, 'package.json'), '{"type": "module"}\n');
-        fs.writeFileSync(
-          path.join(dir, 'run.js'),
-          [
-            "import { Sandbox } from './rewards/sandbox.js';",
-            'const sandbox = new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 1, processes: 8 }, concurrency: 2 });',
-            "const fork = await sandbox.run('python', 'import os\\nwhile True:\\n    os.fork()');",
-            "const ok = await sandbox.run('python', 'print(input()[::-1])', 'abc');",
-            "const passwd = await sandbox.run('python', 'print(open(\"/etc/passwd\").read())');",
-            'console.log(JSON.stringify({ uid: process.getuid(), fork: fork.status, ok: [ok.status, ok.stdout], passwd: [passwd.exitCode, passwd.stdout] }));',
-          ].join('\n'),
-        );
-        for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', 'package.json', 'run.js']) fs.chmodSync(path.join(dir, file), file.endsWith('.js') || file.endsWith('.json') ? 0o644 : 0o755);
         const run = await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, path.join(dir, 'run.js')], dir, 60_000, { HOME: dir });
         expect(run.status, run.stderr).to.equal(0);
         const result = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { uid: number; fork: string; ok: [string, string]; passwd: [number, string] };

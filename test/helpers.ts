@@ -278,3 +278,19 @@ export function expectFreshDist(): void {
   const stale = staleOutputs();
   if (stale.length) throw new Error(`dist/ is missing or older than ${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', ...' : ''}; run \`npm run build\` (npm test does)`);
 }
+
+/**
+ * A temporary directory any user can read and run from, holding the built sandbox module
+ * (rewards/sandbox.js and errors.js from dist/, which must be fresh), a package.json for ES modules
+ * and `files` by name: the sandbox run as another user (nobody) from outside this checkout.
+ */
+export function worldReadableSandboxDir(prefix: string, files: Record<string, string>): string {
+  expectFreshDist();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  fs.mkdirSync(path.join(dir, 'rewards'));
+  fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
+  fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
+  for (const [name, text] of Object.entries({ ...files, 'package.json': '{"type": "module"}\n' })) fs.writeFileSync(path.join(dir, name), text);
+  for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', ...Object.keys(files), 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
+  return dir;
+}

@@ -4,11 +4,10 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
 import { ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
-import { expectFreshDist, expectInputError, ROOT, runCommand } from './helpers.js';
+import { expectFreshDist, expectInputError, ROOT, runCommand, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 /**
@@ -71,19 +70,10 @@ interface Outcome {
  * directory any user can read, as root or as nobody, under the reaper.
  */
 async function runHostile(user: 'root' | 'nobody'): Promise<Outcome> {
-  expectFreshDist();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-sandbox-hostile-'));
+  const source = fs.readFileSync(path.join(ROOT, 'test', 'sandbox-hostile-programs.ts'), 'utf8');
+  const programs = ts.transpileModule(source, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+  const dir = worldReadableSandboxDir('flowrl-sandbox-hostile-', { 'programs.js': programs, 'run.js': RUNNER, 'reaper.py': REAPER });
   try {
-    fs.mkdirSync(path.join(dir, 'rewards'));
-    fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
-    fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
-    const source = fs.readFileSync(path.join(ROOT, 'test', 'sandbox-hostile-programs.ts'), 'utf8');
-    const programs = ts.transpileModule(source, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
-    fs.writeFileSync(path.join(dir, 'programs.js'), programs);
-    fs.writeFileSync(path.join(dir, 'run.js'), RUNNER);
-    fs.writeFileSync(path.join(dir, 'reaper.py'), REAPER);
-    fs.writeFileSync(path.join(dir, 'package.json'), '{"type": "module"}\n');
-    for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', 'programs.js', 'run.js', 'reaper.py', 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
     const command = ['/usr/bin/python3', path.join(dir, 'reaper.py'), process.execPath, path.join(dir, 'run.js')];
     const started = performance.now();
     const run = user === 'root' ? await runCommand(command[0], command.slice(1), dir, 60_000) : await runCommand('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...command], dir, 60_000, { HOME: dir });

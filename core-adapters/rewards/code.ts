@@ -103,6 +103,15 @@ export function extractCode(response: string): string {
   return response.split('```python').at(-1)!.split('```')[0];
 }
 
+const INTEGER = /^[+-]?[0-9]+$/;
+const DIGITS = '[0-9](?:_?[0-9])*';
+const PY_FLOAT = new RegExp(`^[+-]?(?:(?:${DIGITS}(?:\\.(?:${DIGITS})?)?|\\.${DIGITS})(?:[eE][+-]?${DIGITS})?|inf|infinity|nan)$`, 'i');
+
+// The whitespace float() strips: Python's, less U+001C-U+001F, which it refuses.
+const FLOAT_SPACE = '[\\t\\n\\v\\f\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+const FLOAT_SPACE_AROUND = new RegExp(`^${FLOAT_SPACE}+|${FLOAT_SPACE}+$`, 'g');
+const floatStrip = (text: string) => text.replace(FLOAT_SPACE_AROUND, '');
+
 /**
  * Python's float() on a line of output: surrounding whitespace, a sign, digits (of any script) with
  * single underscores, a fraction, an exponent, or inf/infinity/nan in any case. undefined where
@@ -110,21 +119,12 @@ export function extractCode(response: string): string {
  */
 export function pyFloat(text: string): number | undefined {
   const t = asciiDigits(floatStrip(text));
-  const digits = '[0-9](?:_?[0-9])*';
-  const number = new RegExp(`^[+-]?(?:(?:${digits}(?:\\.(?:${digits})?)?|\\.${digits})(?:[eE][+-]?${digits})?|inf|infinity|nan)$`, 'i');
-  if (!number.test(t)) return undefined;
+  if (!PY_FLOAT.test(t)) return undefined;
   const plain = t.replaceAll('_', '').toLowerCase().replace('infinity', 'inf');
   if (plain.endsWith('inf')) return plain.startsWith('-') ? -Infinity : Infinity;
   if (plain.endsWith('nan')) return NaN;
   return Number(plain);
 }
-
-const INTEGER = /^[+-]?[0-9]+$/;
-
-// The whitespace float() strips: Python's, less U+001C-U+001F, which it refuses.
-const FLOAT_SPACE = '[\\t\\n\\v\\f\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
-const FLOAT_SPACE_AROUND = new RegExp(`^${FLOAT_SPACE}+|${FLOAT_SPACE}+$`, 'g');
-const floatStrip = (text: string) => text.replace(FLOAT_SPACE_AROUND, '');
 
 /** numpy.isclose's rule with its defaults (rtol 1e-5, atol 1e-8), the expected value second. */
 const isClose = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) ? Math.abs(a - b) <= 1e-8 + 1e-5 * Math.abs(b) : a === b);
@@ -346,9 +346,9 @@ export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits
 
 /**
  * How a row's test results become its score. prime_code (verl's default, continuous): 1 when every
- * test passes, else the share passed of the first 10; a call-based row that fails any test scores 0
- * there (verl reruns each test without its fn_name, as a standard-input program that prints nothing).
- * fraction: the share of all tests passed. all: 1 when every test passes, else 0.
+ * test passes, else the share passed of the first 10 (a call-based row's rerun without its fn_name,
+ * as standard-input programs, as verl does). fraction: the share of all tests passed. all: 1 when
+ * every test passes, else 0.
  */
 export type CodeScoreMode = 'prime_code' | 'fraction' | 'all';
 
@@ -369,8 +369,12 @@ async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, 
   const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, tests));
   const record = readHarnessRecord(run.report);
   if (!run.finished || !record?.done) return tests.map(() => false);
-  const results = readsTests(mode, execution) ? (record.results ?? []) : [undefined];
-  return tests.map((test, i) => (readsTests(mode, execution) ? results[i] !== undefined && !results[i]!.error : true) && resultPasses(results[i], mode, test.expected, run.stdout));
+  // A standard-input program run as a program has no per-test results: its stdout is its output.
+  if (!readsTests(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
+  return tests.map((test, i) => {
+    const result = record.results?.[i];
+    return result !== undefined && !result.error && resultPasses(result, mode, test.expected, run.stdout);
+  });
 }
 
 /**
@@ -420,7 +424,7 @@ interface RunCodeResponse {
  */
 export class SandboxFusionRunner implements CodeRunner {
   /** A server gives no private descriptors: the harness's record follows this marker on stderr (one per process, so runs stay reusable). */
-  readonly channel: ReportChannel = { kind: 'stderr', marker: `flowrl-report-${randomBytes(16).toString('hex')}` };
+  readonly channel = { kind: 'stderr', marker: `flowrl-report-${randomBytes(16).toString('hex')}` } as const;
   private running = 0;
   private readonly waiting: (() => void)[] = [];
 
@@ -465,8 +469,8 @@ export class SandboxFusionRunner implements CodeRunner {
       const finished = answer.status === 'Success' && run?.status === 'Finished' && run.return_code === 0;
       const status = finished ? 'finished' : run?.status === 'TimeLimitExceeded' ? 'timeout' : run ? 'runtime_error' : 'compile_error';
       const stderr = run?.stderr ?? '';
-      const mark = this.channel.kind === 'stderr' ? `\n${this.channel.marker}\n` : '';
-      const at = mark ? stderr.lastIndexOf(mark) : -1;
+      const mark = `\n${this.channel.marker}\n`;
+      const at = stderr.lastIndexOf(mark);
       return { finished, stdout: run?.stdout ?? '', status, report: at >= 0 ? stderr.slice(at + mark.length) : undefined };
     }
     throw new Error(`SandboxFusion at ${this.url}: ${last} after 3 tries`);

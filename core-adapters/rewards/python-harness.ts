@@ -80,7 +80,7 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     import os, sys, builtins, json, io, types
     # Everything used after the program has run is bound now, out of its reach.
     os_write, os_exit, os_read, os_close = os.write, os._exit, os.read, os.close
-    isinstance_, type_, len_, id_, range_, getattr_ = isinstance, type, len, id, range, getattr
+    isinstance_, type_, id_, range_, getattr_ = isinstance, type, id, range, getattr
     int_repr, float_repr, str_str, str_encode = int.__repr__, float.__repr__, str.__str__, str.encode
     escape = json.encoder.encode_basestring_ascii  # a JSON string literal, ASCII only: lone surrogates survive
     list_get, tuple_get, list_len, tuple_len, dict_items = list.__getitem__, tuple.__getitem__, list.__len__, tuple.__len__, dict.items
@@ -276,7 +276,7 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     try:
         if "class Solution" in program:
             target = target.Solution()
-        function = getattr(target, argument)
+        function = getattr_(target, argument)
     except BaseException:
         sys.stdout = stdout
         fail("runtime_error")
@@ -285,8 +285,6 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
             result = function(*args)
             if execution == "prime_code" and not isinstance_(result, str) and getattr_(type_(result), "__module__", "").startswith("numpy"):
                 raise TypeError("a numpy value: its == gives numpy.bool_, which prime_code's 'is True' rejects")
-            if isinstance(result, tuple):
-                result = list(result)
             results.append('{"output":' + encode(result, set()) + ',"expected":' + expected_text + "}")
         except BaseException:
             results.append('{"error":"runtime_error"}')
