@@ -146,6 +146,8 @@ export const CORE_SPEC = {
         max_staleness: key(0, "Samples from weights more than this many updates old are dropped and drawn again."),
         max_inflight: key(64, "Samples in flight per server at most."),
         api_key: key(null as string | null, "The servers' API key (sent as Authorization: Bearer); null: the FLOWRL_ROLLOUT_API_KEY environment variable, else none.", { nullable: 'string' }),
+        admin_api_key: key(null as string | null, "SGLang's --admin-api-key, sent instead of api_key on the admin routes (pause, weight loads, version, adapters); null: the FLOWRL_ROLLOUT_ADMIN_API_KEY environment variable, else api_key. rollout.name sglang only.", { nullable: 'string' }),
+        weight_check_tolerance: key(null as number | null, "vLLM with full weights: the mean |prompt log-prob difference| from the trainer above which a server is taken not to hold the policy (ejected). null: by the engine's dtype, 0.02 for float32 and 0.08 for 16-bit (docs/rollout-servers.md).", { nullable: 'number' }),
       },
     },
   },

@@ -62,6 +62,11 @@ export interface ClientOptions {
   timeoutMs: number;
   /** Sent as Authorization: Bearer on every call (vLLM's and SGLang's --api-key). */
   apiKey?: string;
+  /**
+   * SGLang's --admin-api-key: sent instead of apiKey on the admin routes (pause, weights, version,
+   * adapters). SGLang (utils/auth.py) then accepts only this key there, and only apiKey elsewhere.
+   */
+  adminApiKey?: string;
   /** Per-call timeout of an admin call (a weight load can take minutes). */
   adminTimeoutMs?: number;
   /** vLLM: the `model` to name when no adapter is used. */
@@ -133,13 +138,13 @@ async function answers(url: string, route: string, timeoutMs: number, apiKey?: s
 }
 
 /**
- * Attempts of an admin call whose failure can pass, and the pause between them: verl v0.7.0's SGLang
- * adapter retries /flush_cache (400 while requests are pending) 6 times, 2 s apart
- * (verl/workers/rollout/sglang_rollout/http_server_engine.py: flush_cache loops max_attempts * 2 with
- * DEFAULT_MAX_ATTEMPTS 3, sleeping DEFAULT_RETRY_DELAY 2.0); a disk load whose files are not visible
- * yet gets the same.
+ * Attempts of an admin call whose failure can pass, and the pause between them: verl v0.9.0's SGLang
+ * adapter retries /flush_cache (400 while requests are pending) 12 times, 2 s apart
+ * (verl/workers/rollout/sglang_rollout/http_server_engine.py at v0.9.0: AsyncHttpServerAdapter.flush_cache
+ * loops max_attempts * 4 with DEFAULT_MAX_ATTEMPTS 3, sleeping DEFAULT_RETRY_DELAY 2.0; the rollout uses
+ * that async adapter, sglang_rollout.py). A disk load whose files are not visible yet gets the same.
  */
-const ADMIN_ATTEMPTS = 6;
+export const ADMIN_ATTEMPTS = 12;
 const ADMIN_RETRY_DELAY_MS = 2000;
 
 /** Runs an admin call again while `transient(error)` says the failure can pass, ADMIN_ATTEMPTS times at most. */
@@ -153,6 +158,19 @@ async function withRetries<T>(call: () => Promise<T>, transient: (e: ServerCallE
       await new Promise((r) => setTimeout(r, delayMs));
     }
   }
+}
+
+/**
+ * Whether a failed vLLM /v1/load_lora_adapter can pass when tried again. vLLM v0.20.2
+ * (OpenAIServingModels.load_lora_adapter) answers 404 only when the loader's message says "No adapter
+ * found" (no adapter_config.json there yet) and 400 with the loader's own message for every other
+ * failure, among them a directory whose files are not all visible yet on shared storage (a missing
+ * or cut safetensors file). Those are retried; the 400s that cannot pass are not: the name taken
+ * without load_inplace, and an adapter the server's LoRA settings cannot hold (rank, modules).
+ */
+function vllmLoadMayPass(e: ServerCallError): boolean {
+  if (e.status === 404) return true;
+  return e.status === 400 && !/already been loaded|max_lora_rank|greater than|not supported|VLLM_ALLOW_RUNTIME_LORA_UPDATING/i.test(e.message);
 }
 
 /** A protocol violation in a 200 answer: the server is not what the config says. */
@@ -171,7 +189,8 @@ function finishOf(type: unknown): SampleResult['finish'] {
 }
 
 /**
- * SGLang (v0.5.18): /generate with input_ids and return_logprob; /update_weights_from_disk (which
+ * SGLang (v0.5.18): /generate with input_ids and return_logprob (the api key); admin calls with the
+ * admin key when --admin-api-key is set; /update_weights_from_disk (which
  * flushes the cache itself); /load_lora_adapter plus /update_weight_version, since loading an adapter
  * leaves the version alone; the version read back from /model_info (/get_weight_version is gone).
  * SGLang ignores sampling_seed unless started with --enable-deterministic-inference, so a retried
@@ -179,12 +198,13 @@ function finishOf(type: unknown): SampleResult['finish'] {
  */
 export class SglangClient implements RolloutServerClient {
   readonly dialect = 'sglang';
+  /** Admin calls: the admin key when there is one (SGLang v0.5.18 takes only it there), else the api key. */
   private readonly admin: CallInit;
   constructor(
     readonly url: string,
     private readonly options: ClientOptions,
   ) {
-    this.admin = { timeoutMs: Math.max(options.timeoutMs, options.adminTimeoutMs ?? 600_000), apiKey: options.apiKey };
+    this.admin = { timeoutMs: Math.max(options.timeoutMs, options.adminTimeoutMs ?? 600_000), apiKey: options.adminApiKey ?? options.apiKey };
   }
 
   async generate(r: SampleRequest): Promise<SampleResult> {
@@ -260,8 +280,21 @@ export class SglangClient implements RolloutServerClient {
     if (reported !== version) throw new ServerCallError(`${this.url}: reports weight version ${reported} after loading ${version}`, true);
   }
 
+  /**
+   * The weight version /model_info reports. It is read with the api key, as a route that is not an
+   * admin one takes; a 401 with an admin key configured is asked once more with that key, in case
+   * the release marks the route admin.
+   */
   private async reportedVersion(): Promise<string> {
-    return String(((await callJson(this.url, '/model_info', this.admin)) as { weight_version?: unknown }).weight_version);
+    const read = (apiKey?: string) => callJson(this.url, '/model_info', { ...this.admin, apiKey });
+    let info: unknown;
+    try {
+      info = await read(this.options.apiKey);
+    } catch (e) {
+      if (!(e instanceof ServerCallError && e.status === 401 && this.options.adminApiKey)) throw e;
+      info = await read(this.options.adminApiKey);
+    }
+    return String((info as { weight_version?: unknown }).weight_version);
   }
 
   async holds(version: string): Promise<boolean> {
@@ -270,16 +303,17 @@ export class SglangClient implements RolloutServerClient {
 
   /** Unloads an older adapter version (best effort: a server may have restarted without it). */
   async unloadAdapter(name: string): Promise<void> {
-    await callJson(this.url, '/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey }).catch(() => undefined);
+    await callJson(this.url, '/unload_lora_adapter', { body: { lora_name: name }, timeoutMs: this.options.timeoutMs, apiKey: this.admin.apiKey }).catch(() => undefined);
   }
 }
 
 /**
  * vLLM (v0.20.2): /v1/completions with an id prompt, logprobs 0 and return_token_ids; full weights
  * through the dev-mode /collective_rpc reload_weights (with /pause and /resume around it), adapters
- * through /v1/load_lora_adapter. vLLM reports no weight version: with full weights the rollout
- * compares promptLogProbs of a probe with its own (ServerRollout). Its --api-key covers the /v1
- * routes only; the dev routes stay open.
+ * through /v1/load_lora_adapter (a 400 or 404 from a directory not all there yet is retried). vLLM
+ * reports no weight version: with full weights the rollout compares promptLogProbs of a probe with
+ * its own (ServerRollout), to a tolerance that follows the dtype /server_info reports. Its --api-key
+ * covers the /v1 routes only; the dev routes stay open. It has no admin key.
  */
 export class VllmClient implements RolloutServerClient {
   readonly dialect = 'vllm';
@@ -332,7 +366,7 @@ export class VllmClient implements RolloutServerClient {
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
     const admin = this.admin;
     if (adapter) {
-      await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), (e) => e.status === 404, this.options.retryDelayMs ?? ADMIN_RETRY_DELAY_MS);
+      await withRetries(() => callJson(this.url, '/v1/load_lora_adapter', { ...admin, body: { lora_name: version, lora_path: dir, load_inplace: true } }), vllmLoadMayPass, this.options.retryDelayMs ?? ADMIN_RETRY_DELAY_MS);
       if (!(await this.holds(version))) throw new ServerCallError(`${this.url}: does not list adapter ${version} after loading it`, true);
       return;
     }
@@ -357,6 +391,24 @@ export class VllmClient implements RolloutServerClient {
       if (typeof entry?.logprob !== 'number') throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] has no entry for token ${id}`);
       return entry.logprob;
     });
+  }
+
+  /**
+   * The dtype the engine computes in, from the dev-mode GET /server_info?config_format=json (vLLM
+   * v0.20.2, entrypoints/serve/instrumentator/server_info.py: the VllmConfig dumped as JSON, whose
+   * model_config.dtype is the resolved torch dtype, e.g. "torch.bfloat16"). Undefined when the server
+   * has no such route (404: dev mode off, or another engine behind the vLLM routes) or does not say.
+   */
+  async engineDtype(): Promise<string | undefined> {
+    let info: unknown;
+    try {
+      info = await callJson(this.url, '/server_info?config_format=json', { timeoutMs: Math.min(this.options.timeoutMs, 30_000), apiKey: this.options.apiKey });
+    } catch (e) {
+      if (e instanceof ServerCallError && (e.status === 404 || e.status === 405)) return undefined;
+      throw e;
+    }
+    const dtype = (info as { vllm_config?: { model_config?: { dtype?: unknown } } })?.vllm_config?.model_config?.dtype;
+    return typeof dtype === 'string' ? dtype.replace(/^torch\./, '') : undefined;
   }
 
   /** Whether the server lists the adapter `version` (full weights: ServerRollout compares promptLogProbs). */

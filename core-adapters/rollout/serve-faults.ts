@@ -25,9 +25,11 @@ interface Faults {
   /** Answer the next `route_fail_next` calls of `route_fail` ('METHOD /path') with `status`. */
   route_fail: string;
   route_fail_next: number;
+  /** The message of those answers ('' for a generic one), to stand in for a real engine's words. */
+  route_fail_message: string;
 }
 
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0 };
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0, route_fail_message: '' };
 
 /** Installs the fault hooks and the /_flowrl/faults route on `server`. */
 export function installFaults(server: FlowrlServer): void {
@@ -40,7 +42,7 @@ export function installFaults(server: FlowrlServer): void {
     calls[route] = (calls[route] ?? 0) + 1;
     if (route === faults.route_fail && faults.route_fail_next > 0) {
       faults.route_fail_next -= 1;
-      throw new HttpError(faults.status, `injected failure of ${route} (status ${faults.status})`);
+      throw new HttpError(faults.status, faults.route_fail_message || `injected failure of ${route} (status ${faults.status})`);
     }
   };
   server.hooks.unhealthy = () => faults.health_fail;
@@ -80,6 +82,7 @@ export function installFaults(server: FlowrlServer): void {
         }
         for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next', 'route_fail_next'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
         if (typeof body.route_fail === 'string') faults.route_fail = body.route_fail;
+        if (typeof body.route_fail_message === 'string') faults.route_fail_message = body.route_fail_message;
         if (body.health_fail !== undefined) faults.health_fail = body.health_fail === true;
         if (body.logprob_skew !== undefined) engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
         if (body.restart === true) await engine.restartToBase();

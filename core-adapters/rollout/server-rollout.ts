@@ -22,8 +22,19 @@ import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, ty
 const EJECT_AFTER_FAILURES = 2;
 /** Weight versions kept on disk (a server may still be reading the previous one). */
 const KEPT_VERSIONS = 2;
-/** Mean |log-prob difference| on the probe above which a vLLM server is taken not to hold the policy's weights. */
-const WEIGHT_CHECK_TOLERANCE = 0.02;
+/**
+ * Mean |prompt log-prob difference| (server against trainer, over the probe's tokens) above which a
+ * vLLM server is taken not to hold the policy's weights, by the engine's dtype, unless
+ * rollout.server.weight_check_tolerance sets it. float32: an engine that computes as the trainer does
+ * differs by rounding alone (under 1e-5 here). 16-bit: measured with the project's own bf16 path
+ * (scripts/bf16-logprob-error.ts; figures in docs/rollout-servers.md): weight rounding alone moves the
+ * fixtures' log-probs by 0.008-0.018 on average, up to 0.023 on one probe, and a bf16 engine also
+ * rounds its activations; the default leaves a margin of about 3.5 over the largest.
+ */
+export const WEIGHT_CHECK_TOLERANCES = { float32: 0.02, '16-bit': 0.08 } as const;
+const TOLERANCE_KEY = 'actor_rollout_ref.rollout.server.weight_check_tolerance';
+/** Tokens sampled by the probe that asks a vLLM server which log-probs it reports. */
+const MODE_PROBE_TOKENS = 8;
 /** Event-loop turns dispatched() gives the transport to put a round's requests on the wire. */
 const DISPATCH_TURNS = 32;
 /** Probe rounds, one second apart, before a step gives up when no server is live. */
@@ -41,6 +52,22 @@ interface ServerState {
   assigned: number;
   /** Callers waiting for a free slot. */
   waiters: (() => void)[];
+  /** vLLM: the dtype the engine reports (null: it does not say; undefined: not asked yet). */
+  dtype?: string | null;
+  /** vLLM: whether its log-probs were checked to be at the run's temperature (--logprobs-mode). */
+  modeChecked: boolean;
+  /** Why it was last ejected. */
+  lastError?: string;
+}
+
+/** One weight check: the mean |difference| the probe measured, and what it was held to. */
+interface WeightCheck {
+  ok: boolean;
+  diff: number;
+  tolerance: number;
+  /** Where the tolerance came from: the key, or the engine's dtype. */
+  basis: string;
+  tokens: number;
 }
 
 /** A sample and the server that drew it. */
@@ -103,7 +130,16 @@ export class ServerRollout implements Rollout {
     if (!Number.isInteger(s.max_staleness) || s.max_staleness < 0) throw new InputError(`${key('max_staleness')} must be a whole number >= 0; got ${s.max_staleness}`);
     if (!Number.isInteger(s.max_inflight) || s.max_inflight < 1) throw new InputError(`${key('max_inflight')} must be a whole number >= 1; got ${s.max_inflight}`);
     if (s.api_key !== null && (typeof s.api_key !== 'string' || !s.api_key)) throw new InputError(`${key('api_key')} must be a non-empty string or null`);
-    const options = { timeoutMs: s.timeout_s * 1000, apiKey: s.api_key ?? (process.env.FLOWRL_ROLLOUT_API_KEY || undefined) };
+    if (s.admin_api_key !== null && (typeof s.admin_api_key !== 'string' || !s.admin_api_key)) throw new InputError(`${key('admin_api_key')} must be a non-empty string or null`);
+    // vLLM v0.20.2 has no admin key (its --api-key guards the /v1 routes; the dev routes stay open).
+    if (s.admin_api_key !== null && dialect !== 'sglang') throw new InputError(`${key('admin_api_key')} is SGLang's --admin-api-key; rollout.name ${dialect} has no admin key (set it to null)`);
+    const tolerance = s.weight_check_tolerance;
+    if (tolerance !== null && !(typeof tolerance === 'number' && Number.isFinite(tolerance) && tolerance > 0)) throw new InputError(`${key('weight_check_tolerance')} must be a positive number of nats (mean |log-prob difference|) or null (by the engine's dtype); got ${JSON.stringify(tolerance)}`);
+    const options = {
+      timeoutMs: s.timeout_s * 1000,
+      apiKey: s.api_key ?? (process.env.FLOWRL_ROLLOUT_API_KEY || undefined),
+      adminApiKey: dialect === 'sglang' ? (s.admin_api_key ?? (process.env.FLOWRL_ROLLOUT_ADMIN_API_KEY || undefined)) : undefined,
+    };
     this.servers = urls.map((url) => ({
       client: dialect === 'vllm' ? new VllmClient(url.replace(/\/+$/, ''), options) : new SglangClient(url.replace(/\/+$/, ''), options),
       live: true,
@@ -112,6 +148,7 @@ export class ServerRollout implements Rollout {
       inFlight: 0,
       assigned: 0,
       waiters: [],
+      modeChecked: false,
     }));
   }
 
@@ -172,6 +209,7 @@ export class ServerRollout implements Rollout {
     this.probeIds ??= promptIds[0].slice(0, 32);
     const syncStarted = performance.now();
     await this.sync(counters);
+    await this.checkLogprobsMode();
     const syncSeconds = (performance.now() - syncStarted) / 1000;
     const sampledVersion = this.version;
     let waiting = promptIds.length;
@@ -284,14 +322,21 @@ export class ServerRollout implements Rollout {
     if (!this.checksByProbe()) return;
     const answered = [...new Set(results.map((r) => r.server))];
     const lost = new Set<ServerState>();
+    const reasons = new Map<ServerState, string>();
     await Promise.all(
       answered.map(async (server) => {
         // Against the weights the round sampled with (under one_step_off_policy the policy has moved on).
-        if (!(await this.holdsPolicy(server, sampledVersion).catch(() => false))) lost.add(server);
+        try {
+          const check = await this.holdsPolicy(server, sampledVersion);
+          if (!check.ok) reasons.set(server, `${server.client.url}: after a round of samples, ${describeCheck(check)}`);
+        } catch (e) {
+          reasons.set(server, `${server.client.url}: the weight check failed: ${(e as Error).message}`);
+        }
+        if (reasons.has(server)) lost.add(server);
       }),
     );
     if (!lost.size) return;
-    lost.forEach((server) => this.eject(server, counters));
+    lost.forEach((server) => this.eject(server, counters, reasons.get(server)));
     const rows = results.flatMap((r, row) => (lost.has(r.server) ? [row] : []));
     counters.staleDropped += rows.length;
     await Promise.all(rows.map(async (row) => (results[row] = await this.sample(row, promptIds[row], sampling, undefined, counters))));
@@ -304,20 +349,101 @@ export class ServerRollout implements Rollout {
 
   /**
    * Whether a vLLM server serves the policy's current weights: its prompt log-probs of a probe (one
-   * of the run's prompts) within WEIGHT_CHECK_TOLERANCE of the trainer's own, on average.
+   * of the run's prompts) within the weight-check tolerance of the trainer's own, on average.
    */
-  private async holdsPolicy(server: ServerState, version = this.version): Promise<boolean> {
+  private async holdsPolicy(server: ServerState, version = this.version): Promise<WeightCheck> {
     const probe = this.probeIds;
-    if (!probe || probe.length < 2) return true;
+    const tolerance = await this.tolerance(server);
+    if (!probe || probe.length < 2) return { ok: true, diff: 0, ...tolerance, tokens: 0 };
     if (!this.expectedProbes.has(version)) {
       // Only the current weights can be scored; an older version unseen so far cannot be checked.
-      if (version !== this.version) return true;
+      if (version !== this.version) return { ok: true, diff: 0, ...tolerance, tokens: 0 };
       this.expectedProbes.set(version, responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1)[0]);
       for (const v of this.expectedProbes.keys()) if (v < version - 1) this.expectedProbes.delete(v);
     }
     const expected = this.expectedProbes.get(version)!;
     const got = await (server.client as VllmClient).promptLogProbs(probe);
-    return got.reduce((sum, v, i) => sum + Math.abs(v - expected[i]), 0) / got.length <= WEIGHT_CHECK_TOLERANCE;
+    const diff = meanAbsDifference(got, expected);
+    return { ok: diff <= tolerance.tolerance, diff, ...tolerance, tokens: got.length };
+  }
+
+  /**
+   * The weight check's tolerance for a server: the key's when set, else the figure for the dtype the
+   * engine reports (vLLM's dev-mode /server_info). A server that does not say is taken to compute in
+   * float32: full weights on vLLM need dev mode, which has the route, so that is an engine such as
+   * flowrl serve (float32) behind vLLM's routes.
+   */
+  private async tolerance(server: ServerState): Promise<{ tolerance: number; basis: string }> {
+    const set = this.settings.weight_check_tolerance;
+    if (set !== null) return { tolerance: set, basis: `${TOLERANCE_KEY} ${set}` };
+    if (server.dtype === undefined && server.client instanceof VllmClient) {
+      try {
+        server.dtype = (await server.client.engineDtype()) ?? null;
+      } catch {
+        // Not known this time (a transient failure, or a key the route wants): asked again next check.
+      }
+    }
+    const dtype = server.dtype ?? null;
+    const sixteen = dtype !== null && /bfloat16|float16|half/i.test(dtype);
+    const tolerance = WEIGHT_CHECK_TOLERANCES[sixteen ? '16-bit' : 'float32'];
+    return { tolerance, basis: `the default for a ${dtype === null ? 'server that reports no dtype (taken as float32)' : `${dtype} engine`}; ${TOLERANCE_KEY} sets it` };
+  }
+
+  /**
+   * vLLM's sample log-probs follow its --logprobs-mode: raw_logprobs (the default) are the model's
+   * before temperature, processed_logprobs after it, as the trainer scores them. vLLM v0.20.2 reports
+   * the mode only in dev mode's /server_info, so each server is asked by its answers instead, once
+   * (and again after it rejoins): a short sample at the run's temperature, whose log-probs are
+   * compared with the trainer's own score of the sampled ids at that temperature and at 1. Closer to
+   * the score at 1, and off the one at the temperature by more than the weight-check tolerance, is raw
+   * mode: every rollout log-prob, TIS weight and log-prob difference of the run would be wrong, so
+   * the run stops (exit 2) with the flag to add. At temperature 1 the two modes agree (top-p and
+   * top-k are refused with vLLM), so nothing is asked.
+   */
+  private async checkLogprobsMode(): Promise<void> {
+    if (this.config.actor_rollout_ref.rollout.name !== 'vllm') return;
+    const temperature = this.config.actor_rollout_ref.rollout.temperature;
+    const probe = this.probeIds;
+    if (!(temperature > 0) || Math.abs(temperature - 1) < 1e-6 || !probe?.length) return;
+    await Promise.all(
+      this.servers
+        .filter((s) => s.live && !s.modeChecked && s.version === this.version)
+        .map(async (server, i) => {
+          let sample: SampleResult;
+          try {
+            sample = await server.client.generate({
+              inputIds: probe,
+              maxNewTokens: MODE_PROBE_TOKENS,
+              temperature,
+              topP: 1,
+              topK: -1,
+              stopTokenIds: [],
+              seed: i,
+              adapter: this.isAdapter ? this.label(server.version) : undefined,
+              requestId: `flowrl-${this.runTag}-mode-probe-${this.version}-${i}`,
+            });
+          } catch (e) {
+            // A failing server is the sampling's to deal with; it is asked again next round.
+            if (e instanceof ServerCallError) return;
+            throw e;
+          }
+          if (!sample.outputIds.length) return;
+          const lm = this.policy.module.lm;
+          const atTemperature = meanAbsDifference(sample.logProbs, responseLogProbs(lm, [probe], [sample.outputIds], temperature)[0]);
+          const atOne = meanAbsDifference(sample.logProbs, responseLogProbs(lm, [probe], [sample.outputIds], 1)[0]);
+          const { tolerance } = await this.tolerance(server);
+          if (atTemperature <= tolerance) {
+            server.modeChecked = true;
+            return;
+          }
+          if (atOne < atTemperature) {
+            throw new InputError(
+              `rollout server ${server.client.url} returns log-probs before temperature (vLLM's --logprobs-mode raw_logprobs, its default), while actor_rollout_ref.rollout.temperature is ${temperature}: on a probe of ${sample.outputIds.length} sampled tokens its log-probs differ from the trainer's at T = ${temperature} by ${atTemperature.toFixed(4)} on average and from the trainer's at T = 1 by ${atOne.toFixed(4)}, so every rollout log-prob, TIS weight and log-prob difference would be wrong. Restart it with --logprobs-mode processed_logprobs`,
+            );
+          }
+          // Neither: not a mode question (the weights differ); the weight check deals with that.
+        }),
+    );
   }
 
   /** The live server with the fewest samples assigned and in flight, not in `exclude`. */
@@ -340,12 +466,16 @@ export class ServerRollout implements Rollout {
     server.waiters.shift()?.();
   }
 
-  private eject(server: ServerState, counters: RoundCounters): void {
+  private eject(server: ServerState, counters: RoundCounters, reason?: string): void {
     if (!server.live) return;
     server.live = false;
     server.version = -1;
+    // A server that comes back may have been restarted with other flags or another engine.
+    server.modeChecked = false;
+    server.dtype = undefined;
+    server.lastError = reason;
     counters.ejections += 1;
-    if (this.config.trainer.progress) process.stderr.write(`\n[flowrl] rollout server ${server.client.url} ejected (failing); it rejoins once it answers and takes the current weights\n`);
+    if (this.config.trainer.progress) process.stderr.write(`\n[flowrl] rollout server ${server.client.url} ejected (${reason ?? 'failing'}); it rejoins once it answers and takes the current weights\n`);
   }
 
   /** Brings back ejected servers that answer (with the current weights); throws when none is live. */
@@ -356,7 +486,8 @@ export class ServerRollout implements Rollout {
       if (server) return server;
       await new Promise((r) => setTimeout(r, 1000));
     }
-    throw new RolloutUnavailable(`every rollout server is down (${this.servers.map((s) => s.client.url).join(', ')}); last error: ${lastError || 'none answered a probe'}`);
+    const reasons = this.servers.flatMap((s) => (s.lastError ? [s.lastError] : []));
+    throw new RolloutUnavailable(`every rollout server is down (${this.servers.map((s) => s.client.url).join(', ')}); last error: ${lastError || 'none answered a probe'}${reasons.length ? `; ejected: ${reasons.join('; ')}` : ''}`);
   }
 
   /** Probes ejected servers; one that answers gets the current weights and serves again. */
@@ -390,7 +521,7 @@ export class ServerRollout implements Rollout {
             await this.push(s);
           } catch (e) {
             if (e instanceof ServerCallError && !e.retryable) throw new InputError(`rollout server ${e.message}`);
-            this.eject(s, counters);
+            this.eject(s, counters, (e as Error).message);
           }
         }),
     );
@@ -414,7 +545,10 @@ export class ServerRollout implements Rollout {
     const label = this.label(this.version);
     await server.client.loadWeights(dir, label, this.isAdapter);
     // vLLM cannot report what it loaded (reload_weights only logs weights it skipped): check.
-    if (this.checksByProbe() && !(await this.holdsPolicy(server))) throw new ServerCallError(`${server.client.url}: after loading ${dir} its log-probs are not the policy's`, true);
+    if (this.checksByProbe()) {
+      const check = await this.holdsPolicy(server);
+      if (!check.ok) throw new ServerCallError(`${server.client.url}: after loading ${dir}, ${describeCheck(check)}`, true);
+    }
     // Adapters are loaded per version: the one before the previous is no longer named by any request.
     if (this.isAdapter) await server.client.unloadAdapter(this.label(this.version - KEPT_VERSIONS));
     server.version = this.version;
@@ -430,4 +564,14 @@ export class ServerRollout implements Rollout {
   async dispose(): Promise<void> {
     this.servers.forEach((s) => s.waiters.splice(0).forEach((w) => w()));
   }
+}
+
+/** The mean of |a_i - b_i| over a's entries. */
+function meanAbsDifference(a: number[], b: number[]): number {
+  return a.length ? a.reduce((sum, v, i) => sum + Math.abs(v - b[i]), 0) / a.length : 0;
+}
+
+/** A failed weight check in words: what was compared, how far apart, and the tolerance with its key. */
+function describeCheck(check: WeightCheck): string {
+  return `the mean |prompt log-prob difference| between the server (vLLM prompt_logprobs, T = 1) and the trainer over the probe's ${check.tokens} tokens is ${check.diff.toFixed(4)}, above the tolerance ${check.tolerance} (${check.basis}): it does not hold the policy's weights`;
 }
