@@ -494,11 +494,14 @@ static napi_value sample_rows_napi(napi_env env, napi_callback_info info) {
       !get_int32s(env, argv[7], &tokens, &tLen) || !get_float64s(env, argv[8], &logProbs, &lLen) || !get_float64s(env, argv[9], &kept, &kLen) ||
       !get_int(env, argv[10], &threads))
     return throw_error(env, "sampleRows: bad argument types");
-  if (rows < 0 || V <= 0 || V > INT32_MAX || zOff < 0 || !(invT > 0) || !(topP > 0) || (size_t)(zOff + rows * V) > zLen || (size_t)rows > uLen ||
+  if (rows < 0 || V <= 0 || V > INT32_MAX || zOff < 0 || !(invT > 0) || isinf(invT) || !(topP > 0) || (size_t)(zOff + rows * V) > zLen || (size_t)rows > uLen ||
       (size_t)rows > tLen || (size_t)rows > lLen || (size_t)rows > kLen)
     return throw_error(env, "sampleRows: bad sizes");
   const sample_job job = {Z + zOff, V, (int)rows, invT, topP, uniforms, tokens, logProbs, kept};
-  if (sample_rows(&job, threads < 1 ? 1 : (int)threads) != 0) return throw_error(env, "sampleRows: out of memory");
+  const int failed = sample_rows(&job, threads < 1 ? 1 : (int)threads);
+  // generate.ts tells this message apart: a poisoned model, not a bug.
+  if (failed == -2) return throw_error(env, "sampleRows: non-finite logits");
+  if (failed != 0) return throw_error(env, "sampleRows: out of memory");
   return NULL;
 }
 

@@ -51,7 +51,7 @@ typedef struct {
   double *log_probs;      // out: log-softmax(logits / T) of the token
   double *kept_log_mass;  // out: log of the softmax share top-p kept (0 without it)
 } sample_job;
-// 0, or -1 out of memory.
+// 0, -1 out of memory, or -2 non-finite logits (NaN or infinite) in a row.
 int sample_rows(const sample_job *job, int threads);
 
 // ---- attention.c: one decode step's attention over a preallocated KV cache.

@@ -38,6 +38,9 @@ static int64_t nucleus(const candidate *order, int64_t count, double needed, dou
   return size;
 }
 
+// sample_row's failures (sample_rows returns the first one met).
+enum { SAMPLE_NO_MEMORY = -1, SAMPLE_NOT_FINITE = -2 };
+
 static int sample_row(const sample_job *job, int r, double *probs, candidate **order, int64_t *capacity) {
   const int64_t V = job->V;
   const float *z = job->logits + (size_t)r * V;
@@ -49,6 +52,9 @@ static int sample_row(const sample_job *job, int r, double *probs, candidate **o
   }
   double total = 0;
   for (int64_t j = 0; j < V; j++) total += probs[j] = exp((double)z[j] * invT - max);
+  // NaN or infinite logits (diverged weights) leave nothing to draw from: every comparison below
+  // would be false and the nucleus empty.
+  if (!isfinite(max) || !isfinite(total) || !(total > 0)) return SAMPLE_NOT_FINITE;
   int32_t token = (int32_t)(V - 1);
   double kept = 0;
   if (job->top_p >= 1) {
@@ -69,7 +75,7 @@ static int sample_row(const sample_job *job, int r, double *probs, candidate **o
       const int64_t wanted = pass ? V : count;
       if (wanted > *capacity) {
         candidate *grown = realloc(*order, sizeof(candidate) * (size_t)wanted);
-        if (!grown) return -1;
+        if (!grown) return SAMPLE_NO_MEMORY;
         *order = grown;
         *capacity = wanted;
       }
@@ -80,6 +86,7 @@ static int sample_row(const sample_job *job, int r, double *probs, candidate **o
       double mass;
       int64_t size = nucleus(*order, n, needed, &mass);
       if (mass < needed && !pass) continue;
+      if (n < 1) return SAMPLE_NOT_FINITE;
       if (size < 1) size = 1;
       double nucleus_mass = 0;
       for (int64_t i = 0; i < size; i++) nucleus_mass += (*order)[i].p;
@@ -110,12 +117,15 @@ static void sample_task(void *arg, int task, int tasks) {
   double *probs = malloc(sizeof(double) * (size_t)job->V);
   candidate *order = NULL;
   int64_t capacity = 0;
-  int failed = !probs;
+  int failed = probs ? 0 : SAMPLE_NO_MEMORY;
   for (int r = r0; r < r1 && !failed; r++)
-    if (!isnan(job->uniforms[r])) failed = sample_row(job, r, probs, &order, &capacity) != 0;
+    if (!isnan(job->uniforms[r])) failed = sample_row(job, r, probs, &order, &capacity);
   free(order);
   free(probs);
-  if (failed) atomic_store(&run->failed, 1);
+  if (failed) {
+    int none = 0;
+    atomic_compare_exchange_strong(&run->failed, &none, failed);
+  }
 }
 
 int sample_rows(const sample_job *job, int threads) {
@@ -124,5 +134,5 @@ int sample_rows(const sample_job *job, int threads) {
   // Small vocabularies are not worth a hand-off to another thread.
   if (threads > 1 && (int64_t)job->rows * job->V >= SPLIT_MIN_VALUES) run_tasks(sample_task, &run, job->rows, threads);
   else sample_task(&run, 0, 1);
-  return atomic_load(&run.failed) ? -1 : 0;
+  return atomic_load(&run.failed);
 }

@@ -494,9 +494,10 @@ describe('flowrl serve: the HTTP server', () => {
       }
     });
 
-    it('/v1/models lists the model and the loaded adapters', async () => {
+    it('/v1/models lists the model and the loaded adapters, by name (no server path)', async () => {
       const ids = async () => ((await call(main.url, '/v1/models')).body as { data: { id: string; parent?: string }[] }).data;
-      expect(await ids()).to.deep.include.members([{ id: 'tiny-qwen2', object: 'model', owned_by: 'flowrl', root: TINY, max_model_len: 128 }]);
+      expect(await ids()).to.deep.include.members([{ id: 'tiny-qwen2', object: 'model', owned_by: 'flowrl', root: 'tiny-qwen2', max_model_len: 128 }]);
+      expect(JSON.stringify(await ids())).not.to.include(path.dirname(TINY));
       expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: path.join(tempDir(), 'nothing') }), 404, 'No adapter found');
       expect((await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: TINY_ADAPTER })).status).to.equal(200);
       expect((await ids()).map((m) => [m.id, m.parent])).to.deep.equal([

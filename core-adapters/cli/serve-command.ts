@@ -13,6 +13,11 @@ import { BACKEND_FLAG, numberFlag, parseFlags, requiredString } from './args.js'
 const LOGPROBS_MODES = ['processed_logprobs', 'raw_logprobs'] as const;
 const DIALECTS = ['both', 'sglang', 'vllm'] as const;
 
+/** Whether `host` is reachable only from this machine. */
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}
+
 export async function serveCommand(argv: string[]): Promise<void> {
   const { values } = parseFlags('serve', argv, {
     model: { type: 'string' },
@@ -21,6 +26,9 @@ export async function serveCommand(argv: string[]): Promise<void> {
     port: { type: 'string' },
     dialect: { type: 'string', default: 'both' },
     'api-key': { type: 'string' },
+    'admin-api-key': { type: 'string' },
+    'allowed-host': { type: 'string', multiple: true },
+    'max-connections': { type: 'string' },
     'enable-admin': { type: 'boolean', default: false },
     'weights-root': { type: 'string', multiple: true },
     'max-batch': { type: 'string' },
@@ -41,8 +49,13 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const roots = (values['weights-root'] as string[] | undefined) ?? [];
   for (const root of roots) if (!fs.statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new InputError(`--weights-root ${root}: no such directory`);
   if (roots.length && !values['enable-admin']) throw new InputError('--weights-root needs --enable-admin (weights are loaded through the admin routes)');
-  // A key on the command line shows in the process list; the environment does not.
-  const apiKey = (values['api-key'] as string | undefined) ?? process.env.FLOWRL_SERVE_API_KEY;
+  // A key on the command line shows in the process list; the environment does not (set but empty there is unset).
+  const apiKey = (values['api-key'] as string | undefined) ?? (process.env.FLOWRL_SERVE_API_KEY || undefined);
+  const adminApiKey = (values['admin-api-key'] as string | undefined) ?? (process.env.FLOWRL_SERVE_ADMIN_API_KEY || undefined);
+  const host = values.host as string;
+  if (!apiKey && !isLoopback(host)) {
+    console.error(`flowrl serve: warning: listening on ${host} without --api-key: anyone who can reach this address can sample${values['enable-admin'] ? ' and load weights' : ''}`);
+  }
   await initEngine(values.backend as BackendChoice, { quiet: true });
   const tokenizer = fs.existsSync(path.join(modelDir, 'tokenizer.json')) ? TextTokenizer.load(modelDir) : undefined;
   let server: FlowrlServer;
@@ -50,10 +63,13 @@ export async function serveCommand(argv: string[]): Promise<void> {
     server = new FlowrlServer({
       modelDir: path.resolve(modelDir),
       adapterDir: values.adapter as string | undefined,
-      host: values.host as string,
+      host,
       port: numberFlag('serve', values, 'port', 30000, { integer: true, min: 0, max: 65535 }),
       dialect,
-      apiKey: apiKey || undefined,
+      apiKey,
+      adminApiKey,
+      allowedHosts: values['allowed-host'] as string[] | undefined,
+      maxConnections: numberFlag('serve', values, 'max-connections', 512, { integer: true, min: 1 }),
       enableAdmin: values['enable-admin'] as boolean,
       weightsRoots: roots,
       maxBatch: numberFlag('serve', values, 'max-batch', 64, { integer: true, min: 1 }),
@@ -79,7 +95,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const engine = server.engine;
   // One line on stdout, so a launcher can wait for it and read the port.
   console.log(
-    `flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; ${dialect === 'vllm' ? '' : 'SGLang /generate, '}${dialect === 'sglang' ? '' : 'vLLM /v1/completions, OpenAI /v1/chat/completions, '}context ${engine.maxModelLen}, KV budget ${engine.maxTotalTokens} tokens; admin routes ${values['enable-admin'] ? 'on' : 'off'}${apiKey ? ', API key required' : ''})`,
+    `flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; ${dialect === 'vllm' ? '' : 'SGLang /generate, '}${dialect === 'sglang' ? '' : 'vLLM /v1/completions, OpenAI /v1/chat/completions, '}context ${engine.maxModelLen}, KV budget ${engine.maxTotalTokens} tokens; admin routes ${values['enable-admin'] ? 'on' : 'off'}${apiKey ? ', API key required' : ''}${adminApiKey ? ', admin key required on admin routes' : ''})`,
   );
   const stopped = await new Promise<'signal' | 'fault'>((resolve) => {
     process.once('SIGINT', () => resolve('signal'));

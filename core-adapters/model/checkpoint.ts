@@ -10,6 +10,7 @@ import { FrozenMatrix, type SharedFrozenMatrix } from '../engine/frozen.js';
 import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
+import { fileInDirectory, OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
 import type { TextTokenizer } from './tokenizer.js';
 import type { AdamW, LrScheduler } from './optim.js';
 import { uniqueVariableName } from './variables.js';
@@ -28,26 +29,23 @@ export const TOKENIZER_FILES = [
 ];
 
 /** Which file holds each tensor: the single model.safetensors or the shards named by the index. */
-function weightFiles(dir: string): Map<string, string[]> {
+function weightFiles(dir: string, access: FileAccess = OPERATOR_FILES): Map<string, string[]> {
   const single = path.join(dir, WEIGHTS_FILE);
   const index = path.join(dir, WEIGHTS_INDEX_FILE);
   const byFile = new Map<string, string[]>();
-  if (fs.existsSync(single)) {
-    byFile.set(single, [...readHeader(single).tensors.keys()]);
+  // lstat: a link (dangling or not) is still the file a confined read must refuse.
+  if (fs.lstatSync(single, { throwIfNoEntry: false })) {
+    byFile.set(single, [...readHeader(single, access).tensors.keys()]);
     return byFile;
   }
-  if (!fs.existsSync(index)) {
+  if (!fs.lstatSync(index, { throwIfNoEntry: false })) {
     throw new InputError(`${dir}: no ${WEIGHTS_FILE} or ${WEIGHTS_INDEX_FILE}; is this a Hugging Face model directory?`);
   }
-  let weightMap: Record<string, string>;
-  try {
-    weightMap = JSON.parse(fs.readFileSync(index, 'utf8')).weight_map;
-  } catch (e) {
-    throw new InputError(`${index}: not valid JSON (${(e as Error).message})`);
-  }
-  if (typeof weightMap !== 'object' || weightMap === null) throw new InputError(`${index}: key 'weight_map' is missing`);
+  const parsed = readJsonFile(index, access) as { weight_map?: unknown } | null;
+  const weightMap = parsed?.weight_map;
+  if (typeof weightMap !== 'object' || weightMap === null || Array.isArray(weightMap)) throw new InputError(`${index}: key 'weight_map' is missing`);
   for (const [name, shard] of Object.entries(weightMap)) {
-    const file = path.join(dir, shard);
+    const file = fileInDirectory(dir, shard, `${index}: key 'weight_map.${name}'`);
     if (!byFile.has(file)) byFile.set(file, []);
     byFile.get(file)!.push(name);
   }
@@ -58,10 +56,10 @@ function weightFiles(dir: string): Map<string, string[]> {
  * Reads the weights a config needs (those `skip` leaves), checking names and shapes; the error
  * names the file and tensor.
  */
-export function readWeights(dir: string, config: ModelConfig, skip: (hfName: string) => boolean = () => false): Map<string, F32Tensor> {
+export function readWeights(dir: string, config: ModelConfig, skip: (hfName: string) => boolean = () => false, access: FileAccess = OPERATOR_FILES): Map<string, F32Tensor> {
   const expected = new Map([...expectedTensors(config)].filter(([name]) => !skip(name)));
   const located = new Map<string, string>();
-  for (const [file, names] of weightFiles(dir)) for (const name of names) located.set(name, file);
+  for (const [file, names] of weightFiles(dir, access)) for (const name of names) located.set(name, file);
   const source = located.size && new Set(located.values()).size > 1 ? path.join(dir, WEIGHTS_INDEX_FILE) : path.join(dir, WEIGHTS_FILE);
   const perFile = new Map<string, string[]>();
   for (const name of expected.keys()) {
@@ -72,7 +70,7 @@ export function readWeights(dir: string, config: ModelConfig, skip: (hfName: str
   }
   const weights = new Map<string, F32Tensor>();
   for (const [file, names] of perFile) {
-    for (const [name, tensor] of readTensors(file, names)) {
+    for (const [name, tensor] of readTensors(file, names, access)) {
       const want = expected.get(name)!;
       if (tensor.shape.length !== want.length || tensor.shape.some((d, i) => d !== want[i])) {
         throw new InputError(`${file}: tensor '${name}' has shape [${tensor.shape}] but config.json implies [${want}]`);

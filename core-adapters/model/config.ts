@@ -1,6 +1,6 @@
 // A Hugging Face config.json for the Llama family (llama, qwen2), read into the fields the model uses.
-import fs from 'node:fs';
 import { InputError } from '../errors.js';
+import { OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
 import type { TextTokenizer } from './tokenizer.js';
 
 export const MODEL_TYPES = ['llama', 'qwen2'] as const;
@@ -43,11 +43,28 @@ export interface ModelConfig {
 
 type Json = Record<string, unknown>;
 
+/**
+ * Upper bounds on a config's sizes, far above any released Llama or Qwen2 model: past them a config
+ * is corrupt or hostile (30 million layers froze a server for minutes before any weight was read).
+ */
+const SIZE_LIMITS: Record<string, number> = {
+  vocab_size: 2 ** 23,
+  hidden_size: 2 ** 17,
+  intermediate_size: 2 ** 20,
+  num_hidden_layers: 2 ** 10,
+  num_attention_heads: 2 ** 10,
+  num_key_value_heads: 2 ** 10,
+  head_dim: 2 ** 12,
+  max_position_embeddings: 2 ** 24,
+};
+
 function positiveInt(raw: Json, key: string, file: string, fallback?: number): number {
   const value = raw[key] ?? fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
     throw new InputError(`${file}: key '${key}' must be a positive integer; got ${JSON.stringify(raw[key])}`);
   }
+  const limit = SIZE_LIMITS[key];
+  if (limit !== undefined && value > limit) throw new InputError(`${file}: key '${key}' is ${value}; at most ${limit} is taken for a real model`);
   return value;
 }
 
@@ -129,18 +146,13 @@ export function parseModelConfig(raw: Json, file = 'config.json'): ModelConfig {
 }
 
 /** Reads and validates DIR/config.json. */
-export function readModelConfig(file: string): ModelConfig {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch {
-    throw new InputError(`${file}: file not found; a Hugging Face model directory needs config.json`);
-  }
+export function readModelConfig(file: string, access: FileAccess = OPERATOR_FILES): ModelConfig {
   let raw: unknown;
   try {
-    raw = JSON.parse(text);
+    raw = readJsonFile(file, access);
   } catch (e) {
-    throw new InputError(`${file}: not valid JSON (${(e as Error).message})`);
+    if ((e as Error).message.endsWith('file not found')) throw new InputError(`${file}: file not found; a Hugging Face model directory needs config.json`);
+    throw e;
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new InputError(`${file}: must hold a JSON object`);
   return parseModelConfig(raw as Json, file);

@@ -33,6 +33,8 @@ export interface SamplingOptions {
   withLogProbs?: boolean;
   /** Also return, per token, the log of the softmax share top-k and top-p kept (vLLM's processed logprobs subtract it). */
   withKeptMass?: boolean;
+  /** Per row, a test of the ids sampled so far that ends the row when true (a server's stop strings); the row counts as stopped. */
+  rowStopWhen?: (((ids: readonly number[]) => boolean) | undefined)[];
 }
 
 export interface Generation {
@@ -44,6 +46,29 @@ export interface Generation {
   logProbs?: number[][];
   /** With withKeptMass: per token, log of the share of the softmax the filters kept (0 without top-k/top-p). */
   keptLogMass?: number[][];
+}
+
+/**
+ * Temperatures below this sample greedily (SGLang v0.5.x's _SAMPLING_EPS does the same): dividing
+ * by a denormal temperature overflows the logits to infinities, whose softmax is NaN.
+ */
+export const GREEDY_TEMPERATURE = 1e-6;
+
+/** Whether `options` sample greedily: asked for, or a temperature too small to divide by. */
+export function samplesGreedily(options: { greedy?: boolean; temperature?: number }): boolean {
+  const t = options.temperature ?? 1;
+  if (!(t >= 0) || t === Infinity) throw new RangeError(`sampling temperature must be a finite number >= 0; got ${t}`);
+  return options.greedy === true || t < GREEDY_TEMPERATURE;
+}
+
+/**
+ * Logits a softmax cannot be taken of (NaN or infinite: weights that diverged or overflowed). The
+ * engine is broken then, not the request: a server reports it through /health.
+ */
+export class NonFiniteLogits extends Error {
+  constructor() {
+    super('the model produced NaN or infinite logits (its weights are not finite, or overflowed)');
+  }
 }
 
 /** log-softmax(logits / T)[token] over the whole vocabulary, in float64. */
@@ -92,9 +117,14 @@ function draw(probs: Float64Array, order: ArrayLike<number>, total: number, rng:
 export function sampleToken(logits: Float32Array, options: SamplingOptions, rng: Rng, kept?: KeptMass): number {
   const V = logits.length;
   if (kept) kept.logMass = 0;
-  if (options.greedy || options.temperature === 0) {
+  if (samplesGreedily(options)) {
     let best = 0;
-    for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    let finite = Number.isFinite(logits[0]);
+    for (let i = 1; i < V; i++) {
+      if (logits[i] > logits[best]) best = i;
+      finite &&= Number.isFinite(logits[i]);
+    }
+    if (!finite) throw new NonFiniteLogits();
     return best;
   }
   const invT = 1 / (options.temperature ?? 1);
@@ -110,6 +140,8 @@ export function sampleToken(logits: Float32Array, options: SamplingOptions, rng:
   const probs = new Float64Array(count);
   let total = 0;
   for (let j = 0; j < count; j++) total += probs[j] = Math.exp(logits[id(j)] * invT - max);
+  // NaN or infinite logits make max or total non-finite; nothing sensible can be drawn then.
+  if (!Number.isFinite(max) || !Number.isFinite(total)) throw new NonFiniteLogits();
   const topP = options.topP ?? 1;
   // The kept set's share of the whole softmax at T (log), for engines that renormalise over it.
   const keep = (mass: number) => {
@@ -176,6 +208,8 @@ export class Decoding {
   /** Rows done: stopped on a stop token, or at their own length limit. */
   private readonly done: boolean[];
   private readonly temperature: number;
+  /** Whether rows take the most likely token (asked for, or a temperature too small to divide by). */
+  readonly greedy: boolean;
   private readonly stop: Set<number>;
   private readonly pad: number;
   private readonly seen: number[];
@@ -199,7 +233,8 @@ export class Decoding {
     this.limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
     this.logProbs = options.withLogProbs ? prompts.map(() => []) : undefined;
     this.keptLogMass = options.withKeptMass ? prompts.map(() => []) : undefined;
-    this.temperature = options.greedy ? 1 : (options.temperature ?? 1);
+    this.greedy = samplesGreedily(options);
+    this.temperature = this.greedy ? 1 : (options.temperature ?? 1);
     this.stop = new Set(options.stopTokenIds ?? []);
     this.pad = options.padTokenId ?? 0;
     const P = Math.max(...prompts.map((p) => p.length));
@@ -252,7 +287,7 @@ export class Decoding {
       if (kept) this.keptLogMass![b].push(drawn ? drawn.keptLogMass[b] : kept.logMass);
       tokens[b].push(next[b]);
       this.logProbs?.[b].push(drawn ? drawn.logProbs[b] : tokenLogProb(row!, next[b], this.temperature));
-      if (this.stop.has(next[b])) this.stopped[b] = done[b] = true;
+      if (this.stop.has(next[b]) || options.rowStopWhen?.[b]?.(tokens[b])) this.stopped[b] = done[b] = true;
       if (tokens[b].length >= this.limits[b]) done[b] = true;
     }
     this.stepsTaken += 1;
@@ -311,8 +346,13 @@ export class Decoding {
   private drawNatively(logits: tf.Tensor2D): RowSamples | undefined {
     const { options, done } = this;
     const topK = options.topK ?? 0;
-    if (options.greedy || options.temperature === 0 || (topK > 0 && topK < logits.shape[1])) return undefined;
-    return splitFrozenProducts(() => sampleRowsNatively(logits, this.temperature, options.topP ?? 1, (b) => (done[b] ? NaN : this.rngs[b].next())));
+    if (this.greedy || (topK > 0 && topK < logits.shape[1])) return undefined;
+    try {
+      return splitFrozenProducts(() => sampleRowsNatively(logits, this.temperature, options.topP ?? 1, (b) => (done[b] ? NaN : this.rngs[b].next())));
+    } catch (e) {
+      if ((e as Error).message.includes('non-finite logits')) throw new NonFiniteLogits();
+      throw e;
+    }
   }
 
   /** What was sampled so far (everything, once finished). */

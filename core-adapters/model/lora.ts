@@ -13,6 +13,7 @@ import { uniqueVariableName } from './variables.js';
 import type { ModelConfig } from './config.js';
 import type { HostTensor } from './layout.js';
 import { readTensors, writeSafetensors } from './safetensors.js';
+import { OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
 
 /** The linear modules of a decoder layer that can carry an adapter (PEFT's all-linear: every one). */
 export const LORA_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
@@ -226,23 +227,18 @@ export interface AdapterFiles {
 }
 
 /** Reads a PEFT LoRA directory; every problem names the file (and tensor). */
-export function readAdapter(dir: string): AdapterFiles {
+export function readAdapter(dir: string, access: FileAccess = OPERATOR_FILES): AdapterFiles {
   const weightsFile = path.join(dir, ADAPTER_WEIGHTS_FILE);
-  const { settings, baseModel } = readAdapterConfig(dir);
-  if (!fs.existsSync(weightsFile)) throw new InputError(`${dir}: no ${ADAPTER_WEIGHTS_FILE}`);
-  return { settings, baseModel, tensors: readTensors(weightsFile), weightsFile };
+  const { settings, baseModel } = readAdapterConfig(dir, access);
+  if (!fs.lstatSync(weightsFile, { throwIfNoEntry: false })) throw new InputError(`${dir}: no ${ADAPTER_WEIGHTS_FILE}`);
+  return { settings, baseModel, tensors: readTensors(weightsFile, undefined, access), weightsFile };
 }
 
 /** adapter_config.json, checked: LoRA settings and the base it names. */
-function readAdapterConfig(dir: string): { settings: LoraSettings; baseModel?: string } {
+function readAdapterConfig(dir: string, access: FileAccess = OPERATOR_FILES): { settings: LoraSettings; baseModel?: string } {
   const configFile = path.join(dir, ADAPTER_CONFIG_FILE);
-  if (!fs.existsSync(configFile)) throw new InputError(`${dir}: no ${ADAPTER_CONFIG_FILE}; is this a PEFT LoRA adapter directory?`);
-  let raw: Record<string, unknown>;
-  try {
-    raw = JSON.parse(fs.readFileSync(configFile, 'utf8'));
-  } catch (e) {
-    throw new InputError(`${configFile}: not valid JSON (${(e as Error).message})`);
-  }
+  if (!fs.lstatSync(configFile, { throwIfNoEntry: false })) throw new InputError(`${dir}: no ${ADAPTER_CONFIG_FILE}; is this a PEFT LoRA adapter directory?`);
+  const raw = readJsonFile(configFile, access) as Record<string, unknown>;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new InputError(`${configFile}: must hold a JSON object`);
   if (raw.peft_type !== undefined && raw.peft_type !== 'LORA') throw new InputError(`${configFile}: key 'peft_type' is ${JSON.stringify(raw.peft_type)}; only LORA is supported`);
   const rank = raw.r;
@@ -314,7 +310,7 @@ export function writeAdapterFiles(dir: string, adapters: LoraAdapters, baseModel
 
 /** Whether a directory holds a PEFT adapter. */
 export function isAdapterDir(dir: string): boolean {
-  return fs.existsSync(path.join(dir, ADAPTER_CONFIG_FILE));
+  return fs.lstatSync(path.join(dir, ADAPTER_CONFIG_FILE), { throwIfNoEntry: false }) !== undefined;
 }
 
 /** Fresh adapters with PEFT's initialisation, seeded. */
@@ -326,8 +322,8 @@ export function createAdapters(config: ModelConfig, settings: LoraSettings, seed
  * Adapters read from a PEFT directory for a model of `config`, after checking every tensor
  * against it; the message names the file and tensor.
  */
-export function loadAdapters(config: ModelConfig, dir: string): LoraAdapters {
-  const files = readAdapter(dir);
+export function loadAdapters(config: ModelConfig, dir: string, access: FileAccess = OPERATOR_FILES): LoraAdapters {
+  const files = readAdapter(dir, access);
   checkAdapterTensors(files, config);
   const adapters = createAdapters(config, files.settings, 0);
   adapters.assignPeft(files.tensors, files.weightsFile);

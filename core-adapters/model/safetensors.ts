@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
+import { OPERATOR_FILES, openRegularFile, type FileAccess } from './files.js';
 
 export interface TensorEntry {
   dtype: string;
@@ -43,18 +44,9 @@ function readExactly(fd: number, length: number, position: number, file: string)
   return buffer;
 }
 
-function openForRead(file: string): number {
-  try {
-    return fs.openSync(file, 'r');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    fail(file, code === 'ENOENT' ? 'file not found' : `cannot open (${code ?? String(e)})`);
-  }
-}
-
 /** Parses and validates the header of a .safetensors file. */
-export function readHeader(file: string): SafetensorsHeader {
-  const fd = openForRead(file);
+export function readHeader(file: string, access: FileAccess = OPERATOR_FILES): SafetensorsHeader {
+  const fd = openRegularFile(file, access);
   try {
     const size = fs.fstatSync(fd).size;
     if (size < 8) fail(file, 'not a safetensors file (shorter than its 8-byte header length)');
@@ -131,12 +123,12 @@ function decode(raw: Buffer, dtype: string, count: number): Float32Array {
   return out;
 }
 
-/** Reads the named tensors (all when `names` is omitted), upcast to float32. */
-export function readTensors(file: string, names?: Iterable<string>): Map<string, F32Tensor> {
-  const header = readHeader(file);
+/** Reads the named tensors (all when `names` is omitted), upcast to float32; NaN or infinite values are refused. */
+export function readTensors(file: string, names?: Iterable<string>, access: FileAccess = OPERATOR_FILES): Map<string, F32Tensor> {
+  const header = readHeader(file, access);
   const wanted = names ? [...names] : [...header.tensors.keys()];
   const out = new Map<string, F32Tensor>();
-  const fd = openForRead(file);
+  const fd = openRegularFile(file, access);
   try {
     for (const name of wanted) {
       const entry = header.tensors.get(name);
@@ -144,12 +136,22 @@ export function readTensors(file: string, names?: Iterable<string>): Map<string,
       const [start, end] = entry.data_offsets;
       const count = entry.shape.reduce((a, b) => a * b, 1);
       const raw = readExactly(fd, end - start, header.dataStart + start, file);
-      out.set(name, { shape: entry.shape, data: decode(raw, entry.dtype, count), storedDtype: entry.dtype });
+      const data = decode(raw, entry.dtype, count);
+      // A diverged run's weights: a model built from them samples NaN (and crashed the sampler once).
+      const bad = firstNonFinite(data);
+      if (bad >= 0) fail(file, `tensor '${name}' holds ${data[bad]} at flat index ${bad}; weights must be finite`);
+      out.set(name, { shape: entry.shape, data, storedDtype: entry.dtype });
     }
   } finally {
     fs.closeSync(fd);
   }
   return out;
+}
+
+/** Index of the first NaN or infinite value, or -1. */
+function firstNonFinite(data: Float32Array): number {
+  for (let i = 0; i < data.length; i++) if (data[i] - data[i] !== 0) return i;
+  return -1;
 }
 
 /** Writes float32 tensors in name order, header padded with spaces to 8-byte alignment. */

@@ -31,6 +31,16 @@ export function readNumber(body: Json, key: string, fallback: number, check: { i
   return v;
 }
 
+/** Longest client string a server copies into its answers (a request id). */
+export const MAX_ECHOED_CHARS = 256;
+
+/** A client string the answer repeats, checked and bounded (a 10 MB id copied into every sample ran the heap out). */
+export function echoedText(value: unknown, key: string): string {
+  if (typeof value !== 'string') throw bad(`'${key}' must be a string`);
+  if (value.length > MAX_ECHOED_CHARS) throw bad(`'${key}' is ${value.length} characters long; at most ${MAX_ECHOED_CHARS}`);
+  return value;
+}
+
 /** A short rendering of a client's value for an error message (never the whole of a huge one). */
 export function preview(v: unknown): string {
   if (Array.isArray(v)) return `a list of ${v.length}`;
@@ -59,6 +69,26 @@ export type RouteTable = Record<string, Route>;
 export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 'adapter'> {
   n: number;
   seed?: number;
+  /** OpenAI's `stop` strings (the engine ends a sample at the first; the answer's text is cut before it). */
+  stopStrings: string[];
+}
+
+/** Most stop strings a request may give. */
+export const MAX_STOP_STRINGS = 16;
+
+/** Where the first of `stops` begins in `text`, and which it is; undefined when none occurs. */
+export function firstStop(text: string, stops: string[]): { at: number; stop: string } | undefined {
+  let found: { at: number; stop: string } | undefined;
+  for (const stop of stops) {
+    const at = text.indexOf(stop);
+    if (at >= 0 && (!found || at < found.at)) found = { at, stop };
+  }
+  return found;
+}
+
+/** Refuses `stream: true`: flowrl serve answers whole, and a streaming client would read nothing it understands. */
+export function refuseStreaming(body: Json): void {
+  if (body.stream === true) throw bad("'stream' true is not supported: flowrl serve answers a request whole; send stream false (or leave it out)");
 }
 
 /** How a dialect names and bounds its sampling fields. */

@@ -6,7 +6,7 @@
 // leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
-import { bad, HttpError, isObject, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, echoedText, firstStop, HttpError, isObject, refuseStreaming, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
 export const SGLANG_RELEASE = 'v0.5.18';
@@ -142,6 +142,7 @@ async function unloadAdapter(server: DialectHost, body: Json): Promise<Json> {
 }
 
 async function generate(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
+  refuseStreaming(body);
   // input_ids are ids only (a string there is a mistake, not a prompt); text is the text route.
   const byIds = body.input_ids !== undefined && body.input_ids !== null;
   if (!byIds && (body.text === undefined || body.text === null)) throw bad("'input_ids' (or 'text') is required");
@@ -149,23 +150,29 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   const params = body.sampling_params ?? {};
   if (!isObject(params)) throw bad("'sampling_params' must be an object");
   const s = server.samplingSpec(params, prompts, SAMPLING);
+  // Checked before sampling: the id is copied into every answer.
+  const rid = body.rid === undefined || body.rid === null ? `flowrl-${server.nextId()}` : echoedText(body.rid, 'rid');
   const adapter = body.lora_path === undefined || body.lora_path === null ? undefined : String(body.lora_path);
   const outputs = await server.sample(res, server.specs(prompts, s, adapter));
   if (!outputs) return undefined;
-  const rid = typeof body.rid === 'string' ? body.rid : `flowrl-${server.nextId()}`;
-  const items = outputs.map((o, i) => ({
-    text: server.decode(o.outputIds),
+  const items = outputs.map((o, i) => {
+    const text = server.decode(o.outputIds);
+    // SGLang cuts the text before the stop string unless no_stop_trim, and names the string matched.
+    const hit = o.finish === 'stop' ? firstStop(text, s.stopStrings) : undefined;
+    return {
+    text: hit && params.no_stop_trim !== true ? text.slice(0, hit.at) : text,
     output_ids: o.outputIds,
     meta_info: {
       id: outputs.length > 1 ? `${rid}-${i}` : rid,
-      finish_reason: o.finish === 'stop' ? { type: 'stop', matched: o.matchedStop } : o.finish === 'length' ? { type: 'length', length: o.outputIds.length } : { type: 'abort', message: 'Abort before prefill' },
+      finish_reason: o.finish === 'stop' ? { type: 'stop', matched: hit ? hit.stop : o.matchedStop } : o.finish === 'length' ? { type: 'length', length: o.outputIds.length } : { type: 'abort', message: 'Abort before prefill' },
       prompt_tokens: prompts[Math.floor(i / s.n)].length,
       completion_tokens: o.outputIds.length,
       cached_tokens: 0,
       weight_version: o.weightVersion,
       ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
     },
-  }));
+    };
+  });
   // SGLang answers one object for one prompt and one sample, else a list.
   const source = byIds ? body.input_ids : body.text;
   const single = prompts.length === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));

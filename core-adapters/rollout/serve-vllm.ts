@@ -8,7 +8,7 @@
 // (after temperature and top-k/top-p, renormalised over the kept tokens) by --logprobs-mode, and
 // max_tokens 16 by default, cut to what the context leaves.
 import type http from 'node:http';
-import { bad, HttpError, isObject, readNumber, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, firstStop, HttpError, isObject, readNumber, refuseStreaming, send, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
 import type { SampleOutput } from './serving-engine.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
@@ -46,7 +46,8 @@ export function vllmRoutes(server: DialectHost): RouteTable {
         try {
           await engine.loadAdapter(name, dir, inPlace);
         } catch (e) {
-          throw new HttpError(404, `Loading lora ${name} failed: ${(e as Error).message}`);
+          // vLLM: a directory that holds no adapter is a 404, one whose files fail to load (not all written yet) a 400.
+          throw new HttpError(400, `Loading lora ${name} failed: ${(e as Error).message}`);
         }
         return send(res, 200, `Success: LoRA adapter '${name}' added successfully.`, 'text/plain');
       },
@@ -108,8 +109,18 @@ function withGenerationDefaults(server: DialectHost, body: Json): Json {
   return filled;
 }
 
-function samplingRules(maxTokensDefault: number | 'rest'): SamplingRules {
-  return { maxTokens: 'max_tokens', seed: 'seed', where: '', maxTokensDefault, topKZeroIsOff: true, contextError };
+/**
+ * vLLM raises a temperature in (0, 0.01) to 0.01, warning that smaller ones overflow the logits
+ * (vllm/sampling_params.py, _MAX_TEMP; a denormal one crashed this server's sampler once).
+ */
+const VLLM_MIN_TEMPERATURE = 1e-2;
+
+/** A request's sampling settings as vLLM takes them: seed -1 is none, tiny temperatures raised. */
+function vllmSampling(server: DialectHost, p: Json, prompts: number[][], maxTokensDefault: number | 'rest'): RequestSampling {
+  const s = server.samplingSpec(p, prompts, { maxTokens: 'max_tokens', seed: 'seed', where: '', maxTokensDefault, topKZeroIsOff: true, contextError });
+  if (s.seed === -1) s.seed = undefined;
+  if (s.temperature > 0 && s.temperature < VLLM_MIN_TEMPERATURE) s.temperature = VLLM_MIN_TEMPERATURE;
+  return s;
 }
 
 /** The logprobs this server reports for a sample, by --logprobs-mode. */
@@ -133,16 +144,25 @@ function promptsOf(server: DialectHost, prompt: unknown): number[][] {
   return server.promptIds(prompt, 'prompt');
 }
 
+/** A sample's text and why it ended, as vLLM reports them: cut before the first stop string (kept with include_stop_str_in_output). */
+function textAndStop(o: SampleOutput, s: RequestSampling, body: Json, decode: (ids: number[]) => string): { text: string; finish: string; stopReason: string | number | null } {
+  const text = decode(o.outputIds);
+  const hit = o.finish === 'stop' ? firstStop(text, s.stopStrings) : undefined;
+  if (hit) return { text: text.slice(0, hit.at + (body.include_stop_str_in_output === true ? hit.stop.length : 0)), finish: 'stop', stopReason: hit.stop };
+  // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
+  const byId = o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null;
+  return { text, finish: o.finish, stopReason: byId };
+}
+
 async function completions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
+  refuseStreaming(body);
   if (body.prompt === undefined) throw bad("'prompt' is required");
   const prompts = promptsOf(server, body.prompt);
   const adapter = adapterFor(server, body.model);
   const p = withGenerationDefaults(server, body);
   const longest = Math.max(...prompts.map((ids) => ids.length));
   // Omitted, max_tokens is 16 cut to what the context leaves; given, a request past the context is a 400.
-  const s = server.samplingSpec(p, prompts, samplingRules(Math.max(0, Math.min(COMPLETION_MAX_TOKENS, server.engine.maxModelLen - longest))));
-  // vLLM: seed -1 means none.
-  if (s.seed === -1) s.seed = undefined;
+  const s = vllmSampling(server, p, prompts, Math.max(0, Math.min(COMPLETION_MAX_TOKENS, server.engine.maxModelLen - longest)));
   const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: 20 });
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
   const outputs = await server.sample(res, server.specs(prompts, s, adapter));
@@ -159,22 +179,23 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
     outputs.map((o, i) => {
       const prompt = prompts[Math.floor(i / s.n)];
       const lps = reportedLogProbs(server, o);
+      const ended = textAndStop(o, s, body, (ids) => server.decode(ids));
       return {
         index: i,
-        text: server.decode(o.outputIds),
+        text: ended.text,
         ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompt } : {}),
         logprobs:
           logprobs === undefined ? null : { tokens: tokens(o.outputIds), token_logprobs: lps, top_logprobs: o.outputIds.map((id, t) => ({ [tokens([id])[0]]: lps[t] })), text_offset: o.outputIds.map(() => 0) },
         ...(scored ? { prompt_logprobs: [null, ...scored[Math.floor(i / s.n)].map((lp, t) => ({ [String(prompt[t + 1])]: { logprob: lp, rank: null, decoded_token: server.decode([prompt[t + 1]]) } }))] } : {}),
-        finish_reason: o.finish,
-        // vLLM names the stop token only when it came from stop_token_ids (null for EOS).
-        stop_reason: o.finish === 'stop' && o.matchedStop !== undefined && s.stopTokenIds.includes(o.matchedStop) ? o.matchedStop : null,
+        finish_reason: ended.finish,
+        stop_reason: ended.stopReason,
       };
     }),
   );
 }
 
 async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
+  refuseStreaming(body);
   const tokenizer = server.options.tokenizer;
   if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
   if (!tokenizer.hasChatTemplate) throw bad(`${server.options.modelDir}: the tokenizer has no chat template`);
@@ -186,8 +207,7 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   const text = tokenizer.applyChatTemplate(messages as { role: string; content: string }[]);
   const prompt = server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
-  const s = server.samplingSpec(p, prompt, samplingRules('rest'));
-  if (s.seed === -1) s.seed = undefined;
+  const s = vllmSampling(server, p, prompt, 'rest');
   const outputs = await server.sample(res, server.specs(prompt, s, adapterFor(server, body.model)));
   if (!outputs) return undefined;
   const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
@@ -199,11 +219,13 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
     outputs,
     outputs.map((o, i) => {
       const lps = reportedLogProbs(server, o);
+      const ended = textAndStop(o, s, body, (ids) => tokenizer.decode(ids.filter((id) => !stops.has(id)), true));
       return {
         index: i,
-        message: { role: 'assistant', content: tokenizer.decode(o.outputIds.filter((id) => !stops.has(id)), true) },
+        message: { role: 'assistant', content: ended.text },
         logprobs: body.logprobs === true ? { content: o.outputIds.map((id, t) => ({ token: tokenizer.decode([id]), logprob: lps[t] })) } : null,
-        finish_reason: o.finish,
+        finish_reason: ended.finish,
+        stop_reason: ended.stopReason,
       };
     }),
   );

@@ -8,11 +8,12 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
-import { bad, errorBody, HttpError, isObject, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, errorBody, firstStop, HttpError, isObject, MAX_ECHOED_CHARS, MAX_STOP_STRINGS, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type Route, type RouteTable, type SamplingRules } from './serve-http.js';
 import { sglangRoutes } from './serve-sglang.js';
 import { vllmRoutes } from './serve-vllm.js';
 import { EngineFault, EngineOverloaded, RequestRefused, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
@@ -31,11 +32,28 @@ export interface ServeOptions extends ServingEngineOptions {
   dialect?: 'sglang' | 'vllm' | 'both';
   /** When set, every route needs `Authorization: Bearer <apiKey>` (401 otherwise), as vLLM's and SGLang's --api-key. */
   apiKey?: string;
+  /**
+   * SGLang's --admin-api-key: when set, admin routes take this key and not apiKey (other routes
+   * keep apiKey, or none), as SGLang's auth middleware decides.
+   */
+  adminApiKey?: string;
+  /** Host header names accepted besides IP literals, localhost and this machine's name; '*' accepts any. */
+  allowedHosts?: string[];
+  /** Open connections at most (Node drops those past it); idle ones close after IDLE_HEADERS_MS. */
+  maxConnections?: number;
   /** Serve the admin routes (weights, adapters, pause, abort, versions); off, they answer 404 as on a vLLM without dev mode. */
   enableAdmin?: boolean;
   /** Directories weights and adapters may be loaded from (403 for any other path); none: loading is refused. */
   weightsRoots?: string[];
 }
+
+/** How long a connection may take to send a request's head (an idle socket is closed then). */
+const IDLE_HEADERS_MS = 10_000;
+/** How long receiving a whole request may take. */
+const REQUEST_RECEIVE_MS = 60_000;
+const DEFAULT_MAX_CONNECTIONS = 512;
+/** Request bodies' bytes held at once, in --max-body-mb units (a 503 past it). */
+const BODIES_IN_FLIGHT = 4;
 
 /** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
 const MAX_JSON_DEPTH = 32;
@@ -89,14 +107,24 @@ export class FlowrlServer implements DialectHost {
   private requestCount = 0;
   private draining = false;
   private readonly apiKeyDigest?: Buffer;
-  private readonly roots: string[];
+  private readonly adminKeyDigest?: Buffer;
+  private readonly hostNames: Set<string>;
+  /** Bytes of request bodies being received now (bounded: slow uploads held a gigabyte once). */
+  private bodyBytes = 0;
+  /** Allowed roots as given (absolute) and as resolved. */
+  private readonly roots: { given: string; real: string }[];
   readonly modelName: string;
 
   constructor(readonly options: ServeOptions) {
     this.engine = new ServingEngine(options.modelDir, options, options.adapterDir);
     this.modelName = path.basename(path.resolve(options.modelDir));
+    for (const [flag, key] of [['--api-key', options.apiKey], ['--admin-api-key', options.adminApiKey]] as const) {
+      if (key !== undefined && !key.trim()) throw new RequestRefused(`${flag} is empty: give a key, or leave the flag out to serve without one`);
+    }
     this.apiKeyDigest = options.apiKey ? digest(options.apiKey) : undefined;
-    this.roots = (options.weightsRoots ?? []).map((root) => realDirectory(root));
+    this.adminKeyDigest = options.adminApiKey ? digest(options.adminApiKey) : undefined;
+    this.hostNames = new Set(['localhost', os.hostname().toLowerCase(), ...(options.allowedHosts ?? []).map((h) => h.toLowerCase())]);
+    this.roots = (options.weightsRoots ?? []).map((root) => ({ given: path.resolve(root), real: realDirectory(root) }));
     const dialect = options.dialect ?? 'both';
     this.routes = {
       ...this.commonRoutes(),
@@ -114,6 +142,11 @@ export class FlowrlServer implements DialectHost {
   async listen(): Promise<string> {
     this.server = http.createServer((req, res) => void this.handle(req, res));
     this.server.keepAliveTimeout = 5000;
+    // Only receiving a request is timed (a generation may take minutes): a socket that sends no
+    // complete head in 10 s, or no whole body in 60 s, is closed.
+    this.server.headersTimeout = IDLE_HEADERS_MS;
+    this.server.requestTimeout = REQUEST_RECEIVE_MS;
+    this.server.maxConnections = this.options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject);
       this.server!.listen(this.options.port, this.options.host, () => resolve());
@@ -157,9 +190,12 @@ export class FlowrlServer implements DialectHost {
         res.setHeader('connection', 'close');
         throw new HttpError(503, 'the server is shutting down');
       }
-      this.authorize(req);
+      this.checkHost(req);
+      const key = `${req.method ?? 'GET'} ${url.pathname.replace(/\/+$/, '') || '/'}`;
+      const route = Object.hasOwn(this.routes, key) ? this.routes[key] : undefined;
+      this.authorize(req, route?.admin === true);
       const body = req.method === 'POST' ? await this.readBody(req) : {};
-      const out = await this.route(req.method ?? 'GET', url, body, res);
+      const out = await this.route(key, route, url, body, res);
       if (out !== undefined) send(res, 200, out);
     } catch (e) {
       if (res.headersSent || res.destroyed) return;
@@ -167,34 +203,71 @@ export class FlowrlServer implements DialectHost {
     }
   }
 
-  /** Checks the API key in constant time (401 without it, as both engines answer). */
-  private authorize(req: http.IncomingMessage): void {
-    if (!this.apiKeyDigest) return;
+  /**
+   * Refuses a Host header a DNS-rebinding page would send (its own domain, resolved to this
+   * server): only IP literals, localhost, this machine's name and --allowed-host names pass.
+   */
+  private checkHost(req: http.IncomingMessage): void {
+    const header = req.headers.host;
+    if (header === undefined || this.hostNames.has('*')) return;
+    const name = hostOf(header);
+    if (net.isIP(name) || this.hostNames.has(name) || name.endsWith('.localhost')) return;
+    throw bad(`Host '${header.length > 60 ? `${header.slice(0, 60)}...` : header}' is not an address of this server; call it by IP address, localhost or ${os.hostname()}, or start flowrl serve with --allowed-host NAME`);
+  }
+
+  /**
+   * Checks the key a route needs in constant time (401 without it, as both engines answer): admin
+   * routes the admin key when one is set, else the API key; other routes the API key (SGLang's rules).
+   */
+  private authorize(req: http.IncomingMessage, admin: boolean): void {
+    const wanted = admin && this.adminKeyDigest ? this.adminKeyDigest : this.apiKeyDigest;
+    if (!wanted) return;
     const header = req.headers.authorization ?? '';
-    const given = header.startsWith('Bearer ') ? header.slice(7) : '';
-    if (!crypto.timingSafeEqual(digest(given), this.apiKeyDigest)) throw new HttpError(401, 'Unauthorized: send the API key as "Authorization: Bearer <key>"');
+    const given = /^bearer /i.test(header) ? header.slice(7) : '';
+    if (!crypto.timingSafeEqual(digest(given), wanted)) {
+      throw new HttpError(401, `Unauthorized: send the ${wanted === this.adminKeyDigest ? 'admin API key (--admin-api-key)' : 'API key'} as "Authorization: Bearer <key>"`);
+    }
   }
 
   private readBody(req: http.IncomingMessage): Promise<Json> {
     const limit = this.options.maxBodyBytes;
+    const budget = limit * BODIES_IN_FLIGHT;
     // Only JSON: a web page can send text/plain or a form cross-origin without asking first.
     const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+    const declared = Number(req.headers['content-length']);
+    if (declared > limit) return Promise.reject(new HttpError(413, `request body of ${declared} bytes is over ${limit} bytes (--max-body-mb)`));
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
+      let failed = false;
+      const release = () => {
+        this.bodyBytes -= size;
+        size = 0;
+      };
+      const fail = (e: Error) => {
+        if (failed) return;
+        failed = true;
+        release();
+        chunks.length = 0;
+        req.removeAllListeners('data');
+        req.resume();
+        reject(e);
+      };
       req.on('data', (chunk: Buffer) => {
+        if (failed) return;
         size += chunk.length;
-        if (size > limit) {
-          reject(new HttpError(413, `request body over ${limit} bytes`));
-          req.removeAllListeners('data');
-          req.resume();
-          return;
-        }
+        this.bodyBytes += chunk.length;
+        if (size > limit) return fail(new HttpError(413, `request body over ${limit} bytes (--max-body-mb)`));
+        if (this.bodyBytes > budget) return fail(new HttpError(503, `the server is receiving ${BODIES_IN_FLIGHT} bodies' worth of bytes (${budget}) already; retry later`));
         chunks.push(chunk);
       });
-      req.on('error', reject);
+      req.on('error', fail);
+      req.on('close', () => {
+        if (!failed && !req.complete) fail(new Error('the client closed the connection while sending'));
+      });
       req.on('end', () => {
-        if (size > limit) return;
+        if (failed) return;
+        release();
         const text = Buffer.concat(chunks).toString('utf8').trim();
         // Empty bodies too: a page can POST an empty text/plain or typeless request to /pause or /resume.
         if (type !== 'application/json') return reject(new HttpError(415, `a POST must be sent as application/json; got ${type ? `'${type}'` : 'no content-type'}`));
@@ -211,15 +284,13 @@ export class FlowrlServer implements DialectHost {
     });
   }
 
-  private async route(method: string, url: URL, body: Json, res: http.ServerResponse): Promise<unknown> {
-    const key = `${method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
+  private async route(key: string, route: Route | undefined, url: URL, body: Json, res: http.ServerResponse): Promise<unknown> {
     this.requestCount += 1;
-    const route = Object.hasOwn(this.routes, key) ? this.routes[key] : undefined;
     if (route && (!route.admin || this.options.enableAdmin)) {
       this.hooks.beforeRoute?.(key);
       return route.handler({ body, url, res });
     }
-    throw new HttpError(404, `no route ${method} ${url.pathname}${route ? ' (an admin route: start flowrl serve with --enable-admin)' : ''}`);
+    throw new HttpError(404, `no route ${key.split(' ')[0]} ${url.pathname}${route ? ' (an admin route: start flowrl serve with --enable-admin)' : ''}`);
   }
 
   private commonRoutes(): RouteTable {
@@ -229,7 +300,8 @@ export class FlowrlServer implements DialectHost {
         handler: () => ({
           object: 'list',
           data: [
-            { id: this.modelName, object: 'model', owned_by: 'flowrl', root: this.options.modelDir, max_model_len: this.engine.maxModelLen },
+            // The model's name, not its directory: a client has no use for the server's paths.
+            { id: this.modelName, object: 'model', owned_by: 'flowrl', root: this.modelName, max_model_len: this.engine.maxModelLen },
             ...this.engine.adapterNames().map((name) => ({ id: name, object: 'model', owned_by: 'flowrl', root: name, parent: this.modelName })),
           ],
         }),
@@ -266,20 +338,30 @@ export class FlowrlServer implements DialectHost {
   }
 
   /**
-   * The absolute path of a directory a client asks to load, if it lies under an allowed root
-   * (symbolic links resolved): 403 otherwise, 400 when it does not exist.
+   * The real path of a directory a client asks to load, if it lies under an allowed root: 403
+   * otherwise (links resolved), 400 when it does not exist. A path outside the roots is refused
+   * before the file system is asked, so the answer never tells whether it exists.
    */
   loadablePath(value: unknown, key: string): string {
     if (typeof value !== 'string' || !value) throw bad(`'${key}' must be a directory path`);
     if (!this.roots.length) throw new HttpError(403, `loading weights is off: start flowrl serve with --weights-root DIR naming where the trainer writes them`);
+    const outside = () => new HttpError(403, `'${key}' ${value} is outside the allowed roots (--weights-root ${this.roots.map((r) => r.given).join(', ')})`);
+    const asked = path.resolve(value);
+    if (!this.roots.some((r) => isWithin(asked, r.given) || isWithin(asked, r.real))) throw outside();
     let real: string;
     try {
-      real = fs.realpathSync(path.resolve(value));
+      real = fs.realpathSync(asked);
     } catch {
       throw bad(`failed to load ${value}: no such directory`);
     }
-    if (!this.roots.some((root) => real === root || real.startsWith(root + path.sep))) throw new HttpError(403, `'${key}' ${value} is outside the allowed roots (--weights-root ${this.roots.join(', ')})`);
+    if (!this.roots.some((r) => isWithin(real, r.real))) throw outside();
+    if (!fs.statSync(real).isDirectory()) throw bad(`failed to load ${value}: not a directory`);
     return real;
+  }
+
+  /** Most prompts one request may hold: every sample of a request must fit the queue at once. */
+  private get maxPrompts(): number {
+    return this.options.maxQueue;
   }
 
   /** Prompt ids from token ids (one list or a list of lists), checked against the vocabulary. */
@@ -291,7 +373,10 @@ export class FlowrlServer implements DialectHost {
       for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocab) throw bad(`'${where}' holds ${preview(id)}, not a token id in [0, ${vocab})`);
       return ids as number[];
     };
-    if (Array.isArray(value) && value.length && Array.isArray(value[0])) return value.map((ids, i) => checkIds(ids, `${key}[${i}]`));
+    if (Array.isArray(value) && value.length && Array.isArray(value[0])) {
+      if (value.length > this.maxPrompts) throw tooManySamples(key, value.length, this.maxPrompts);
+      return value.map((ids, i) => checkIds(ids, `${key}[${i}]`));
+    }
     return [checkIds(value, key)];
   }
 
@@ -301,11 +386,33 @@ export class FlowrlServer implements DialectHost {
     if (!tokenizer) throw bad(`'${key}' is text but this server has no tokenizer; send token ids`);
     const texts = typeof value === 'string' ? [value] : Array.isArray(value) && value.length ? value : undefined;
     if (!texts) throw bad(`'${key}' must be a string or a non-empty list of strings`);
+    if (texts.length > this.maxPrompts) throw tooManySamples(key, texts.length, this.maxPrompts);
     return texts.map((t, i) => {
       if (typeof t !== 'string') throw bad(`'${key}[${i}]' must be a string`);
       if (t.length > this.engine.maxModelLen * 64) throw bad(`'${key}[${i}]' is longer than any prompt this model's context holds`);
       return this.promptIds(tokenizer.encode(t), `${key}[${i}] (encoded)`)[0];
     });
+  }
+
+  /** OpenAI's `stop`: a string or a list of strings, bounded in count and length. */
+  private stopStrings(value: unknown, key: string): string[] {
+    if (value === undefined || value === null) return [];
+    const stops = typeof value === 'string' ? [value] : value;
+    if (!Array.isArray(stops) || stops.length > MAX_STOP_STRINGS || stops.some((s) => typeof s !== 'string' || !s || s.length > MAX_ECHOED_CHARS)) {
+      throw bad(`'${key}' must be a string or a list of at most ${MAX_STOP_STRINGS} non-empty strings of at most ${MAX_ECHOED_CHARS} characters`);
+    }
+    if (stops.length && !this.options.tokenizer) throw bad(`'${key}' needs text, and this server has no tokenizer; use stop_token_ids`);
+    return stops as string[];
+  }
+
+  /**
+   * Whether a sample's ids end in text holding one of `stops`. Only the tail is decoded (a stop
+   * string of L characters spans at most L tokens; twice that covers bytes split across tokens),
+   * so each step costs the same however long the sample is.
+   */
+  private stopTest(stops: string[]): (ids: readonly number[]) => boolean {
+    const tail = 2 * Math.max(...stops.map((s) => s.length)) + 4;
+    return (ids) => firstStop(this.decode(ids.slice(-tail)), stops) !== undefined;
   }
 
   private stopIds(value: unknown, key: string): number[] {
@@ -332,15 +439,23 @@ export class FlowrlServer implements DialectHost {
     const maxNewTokens = readNumber(p, rules.maxTokens, rules.maxTokensDefault === 'rest' ? context - longest : rules.maxTokensDefault, { integer: true, min: 0 }, where);
     // Both engines refuse a request the context cannot hold, before any work.
     if (longest + maxNewTokens > context) throw bad(rules.contextError(longest, maxNewTokens, context));
+    const n = readNumber(p, 'n', 1, { integer: true, min: 1, max: 1024 }, where);
+    // Before anything is expanded: a 250 KB body of 50,000 prompts with n 1024 is 51 million samples.
+    if (prompts.length * n > this.maxPrompts) {
+      throw new HttpError(400, `the request asks for ${prompts.length * n} samples (${prompts.length} prompts x n ${n}); this server holds at most ${this.maxPrompts} (--max-queue)`);
+    }
     const seed = p[rules.seed] === undefined || p[rules.seed] === null ? undefined : readNumber(p, rules.seed, 0, { integer: true, min: -MAX_EXACT_SEED, max: MAX_EXACT_SEED }, where);
+    const stopStrings = this.stopStrings(p.stop, `${where}stop`);
     return {
+      stopStrings,
+      stopWhen: stopStrings.length ? this.stopTest(stopStrings) : undefined,
       maxNewTokens,
       temperature,
       topP: readNumber(p, 'top_p', 1, { min: Number.MIN_VALUE, max: 1 }, where),
       topK: topK <= 0 ? 0 : topK,
       stopTokenIds: this.stopIds(p.stop_token_ids, `${where}stop_token_ids`),
       ignoreEos: p.ignore_eos === true,
-      n: readNumber(p, 'n', 1, { integer: true, min: 1, max: 1024 }, where),
+      n,
       seed,
     };
   }
@@ -349,7 +464,18 @@ export class FlowrlServer implements DialectHost {
   specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[] {
     const seed = s.seed === undefined ? ServingEngine.freshSeed() : Rng.foldSeed(s.seed);
     return prompts.flatMap((inputIds, p) =>
-      Array.from({ length: s.n }, (_, i) => ({ inputIds, maxNewTokens: s.maxNewTokens, temperature: s.temperature, topP: s.topP, topK: s.topK, stopTokenIds: s.stopTokenIds, ignoreEos: s.ignoreEos, seed: p * s.n + i === 0 ? seed : Rng.deriveSeed(seed, p * s.n + i), adapter })),
+      Array.from({ length: s.n }, (_, i) => ({
+        inputIds,
+        maxNewTokens: s.maxNewTokens,
+        temperature: s.temperature,
+        topP: s.topP,
+        topK: s.topK,
+        stopTokenIds: s.stopTokenIds,
+        ignoreEos: s.ignoreEos,
+        seed: p * s.n + i === 0 ? seed : Rng.deriveSeed(seed, p * s.n + i),
+        adapter,
+        stopWhen: s.stopWhen,
+      })),
     );
   }
 
@@ -373,8 +499,26 @@ export class FlowrlServer implements DialectHost {
   }
 }
 
+/** Whether `file` is `dir` or lies under it (both absolute and normalised). */
+function isWithin(file: string, dir: string): boolean {
+  return file === dir || file.startsWith(dir.endsWith(path.sep) ? dir : dir + path.sep);
+}
+
+/** The host name of a Host header, lower-cased, without port or IPv6 brackets. */
+function hostOf(header: string): string {
+  const h = header.trim().toLowerCase();
+  if (h.startsWith('[')) return h.slice(1, h.indexOf(']') > 0 ? h.indexOf(']') : undefined);
+  const colon = h.lastIndexOf(':');
+  return colon >= 0 ? h.slice(0, colon) : h;
+}
+
 function digest(text: string): Buffer {
   return crypto.createHash('sha256').update(text).digest();
+}
+
+/** The 400 for a request with more prompts than the queue holds. */
+function tooManySamples(key: string, count: number, limit: number): HttpError {
+  return bad(`'${key}' holds ${count} prompts; this server holds at most ${limit} samples (--max-queue)`);
 }
 
 /** The real path of an allowed root (it must exist: a typo would otherwise refuse every load). */

@@ -5,7 +5,11 @@
 // the context length and the KV-cache budget before it is queued; a batch is sized to fit the budget.
 import crypto from 'node:crypto';
 import type { CausalLM } from '../model/causal-lm.js';
-import { loadModel } from '../model/checkpoint.js';
+import path from 'node:path';
+import { loadModel, modelFromWeights, readWeights } from '../model/checkpoint.js';
+import { readModelConfig, type ModelConfig } from '../model/config.js';
+import { CONFINED_FILES, OPERATOR_FILES, type FileAccess } from '../model/files.js';
+import { samplesGreedily } from '../model/generate.js';
 import { Decoding } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { isAdapterDir, loadAdapters, type LoraAdapters } from '../model/lora.js';
@@ -26,6 +30,8 @@ export interface SampleSpec {
   seed: number;
   /** Name of a loaded LoRA adapter (a weight version, with LoRA), or undefined for the current weights. */
   adapter?: string;
+  /** Ends the sample when true of the ids so far (stop strings); it finishes 'stop' with no matchedStop. */
+  stopWhen?: (ids: readonly number[]) => boolean;
 }
 
 /** Why a sample ended, in the engines' words. */
@@ -83,6 +89,8 @@ interface Pending {
   reject: (e: Error) => void;
   /** Settles with the sample (pause 'wait' waits for it). */
   settled: Promise<unknown>;
+  /** Admission order: a weight update waits for the samples admitted before it. */
+  seq: number;
 }
 
 /** The batch now decoding. */
@@ -102,7 +110,14 @@ export class ServingEngine {
   private running?: RunningBatch;
   /** Weight and adapter changes waiting for the running batch to end (no batch starts meanwhile). */
   private locks = 0;
+  /** Called when a batch ends or the engine pauses (whoever waits on the engine's state looks again). */
   private idleWaiters: (() => void)[] = [];
+  /** Samples admitted so far (the next one's seq). */
+  private admitted = 0;
+  /** Per weight update waiting: only samples admitted before it may start batches meanwhile. */
+  private readonly barriers = new Set<number>();
+  /** Resumes so far: a pause 'wait' that a resume overtook does not pause. */
+  private resumes = 0;
   paused = false;
   weightVersion = '0';
   /** Batches run so far (tests check that concurrent requests share batches). */
@@ -131,7 +146,7 @@ export class ServingEngine {
     this.maxModelLen = Math.min(options.maxModelLen ?? c.maxPositions, c.maxPositions);
     const kvBytesPerToken = c.numLayers * 2 * c.numKVHeads * c.headDim * 4;
     this.maxTotalTokens = options.maxTotalTokens ?? Math.min(options.maxBatch * this.maxModelLen, Math.max(this.maxModelLen, Math.floor(DEFAULT_KV_BYTES / kvBytesPerToken)));
-    if (adapterDir) this.swapWeights(adapterDir, '0');
+    if (adapterDir) this.swapWeights(adapterDir, '0', OPERATOR_FILES);
   }
 
   get config() {
@@ -165,6 +180,8 @@ export class ServingEngine {
   /** Why `spec` can never run here, or undefined. */
   private refusal(spec: SampleSpec): string | undefined {
     if (spec.adapter !== undefined && !this.adapters.has(spec.adapter)) return `LoRA adapter '${spec.adapter}' is not loaded`;
+    if (!Number.isFinite(spec.temperature) || spec.temperature < 0) return `temperature must be a finite number >= 0; got ${spec.temperature}`;
+    if (!(spec.topP > 0 && spec.topP <= 1)) return `top_p must be in (0, 1]; got ${spec.topP}`;
     const length = spec.inputIds.length + spec.maxNewTokens;
     if (length > this.maxModelLen) {
       return `this model's maximum context length is ${this.maxModelLen} tokens; the request asks for ${length} (${spec.inputIds.length} in the prompt, ${spec.maxNewTokens} new). Shorten the prompt or lower the new-token limit`;
@@ -190,7 +207,7 @@ export class ServingEngine {
     const promises = specs.map((spec) => {
       let pending!: Pending;
       const promise = new Promise<SampleOutput>((resolve, reject) => {
-        pending = { spec, resolve, reject, settled: Promise.resolve() };
+        pending = { spec, resolve, reject, settled: Promise.resolve(), seq: this.admitted++ };
       });
       pending.settled = promise.catch(() => undefined);
       this.queue.push(pending);
@@ -221,7 +238,16 @@ export class ServingEngine {
   }
 
   private canStart(): boolean {
-    return !this.paused && !this.locks && !this.fault && this.queue.length > 0;
+    return !this.paused && !this.locks && !this.fault && this.queue.length > 0 && this.queue[0].seq < this.admissionLimit();
+  }
+
+  /** Samples admitted at or after this wait for the weight updates pending (the queue keeps admission order). */
+  private admissionLimit(): number {
+    return this.barriers.size ? Math.min(...this.barriers) : Infinity;
+  }
+
+  private wakeWaiters(): void {
+    this.idleWaiters.splice(0).forEach((w) => w());
   }
 
   private async loop(): Promise<void> {
@@ -237,6 +263,7 @@ export class ServingEngine {
   /** The first queued sample with every queued sample that can share its batch within the budgets. */
   private takeBatch(): Pending[] {
     const key = batchKey(this.queue[0].spec);
+    const limit = this.admissionLimit();
     const batch: Pending[] = [];
     const rest: Pending[] = [];
     let longestPrompt = 0;
@@ -244,7 +271,7 @@ export class ServingEngine {
     for (const p of this.queue) {
       const prompt = Math.max(longestPrompt, p.spec.inputIds.length);
       const fresh = Math.max(mostNew, p.spec.maxNewTokens);
-      if (batch.length < this.options.maxBatch && batchKey(p.spec) === key && (batch.length + 1) * (prompt + fresh) <= this.maxTotalTokens) {
+      if (p.seq < limit && batch.length < this.options.maxBatch && batchKey(p.spec) === key && (batch.length + 1) * (prompt + fresh) <= this.maxTotalTokens) {
         batch.push(p);
         longestPrompt = prompt;
         mostNew = fresh;
@@ -270,6 +297,7 @@ export class ServingEngine {
     this.batchesRun += 1;
     let decoding: Decoding | undefined;
     try {
+      const greedy = samplesGreedily(first);
       model.adapters = adapters;
       const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...model.config.eosTokenIds])];
       decoding = new Decoding(
@@ -282,10 +310,11 @@ export class ServingEngine {
           temperature: first.temperature,
           topP: first.topP,
           topK: first.topK,
-          greedy: first.temperature === 0,
+          greedy,
           stopTokenIds: stops,
           withLogProbs: true,
-          withKeptMass: first.temperature !== 0 && (first.topP < 1 || first.topK > 0),
+          withKeptMass: !greedy && (first.topP < 1 || first.topK > 0),
+          rowStopWhen: rows.map((p) => p.spec.stopWhen),
         },
       );
       for (;;) {
@@ -295,7 +324,7 @@ export class ServingEngine {
       }
       const { tokens, stopped, logProbs, keptLogMass } = decoding.result();
       // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
-      const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && first.temperature !== 0;
+      const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && !decoding.greedy;
       const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
       rows.forEach((p, b) => {
         const finish: FinishReason = batch.aborted ? 'abort' : stopped[b] ? 'stop' : 'length';
@@ -305,7 +334,7 @@ export class ServingEngine {
           ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
           ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: skew(rescore ? this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]) } : {}),
           finish,
-          matchedStop: finish === 'stop' ? tokens[b][tokens[b].length - 1] : undefined,
+          matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
           weightVersion: this.weightVersion,
         });
       });
@@ -315,7 +344,7 @@ export class ServingEngine {
       decoding?.dispose();
       model.adapters = current;
       this.running = undefined;
-      this.idleWaiters.splice(0).forEach((w) => w());
+      this.wakeWaiters();
     }
   }
 
@@ -349,19 +378,34 @@ export class ServingEngine {
   }
 
   /** Resolves once no batch is running. */
-  private idle(): Promise<void> {
-    return this.running ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
+  private async idle(): Promise<void> {
+    while (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** Runs `change` between batches: no batch starts until it is done; the running one is aborted first when `abortRunning`. */
-  private async exclusive<T>(change: () => T, abortRunning = false): Promise<T> {
-    this.locks += 1;
+  /**
+   * Runs `change` between batches (the running one aborted first when `abortRunning`). With
+   * `afterAdmitted` (a weight change) it first lets every sample admitted before the call finish,
+   * so no request is answered from two weight versions: samples admitted later wait meanwhile. A
+   * paused engine's queued samples are not waited for: the client paused them across the update.
+   */
+  private async exclusive<T>(change: () => T, abortRunning = false, afterAdmitted = false): Promise<T> {
+    const limit = this.admitted;
+    if (afterAdmitted) this.barriers.add(limit);
     try {
       if (abortRunning && this.running) this.running.aborted = true;
-      await this.idle();
-      return change();
+      while (afterAdmitted && (this.running || (!this.paused && !this.fault && this.queue.some((p) => p.seq < limit)))) {
+        this.schedule();
+        await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+      }
+      this.locks += 1;
+      try {
+        await this.idle();
+        return change();
+      } finally {
+        this.locks -= 1;
+      }
     } finally {
-      this.locks -= 1;
+      if (afterAdmitted) this.barriers.delete(limit);
       this.schedule();
     }
   }
@@ -374,12 +418,16 @@ export class ServingEngine {
    */
   async pause(mode: 'abort' | 'wait' | 'keep'): Promise<number> {
     if (mode === 'wait') {
+      const resumes = this.resumes;
       // vLLM's 'wait': without the drain the submitted samples would sample from the next weights.
       const submitted = [...(this.running?.rows ?? []), ...this.queue].map((p) => p.settled);
       await Promise.all(submitted);
       await this.idle();
+      // A resume sent while this waited is the client's later word.
+      if (this.resumes !== resumes) return this.queue.length;
     }
     this.paused = true;
+    this.wakeWaiters();
     if (mode === 'abort') return this.abortAll();
     await this.idle();
     return this.queue.length;
@@ -391,10 +439,12 @@ export class ServingEngine {
     const waiting = this.queue.length;
     for (const p of this.queue) p.resolve({ outputIds: [], logProbs: [], finish: 'abort', weightVersion: this.weightVersion });
     this.queue = [];
+    this.wakeWaiters();
     return waiting;
   }
 
   resume(): void {
+    this.resumes += 1;
     this.paused = false;
     this.schedule();
   }
@@ -409,24 +459,28 @@ export class ServingEngine {
   }
 
   /**
-   * Loads `dir` (an HF model directory, or a PEFT adapter for this base) as the weights served,
-   * under `version`, once the running batch has ended (aborted first when `abortRunning`). A bad
+   * Loads `dir` (an HF model directory of the served architecture, or a PEFT adapter for this base)
+   * as the weights served, under `version`, once every sample admitted before the call has been
+   * answered (aborted first when `abortRunning`). Files are read as a client's (no links). A bad
    * directory throws and leaves the served weights as they were.
    */
   loadWeights(dir: string, version: string, abortRunning = false): Promise<void> {
-    return this.exclusive(() => this.swapWeights(dir, version), abortRunning);
+    return this.exclusive(() => this.swapWeights(dir, version, CONFINED_FILES), abortRunning, true);
   }
 
-  private swapWeights(dir: string, version: string): void {
+  private swapWeights(dir: string, version: string, access: FileAccess): void {
     if (isAdapterDir(dir)) {
-      const adapters = loadAdapters(this.model.config, dir);
+      const adapters = loadAdapters(this.model.config, dir, access);
       this.model.attachAdapters(adapters);
     } else {
-      const next = loadModel(dir);
-      if (next.config.vocabSize !== this.model.config.vocabSize) {
-        next.dispose();
-        throw new Error(`${dir}: vocabulary of ${next.config.vocabSize} tokens; the served model has ${this.model.config.vocabSize}`);
+      const config = readModelConfig(path.join(dir, 'config.json'), access);
+      // An update replaces the weights of the model served, as the engines' disk updates do; the
+      // sizes are checked before any weight is read.
+      const changed = ARCHITECTURE_KEYS.filter((key) => config[key] !== this.model.config[key]);
+      if (changed.length) {
+        throw new Error(`${dir}/config.json: ${changed.map((key) => `${key} ${String(config[key])} (served: ${String(this.model.config[key])})`).join(', ')}; an update must keep the served model's architecture`);
       }
+      const next = modelFromWeights(config, readWeights(dir, config, undefined, access));
       this.model.dispose();
       this.model = next;
       // Adapters belong to a base; a new base drops them.
@@ -442,7 +496,7 @@ export class ServingEngine {
   loadAdapter(name: string, dir: string, inPlace: boolean): Promise<void> {
     return this.exclusive(() => {
       if (this.adapters.has(name) && !inPlace) throw new Error(`LoRA adapter '${name}' is already loaded; unload it first or pass load_inplace`);
-      const adapters = loadAdapters(this.model.config, dir);
+      const adapters = loadAdapters(this.model.config, dir, CONFINED_FILES);
       this.adapters.get(name)?.dispose();
       this.adapters.set(name, adapters);
       this.adapterDirs.set(name, dir);
@@ -464,7 +518,7 @@ export class ServingEngine {
   /** Back to the base weights as started, version '0' (a test's simulated restart). */
   restartToBase(): Promise<void> {
     return this.exclusive(() => {
-      this.swapWeights(this.baseDir, '0');
+      this.swapWeights(this.baseDir, '0', OPERATOR_FILES);
       this.model.adapters?.dispose();
       this.model.adapters = undefined;
     });
@@ -478,6 +532,23 @@ export class ServingEngine {
     this.adapters.forEach((a) => a.dispose());
   }
 }
+
+/** What a weight update may not change. */
+const ARCHITECTURE_KEYS = [
+  'modelType',
+  'vocabSize',
+  'hiddenSize',
+  'intermediateSize',
+  'numLayers',
+  'numHeads',
+  'numKVHeads',
+  'headDim',
+  'maxPositions',
+  'tieWordEmbeddings',
+  'qkvBias',
+  'outputBias',
+  'mlpBias',
+] as const satisfies readonly (keyof ModelConfig)[];
 
 /** Samples that may share a batch: same sampling settings and adapter (lengths and seeds are per row). */
 function batchKey(s: SampleSpec): string {
