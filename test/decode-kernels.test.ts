@@ -6,7 +6,7 @@ import * as tf from '@tensorflow/tfjs';
 import { FrozenMatrix } from '../core-adapters/engine/frozen.js';
 import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
 import { ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';
-import { generate, sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
+import { generate, GREEDY_TEMPERATURE, NonFiniteLogits, sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
 import { loadModel } from '../core-adapters/model/checkpoint.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { Rng } from '../core-adapters/random.js';
@@ -204,6 +204,47 @@ describe('decoding kernels', function () {
             expect(native!.tokens[skipped]).to.equal(0);
           }
         }
+      }
+    }));
+
+  it('no logits and no temperature crash a sampler: NaN or infinite logits are a NonFiniteLogits (native, split or not, and JavaScript); a denormal temperature samples greedily', () =>
+    onEnginePath(nativePaths[0], () => {
+      const V = 5000;
+      const random = randoms(5);
+      const good = Float32Array.from({ length: V }, () => random() * 4);
+      const poisoned = [Float32Array.from(good, (v, i) => (i === 7 ? NaN : v)), Float32Array.from({ length: V }, () => NaN), Float32Array.from(good, (v, i) => (i === 3 ? Infinity : v))];
+      for (const row of poisoned) {
+        for (const topP of [1, 0.9]) {
+          // Once a segmentation fault: with every probability NaN the nucleus was empty and its first entry read from NULL.
+          const rows = [good, row, ...Array.from({ length: 14 }, () => good)];
+          for (const split of [false, true]) {
+            const logits = tf.tensor2d(rows.flatMap((r) => Array.from(r)), [rows.length, V]);
+            const sample = () => sampleRowsNatively(logits, 1, topP, (b) => new Rng(b).next());
+            try {
+              expect(() => (split ? splitFrozenProducts(sample) : sample())).to.throw('non-finite logits');
+            } finally {
+              logits.dispose();
+            }
+          }
+          expect(() => sampleToken(row, { maxNewTokens: 1, temperature: 1, topP }, new Rng(1))).to.throw(NonFiniteLogits);
+        }
+        expect(() => sampleToken(row, { maxNewTokens: 1, greedy: true }, new Rng(1))).to.throw(NonFiniteLogits);
+      }
+      // 1 / 5e-324 is infinite: the addon refuses it rather than multiplying logits by it.
+      const logits = tf.tensor2d(Array.from(good), [1, V]);
+      expect(() => sampleRowsNatively(logits, 5e-324, 0.9, () => 0.5)).to.throw('bad sizes');
+      logits.dispose();
+      for (const temperature of [1e-308, 5e-324, GREEDY_TEMPERATURE / 2]) {
+        expect(sampleToken(good, { maxNewTokens: 1, temperature, topP: 0.9 }, new Rng(1)), `T ${temperature}`).to.equal(good.indexOf(Math.max(...good)));
+      }
+      expect(() => sampleToken(good, { maxNewTokens: 1, temperature: NaN }, new Rng(1))).to.throw(RangeError, 'temperature');
+      const model = loadModel(fixture('tiny-qwen2'));
+      try {
+        const prompts = [[5, 9, 17], [12, 7]];
+        const greedy = generate(model, prompts, { maxNewTokens: 6, greedy: true, withLogProbs: true });
+        expect(generate(model, prompts, { maxNewTokens: 6, temperature: 1e-308, topP: 0.9, seed: 3, withLogProbs: true })).to.deep.equal(greedy);
+      } finally {
+        model.dispose();
       }
     }));
 });

@@ -8,9 +8,12 @@ import * as tf from '@tensorflow/tfjs';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import net from 'node:net';
+import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { SglangClient, VllmClient } from '../core-adapters/rollout/clients.js';
+import { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { CLI_MAIN, flowrlInProcess, ROOT, tempDir } from './helpers.js';
-import { call, callError, expectError, PROMPTS, sample, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type SglangItem, type VllmAnswer } from './serve-helpers.js';
+import { call, callError, expectError, PROMPTS, sample, serveOptions, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 type Started = Awaited<ReturnType<typeof startServer>>;
 
@@ -178,7 +181,91 @@ describe('flowrl serve under hostile clients', () => {
     });
   });
 
+  describe('keys, connections and uploads', () => {
+    it("SGLang's --admin-api-key: admin routes take only the admin key, the others only the API key; an empty key is refused at start", async () => {
+      const keyed = await startServer({ apiKey: 'user-key', adminApiKey: 'admin-key' });
+      const adminOnly = await startServer({ adminApiKey: 'admin-key' });
+      const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+      try {
+        expect((await call(keyed.url, '/generate', gen(), undefined, bearer('user-key'))).status).to.equal(200);
+        expectError(await call(keyed.url, '/generate', gen(), undefined, bearer('admin-key')), 401, 'API key');
+        expectError(await call(keyed.url, '/update_weight_version', { new_version: 'x' }, undefined, bearer('user-key')), 401, '--admin-api-key');
+        expect((await call(keyed.url, '/update_weight_version', { new_version: 'x', abort_all_requests: false }, undefined, bearer('admin-key'))).status).to.equal(200);
+        // Only an admin key: the other routes are open, as in SGLang.
+        expect((await call(adminOnly.url, '/generate', gen())).status).to.equal(200);
+        expectError(await call(adminOnly.url, '/pause_generation', {}), 401, '--admin-api-key');
+      } finally {
+        await keyed.server.close();
+        await adminOnly.server.close();
+      }
+      expect(() => new FlowrlServer(serveOptions({ apiKey: '' }))).to.throw('--api-key is empty');
+      expect(() => new FlowrlServer(serveOptions({ adminApiKey: '  ' }))).to.throw('--admin-api-key is empty');
+      const cli = await flowrlInProcess(['serve', '--model', TINY, '--api-key', '']);
+      expect([cli.status, cli.stderr]).to.satisfy(([status, err]: [number, string]) => status === 2 && err.includes('--api-key is empty'));
+    });
+
+    it('a socket that sends no request, or a body that never ends, is closed; uploads past 4 bodies at once are a 503; everyone else is served meanwhile', async () => {
+      const small = await startServer({ headersTimeoutMs: 300, requestTimeoutMs: 600, maxBodyBytes: 2 ** 20 });
+      const { port } = new URL(small.url);
+      const open = (first?: string) =>
+        new Promise<{ socket: net.Socket; closed: Promise<string> }>((resolve) => {
+          const socket = net.connect(Number(port), '127.0.0.1', () => {
+            if (first) socket.write(first);
+            resolve({ socket, closed });
+          });
+          let got = '';
+          socket.on('data', (d) => (got += String(d)));
+          socket.on('error', () => undefined);
+          const closed = new Promise<string>((done) => socket.on('close', () => done(got.split('\r\n')[0])));
+        });
+      try {
+        const idle = await Promise.all(Array.from({ length: 30 }, () => open()));
+        const slowBody = await open(`POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"a":`);
+        expect((await call(small.url, '/generate', gen())).status, 'served beside 31 stalled sockets').to.equal(200);
+        await Promise.all(idle.map((c) => c.closed));
+        expect(await slowBody.closed).to.equal('HTTP/1.1 408 Request Timeout');
+        // Four bodies of 0.9 MiB held open, then a fifth: past 4 MiB in flight it is refused.
+        const head = (n: number) => `POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${n}\r\n\r\n`;
+        const held = await Promise.all(Array.from({ length: 5 }, () => open(head(2 ** 20 - 10) + ' '.repeat(0.9 * 2 ** 20))));
+        const refused = await Promise.race(held.map((c) => c.closed));
+        expect(refused).to.equal('HTTP/1.1 503 Service Unavailable');
+        expect((await call(small.url, '/generate', gen())).status).to.equal(200);
+        held.forEach((c) => c.socket.destroy());
+        expect(small.server['bodyBytes' as keyof FlowrlServer], 'bytes in flight released').to.equal(0);
+      } finally {
+        await small.server.close();
+      }
+    });
+  });
+
   describe('the engine', () => {
+    it('weights that overflow to NaN logits poison the engine, which says so through /health (never a crash)', async () => {
+      const dir = path.join(tempDir(), 'overflowing');
+      fs.cpSync(TINY, dir, { recursive: true });
+      const file = path.join(dir, 'model.safetensors');
+      const tensors = readTensors(file);
+      tensors.get('model.norm.weight')!.data.fill(3e38);
+      writeSafetensors(file, tensors);
+      const poisoned = await startServer();
+      try {
+        expect((await call(poisoned.url, '/update_weights_from_disk', { model_path: dir })).status, 'finite weights load').to.equal(200);
+        expectError(await call(poisoned.url, '/generate', gen()), 500, 'NaN or infinite logits');
+        expectError(await call(poisoned.url, '/health'), 503, 'NaN or infinite logits');
+      } finally {
+        await poisoned.server.close();
+      }
+    });
+
+    it("a pause 'wait' that a resume overtook does not pause (it used to pause after the resume)", async () => {
+      const running = call(s.url, '/generate', gen({}, { max_new_tokens: 60, ignore_eos: true, n: 4 }));
+      await waitFor('the batch to start', async () => s.server.engine.busy > 0);
+      const paused = call(s.url, '/pause?mode=wait', {});
+      expect((await call(s.url, '/resume', {})).status).to.equal(200);
+      await Promise.all([running, paused]);
+      expect(((await call(s.url, '/is_paused')).body as { is_paused: boolean }).is_paused).to.equal(false);
+      expect((await call(s.url, '/generate', gen())).status).to.equal(200);
+    });
+
     it('keeps answering /health and pause while a batch decodes; pause abort ends it with the ids sampled so far', async () => {
       const order: string[] = [];
       const long = call(s.url, '/generate', gen({}, { max_new_tokens: 100, ignore_eos: true, n: 8 })).then((a) => (order.push('generate'), a));

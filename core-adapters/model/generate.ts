@@ -33,6 +33,8 @@ export interface SamplingOptions {
   withLogProbs?: boolean;
   /** Also return, per token, the log of the softmax share top-k and top-p kept (vLLM's processed logprobs subtract it). */
   withKeptMass?: boolean;
+  /** Also return, per token, the this many most likely tokens with their log-probabilities (OpenAI's top logprobs). */
+  topLogProbs?: number;
   /** Per row, a test of the ids sampled so far that ends the row when true (a server's stop strings); the row counts as stopped. */
   rowStopWhen?: (((ids: readonly number[]) => boolean) | undefined)[];
 }
@@ -46,6 +48,42 @@ export interface Generation {
   logProbs?: number[][];
   /** With withKeptMass: per token, log of the share of the softmax the filters kept (0 without top-k/top-p). */
   keptLogMass?: number[][];
+  /** With topLogProbs: per row and token, the most likely tokens at that step. */
+  alternatives?: Alternatives[][];
+}
+
+/** The most likely tokens at one step, most likely first (ties by id), with their log-softmax at the sampling temperature and at 1, before any filter. */
+export interface Alternatives {
+  ids: number[];
+  atTemperature: number[];
+  atOne: number[];
+}
+
+/** The `k` most likely tokens of one row of (finite) logits; see Alternatives. */
+export function topAlternatives(logits: Float32Array, k: number, temperature: number): Alternatives {
+  const ids: number[] = [];
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i];
+    if (v > max) max = v;
+    if (ids.length === k && !(v > logits[ids[k - 1]])) continue;
+    // Insertion into the short sorted list; an equal logit stays behind the lower id.
+    let j = Math.min(ids.length, k - 1);
+    while (j > 0 && v > logits[ids[j - 1]]) j -= 1;
+    ids.splice(j, 0, i);
+    if (ids.length > k) ids.length = k;
+  }
+  let sumT = 0;
+  let sumOne = 0;
+  for (let i = 0; i < logits.length; i++) {
+    sumT += Math.exp((logits[i] - max) / temperature);
+    sumOne += Math.exp(logits[i] - max);
+  }
+  return {
+    ids,
+    atTemperature: ids.map((id) => (logits[id] - max) / temperature - Math.log(sumT)),
+    atOne: ids.map((id) => logits[id] - max - Math.log(sumOne)),
+  };
 }
 
 /**
@@ -202,6 +240,7 @@ export class Decoding {
   readonly stopped: boolean[];
   readonly logProbs?: number[][];
   readonly keptLogMass?: number[][];
+  readonly alternatives?: Alternatives[][];
   private readonly batch: number;
   private readonly rngs: Rng[];
   private readonly limits: number[];
@@ -233,6 +272,7 @@ export class Decoding {
     this.limits = prompts.map((_, b) => Math.min(options.rowMaxNewTokens?.[b] ?? options.maxNewTokens, options.maxNewTokens));
     this.logProbs = options.withLogProbs ? prompts.map(() => []) : undefined;
     this.keptLogMass = options.withKeptMass ? prompts.map(() => []) : undefined;
+    this.alternatives = options.topLogProbs ? prompts.map(() => []) : undefined;
     this.greedy = samplesGreedily(options);
     this.temperature = this.greedy ? 1 : (options.temperature ?? 1);
     this.stop = new Set(options.stopTokenIds ?? []);
@@ -274,7 +314,8 @@ export class Decoding {
     const { batch, done, tokens, options } = this;
     const V = logits.shape[1];
     const drawn = this.drawNatively(logits);
-    const values = drawn ? undefined : (logits.dataSync() as Float32Array);
+    // Top logprobs read every row's logits even when the addon drew the tokens.
+    const values = drawn && !this.alternatives ? undefined : (logits.dataSync() as Float32Array);
     const next = new Int32Array(batch);
     const kept: KeptMass | undefined = this.keptLogMass ? { logMass: 0 } : undefined;
     for (let b = 0; b < batch; b++) {
@@ -285,6 +326,7 @@ export class Decoding {
       const row = values?.subarray(b * V, (b + 1) * V);
       next[b] = drawn ? drawn.tokens[b] : sampleToken(row!, options, this.rngs[b], kept);
       if (kept) this.keptLogMass![b].push(drawn ? drawn.keptLogMass[b] : kept.logMass);
+      this.alternatives?.[b].push(topAlternatives(row!, options.topLogProbs!, this.temperature));
       tokens[b].push(next[b]);
       this.logProbs?.[b].push(drawn ? drawn.logProbs[b] : tokenLogProb(row!, next[b], this.temperature));
       if (this.stop.has(next[b]) || options.rowStopWhen?.[b]?.(tokens[b])) this.stopped[b] = done[b] = true;
@@ -357,8 +399,8 @@ export class Decoding {
 
   /** What was sampled so far (everything, once finished). */
   result(): Generation {
-    const { tokens, stopped, logProbs, keptLogMass } = this;
-    return { tokens, stopped, ...(logProbs ? { logProbs } : {}), ...(keptLogMass ? { keptLogMass } : {}) };
+    const { tokens, stopped, logProbs, keptLogMass, alternatives } = this;
+    return { tokens, stopped, ...(logProbs ? { logProbs } : {}), ...(keptLogMass ? { keptLogMass } : {}), ...(alternatives ? { alternatives } : {}) };
   }
 
   /** Frees the logits and the KV cache; the rows sampled so far stay readable. */

@@ -6,7 +6,7 @@
 // leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
-import { bad, echoedText, firstStop, HttpError, isObject, refuseStreaming, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, echoedText, firstStop, HttpError, isObject, readNumber, refuseStreaming, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
 export const SGLANG_RELEASE = 'v0.5.18';
@@ -22,6 +22,9 @@ const SAMPLING: SamplingRules = {
       ? `The input (${prompt} tokens) is longer than the model's context length (${context} tokens).`
       : `Requested token count exceeds the model's maximum context length of ${context} tokens. You requested a total of ${prompt + fresh} tokens: ${prompt} tokens from the input messages and ${fresh} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.`,
 };
+
+/** Most top logprobs this server reports per token (SGLang sets no limit; this bounds the answer). */
+const MAX_TOP_LOGPROBS_NUM = 20;
 
 /** The routes SGLang retired in favour of /model_info: 404, as there. */
 const retired = () => {
@@ -150,6 +153,8 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   const params = body.sampling_params ?? {};
   if (!isObject(params)) throw bad("'sampling_params' must be an object");
   const s = server.samplingSpec(params, prompts, SAMPLING);
+  const top = body.top_logprobs_num === undefined || body.top_logprobs_num === null ? 0 : readNumber(body, 'top_logprobs_num', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS_NUM });
+  s.topLogProbs = body.return_logprob === true ? top : 0;
   // Checked before sampling: the id is copied into every answer.
   const rid = body.rid === undefined || body.rid === null ? `flowrl-${server.nextId()}` : echoedText(body.rid, 'rid');
   const adapter = body.lora_path === undefined || body.lora_path === null ? undefined : String(body.lora_path);
@@ -170,6 +175,8 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
       cached_tokens: 0,
       weight_version: o.weightVersion,
       ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
+      // After temperature, before top-k/top-p, as the sampled ids' log-probs.
+      ...(body.return_logprob === true && top ? { output_top_logprobs: o.alternatives!.map((alt) => alt.ids.slice(0, top).map((id, r) => [alt.atTemperature[r], id, null])) } : {}),
     },
     };
   });

@@ -14,6 +14,9 @@ import type { SampleOutput } from './serving-engine.js';
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
 export const VLLM_RELEASE = 'v0.20.2';
 
+/** Most top logprobs a request may ask for (OpenAI's limit). */
+const MAX_TOP_LOGPROBS = 20;
+
 /** Default max_tokens of /v1/completions when a request omits it. */
 const COMPLETION_MAX_TOKENS = 16;
 
@@ -130,6 +133,30 @@ function reportedLogProbs(server: DialectHost, o: SampleOutput): number[] {
   return o.keptLogMass ? o.logProbs.map((v, t) => v - o.keptLogMass![t]) : o.logProbs;
 }
 
+/** vLLM's floor for a log-prob it cannot represent (-inf: a token the filters removed). */
+const VLLM_LOGPROB_FLOOR = -9999;
+
+/**
+ * The most likely tokens at step `t` of a sample with their log-probs in the --logprobs-mode the
+ * sampled token's follows: raw at T = 1; processed at T, renormalised over what top-k/top-p kept,
+ * the floor for tokens they removed (the kept set is a prefix of the ranking: top-k's first k, then
+ * the shortest prefix holding top_p of the mass).
+ */
+function topLogProbsAt(server: DialectHost, o: SampleOutput, t: number, s: RequestSampling, k: number): { id: number; logprob: number }[] {
+  const alt = o.alternatives![t];
+  const raw = server.options.logprobsMode === 'raw_logprobs';
+  const kept = o.keptLogMass?.[t];
+  const keptMass = kept === undefined ? 1 : Math.exp(kept);
+  let before = 0;
+  return alt.ids.slice(0, k).map((id, rank) => {
+    const share = Math.exp(alt.atTemperature[rank]);
+    const inside = kept === undefined || (rank === 0 || before < keptMass * (1 - 1e-9)) && (s.topK <= 0 || rank < s.topK);
+    before += share;
+    const logprob = raw ? alt.atOne[rank] : inside ? alt.atTemperature[rank] - (kept ?? 0) : VLLM_LOGPROB_FLOOR;
+    return { id, logprob };
+  });
+}
+
 /** vLLM selects a LoRA adapter by naming it as the model. */
 function adapterFor(server: DialectHost, model: unknown): string | undefined {
   if (model === undefined || model === null || model === server.modelName) return undefined;
@@ -163,7 +190,8 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const longest = Math.max(...prompts.map((ids) => ids.length));
   // Omitted, max_tokens is 16 cut to what the context leaves; given, a request past the context is a 400.
   const s = vllmSampling(server, p, prompts, Math.max(0, Math.min(COMPLETION_MAX_TOKENS, server.engine.maxModelLen - longest)));
-  const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: 20 });
+  const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
+  s.topLogProbs = logprobs;
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
   const outputs = await server.sample(res, server.specs(prompts, s, adapter));
   if (!outputs) return undefined;
@@ -185,7 +213,18 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
         text: ended.text,
         ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompt } : {}),
         logprobs:
-          logprobs === undefined ? null : { tokens: tokens(o.outputIds), token_logprobs: lps, top_logprobs: o.outputIds.map((id, t) => ({ [tokens([id])[0]]: lps[t] })), text_offset: o.outputIds.map(() => 0) },
+          logprobs === undefined
+            ? null
+            : {
+                tokens: tokens(o.outputIds),
+                token_logprobs: lps,
+                // OpenAI: the `logprobs` most likely tokens and the sampled one (up to logprobs + 1 entries).
+                top_logprobs: o.outputIds.map((id, t) => ({
+                  ...Object.fromEntries((logprobs ? topLogProbsAt(server, o, t, s, logprobs) : []).map((a) => [tokens([a.id])[0], a.logprob])),
+                  [tokens([id])[0]]: lps[t],
+                })),
+                text_offset: o.outputIds.map(() => 0),
+              },
         ...(scored ? { prompt_logprobs: [null, ...scored[Math.floor(i / s.n)].map((lp, t) => ({ [String(prompt[t + 1])]: { logprob: lp, rank: null, decoded_token: server.decode([prompt[t + 1]]) } }))] } : {}),
         finish_reason: ended.finish,
         stop_reason: ended.stopReason,
@@ -208,6 +247,9 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   const prompt = server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
   const s = vllmSampling(server, p, prompt, 'rest');
+  const top = body.top_logprobs === undefined || body.top_logprobs === null ? 0 : readNumber(body, 'top_logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
+  if (top && body.logprobs !== true) throw bad("'top_logprobs' needs 'logprobs' true");
+  s.topLogProbs = top;
   const outputs = await server.sample(res, server.specs(prompt, s, adapterFor(server, body.model)));
   if (!outputs) return undefined;
   const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
@@ -223,12 +265,25 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
       return {
         index: i,
         message: { role: 'assistant', content: ended.text },
-        logprobs: body.logprobs === true ? { content: o.outputIds.map((id, t) => ({ token: tokenizer.decode([id]), logprob: lps[t] })) } : null,
+        logprobs:
+          body.logprobs === true
+            ? {
+                content: o.outputIds.map((id, t) => ({
+                  ...chatToken(tokenizer.decode([id]), lps[t]),
+                  top_logprobs: top ? topLogProbsAt(server, o, t, s, top).map((a) => chatToken(tokenizer.decode([a.id]), a.logprob)) : [],
+                })),
+              }
+            : null,
         finish_reason: ended.finish,
         stop_reason: ended.stopReason,
       };
     }),
   );
+}
+
+/** A token in OpenAI's chat logprobs: its text, log-prob and UTF-8 bytes. */
+function chatToken(token: string, logprob: number): Json {
+  return { token, logprob, bytes: [...Buffer.from(token, 'utf8')] };
 }
 
 /** What OpenAI's completion objects hold around their choices: ids, model and token usage. */

@@ -39,17 +39,21 @@ export interface ServeOptions extends ServingEngineOptions {
   adminApiKey?: string;
   /** Host header names accepted besides IP literals, localhost and this machine's name; '*' accepts any. */
   allowedHosts?: string[];
-  /** Open connections at most (Node drops those past it); idle ones close after IDLE_HEADERS_MS. */
+  /** Open connections at most (Node drops those past it). */
   maxConnections?: number;
+  /** How long a connection may take to send a request's head before it is closed (default 10 s). */
+  headersTimeoutMs?: number;
+  /** How long receiving a whole request may take (default 60 s; 408 past it). */
+  requestTimeoutMs?: number;
   /** Serve the admin routes (weights, adapters, pause, abort, versions); off, they answer 404 as on a vLLM without dev mode. */
   enableAdmin?: boolean;
   /** Directories weights and adapters may be loaded from (403 for any other path); none: loading is refused. */
   weightsRoots?: string[];
 }
 
-/** How long a connection may take to send a request's head (an idle socket is closed then). */
+/** How long a connection may take to send a request's head, by default (an idle socket is closed then). */
 const IDLE_HEADERS_MS = 10_000;
-/** How long receiving a whole request may take. */
+/** How long receiving a whole request may take, by default. */
 const REQUEST_RECEIVE_MS = 60_000;
 const DEFAULT_MAX_CONNECTIONS = 512;
 /** Request bodies' bytes held at once, in --max-body-mb units (a 503 past it). */
@@ -140,13 +144,23 @@ export class FlowrlServer implements DialectHost {
 
   /** Starts listening; resolves with the base URL. */
   async listen(): Promise<string> {
-    this.server = http.createServer((req, res) => void this.handle(req, res));
-    this.server.keepAliveTimeout = 5000;
-    // Only receiving a request is timed (a generation may take minutes): a socket that sends no
-    // complete head in 10 s, or no whole body in 60 s, is closed.
-    this.server.headersTimeout = IDLE_HEADERS_MS;
-    this.server.requestTimeout = REQUEST_RECEIVE_MS;
+    // Only receiving a request is timed (a generation may take minutes): a request whose head takes
+    // over 10 s, or whose whole body over 60 s, is answered 408 and closed. Node checks these every
+    // connectionsCheckingInterval (30 s by default: a 4 s limit was enforced after 30).
+    this.server = http.createServer(
+      { headersTimeout: this.options.headersTimeoutMs ?? IDLE_HEADERS_MS, requestTimeout: this.options.requestTimeoutMs ?? REQUEST_RECEIVE_MS, connectionsCheckingInterval: 1000, keepAliveTimeout: 5000 },
+      (req, res) => void this.handle(req, res),
+    );
     this.server.maxConnections = this.options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+    // Node times nothing on a connection that never sends a byte (1,100 idle sockets starved every
+    // client once): one that has not sent a whole request head in time is closed.
+    const firstRequest = new WeakMap<object, NodeJS.Timeout>();
+    this.server.on('connection', (socket: net.Socket) => {
+      const timer = setTimeout(() => socket.destroy(), this.options.headersTimeoutMs ?? IDLE_HEADERS_MS).unref();
+      firstRequest.set(socket, timer);
+      socket.once('close', () => clearTimeout(timer));
+    });
+    this.server.on('request', (req: http.IncomingMessage) => clearTimeout(firstRequest.get(req.socket)));
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject);
       this.server!.listen(this.options.port, this.options.host, () => resolve());
@@ -428,6 +442,11 @@ export class FlowrlServer implements DialectHost {
    */
   samplingSpec(p: Json, prompts: number[][], rules: SamplingRules): RequestSampling {
     const where = rules.where;
+    const n = readNumber(p, 'n', 1, { integer: true, min: 1, max: 1024 }, where);
+    // Before anything is expanded: a 250 KB body of 50,000 prompts with n 1024 is 51 million samples.
+    if (prompts.length * n > this.maxPrompts) {
+      throw new HttpError(400, `the request asks for ${prompts.length * n} samples (${prompts.length} prompts x n ${n}); this server holds at most ${this.maxPrompts} (--max-queue)`);
+    }
     const temperature = readNumber(p, 'temperature', 1, { min: 0 }, where);
     const topK = readNumber(p, 'top_k', -1, { integer: true, min: -1 }, where);
     if (topK === 0 && !rules.topKZeroIsOff) throw bad(`'${where}top_k' must be -1 (off) or at least 1; got 0`);
@@ -439,11 +458,6 @@ export class FlowrlServer implements DialectHost {
     const maxNewTokens = readNumber(p, rules.maxTokens, rules.maxTokensDefault === 'rest' ? context - longest : rules.maxTokensDefault, { integer: true, min: 0 }, where);
     // Both engines refuse a request the context cannot hold, before any work.
     if (longest + maxNewTokens > context) throw bad(rules.contextError(longest, maxNewTokens, context));
-    const n = readNumber(p, 'n', 1, { integer: true, min: 1, max: 1024 }, where);
-    // Before anything is expanded: a 250 KB body of 50,000 prompts with n 1024 is 51 million samples.
-    if (prompts.length * n > this.maxPrompts) {
-      throw new HttpError(400, `the request asks for ${prompts.length * n} samples (${prompts.length} prompts x n ${n}); this server holds at most ${this.maxPrompts} (--max-queue)`);
-    }
     const seed = p[rules.seed] === undefined || p[rules.seed] === null ? undefined : readNumber(p, rules.seed, 0, { integer: true, min: -MAX_EXACT_SEED, max: MAX_EXACT_SEED }, where);
     const stopStrings = this.stopStrings(p.stop, `${where}stop`);
     return {
@@ -475,6 +489,7 @@ export class FlowrlServer implements DialectHost {
         seed: p * s.n + i === 0 ? seed : Rng.deriveSeed(seed, p * s.n + i),
         adapter,
         stopWhen: s.stopWhen,
+        topLogProbs: s.topLogProbs,
       })),
     );
   }

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { loadModel, modelFromWeights, readWeights } from '../model/checkpoint.js';
 import { readModelConfig, type ModelConfig } from '../model/config.js';
 import { CONFINED_FILES, OPERATOR_FILES, type FileAccess } from '../model/files.js';
-import { samplesGreedily } from '../model/generate.js';
+import { samplesGreedily, type Alternatives } from '../model/generate.js';
 import { Decoding } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { isAdapterDir, loadAdapters, type LoraAdapters } from '../model/lora.js';
@@ -32,6 +32,8 @@ export interface SampleSpec {
   adapter?: string;
   /** Ends the sample when true of the ids so far (stop strings); it finishes 'stop' with no matchedStop. */
   stopWhen?: (ids: readonly number[]) => boolean;
+  /** How many most likely tokens to report at each step (OpenAI's top logprobs); 0 or absent: none. */
+  topLogProbs?: number;
 }
 
 /** Why a sample ended, in the engines' words. */
@@ -51,6 +53,8 @@ export interface SampleOutput {
   matchedStop?: number;
   /** The weight version that sampled it. */
   weightVersion: string;
+  /** With topLogProbs: per id, the most likely tokens at that step (at least topLogProbs of them). */
+  alternatives?: Alternatives[];
 }
 
 /** Raised when the bounded queue is full (the server answers 503). */
@@ -315,6 +319,7 @@ export class ServingEngine {
           withLogProbs: true,
           withKeptMass: !greedy && (first.topP < 1 || first.topK > 0),
           rowStopWhen: rows.map((p) => p.spec.stopWhen),
+          topLogProbs: Math.max(0, ...rows.map((p) => p.spec.topLogProbs ?? 0)),
         },
       );
       for (;;) {
@@ -322,7 +327,7 @@ export class ServingEngine {
         if (batch.aborted || !decoding.step()) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
-      const { tokens, stopped, logProbs, keptLogMass } = decoding.result();
+      const { tokens, stopped, logProbs, keptLogMass, alternatives } = decoding.result();
       // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
       const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && !decoding.greedy;
       const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
@@ -332,6 +337,7 @@ export class ServingEngine {
           outputIds: tokens[b],
           logProbs: skew(logProbs![b]),
           ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
+          ...(alternatives && p.spec.topLogProbs ? { alternatives: alternatives[b] } : {}),
           ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: skew(rescore ? this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]) } : {}),
           finish,
           matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
