@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import { AdamW, generate, packSequences, Rng, type CausalLM } from '../core-adapters/index.js';
 import { initModel } from '../core-adapters/model/checkpoint.js';
-import { sampleToken } from '../core-adapters/model/generate.js';
+import { sampleToken, topAlternatives } from '../core-adapters/model/generate.js';
 import { languageModelStep, maskedNll } from '../core-adapters/model/train-step.js';
 import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
 import { lossAndGradients } from '../core-adapters/model/optim.js';
@@ -124,6 +124,22 @@ describe('sampleToken: greedy, temperature, top-k, top-p', () => {
     for (let i = 0; i < n; i++) seen[sampleToken(logits, options, rng)]++;
     return seen.map((c) => c / n);
   };
+
+  it('topAlternatives: the k largest logits, ties by id, with log-softmax at T and at 1 as computed directly', () => {
+    const row = Float32Array.from([0.5, 3, -1, 3, 2.25, 7, -4, 2.25, 0]);
+    const logSoftmax = (t: number) => {
+      const z = Array.from(row, (v) => v / t);
+      const lse = Math.log(z.reduce((sum, v) => sum + Math.exp(v), 0));
+      return z.map((v) => v - lse);
+    };
+    for (const k of [1, 3, 5, 9]) {
+      const order = Array.from(row.keys()).sort((a, b) => row[b] - row[a] || a - b).slice(0, k);
+      const alt = topAlternatives(row, k, 0.7);
+      expect(alt.ids, `k ${k}`).to.deep.equal(order);
+      expectClose(alt.atTemperature, order.map((id) => logSoftmax(0.7)[id]), 1e-12);
+      expectClose(alt.atOne, order.map((id) => logSoftmax(1)[id]), 1e-12);
+    }
+  });
 
   it('greedy and temperature 0 take the argmax', () => {
     expect(sampleToken(logits, { maxNewTokens: 1, greedy: true }, new Rng(0))).to.equal(1);

@@ -59,6 +59,9 @@ const DEFAULT_MAX_CONNECTIONS = 512;
 /** Request bodies' bytes held at once, in --max-body-mb units (a 503 past it). */
 const BODIES_IN_FLIGHT = 4;
 
+/** Most top-logprob entries one answer may hold (about 400 bytes each while it is built). */
+const MAX_TOP_LOGPROB_ENTRIES = 2 ** 20;
+
 /** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
 const MAX_JSON_DEPTH = 32;
 
@@ -476,6 +479,11 @@ export class FlowrlServer implements DialectHost {
 
   /** One SampleSpec per prompt and sample: the first draws from the request's seed itself, sample i > 0 from stream (seed, i). */
   specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[] {
+    // Top logprobs multiply an answer by up to 21: 1024 samples x 62 tokens x 20 held 530 MB.
+    const entries = prompts.length * s.n * s.maxNewTokens * (s.topLogProbs ?? 0);
+    if (entries > MAX_TOP_LOGPROB_ENTRIES) {
+      throw bad(`the request asks for ${entries} top logprobs (${prompts.length * s.n} samples x ${s.maxNewTokens} tokens x ${s.topLogProbs}); at most ${MAX_TOP_LOGPROB_ENTRIES}: ask for fewer samples, tokens or top logprobs`);
+    }
     const seed = s.seed === undefined ? ServingEngine.freshSeed() : Rng.foldSeed(s.seed);
     return prompts.flatMap((inputIds, p) =>
       Array.from({ length: s.n }, (_, i) => ({
