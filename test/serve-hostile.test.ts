@@ -191,6 +191,11 @@ describe('flowrl serve under hostile clients', () => {
         expectError(await call(keyed.url, '/generate', gen(), undefined, bearer('admin-key')), 401, 'API key');
         expectError(await call(keyed.url, '/update_weight_version', { new_version: 'x' }, undefined, bearer('user-key')), 401, '--admin-api-key');
         expect((await call(keyed.url, '/update_weight_version', { new_version: 'x', abort_all_requests: false }, undefined, bearer('admin-key'))).status).to.equal(200);
+        // The rollout client with both keys syncs weights and samples through them.
+        const client = new SglangClient(keyed.url, { timeoutMs: 10_000, apiKey: 'user-key', adminApiKey: 'admin-key' });
+        await client.loadWeights(TINY, 'v1', false);
+        expect((await client.generate(sample())).outputIds).to.have.length(8);
+        expect(keyed.server.engine.weightVersion).to.equal('v1');
         // Only an admin key: the other routes are open, as in SGLang.
         expect((await call(adminOnly.url, '/generate', gen())).status).to.equal(200);
         expectError(await call(adminOnly.url, '/pause_generation', {}), 401, '--admin-api-key');
@@ -201,7 +206,12 @@ describe('flowrl serve under hostile clients', () => {
       expect(() => new FlowrlServer(serveOptions({ apiKey: '' }))).to.throw('--api-key is empty');
       expect(() => new FlowrlServer(serveOptions({ adminApiKey: '  ' }))).to.throw('--admin-api-key is empty');
       const cli = await flowrlInProcess(['serve', '--model', TINY, '--api-key', '']);
-      expect([cli.status, cli.stderr]).to.satisfy(([status, err]: [number, string]) => status === 2 && err.includes('--api-key is empty'));
+      expect(cli.status).to.equal(2);
+      expect(cli.stderr).to.include('--api-key is empty');
+      // Beyond loopback without a key: a warning first (this one then stops at the empty admin key).
+      const open = await flowrlInProcess(['serve', '--model', TINY, '--host', '0.0.0.0', '--admin-api-key', '']);
+      expect(open.status).to.equal(2);
+      expect(open.stderr).to.include('warning: listening on 0.0.0.0 without --api-key').and.include('--admin-api-key is empty');
     });
 
     it('a socket that sends no request, or a body that never ends, is closed; uploads past 4 bodies at once are a 503; everyone else is served meanwhile', async () => {
