@@ -9,7 +9,7 @@ import type { FrozenDtype } from '../config/choices.js';
 import { FrozenMatrix, type SharedFrozenMatrix } from '../engine/frozen.js';
 import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
-import { readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
+import { checkFiniteWeights, readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import { fileInDirectory, OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
 import type { TextTokenizer } from './tokenizer.js';
 import type { AdamW, LrScheduler } from './optim.js';
@@ -70,7 +70,9 @@ export function readWeights(dir: string, config: ModelConfig, skip: (hfName: str
   }
   const weights = new Map<string, F32Tensor>();
   for (const [file, names] of perFile) {
-    for (const [name, tensor] of readTensors(file, names, access)) {
+    const tensors = readTensors(file, names, access);
+    checkFiniteWeights(file, tensors);
+    for (const [name, tensor] of tensors) {
       const want = expected.get(name)!;
       if (tensor.shape.length !== want.length || tensor.shape.some((d, i) => d !== want[i])) {
         throw new InputError(`${file}: tensor '${name}' has shape [${tensor.shape}] but config.json implies [${want}]`);

@@ -12,7 +12,7 @@ import { Rng } from '../random.js';
 import { uniqueVariableName } from './variables.js';
 import type { ModelConfig } from './config.js';
 import type { HostTensor } from './layout.js';
-import { readTensors, writeSafetensors } from './safetensors.js';
+import { checkFiniteWeights, readTensors, writeSafetensors } from './safetensors.js';
 import { OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
 
 /** The linear modules of a decoder layer that can carry an adapter (PEFT's all-linear: every one). */
@@ -231,7 +231,9 @@ export function readAdapter(dir: string, access: FileAccess = OPERATOR_FILES): A
   const weightsFile = path.join(dir, ADAPTER_WEIGHTS_FILE);
   const { settings, baseModel } = readAdapterConfig(dir, access);
   if (!fs.lstatSync(weightsFile, { throwIfNoEntry: false })) throw new InputError(`${dir}: no ${ADAPTER_WEIGHTS_FILE}`);
-  return { settings, baseModel, tensors: readTensors(weightsFile, undefined, access), weightsFile };
+  const tensors = readTensors(weightsFile, undefined, access);
+  checkFiniteWeights(weightsFile, tensors);
+  return { settings, baseModel, tensors, weightsFile };
 }
 
 /** adapter_config.json, checked: LoRA settings and the base it names. */

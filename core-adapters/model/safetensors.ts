@@ -123,7 +123,7 @@ function decode(raw: Buffer, dtype: string, count: number): Float32Array {
   return out;
 }
 
-/** Reads the named tensors (all when `names` is omitted), upcast to float32; NaN or infinite values are refused. */
+/** Reads the named tensors (all when `names` is omitted), upcast to float32. */
 export function readTensors(file: string, names?: Iterable<string>, access: FileAccess = OPERATOR_FILES): Map<string, F32Tensor> {
   const header = readHeader(file, access);
   const wanted = names ? [...names] : [...header.tensors.keys()];
@@ -136,11 +136,7 @@ export function readTensors(file: string, names?: Iterable<string>, access: File
       const [start, end] = entry.data_offsets;
       const count = entry.shape.reduce((a, b) => a * b, 1);
       const raw = readExactly(fd, end - start, header.dataStart + start, file);
-      const data = decode(raw, entry.dtype, count);
-      // A diverged run's weights: a model built from them samples NaN (and crashed the sampler once).
-      const bad = firstNonFinite(data);
-      if (bad >= 0) fail(file, `tensor '${name}' holds ${data[bad]} at flat index ${bad}; weights must be finite`);
-      out.set(name, { shape: entry.shape, data, storedDtype: entry.dtype });
+      out.set(name, { shape: entry.shape, data: decode(raw, entry.dtype, count), storedDtype: entry.dtype });
     }
   } finally {
     fs.closeSync(fd);
@@ -148,10 +144,14 @@ export function readTensors(file: string, names?: Iterable<string>, access: File
   return out;
 }
 
-/** Index of the first NaN or infinite value, or -1. */
-function firstNonFinite(data: Float32Array): number {
-  for (let i = 0; i < data.length; i++) if (data[i] - data[i] !== 0) return i;
-  return -1;
+/**
+ * Refuses weights holding NaN or an infinity, naming the file, tensor and index: a diverged run's
+ * weights, which a model samples NaN from (they once crashed the native sampler).
+ */
+export function checkFiniteWeights(file: string, tensors: Map<string, F32Tensor>): void {
+  for (const [name, { data }] of tensors) {
+    for (let i = 0; i < data.length; i++) if (data[i] - data[i] !== 0) fail(file, `tensor '${name}' holds ${data[i]} at flat index ${i}; weights must be finite`);
+  }
 }
 
 /** Writes float32 tensors in name order, header padded with spaces to 8-byte alignment. */
