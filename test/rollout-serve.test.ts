@@ -487,6 +487,19 @@ describe('flowrl serve: the HTTP server', () => {
         expect(ids).to.have.length(body.usage.completion_tokens);
         expect(choice.message.content).to.equal(tokenizer.decode(ids.filter((id) => id !== 2), true));
         expectError(await call(plain.url, '/v1/chat/completions', { messages }), 400, 'no chat template');
+        // 30,000 short messages (beyond 128 x 64 characters) are refused before the template renders them.
+        const many = Array.from({ length: 30_000 }, () => ({ role: 'user', content: '1' }));
+        expectError(await call(chat.url, '/v1/chat/completions', { messages: many }), 400, "'messages' hold 150000 characters");
+        // Top logprobs in chat: each token lists them with its bytes.
+        const top = (await call(chat.url, '/v1/chat/completions', { messages, max_tokens: 3, seed: 2, logprobs: true, top_logprobs: 2 })).body as {
+          choices: { logprobs: { content: { token: string; logprob: number; bytes: number[]; top_logprobs: { logprob: number }[] }[] } }[];
+        };
+        for (const entry of top.choices[0].logprobs.content) {
+          expect(entry.top_logprobs).to.have.length(2);
+          expect(entry.bytes).to.deep.equal([...Buffer.from(entry.token, 'utf8')]);
+          expect(entry.top_logprobs[0].logprob).to.be.at.least(entry.top_logprobs[1].logprob);
+        }
+        expectError(await call(chat.url, '/v1/chat/completions', { messages, top_logprobs: 2 }), 400, "'top_logprobs' needs 'logprobs' true");
         expectError(await call(main.url, '/v1/chat/completions', { messages }), 400, 'no tokenizer');
       } finally {
         await chat.server.close();

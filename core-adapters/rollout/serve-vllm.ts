@@ -243,6 +243,9 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   messages.forEach((m, i) => {
     if (!isObject(m) || typeof m.role !== 'string' || typeof m.content !== 'string') throw bad(`'messages[${i}]' must be {role, content} strings`);
   });
+  // Before the template runs: a million short messages would take it seconds to render into a prompt the context refuses anyway.
+  const chars = messages.reduce((n: number, m: { role: string; content: string }) => n + m.role.length + m.content.length, 0);
+  if (chars > server.engine.maxModelLen * 64) throw bad(`'messages' hold ${chars} characters, more than any prompt this model's context (${server.engine.maxModelLen} tokens) holds`);
   const text = tokenizer.applyChatTemplate(messages as { role: string; content: string }[]);
   const prompt = server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
