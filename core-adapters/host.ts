@@ -4,7 +4,8 @@
 import path from 'node:path';
 import { Container, ContainerModule } from 'inversify';
 import { AdvantageEstimatorRegistry } from './algorithms/advantages.js';
-import { PolicyLossRegistry } from './algorithms/policy-loss.js';
+import { policyLossOptions, PolicyLossRegistry, type PolicyLoss } from './algorithms/policy-loss.js';
+import { klEstimatorOf } from './algorithms/kl.js';
 import { ScorerRegistry } from './rewards/registry.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
@@ -72,7 +73,7 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
       })
       .inSingletonScope();
     bind(TOKENS.AdvantageEstimator).toConstantValue(registries.advantageEstimators.get(requirements.advEstimator));
-    bind(TOKENS.PolicyLoss).toConstantValue(registries.policyLosses.get(config.actor_rollout_ref.actor.policy_loss));
+    bind(TOKENS.PolicyLoss).toConstantValue(policyLossOf(config, registries.policyLosses));
     bind(TOKENS.Actor).to(PPOActor).inSingletonScope();
     if (config.actor_rollout_ref.rollout.name === 'local') bind(TOKENS.Rollout).to(LocalRollout).inSingletonScope();
     else bind(TOKENS.Rollout).to(ServerRollout).inSingletonScope();
@@ -85,6 +86,20 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.MetricsSink).to(JsonlMetricsSink).inSingletonScope();
     bind(TOKENS.MetricsSink).to(ConsoleMetricsSink).inSingletonScope();
   });
+}
+
+/**
+ * The policy loss actor.policy_loss.loss_mode names, after its own check of the options the config
+ * gives it, and the KL estimators' names checked (verl's 'full' is refused): a run that could not
+ * take its first update stops here, exit 2, naming the key.
+ */
+function policyLossOf(config: Config, losses: PolicyLossRegistry): PolicyLoss {
+  const actor = config.actor_rollout_ref.actor;
+  const fn = losses.get(actor.policy_loss.loss_mode);
+  losses.check(actor.policy_loss.loss_mode, policyLossOptions(actor));
+  if (actor.use_kl_loss) klEstimatorOf(actor.kl_loss_type, 'actor_rollout_ref.actor.kl_loss_type');
+  if (config.algorithm.use_kl_in_reward) klEstimatorOf(config.algorithm.kl_penalty, 'algorithm.kl_penalty');
+  return fn;
 }
 
 /** Reads the plugin manifests a config names (paths are relative to the config file). */

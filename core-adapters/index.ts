@@ -76,16 +76,9 @@ export {
   type AdvantageOutput,
   type EstimatorTraits,
 } from './algorithms/advantages.js';
-export {
-  aggregateLoss,
-  PolicyLossRegistry,
-  vanillaPolicyLoss,
-  type AggregateLossOptions,
-  type PolicyLoss,
-  type PolicyLossInput,
-  type PolicyLossOptions,
-  type PolicyLossResult,
-} from './algorithms/policy-loss.js';
+export { PolicyLossRegistry } from './algorithms/policy-loss.js';
+export { aggregateLoss, type AggregateLossOptions } from './algorithms/loss-aggregation.js';
+export { vanillaPolicyLoss, type PolicyLoss, type PolicyLossInput, type PolicyLossOptions, type PolicyLossResult } from './algorithms/policy-losses.js';
 export { klPenalty } from './algorithms/kl.js';
 export type { KlPenaltyType, LossAggMode } from './config/choices.js';
 export { composeAdvantages, type AdvantageComposition, type ComposedAdvantages } from './algorithms/compose.js';

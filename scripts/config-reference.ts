@@ -16,6 +16,7 @@ export function accepts(spec: KeySpec): string {
   if (spec.choices) return spec.choices.join(' | ');
   if (spec.open) return 'a mapping (free-form)';
   if (spec.autoOrCount) return 'auto or a whole number >= 1';
+  if (spec.numberOrString) return `a number or a string${spec.nullable ? ', or null' : ''}`;
   if (spec.positiveOrNull) return 'a number > 0, or null';
   if (spec.positiveInteger) return `a whole number >= 1${value === null ? ', or null' : ''}`;
   if (spec.stringOrList) return `a string or a list of strings${value === null ? ', or null' : ''}`;

@@ -89,6 +89,18 @@ interface Reference {
 
 const ref = readJson<Reference>(fixture('algorithms', 'reference.json'));
 
+/**
+ * reference.json holds verl v0.7.0's seq-mean-token-sum-norm, the token sum over T; from v0.8.0 on
+ * verl divides it by the non-empty rows as well (verl-core-algos-losses.test.ts checks v0.9.0's own
+ * numbers): the factor that turns the one into the other, 1 for the other modes.
+ */
+function v090Factor(mode: LossAggMode, mask: number[], length: number): number {
+  if (mode !== 'seq-mean-token-sum-norm') return 1;
+  let rows = 0;
+  for (let b = 0; b * length < mask.length; b++) rows += mask.slice(b * length, (b + 1) * length).some((m) => m > 0) ? 1 : 0;
+  return 1 / rows;
+}
+
 function t2(values: number[], batch: number, length: number): tf.Tensor2D {
   return tf.tensor2d(values, [batch, length]);
 }
@@ -277,28 +289,30 @@ describe('aggregateLoss denominators', () => {
     expect(value('token-mean')).to.be.closeTo(8 / 3, 1e-6); // (1 + 2 + 5) / 3 tokens
     expect(value('seq-mean-token-mean')).to.be.closeTo(3.25, 1e-6); // (3/2 + 5/1) / 2 non-empty rows
     expect(value('seq-mean-token-sum')).to.be.closeTo(4, 1e-6); // (3 + 5) / 2 non-empty rows
-    expect(value('seq-mean-token-sum-norm')).to.be.closeTo(2, 1e-6); // 8 / T = 8 / 4, not divided by rows
+    expect(value('seq-mean-token-sum-norm')).to.be.closeTo(1, 1e-6); // (3 + 5) / 2 non-empty rows / T = 4 (v0.7.0: 8 / T)
+    expect(value('token-sum')).to.be.closeTo(8, 1e-6); // 1 + 2 + 5
   });
 
   it('takes global-batch denominators for gradient accumulation', () => {
     expect(value('token-mean', { batchNumTokens: 8 })).to.be.closeTo(1, 1e-6);
     expect(value('seq-mean-token-sum', { globalBatchSize: 4 })).to.be.closeTo(2, 1e-6);
-    expect(value('seq-mean-token-sum-norm', { lossScaleFactor: 2 })).to.be.closeTo(4, 1e-6);
+    expect(value('seq-mean-token-sum-norm', { lossScaleFactor: 2 })).to.be.closeTo(2, 1e-6);
+    expect(value('token-sum', { batchNumTokens: 8, globalBatchSize: 4 })).to.be.closeTo(8, 1e-6); // no denominator
   });
 
   it('an all-masked batch gives 0, not NaN; an unknown mode throws', () => {
-    for (const mode of MODES) {
+    for (const mode of [...MODES, 'token-sum' as const]) {
       const v = tf.tidy(() => aggregateLoss(tf.ones([2, 3]), tf.zeros([2, 3]), mode).dataSync()[0]);
       expect(v, mode).to.equal(0);
     }
-    throwsWith(() => tf.tidy(() => aggregateLoss(tf.ones([1, 1]), tf.ones([1, 1]), 'token-sum' as LossAggMode)), 'token-sum', 'seq-mean-token-mean');
+    throwsWith(() => tf.tidy(() => aggregateLoss(tf.ones([1, 1]), tf.ones([1, 1]), 'seq-mean-token-max' as LossAggMode)), 'seq-mean-token-max', 'token-sum', 'seq-mean-token-mean');
   });
 
   it('matches the reference on random losses with a fully masked row', () => {
     const g = ref.aggregate;
     for (const mode of MODES) {
       const v = tf.tidy(() => aggregateLoss(t2(g.loss, 5, 7), t2(g.mask, 5, 7), mode).dataSync()[0]);
-      expect(v, mode).to.be.closeTo(g.modes[mode], 1e-5);
+      expect(v, mode).to.be.closeTo(g.modes[mode] * v090Factor(mode, g.mask, 7), 1e-5);
     }
   });
 });
@@ -322,8 +336,9 @@ describe('vanilla policy loss', () => {
         value = r.loss.dataSync()[0];
         return r.loss;
       })(lp);
-      expect(value).to.be.closeTo(p.modes[mode].loss, 1e-5);
-      expectClose(grad.dataSync(), p.modes[mode].grad_log_prob, 1e-4, 'grad');
+      const factor = v090Factor(mode, p.mask, p.length);
+      expect(value).to.be.closeTo(p.modes[mode].loss * factor, 1e-5);
+      expectClose(grad.dataSync(), p.modes[mode].grad_log_prob.map((g) => g * factor), 1e-4, 'grad');
       for (const [key, expected] of Object.entries(p.metrics)) expect(metrics[key], key).to.be.closeTo(expected, 1e-5);
       tf.dispose([old, adv, mask, lp, grad]);
     });
@@ -443,9 +458,10 @@ describe('value loss', () => {
         value = r.loss.dataSync()[0];
         return r.loss;
       })(vpreds);
-      expect(value).to.be.closeTo(v.modes[mode].loss, 1e-5);
+      const factor = v090Factor(mode, v.mask, v.shape[1]);
+      expect(value).to.be.closeTo(v.modes[mode].loss * factor, 1e-5);
       expect(clipfrac).to.be.closeTo(v.modes[mode].clipfrac, 1e-6);
-      expectClose(grad.dataSync(), v.modes[mode].grad_vpreds, 1e-4, 'grad');
+      expectClose(grad.dataSync(), v.modes[mode].grad_vpreds.map((g) => g * factor), 1e-4, 'grad');
       tf.dispose([returns, values, mask, vpreds, grad]);
     });
   }
@@ -454,9 +470,9 @@ describe('value loss', () => {
 describe('algorithm registries', () => {
   it('unknown names throw, naming the key and listing what is available', () => {
     throwsWith(() => getAdvantageEstimator('ppo2'), 'algorithm.adv_estimator', "'ppo2'", 'gae', 'grpo', 'reinforce_plus_plus');
-    throwsWith(() => getPolicyLoss('gspo'), 'actor_rollout_ref.actor.policy_loss', "'gspo'", 'vanilla');
+    throwsWith(() => getPolicyLoss('gspo2'), 'actor_rollout_ref.actor.policy_loss.loss_mode', "'gspo2'", 'vanilla', 'gspo', 'bypass_mode');
     expect(estimators.names()).to.deep.equal(['gae', 'grpo', 'reinforce_plus_plus']);
-    expect(losses.names()).to.deep.equal(['vanilla']);
+    expect(losses.names()).to.deep.equal(['vanilla', 'dppo_tv', 'dppo_kl', 'gspo', 'sapo', 'gpg', 'clip_cov', 'kl_cov', 'geo_mean', 'dro', 'cispo', 'bypass_mode']);
   });
 
   it('a registered estimator or loss becomes available in its registry only; a different function under a taken name throws', () => {

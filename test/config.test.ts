@@ -165,11 +165,11 @@ describe('config', () => {
     it('lists the allowed values for a choice key with a bad value', () => {
       const file = configPath();
       expectInputError(
-        () => resolveConfig({ user: { actor_rollout_ref: { actor: { loss_agg_mode: 'token-sum' } } }, userFile: file }),
+        () => resolveConfig({ user: { actor_rollout_ref: { actor: { loss_agg_mode: 'seq-mean-token-max' } } }, userFile: file }),
         file,
         "'actor_rollout_ref.actor.loss_agg_mode'",
-        'token-sum',
-        'allowed: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm',
+        'seq-mean-token-max',
+        'allowed: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm',
       );
       expectInputError(() => resolveConfig({ user: { engine: { backend: 'gpu' } }, userFile: file }), "'engine.backend'", "'gpu'", 'allowed: auto, tensorflow, wasm, cpu');
       expectInputError(

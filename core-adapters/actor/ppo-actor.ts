@@ -3,10 +3,11 @@
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
 import { inject, injectable } from 'inversify';
-import { aggregateLoss, miniBatchDenominators, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { aggregateLoss, miniBatchDenominators, policyLossOptions, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';
 import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
+import { Rng } from '../random.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, ActorStepListener, Metrics, PolicyModule } from '../contracts/index.js';
@@ -132,6 +133,7 @@ export class PPOActor implements Actor {
     const withEntropy = cfg.entropy_coeff !== 0;
     const out = scoreResponses(this.module.lm, sequenceBatch(micro), { temperature: this.temperature, withEntropy });
     const mask = this.floatTensor(micro, 'response_mask');
+    const options = policyLossOptions(cfg, part.global);
     const pg = this.policyLoss(
       {
         logProb: out.logProbs,
@@ -140,18 +142,19 @@ export class PPOActor implements Actor {
         responseMask: mask,
         tokenWeights: this.tokenTisWeights(micro),
       },
-      { clipRatioLow: cfg.clip_ratio_low, clipRatioHigh: cfg.clip_ratio_high, clipRatioC: cfg.clip_ratio_c, lossAggMode: mode, globalBatchInfo: part.global },
+      // clip_cov's random choice: the same for the same run, update and rows, whatever the threads.
+      { ...options, seed: Rng.deriveSeed(Rng.deriveSeed(this.config.trainer.seed, part.step), part.firstRow), rowShare: part.share },
     );
     let loss: tf.Scalar = pg.loss;
     // Metrics are per micro-batch on its own scale (the loss carries the mini-batch's).
     const metrics: Metrics = { 'actor/pg_loss': pg.loss.dataSync()[0] / Math.max(part.share, 1e-12), ...pg.metrics };
     if (withEntropy) {
-      const entropy = aggregateLoss(out.entropy!, mask, mode, part.global);
+      const entropy = aggregateLoss(out.entropy!, mask, mode, options.globalBatchInfo);
       metrics['actor/entropy_loss'] = entropy.dataSync()[0] / Math.max(part.share, 1e-12);
       loss = tf.sub(loss, tf.mul(entropy, cfg.entropy_coeff));
     }
     if (cfg.use_kl_loss) {
-      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type) as tf.Tensor2D, mask, mode, part.global);
+      const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type) as tf.Tensor2D, mask, mode, options.globalBatchInfo);
       metrics['actor/kl_loss'] = kl.dataSync()[0] / Math.max(part.share, 1e-12);
       metrics['actor/kl_coef'] = cfg.kl_loss_coef;
       loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));

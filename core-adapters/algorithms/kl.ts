@@ -3,51 +3,74 @@
 // verl/trainer/ppo/ray_trainer.py). Estimators follow http://joschu.net/blog/kl-approx.html.
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
-import { KL_PENALTY_TYPES, type KlPenaltyType } from '../config/choices.js';
+import { KL_PENALTY_TYPES, type KlEstimator, type KlPenaltyType } from '../config/choices.js';
+import { stopGradient } from '../engine/ops.js';
+import { torchAbs } from './torch-ops.js';
 
 
 function checkType(type: string): asserts type is KlPenaltyType {
   if (!(KL_PENALTY_TYPES as readonly string[]).includes(type)) {
-    // verl also raises NotImplementedError for 'full' (it would need whole-vocabulary log-probs).
     throw new InputError(`unknown kl_penalty '${type}'; available: ${KL_PENALTY_TYPES.join(', ')}`);
   }
 }
 
 /**
+ * The estimator whose value a kl_penalty name gives (a trailing '+' only changes the gradient).
+ * 'full' needs the whole vocabulary's log-probs of both policies, which a [B, R] pair of sampled-token
+ * log-probs does not hold; verl v0.9.0's kl_penalty_forward raises NotImplementedError for it too.
+ */
+export function klEstimatorOf(type: KlPenaltyType, key = 'kl_penalty'): KlEstimator {
+  checkType(type);
+  const base = type.endsWith('+') ? type.slice(0, -1) : type;
+  if (base === 'full') throw new InputError(`${key}: '${type}' (the whole-vocabulary KL) is not implemented, as in verl v0.9.0 (kl_penalty_forward raises NotImplementedError); use kl, abs, mse, low_var_kl or their '+' variants`);
+  return base as KlEstimator;
+}
+
+/** The estimator's value, differentiable in both inputs (kl_penalty_forward). */
+function klForward(logProb: tf.Tensor, refLogProb: tf.Tensor, estimator: KlEstimator): tf.Tensor {
+  const d = tf.sub(logProb, refLogProb);
+  switch (estimator) {
+    case 'kl':
+    case 'k1':
+      return d;
+    case 'abs':
+      return torchAbs(d);
+    case 'mse':
+    case 'k2':
+      return tf.mul(tf.square(d), 0.5);
+    case 'low_var_kl':
+    case 'k3': {
+      const k = tf.clipByValue(tf.neg(d), -20, 20);
+      return tf.clipByValue(tf.sub(tf.sub(tf.exp(k), k), 1), -10, 10);
+    }
+  }
+}
+
+/**
  * Elementwise KL estimate between the policy and the reference from the log-probs of the sampled
- * tokens, d = logProb - refLogProb:
+ * tokens, d = logProb - refLogProb (verl v0.9.0's kl_penalty):
  *  - kl / k1: d
  *  - abs: |d| (its gradient at d = 0 is 0, as torch's abs has it, not tfjs's -1)
  *  - mse / k2: d^2 / 2
  *  - low_var_kl / k3: with k = clamp(-d, -20, 20), clamp(exp(k) - k - 1, -10, 10)
- * Differentiable with respect to both inputs.
+ *  - NAME+ (straight-through): the value of NAME, the gradient of k2 (d with respect to logProb):
+ *    k2 - sg(k2) + sg(NAME), k2 being the estimator whose expected gradient is the KL's.
+ * Differentiable with respect to both inputs; 'full' throws (see klEstimatorOf).
  */
 export function klPenalty(logProb: tf.Tensor, refLogProb: tf.Tensor, type: KlPenaltyType): tf.Tensor {
-  checkType(type);
+  const estimator = klEstimatorOf(type);
   return tf.tidy(() => {
-    const d = tf.sub(logProb, refLogProb);
-    switch (type) {
-      case 'kl':
-      case 'k1':
-        return d;
-      case 'abs':
-        return tf.mul(d, tf.sign(d));
-      case 'mse':
-      case 'k2':
-        return tf.mul(tf.square(d), 0.5);
-      case 'low_var_kl':
-      case 'k3': {
-        const k = tf.clipByValue(tf.neg(d), -20, 20);
-        return tf.clipByValue(tf.sub(tf.sub(tf.exp(k), k), 1), -10, 10);
-      }
-    }
+    const forward = klForward(logProb, refLogProb, estimator);
+    if (!type.endsWith('+')) return forward;
+    const k2 = klForward(logProb, refLogProb, 'k2');
+    return tf.add(tf.sub(k2, stopGradient(k2)), stopGradient(forward));
   });
 }
 
-/** klPenalty for one pair of numbers, in float64 (host side). */
-function klPenaltyValue(logProb: number, refLogProb: number, type: KlPenaltyType): number {
+/** klPenalty's value for one pair of numbers, in float64 (host side: no gradient, so '+' changes nothing). */
+function klPenaltyValue(logProb: number, refLogProb: number, estimator: KlEstimator): number {
   const d = logProb - refLogProb;
-  switch (type) {
+  switch (estimator) {
     case 'kl':
     case 'k1':
       return d;
@@ -125,7 +148,7 @@ export function applyKlPenalty(
   type: KlPenaltyType,
   controller: KlController,
 ): { tokenRewards: Float32Array; meanKl: number; coef: number } {
-  checkType(type);
+  const estimator = klEstimatorOf(type);
   const size = batch * length;
   for (const [name, array] of [['tokenScores', tokenScores], ['oldLogProb', oldLogProb], ['refLogProb', refLogProb], ['mask', mask]] as const) {
     if (array.length !== size) throw new Error(`applyKlPenalty: ${name} has ${array.length} entries, expected ${batch}x${length}`);
@@ -138,7 +161,7 @@ export function applyKlPenalty(
     let rowTokens = 0;
     for (let t = 0; t < length; t++) {
       const i = b * length + t;
-      const kl = mask[i] !== 0 ? klPenaltyValue(oldLogProb[i], refLogProb[i], type) * mask[i] : 0;
+      const kl = mask[i] !== 0 ? klPenaltyValue(oldLogProb[i], refLogProb[i], estimator) * mask[i] : 0;
       tokenRewards[i] = tokenScores[i] - beta * kl;
       rowKl += kl * mask[i];
       rowTokens += mask[i];

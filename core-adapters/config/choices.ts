@@ -24,15 +24,28 @@ export type FrozenDtype = (typeof FROZEN_DTYPES)[number];
 /** Learning-rate schedules (verl's lr_scheduler_type): constant after warm-up, or cosine. */
 export const LR_SCHEDULER_TYPES = ['constant', 'cosine'] as const;
 
-/** verl's KL estimators by name (kl, k1, abs, mse, k2, low_var_kl, k3). */
-export type KlPenaltyType = 'kl' | 'k1' | 'abs' | 'mse' | 'k2' | 'low_var_kl' | 'k3';
+/** verl's KL estimators of sampled-token log-probs (kl = k1, abs, mse = k2, low_var_kl = k3). */
+export type KlEstimator = 'kl' | 'k1' | 'abs' | 'mse' | 'k2' | 'low_var_kl' | 'k3';
+/**
+ * verl v0.9.0's kl_penalty names: an estimator, the same with a trailing '+' (its value, k2's
+ * gradient: the straight-through variant), or 'full' (whole-vocabulary KL, which verl leaves
+ * unimplemented; validation accepts the name and the host refuses it, naming the key).
+ */
+export type KlPenaltyType = KlEstimator | `${KlEstimator}+` | 'full' | 'full+';
+/** The estimators without a suffix. */
+export const KL_ESTIMATORS: readonly KlEstimator[] = ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'];
 /** Every KlPenaltyType. */
-export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = ['kl', 'k1', 'abs', 'mse', 'k2', 'low_var_kl', 'k3'];
+export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = [...KL_ESTIMATORS, ...KL_ESTIMATORS.map((e) => `${e}+` as const), 'full', 'full+'];
 
 /** algorithm.kl_ctrl.type: a fixed coefficient or Ziegler et al.'s adaptive one. */
 export const KL_CONTROLLER_TYPES = ['fixed', 'adaptive'] as const;
 
-/** verl's loss_agg_mode: how token losses become one number. */
-export type LossAggMode = 'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-sum-norm';
+/** verl v0.9.0's loss_agg_mode: how token losses become one number. */
+export type LossAggMode = 'token-mean' | 'token-sum' | 'seq-mean-token-mean' | 'seq-mean-token-sum' | 'seq-mean-token-sum-norm';
 /** Every LossAggMode. */
-export const LOSS_AGG_MODES: readonly LossAggMode[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
+export const LOSS_AGG_MODES: readonly LossAggMode[] = ['token-mean', 'token-sum', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'];
+
+/** verl's bypass_mode loss types (policy_loss.rollout_correction.loss_type). */
+export const BYPASS_LOSS_TYPES = ['ppo_clip', 'reinforce'] as const;
+/** verl's rollout_is levels: per-token or per-sequence importance weights (null: none). */
+export const ROLLOUT_IS_LEVELS = ['token', 'sequence'] as const;

@@ -1,6 +1,6 @@
 // The host's configuration defaults, with verl's section and key names where verl has them.
 // Every key a user may set appears here (or in a plugin's defaults): validation rejects the rest.
-import { BACKEND_CHOICES, FROZEN_DTYPES, KL_CONTROLLER_TYPES, KL_PENALTY_TYPES, LOSS_AGG_MODES, LR_SCHEDULER_TYPES, NATIVE_CHOICES } from './choices.js';
+import { BACKEND_CHOICES, BYPASS_LOSS_TYPES, FROZEN_DTYPES, KL_CONTROLLER_TYPES, KL_PENALTY_TYPES, LOSS_AGG_MODES, LR_SCHEDULER_TYPES, NATIVE_CHOICES, ROLLOUT_IS_LEVELS } from './choices.js';
 
 /** A value in a config tree. */
 export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;
@@ -28,6 +28,8 @@ export interface KeySpec<T = ConfigValue> {
   readonly autoOrCount?: boolean;
   /** A finite number > 0, or null. */
   readonly positiveOrNull?: boolean;
+  /** A number or a string (verl's thresholds that take "lower_upper" forms); with nullable, null too. */
+  readonly numberOrString?: boolean;
   /** A whole number (with min and max, a range of them). */
   readonly integer?: boolean;
   /** The smallest value allowed (excluded with exclusiveMin). */
@@ -107,15 +109,37 @@ export const CORE_SPEC = {
       ppo_mini_batch_size: key(8, "Prompts per optimizer step (times rollout.n responses), as in verl.", { positiveInteger: true }),
       ppo_micro_batch_size: key(16, "Responses per forward/backward pass; gradients accumulate over a mini-batch.", { positiveInteger: true }),
       ppo_epochs: key(1, "Passes over each batch of rollouts.", { positiveInteger: true }),
-      policy_loss: key('vanilla', "Policy loss by name: vanilla (PPO clip) or one a plugin registers."),
-      clip_ratio_low: key(0.2, "PPO clip: ratios below 1 - clip_ratio_low are clipped."),
-      clip_ratio_high: key(0.2, "PPO clip: ratios above 1 + clip_ratio_high are clipped."),
-      clip_ratio_c: key(3.0, "Dual-clip bound for negative advantages."),
+      /** verl's PolicyLossConfig: which loss, and the keys of the losses that read any. */
+      policy_loss: {
+        loss_mode: key('vanilla', "The policy loss by name (verl v0.9.0's): vanilla, dppo_tv, dppo_kl, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, dro, cispo, bypass_mode, or one a plugin registers (docs/training-step.md)."),
+        clip_cov_ratio: key(0.0002, "clip_cov: share of the valid tokens whose loss is dropped (at least one).", { min: 0, exclusiveMin: true, max: 1 }),
+        clip_cov_lb: key(1.0, "clip_cov: tokens are candidates when their covariance (A - mean A)(log pi - mean log pi) is above this..."),
+        clip_cov_ub: key(5.0, "clip_cov: ...and below this."),
+        kl_cov_ratio: key(0.0002, "kl_cov: share of the valid tokens (those of largest covariance, at least one) that get the |log ratio| penalty.", { min: 0, exclusiveMin: true, max: 1 }),
+        ppo_kl_coef: key(0.1, "kl_cov: that penalty's coefficient."),
+        dro_beta: key(null as number | null, "dro: the quadratic log-ratio penalty beta; required (> 0) when loss_mode is dro.", { nullable: 'number', min: 0, exclusiveMin: true }),
+        /** What bypass_mode reads, with verl's RolloutCorrectionConfig defaults (verl's trainer copies algorithm.rollout_correction here when its bypass_mode is on). */
+        rollout_correction: {
+          loss_type: key<(typeof BYPASS_LOSS_TYPES)[number]>('ppo_clip', "bypass_mode: ppo_clip (vanilla on pi / pi_rollout, no weights) or reinforce (-w A log pi).", { choices: BYPASS_LOSS_TYPES }),
+          rollout_is: key<(typeof ROLLOUT_IS_LEVELS)[number] | null>('sequence', "bypass_mode: importance weights pi / pi_rollout per token or per sequence (reinforce applies them, ppo_clip only reports them); null: none.", { choices: ROLLOUT_IS_LEVELS, nullable: 'string' }),
+          rollout_is_threshold: key(2.0 as number | string | null, "bypass_mode: an upper bound the weights are truncated at, or 'lower_upper' (IcePop: weights outside are zeroed); null: no weights.", { numberOrString: true, nullable: 'number' }),
+          rollout_is_batch_normalize: key(false, "bypass_mode: scale the weights to mean 1 over each micro-batch."),
+          rollout_rs: key(null as string | null, "bypass_mode: rejection criteria, comma-separated: token_k1|k2|k3, seq_sum_k1|k2|k3, seq_mean_k1|k2|k3, seq_max_k2|k3; null: none.", { nullable: 'string' }),
+          rollout_rs_threshold: key(null as number | string | null, "bypass_mode: one threshold per criterion or one for all; *_k1 take 'lower_upper' ratio bounds (one number u means [1/u, u]), k2 and k3 an upper bound.", { numberOrString: true, nullable: 'number' }),
+        },
+      },
+      clip_ratio: key(0.2, "The clip range where clip_ratio_low or clip_ratio_high is null (verl's fallback)."),
+      clip_ratio_low: key(0.2 as number | null, "PPO clip: ratios below 1 - clip_ratio_low are clipped (DPPO: the divergence threshold for A <= 0); null: clip_ratio.", { nullable: 'number' }),
+      clip_ratio_high: key(0.2 as number | null, "PPO clip: ratios above 1 + clip_ratio_high are clipped (DPPO: the threshold for A > 0); null: clip_ratio.", { nullable: 'number' }),
+      clip_ratio_c: key(3.0, "Dual-clip bound for negative advantages (vanilla and bypass_mode's ppo_clip need > 1); DPPO truncates its ratio there."),
+      tau_pos: key(1.0, "sapo: the gate's temperature for positive advantages.", { min: 0, exclusiveMin: true }),
+      tau_neg: key(1.05, "sapo: the gate's temperature for the others.", { min: 0, exclusiveMin: true }),
       grad_clip: key(1.0, "Global gradient-norm clip."),
-      loss_agg_mode: key<(typeof LOSS_AGG_MODES)[number]>('token-mean', "How per-token losses become one (verl's modes): token-mean over all tokens, or per-sequence then over sequences.", { choices: LOSS_AGG_MODES }),
+      loss_agg_mode: key<(typeof LOSS_AGG_MODES)[number]>('token-mean', "How per-token losses become one (verl v0.9.0's modes): token-mean or token-sum over all tokens, or per sequence then the mean over sequences (seq-mean-token-sum-norm divides that by loss_scale_factor). gspo, sapo and geo_mean set their own.", { choices: LOSS_AGG_MODES }),
+      loss_scale_factor: key(null as number | null, "seq-mean-token-sum-norm's divisor; null: the response length of each micro-batch. A constant keeps the scale fixed across batches.", { nullable: 'number', min: 0, exclusiveMin: true }),
       use_kl_loss: key(false, "Add a KL-to-reference term to the actor loss (loads the reference policy)."),
       kl_loss_coef: key(0.001, "Weight of the KL loss."),
-      kl_loss_type: key<(typeof KL_PENALTY_TYPES)[number]>('low_var_kl', "The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3).", { choices: KL_PENALTY_TYPES }),
+      kl_loss_type: key<(typeof KL_PENALTY_TYPES)[number]>('low_var_kl', "The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3; NAME+ keeps NAME's value with k2's gradient; full is refused, as verl leaves it unimplemented).", { choices: KL_PENALTY_TYPES }),
       entropy_coeff: key(0, "Weight of the entropy bonus (0: off)."),
     },
     ref: {

@@ -148,9 +148,16 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       if (!ok) throw bad('a path or a list of paths');
       continue;
     }
+    if (spec?.numberOrString) {
+      const ok = typeof value === 'string' || (typeof value === 'number' && Number.isFinite(value)) || (value === null && spec.nullable);
+      if (!ok) throw bad(spec.nullable ? 'a number, a string or null' : 'a number or a string');
+      continue;
+    }
     if (spec?.positiveInteger && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
       throw bad(expected === null ? 'a number or null (a whole number >= 1)' : 'a number (a whole number >= 1)');
     }
+    // A nullable key with a non-null default (clip_ratio_low: 0.2, or null for clip_ratio).
+    if (value === null && spec?.nullable) continue;
     if (expected === null) {
       const want = spec?.nullable;
       if (value !== null && want && typeof value !== want) throw bad(`a ${want} or null`);
@@ -228,6 +235,18 @@ export interface ConfigLayers {
   overrides?: string[];
 }
 
+/**
+ * The name this project once gave the policy loss, `actor_rollout_ref.actor.policy_loss: NAME`, read
+ * as verl's spelling `actor_rollout_ref.actor.policy_loss.loss_mode: NAME` (a copy; `tree` is kept).
+ */
+function policyLossSpelling(tree: ConfigTree): ConfigTree {
+  const actor = getPath(tree, 'actor_rollout_ref.actor');
+  if (!isTree(actor) || typeof actor.policy_loss !== 'string') return tree;
+  const out = structuredClone(tree);
+  setPath(out, 'actor_rollout_ref.actor.policy_loss', { loss_mode: actor.policy_loss });
+  return out;
+}
+
 /** Merges defaults < plugin defaults < user file < overrides, validating each layer. */
 export function resolveConfig(layers: ConfigLayers): Config {
   let schema = structuredClone(CORE_DEFAULTS) as unknown as ConfigTree;
@@ -237,14 +256,16 @@ export function resolveConfig(layers: ConfigLayers): Config {
     schema = mergeConfig(schema, defaults);
     for (const [key, spec] of declared ?? []) specs.set(key, spec);
   }
-  validateConfig(layers.user, schema, layers.userFile, '', specs);
+  const user = policyLossSpelling(layers.user);
+  validateConfig(user, schema, layers.userFile, '', specs);
   const pluginPaths = (layers.pluginDefaults ?? []).flatMap((p) => p.inputPaths ?? []);
-  let tree = mergeConfig(schema, resolveInputPaths(layers.user, path.dirname(path.resolve(layers.userFile)), [...INPUT_PATH_KEYS, ...pluginPaths]));
-  const overrideTree: ConfigTree = {};
+  let tree = mergeConfig(schema, resolveInputPaths(user, path.dirname(path.resolve(layers.userFile)), [...INPUT_PATH_KEYS, ...pluginPaths]));
+  let overrideTree: ConfigTree = {};
   for (const arg of layers.overrides ?? []) {
     const { key, value } = parseOverride(arg);
     setPath(overrideTree, key, value);
   }
+  overrideTree = policyLossSpelling(overrideTree);
   validateConfig(overrideTree, schema, 'command line', '', specs);
   // A plugin's input paths are made absolute here, since writeConfig knows only the core's.
   tree = mergeConfig(tree, resolveInputPaths(overrideTree, process.cwd(), pluginPaths));
