@@ -23,7 +23,7 @@ export function createHost(configFile: string, options: HostOptions = {}): Promi
 
 export type ActorTask =
   | { kind: 'actor-grads'; batch: ReturnType<Batch['toPlain']>; part: MicroBatchShare }
-  | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean }
+  | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean; withSumPiSquared: boolean }
   | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']> }
   | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
 
@@ -42,7 +42,7 @@ export async function createActorReplica(args: { config: ConfigTree; frozenBases
         case 'generate':
           return { result: generate(worker.module.lm, t.prompts, t.options) };
         case 'log-prob':
-          return { result: actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy }) };
+          return { result: actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy, withSumPiSquared: t.withSumPiSquared }) };
         case 'ref-log-prob':
           return { result: worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
         case 'actor-grads': {

@@ -32,6 +32,7 @@ export function accepts(spec: KeySpec): string {
             : '';
     return `${kind}${range}${spec.nullable ? ', or null' : ''}`;
   }
+  if (spec.nullable === 'string-list' || spec.nullable === 'number-list') return `a list of ${spec.nullable === 'string-list' ? 'strings' : 'numbers'}, or null`;
   if (spec.nullable) return `a ${spec.nullable === 'string-or-list' ? 'string or a list of strings' : spec.nullable}, or null`;
   if (Array.isArray(value)) return `a list of ${typeof value[0] === 'number' ? 'numbers' : 'strings'}`;
   return `a ${typeof value}`;

@@ -169,10 +169,10 @@ describe('GRPO advantages (hand-checked)', () => {
     expectClose(adv, [-0.7071063, -0.7071065, 0.7071063, 0.7071065, 4.999995, 3.999996], 1e-6);
   });
 
-  it('the grpo estimator sums rewards over valid tokens and broadcasts over the mask', () => {
-    // row 0: 0.5 + 0.5 = 1 (the 9 on a masked position is ignored); row 1: 0; same group: mean 0.5,
-    // std sqrt(0.5) = 0.70710678 -> +-0.5 / 0.70710778 = +-0.7071058. Row 2 is a singleton: 2 / (1 + 1e-6).
-    const out = getAdvantageEstimator('grpo')({
+  it('the grpo estimator sums each row\'s token rewards (masked positions too, as verl) and broadcasts over the mask', () => {
+    // row 0: 0.5 + 0.5 + 9 = 10 (verl's token_level_rewards.sum(-1) counts the masked 9); row 1: 0;
+    // same group: mean 5, std sqrt(50) -> +-5 / (sqrt(50) + 1e-6). Row 2 is a singleton: 2 / (1 + 1e-6).
+    const input = {
       batch: 3,
       length: 3,
       tokenRewards: Float32Array.from([0.5, 0.5, 9, 0, 0, 0, 0, 2, 0]),
@@ -182,11 +182,14 @@ describe('GRPO advantages (hand-checked)', () => {
       lam: 1,
       normByStd: true,
       epsilon: 1e-6,
-    });
-    const a = 0.5 / (Math.SQRT1_2 + 1e-6);
+    };
+    const out = getAdvantageEstimator('grpo')(input);
+    const a = 5 / (Math.sqrt(50) + 1e-6);
     const s = 2 / (1 + 1e-6);
     expectClose(out.advantages, [a, a, 0, -a, -a, -a, s, s, 0], 1e-6);
     expectClose(out.returns, out.advantages, 0);
+    // Without the std the 9 shows: 10 - 5.
+    expectClose(getAdvantageEstimator('grpo')({ ...input, normByStd: false }).advantages, [5, 5, 0, -5, -5, -5, 2, 2, 0], 1e-6);
   });
 });
 
@@ -471,7 +474,10 @@ describe('algorithm registries', () => {
   it('unknown names throw, naming the key and listing what is available', () => {
     throwsWith(() => getAdvantageEstimator('ppo2'), 'algorithm.adv_estimator', "'ppo2'", 'gae', 'grpo', 'reinforce_plus_plus');
     throwsWith(() => getPolicyLoss('gspo2'), 'actor_rollout_ref.actor.policy_loss.loss_mode', "'gspo2'", 'vanilla', 'gspo', 'bypass_mode');
-    expect(estimators.names()).to.deep.equal(['gae', 'grpo', 'reinforce_plus_plus']);
+    expect(estimators.names()).to.have.members([
+      'gae', 'grpo', 'grpo_vectorized', 'gdpo', 'grpo_passk', 'reinforce_plus_plus_baseline', 'rloo', 'opo',
+      'reinforce_plus_plus', 'remax', 'gpg', 'rloo_vectorized', 'optimal_token_baseline', 'tir_optimal_token_baseline',
+    ]);
     expect(losses.names()).to.deep.equal(['vanilla', 'dppo_tv', 'dppo_kl', 'gspo', 'sapo', 'gpg', 'clip_cov', 'kl_cov', 'geo_mean', 'dro', 'cispo', 'bypass_mode']);
   });
 

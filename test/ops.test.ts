@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
 import { addConstant, addSameShape, embed, headLogProbs, matmulConstant, siluMul } from '../core-adapters/engine/ops.js';
-import { expectClose } from './helpers.js';
+import { enginePaths, expectClose, onEnginePath } from './helpers.js';
 
 const rng = new Rng(7);
 const randn = (shape: number[], scale = 1) => tf.tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => scale * rng.normal()), shape);
@@ -85,6 +85,26 @@ describe('fast tensor ops: values and gradients equal plain tfjs', () => {
       tf.dispose([hidden, head]);
     });
   }
+
+  it('sum pi^2 rides along the log-prob pass (optimal_token_baseline): sum of softmax(z / T)^2 per row, log-probs unchanged, on every engine path; refused under a gradient', async () => {
+    const [h, w] = [randn([7, 4]), randn([4, 13], 2)];
+    const targets = Int32Array.from({ length: 7 }, () => rng.int(13));
+    const probs = tf.tidy(() => tf.softmax(tf.div(tf.matMul(h as tf.Tensor2D, w as tf.Tensor2D), 0.6)).arraySync() as number[][]);
+    const expected = probs.map((row) => row.reduce((a, p) => a + p * p, 0));
+    for (const enginePath of enginePaths()) {
+      await onEnginePath(enginePath, () => {
+        const [plain, both, sums] = tf.tidy(() => {
+          const out = headLogProbs(h as tf.Tensor2D, w as tf.Tensor2D, targets, 0.6, false, true);
+          return [headLogProbs(h as tf.Tensor2D, w as tf.Tensor2D, targets, 0.6).logProbs, out.logProbs, out.sumPiSquared!];
+        });
+        expectClose(sums.dataSync(), expected, 1e-5, `${enginePath} sum pi^2`);
+        expectClose(both.dataSync(), plain.dataSync(), 0, `${enginePath} log-probs`);
+        tf.dispose([plain, both, sums]);
+      });
+    }
+    expect(() => tf.grad((x: tf.Tensor) => tf.sum(headLogProbs(x as tf.Tensor2D, w as tf.Tensor2D, targets, 0.6, false, true).logProbs))(h)).to.throw(/only without gradients/);
+    tf.dispose([h, w]);
+  });
 
   it('leaves no tensors behind outside a gradient scope', () => {
     const [h, w] = [randn([5, 3]), randn([3, 11])];

@@ -142,7 +142,7 @@ describe('plugins', () => {
       expect(host.container.get(TOKENS.AdvantageEstimator)).to.equal(toyValuesEstimator);
       expect(host.requirements).to.include({ advEstimator: 'toy_values', useCritic: true });
       // Registries belong to a host: one without the plugin does not know the estimator.
-      await expectHostError(configWith([], 'algorithm:\n  adv_estimator: toy_values\n'), {}, 'algorithm.adv_estimator', "'toy_values'", 'gae, grpo, reinforce_plus_plus');
+      await expectHostError(configWith([], 'algorithm:\n  adv_estimator: toy_values\n'), {}, 'algorithm.adv_estimator', "'toy_values'", 'gae, grpo, grpo_vectorized');
     });
 
     it('adds its config section with its defaults, settable from the file and the command line', async () => {
@@ -317,7 +317,9 @@ describe('plugins', () => {
       const scorer = host.container.get<import('../core-adapters/index.js').ScorerRegistry>(TOKENS.ScorerRegistry).scorer('acme/yes-no')!;
       expect([scorer('yes', null), scorer('no', null)]).to.deep.equal([1, 0]);
       const listed = await runFlowrl(['plugins', configWith([file])], 60_000);
-      expect(listed.stdout).to.include('acme/yes-no [plugin tmp-plugin]').and.include('advantage estimators: gae, grpo, reinforce_plus_plus');
+      expect(listed.stdout).to.include('acme/yes-no [plugin tmp-plugin]')
+        // Every verl v0.9.0 estimator, in verl's registration order.
+        .and.include('advantage estimators: gae, grpo, grpo_vectorized, gdpo, grpo_passk, reinforce_plus_plus_baseline, rloo, opo, reinforce_plus_plus, remax, gpg, rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline\n');
     });
 
     it('an exported subclass of an injected base without @injectFromBase() is refused when the plugin loads, naming the class and the fix', async () => {

@@ -10,7 +10,7 @@ import { concatFloat32, shardRanges } from '../arrays.js';
 import { Rng } from '../random.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
-import type { Actor, ActorStepListener, Metrics, PolicyModule } from '../contracts/index.js';
+import type { Actor, ActorStepListener, LogProbOptions, LogProbResult, Metrics, PolicyModule } from '../contracts/index.js';
 import { scoreResponses } from '../model/logprobs.js';
 import { accumulateGradients } from '../engine/ops.js';
 import { lossAndGradients } from '../model/optim.js';
@@ -57,36 +57,43 @@ export class PPOActor implements Actor {
     return this.config.actor_rollout_ref.rollout.temperature || 1;
   }
 
-  computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array } {
+  computeLogProb(batch: Batch, options: LogProbOptions): LogProbResult {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeLogProbHere(batch, options);
     // Rows split across the worker threads; each shard is scored whole, so the result is the same.
     const parts = pool.runOnRowShards(
       batch.size,
-      (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy }),
+      (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared === true }),
       (a, b) => this.computeLogProbHere(batch.slice(a, b), options),
     );
     return {
       logProbs: concatFloat32(parts.map((p) => p.logProbs)),
       entropy: options.withEntropy ? concatFloat32(parts.map((p) => p.entropy!)) : undefined,
+      sumPiSquared: options.withSumPiSquared ? concatFloat32(parts.map((p) => p.sumPiSquared!)) : undefined,
     };
   }
 
   /** computeLogProb on this thread, in log_prob_micro_batch_size pieces. */
-  computeLogProbHere(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array } {
+  computeLogProbHere(batch: Batch, options: LogProbOptions): LogProbResult {
     const micro = this.config.actor_rollout_ref.rollout.log_prob_micro_batch_size;
     const logProbs: Float32Array[] = [];
     const entropies: Float32Array[] = [];
+    const sums: Float32Array[] = [];
     for (const part of batch.split(micro)) {
-      const [lp, ent] = tf.tidy(() => {
-        const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: this.temperature, withEntropy: options.withEntropy });
-        return [out.logProbs, out.entropy ?? tf.zeros([0])];
+      const [lp, ent, sq] = tf.tidy(() => {
+        const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: this.temperature, withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared });
+        return [out.logProbs, out.entropy ?? tf.zeros([0]), out.sumPiSquared ?? tf.zeros([0])];
       });
       logProbs.push(lp.dataSync() as Float32Array);
       entropies.push(ent.dataSync() as Float32Array);
-      tf.dispose([lp, ent]);
+      sums.push(sq.dataSync() as Float32Array);
+      tf.dispose([lp, ent, sq]);
     }
-    return { logProbs: concatFloat32(logProbs), entropy: options.withEntropy ? concatFloat32(entropies) : undefined };
+    return {
+      logProbs: concatFloat32(logProbs),
+      entropy: options.withEntropy ? concatFloat32(entropies) : undefined,
+      sumPiSquared: options.withSumPiSquared ? concatFloat32(sums) : undefined,
+    };
   }
 
   /** A [B, R] float tensor of a batch array (the caller's tidy releases it). */

@@ -7,7 +7,7 @@
 //   4. for an outcome estimator, the shaping rewards enter as their discounted return
 //      A_k += sum_{j >= k} gamma^(j - k) rho_j (RLFR's way into GRPO).
 import type { Metrics } from '../contracts/index.js';
-import { addShapingReturns, type AdvantageEstimator, type EstimatorTraits } from './advantages.js';
+import { addShapingReturns, type AdvantageEstimator, type AdvantageInput, type EstimatorTraits } from './advantages.js';
 import type { KlPenaltyType } from '../config/choices.js';
 import { applyKlPenalty, type KlController } from './kl.js';
 
@@ -30,6 +30,8 @@ export interface AdvantageComposition {
   normByStd: boolean;
   /** KL in the reward (algorithm.use_kl_in_reward): the log-probs and the coefficient's controller. */
   klInReward?: { oldLogProbs: Float32Array; refLogProbs: Float32Array; type: KlPenaltyType; controller: KlController };
+  /** What some estimators read besides rewards (AdvantageInput's fields of the same names): remax, the optimal token baselines, gdpo. */
+  extra?: Pick<AdvantageInput, 'rewardBaselines' | 'oldLogProbs' | 'sumPiSquared' | 'rolloutIsWeights' | 'rewardComponents' | 'gdpo'>;
 }
 
 /** Advantages and returns for the actor and critic, with the token rewards they came from. */
@@ -65,6 +67,7 @@ export function composeAdvantages(c: AdvantageComposition): ComposedAdvantages {
     lam: c.lam,
     normByStd: c.normByStd,
     epsilon: 1e-6,
+    ...c.extra,
   });
   if (outcomeOnly && c.shaping.some((x) => x !== 0)) {
     addShapingReturns(out, c.shaping, c.responseMask, c.batch, c.length, c.gamma);

@@ -18,8 +18,8 @@ export interface KeySpec<T = ConfigValue> {
   readonly choices?: readonly string[];
   /** A whole number >= 1 (sizes and counts the loop divides by). */
   readonly positiveInteger?: boolean;
-  /** The default is null; a set value has this type. */
-  readonly nullable?: 'number' | 'string' | 'string-or-list';
+  /** The default is null; a set value has this type (a list of strings or of finite numbers for the -list kinds). */
+  readonly nullable?: 'number' | 'string' | 'string-or-list' | 'string-list' | 'number-list';
   /** A single string or a list of them (verl allows both for data files). */
   readonly stringOrList?: boolean;
   /** A free-form subtree, not validated key by key. */
@@ -141,6 +141,7 @@ export const CORE_SPEC = {
       kl_loss_coef: key(0.001, "Weight of the KL loss."),
       kl_loss_type: key<(typeof KL_PENALTY_TYPES)[number]>('low_var_kl', "The KL estimator of the KL loss (verl's names: kl = k1, abs, mse = k2, low_var_kl = k3; NAME+ keeps NAME's value with k2's gradient; full is refused, as verl leaves it unimplemented).", { choices: KL_PENALTY_TYPES }),
       entropy_coeff: key(0, "Weight of the entropy bonus (0: off)."),
+      calculate_sum_pi_squared: key(false, "Compute sum pi^2 over the vocabulary with the old log-probs (kept as sum_pi_squared); adv_estimator optimal_token_baseline and tir_optimal_token_baseline turn it on themselves."),
     },
     ref: {
       model_path: key(null as string | null, "The reference policy's HF directory; null: model.path's initial weights (flowrl eval of a checkpoint sets the run's base).", { nullable: 'string' }),
@@ -190,10 +191,12 @@ export const CORE_SPEC = {
   },
   algorithm: {
     name: key('grpo', "ppo | grpo | reinforce_plus_plus | a plugin's algorithm."),
-    adv_estimator: key(null as string | null, "null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...).", { nullable: 'string' }),
+    adv_estimator: key(null as string | null, "null: the estimator the algorithm implies (ppo: gae, grpo: grpo, ...); else a registered one: verl v0.9.0's gae, grpo, grpo_vectorized, gdpo, grpo_passk, reinforce_plus_plus, reinforce_plus_plus_baseline, rloo, rloo_vectorized, opo, gpg, remax, optimal_token_baseline, tir_optimal_token_baseline, or a plugin's.", { nullable: 'string' }),
     gamma: key(1.0, "Discount factor (GAE, REINFORCE++)."),
     lam: key(1.0, "GAE lambda."),
-    norm_adv_by_std_in_grpo: key(true, "GRPO: divide group-centred scores by the group's standard deviation."),
+    norm_adv_by_std_in_grpo: key(true, "grpo, grpo_vectorized, grpo_passk, gdpo: divide group-centred scores by the group's standard deviation (false: Dr.GRPO)."),
+    gdpo_reward_keys: key(null as string[] | null, "gdpo: the scorer's fields (keys of the dict it returns, score included) normalised per group one by one; required with adv_estimator gdpo.", { nullable: 'string-list' }),
+    gdpo_reward_weights: key(null as number[] | null, "gdpo: one weight per gdpo_reward_keys entry for their sum; null: 1 each.", { nullable: 'number-list' }),
     use_kl_in_reward: key(false, "Subtract a KL penalty from the token rewards (loads the reference policy)."),
     kl_penalty: key<(typeof KL_PENALTY_TYPES)[number]>('kl', "The KL estimator of the KL-in-reward penalty (as kl_loss_type).", { choices: KL_PENALTY_TYPES }),
     kl_ctrl: {
@@ -292,7 +295,7 @@ const keysWhere = (rule: (s: KeySpec) => unknown) => new Set([...SPECS].filter((
 /** Keys whose value is one of a fixed list (plugin algorithm names are checked separately). */
 export const KEY_CHOICES: Record<string, readonly string[]> = Object.fromEntries([...SPECS].filter(([, s]) => s.choices).map(([k, s]) => [k, s.choices!]));
 /** Types of keys whose default is null (the default's own type says nothing there). */
-export const NULLABLE_TYPES: Record<string, 'number' | 'string' | 'string-or-list'> = Object.fromEntries([...SPECS].filter(([, s]) => s.nullable).map(([k, s]) => [k, s.nullable!]));
+export const NULLABLE_TYPES: Record<string, NonNullable<KeySpec['nullable']>> = Object.fromEntries([...SPECS].filter(([, s]) => s.nullable).map(([k, s]) => [k, s.nullable!]));
 /** Keys that accept either a single value or a list (verl allows both for data files). */
 export const STRING_OR_LIST_KEYS = keysWhere((s) => s.stringOrList);
 /** Keys whose subtree is free-form (not validated key by key). */

@@ -153,6 +153,12 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       if (!ok) throw bad(spec.nullable ? 'a number, a string or null' : 'a number or a string');
       continue;
     }
+    if (spec?.nullable === 'string-list' || spec?.nullable === 'number-list') {
+      const element = spec.nullable === 'string-list' ? 'string' : 'number';
+      const ok = value === null || (Array.isArray(value) && value.every((v) => typeof v === element && (element === 'string' || Number.isFinite(v))));
+      if (!ok) throw bad(`a list of ${element}s or null`);
+      continue;
+    }
     if (spec?.positiveInteger && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
       throw bad(expected === null ? 'a number or null (a whole number >= 1)' : 'a number (a whole number >= 1)');
     }

@@ -30,12 +30,26 @@ export interface PolicyModule {
   pool?: ThreadPool;
 }
 
+/** What a log-prob pass computes besides the log-probs. */
+export interface LogProbOptions {
+  withEntropy: boolean;
+  /** sum_v pi_v^2 per position (verl's actor.calculate_sum_pi_squared), for optimal_token_baseline. */
+  withSumPiSquared?: boolean;
+}
+
+/** [B * R] each: log-probs, and what LogProbOptions asked for. */
+export interface LogProbResult {
+  logProbs: Float32Array;
+  entropy?: Float32Array;
+  sumPiSquared?: Float32Array;
+}
+
 /** The policy-update role (verl's DataParallelPPOActor). */
 export interface Actor {
   /** Receives the module the worker built; called once before any other method. */
   attach(module: PolicyModule): void;
-  /** Per-token log-probs of the batch's responses (and entropies) without gradients. */
-  computeLogProb(batch: Batch, options: { withEntropy: boolean }): { logProbs: Float32Array; entropy?: Float32Array };
+  /** Per-token log-probs of the batch's responses (and entropies, sum pi^2) without gradients. */
+  computeLogProb(batch: Batch, options: LogProbOptions): LogProbResult;
   /**
    * Mini-batches x epochs of updates on a batch holding advantages and old log-probs. Each listener
    * sees every mini-batch just before its optimizer step; their metrics join the actor's averages.
@@ -95,7 +109,8 @@ export interface Worker {
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
   rolloutDispatched(): Promise<void>;
-  computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array };
+  /** The old policy's log-probs and entropies; with withSumPiSquared, also sum pi^2 (optimal_token_baseline). */
+  computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean }): { logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array };
   /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
   computeRefLogProb(batch: Batch): Float32Array;
   updateActor(batch: Batch, listeners?: ActorStepListener[]): Metrics;

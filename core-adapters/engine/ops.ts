@@ -152,6 +152,14 @@ export interface TokenLogProbs {
   logProbs: tf.Tensor1D;
   /** Entropy of each row's distribution, [N], when asked for. */
   entropy?: tf.Tensor1D;
+  /** sum_v pi_v^2 of each row's distribution, [N], when asked for (no gradient). */
+  sumPiSquared?: tf.Tensor1D;
+}
+
+/** Each row's sum of squared probabilities of the tempered logits, as a [1, N] row: exp(lse(2z) - 2 lse(z)) (verl's calculate_sum_pi_squared_from_logits). */
+function sumPiSquaredRow(logits: tf.Tensor2D, invT: number): tf.Tensor2D {
+  const z = tf.mul(logits, invT);
+  return tf.exp(tf.sub(tf.logSumExp(tf.mul(z, 2), 1), tf.mul(tf.logSumExp(z, 1), 2))).expandDims(0) as tf.Tensor2D;
 }
 
 /** At most this many logits (512 MB) are kept from the forward pass for the backward pass. */
@@ -175,8 +183,11 @@ export function headLogProbs(
   targets: Int32Array,
   temperature = 1,
   withEntropy = false,
+  withSumPiSquared = false,
 ): TokenLogProbs {
   const [rows] = hidden.shape;
+  // A third output row with no backward pass: only old-log-prob passes (no tape) ask for it.
+  if (withSumPiSquared && tf.engine().isTapeOn()) throw new Error('headLogProbs: sum pi^2 is computed only without gradients');
   const frozen = head instanceof FrozenMatrix ? head : undefined;
   const vocab = frozen ? frozen.rows : (head as tf.Tensor2D).shape[1];
   if (targets.length !== rows) throw new Error(`headLogProbs: ${targets.length} targets for ${rows} rows`);
@@ -209,11 +220,15 @@ export function headLogProbs(
       tf.tidy(() => {
         const logits = logitsOf(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
         if (keepLogits) kept.push(tf.keep(logits));
-        if (fused) return runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy);
-        const { logp, oneHot } = softmaxOf(logits, start, end);
-        const selected = tf.sum(tf.mul(logp, oneHot), 1);
-        const entropy = withEntropy ? tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1)) : tf.zeros([end - start]);
-        return tf.stack([selected, entropy]);
+        let pair: tf.Tensor2D;
+        if (fused) pair = runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy);
+        else {
+          const { logp, oneHot } = softmaxOf(logits, start, end);
+          const selected = tf.sum(tf.mul(logp, oneHot), 1);
+          const entropy = withEntropy ? tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), 1)) : tf.zeros([end - start]);
+          pair = tf.stack([selected, entropy]) as tf.Tensor2D;
+        }
+        return withSumPiSquared ? tf.concat([pair, sumPiSquaredRow(logits, invT)]) : pair;
       }),
     );
     save([h, ...(frozen ? [] : [w]), ...kept]);
@@ -262,8 +277,8 @@ export function headLogProbs(
     };
   });
   // Intermediates stay alive for the gradient tape; the caller's tidy releases them.
-  const [logProbs, entropy] = tf.unstack(both) as tf.Tensor1D[];
-  return withEntropy ? { logProbs, entropy } : { logProbs };
+  const [logProbs, entropy, sumPiSquared] = tf.unstack(both) as tf.Tensor1D[];
+  return { logProbs, ...(withEntropy ? { entropy } : {}), ...(withSumPiSquared ? { sumPiSquared } : {}) };
 }
 
 /** Adds b into the accumulator map (a += b), disposing what it replaces and b itself. */

@@ -19,6 +19,8 @@ export interface ResponseScores {
   /** [batch, responseLength]; entries under padding are meaningless (mask them). */
   logProbs: tf.Tensor2D;
   entropy?: tf.Tensor2D;
+  /** [batch, responseLength] sum over the vocabulary of pi^2, when asked for (optimal_token_baseline). */
+  sumPiSquared?: tf.Tensor2D;
   /** Final-norm hidden states of the whole sequence, [batch * (P + R), H]. */
   hidden: tf.Tensor2D;
   /** Requested decoder-layer outputs, [batch * (P + R), H] each. */
@@ -28,6 +30,8 @@ export interface ResponseScores {
 export interface ScoreOptions {
   temperature?: number;
   withEntropy?: boolean;
+  /** Also sum_v pi_v^2 per position (only outside a gradient scope). */
+  withSumPiSquared?: boolean;
   outputLayers?: number[];
 }
 
@@ -73,10 +77,11 @@ export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: Sco
     .reshape([batch, L, H])
     .slice([0, P - 1, 0], [batch, R, H])
     .reshape([batch * R, H]) as tf.Tensor2D;
-  const scored = headLogProbs(predicting, model.headWeight(), responseTargets(seq), options.temperature ?? 1, options.withEntropy);
+  const scored = headLogProbs(predicting, model.headWeight(), responseTargets(seq), options.temperature ?? 1, options.withEntropy, options.withSumPiSquared);
   return {
     logProbs: scored.logProbs.reshape([batch, R]),
     entropy: scored.entropy?.reshape([batch, R]),
+    sumPiSquared: scored.sumPiSquared?.reshape([batch, R]),
     hidden: out.hidden,
     layerOutputs: out.layerOutputs,
   };

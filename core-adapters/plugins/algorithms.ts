@@ -62,14 +62,30 @@ export interface RunRequirements {
   useReference: boolean;
 }
 
+/** The config runRequirements reads (the estimator's own keys are optional, for callers that build it by hand). */
+export interface RequirementsConfig {
+  algorithm: { name: string; adv_estimator: string | null; use_kl_in_reward: boolean; gdpo_reward_keys?: string[] | null; gdpo_reward_weights?: number[] | null };
+  actor_rollout_ref: { actor: { use_kl_loss: boolean }; rollout?: { n: number } };
+}
+
+/** Settings an estimator cannot run without, refused before anything loads (verl fails on them mid-step). */
+function checkEstimatorSettings(advEstimator: string, traits: EstimatorTraits, config: RequirementsConfig): void {
+  const n = config.actor_rollout_ref.rollout?.n;
+  if (traits.needsGroups && n !== undefined && n < 2) {
+    throw new InputError(`actor_rollout_ref.rollout.n is ${n}; algorithm.adv_estimator ${advEstimator} compares the responses of a prompt, so it needs 2 or more`);
+  }
+  if (advEstimator !== 'gdpo') return;
+  const keys = config.algorithm.gdpo_reward_keys;
+  if (!keys?.length) throw new InputError("algorithm.gdpo_reward_keys: adv_estimator gdpo needs the scorer's fields to normalise one by one (e.g. [score, acc])");
+  const weights = config.algorithm.gdpo_reward_weights;
+  if (weights && weights.length !== keys.length) throw new InputError(`algorithm.gdpo_reward_weights has ${weights.length} weights for ${keys.length} gdpo_reward_keys`);
+}
+
 /** What a run needs, from algorithm.name and the KL settings (as verl derives use_critic / use_reference_policy). */
-export function runRequirements(
-  config: { algorithm: { name: string; adv_estimator: string | null; use_kl_in_reward: boolean }; actor_rollout_ref: { actor: { use_kl_loss: boolean } } },
-  registry: AlgorithmRegistry,
-  estimators: AdvantageEstimatorRegistry,
-): RunRequirements {
+export function runRequirements(config: RequirementsConfig, registry: AlgorithmRegistry, estimators: AdvantageEstimatorRegistry): RunRequirements {
   const algorithm = registry.get(config.algorithm.name);
   const advEstimator = config.algorithm.adv_estimator ?? algorithm.advEstimator;
+  checkEstimatorSettings(advEstimator, estimators.traits(advEstimator), config);
   return {
     algorithm,
     advEstimator,

@@ -9,6 +9,9 @@ import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
 import { loadCustomScorer, ScorerRegistry, scoreValue, type Scorer } from './registry.js';
 
+/** The batch column where reward managers leave each response's scorer fields (score included, numbers and booleans as numbers). */
+export const REWARD_EXTRA_INFO = 'reward_extra_info';
+
 /** Whether a scored response counts as correct: the scorer's acc when it gives one, else a positive score. */
 function isCorrect(result: ReturnType<typeof scoreValue>): boolean {
   return typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0;
@@ -91,20 +94,28 @@ export class NaiveRewardManager implements RewardManager {
     const scores: number[] = [];
     const correct: boolean[] = [];
     const extraSums = new Map<string, number>();
+    const extraInfo: Record<string, number>[] = [];
     const results = await Promise.all(texts.map((text, b) => this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b])));
     texts.forEach((_, b) => {
       const result = scoreValue(results[b]);
       scores.push(result.score);
       correct.push(isCorrect(result));
+      const fields: Record<string, number> = { score: result.score };
       for (const [k, v] of Object.entries(result.extras)) {
-        if (typeof v === 'number' || typeof v === 'boolean') extraSums.set(k, (extraSums.get(k) ?? 0) + Number(v));
+        if (typeof v === 'number' || typeof v === 'boolean') {
+          extraSums.set(k, (extraSums.get(k) ?? 0) + Number(v));
+          fields[k] = Number(v);
+        }
       }
+      extraInfo.push(fields);
       let last = -1;
       for (let t = 0; t < R; t++) if (mask[b * R + t]) last = t;
       if (last >= 0) tokenLevelScores[b * R + last] = result.score;
     });
     const metrics: Metrics = {};
     for (const [k, sum] of extraSums) metrics[`reward/${k}/mean`] = sum / Math.max(1, batch.size);
+    // verl's reward_extra_info, kept with the rows (filtering and concatenation carry it): gdpo reads it.
+    batch.setColumn(REWARD_EXTRA_INFO, extraInfo);
     return { tokenLevelScores, scores, correct, metrics };
   }
 }

@@ -5,7 +5,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
 import type { AdvantageEstimator } from '../algorithms/advantages.js';
-import { composeAdvantages } from '../algorithms/compose.js';
+import { composeAdvantages, type AdvantageComposition } from '../algorithms/compose.js';
+import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
 import { AdaptiveKlController, FixedKlController, type KlController } from '../algorithms/kl.js';
 import { writeConfig, type Config } from '../config/load.js';
 import type {
@@ -27,6 +28,7 @@ import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { Batch } from '../batch.js';
+import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
 import { promptBatch, sequencesFromSamples } from '../workers/sequences.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
@@ -342,12 +344,68 @@ export class RLTrainer implements Trainer {
   /** Starts sampling step `step`'s prompts, which start at `position`; the samples come with the weights as they are now. */
   private launchRollouts(step: number, position: DataPosition): StepRollouts {
     const { prompts, next } = this.dataset.nextBatch(position, this.config.data.train_batch_size);
-    const promptsBatch = promptBatch(prompts, `s${step}`).repeat(this.config.actor_rollout_ref.rollout.n, true);
+    const groups = promptBatch(prompts, `s${step}`);
+    const promptsBatch = groups.repeat(this.config.actor_rollout_ref.rollout.n, true);
     this.rolloutStep = step;
-    const batch = this.generateRollouts(promptsBatch, this.samplingSettings(stepSeed(this.config.trainer.seed, step)));
+    const sampling = this.samplingSettings(stepSeed(this.config.trainer.seed, step));
+    const sampled = this.generateRollouts(promptsBatch, sampling);
+    const batch = this.requirements.estimatorTraits.needsGreedyBaseline ? this.withRewardBaselines(sampled, groups, sampling) : sampled;
     // Awaited by its step, or dropped at a stop: never an unhandled rejection meanwhile.
     batch.catch(() => undefined);
     return { step, next, updatesAtLaunch: this.actorUpdates, batch };
+  }
+
+  /**
+   * What some estimators read besides rewards, from the step's batch (verl's compute_advantage passes
+   * them when present): remax's reward_baselines, the old log-probs and sum pi^2 with the TIS
+   * weights of rollouts from another engine (the optimal token baselines), and the scorer's fields
+   * with algorithm.gdpo_reward_keys (gdpo).
+   */
+  private estimatorExtras(batch: Batch, old: { logProbs: Float32Array; sumPiSquared?: Float32Array }): AdvantageComposition['extra'] {
+    const a = this.config.algorithm;
+    const cap = a.rollout_correction.tis_cap;
+    const offEngine = old.sumPiSquared && cap !== null && batch.has('rollout_log_probs');
+    const rows = batch.has(REWARD_EXTRA_INFO) ? batch.column<Record<string, number>>(REWARD_EXTRA_INFO) : undefined;
+    // Only the fields every response has (a scorer may leave some out for some answers).
+    const fields = rows?.length ? Object.keys(rows[0]).filter((k) => rows.every((r) => typeof r[k] === 'number')) : [];
+    return {
+      rewardBaselines: batch.has('reward_baselines') ? batch.column<number>('reward_baselines') : undefined,
+      oldLogProbs: old.logProbs,
+      sumPiSquared: old.sumPiSquared,
+      rolloutIsWeights: offEngine ? tokenRolloutCorrection(old.logProbs, batch.tensor('rollout_log_probs').data, batch.tensor('response_mask').data, cap).weights : undefined,
+      rewardComponents: a.gdpo_reward_keys ? new Map(fields.map((k) => [k, rows!.map((r) => r[k])])) : undefined,
+      gdpo: { keys: a.gdpo_reward_keys, weights: a.gdpo_reward_weights },
+    };
+  }
+
+  /**
+   * remax (verl's ray_trainer with adv_estimator remax): each prompt is also decoded greedily, with
+   * the weights that sample it, and scored; the score becomes the reward_baselines column of its
+   * sampled rows. A column, so DAPO's filtering and concatenation carry it.
+   */
+  private async withRewardBaselines(sampled: Promise<Batch>, prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    const greedy = this.worker.generateSequences(prompts, { ...sampling, greedy: true, temperature: 0, topP: 1, topK: -1 });
+    greedy.catch(() => undefined);
+    const batch = await sampled;
+    const baseline = await greedy;
+    try {
+      const reward = await this.rewards.compute(baseline);
+      const R = baseline.tensor('responses').shape[1];
+      const byUid = new Map<string, number>();
+      // verl sums the greedy response's token scores (rm_scores.sum(-1)).
+      baseline.column<string>('uid').forEach((uid, b) => byUid.set(uid, reward.tokenLevelScores.subarray(b * R, (b + 1) * R).reduce((a: number, v: number) => a + v, 0)));
+      batch.setColumn(
+        'reward_baselines',
+        batch.column<string>('uid').map((uid) => {
+          const score = byUid.get(uid);
+          if (score === undefined) throw new Error(`remax: no greedy baseline for the rows of prompt ${uid}`);
+          return score;
+        }),
+      );
+    } finally {
+      baseline.dispose();
+    }
+    return batch;
   }
 
   /** A training step's rollouts for its prompts (repeated rollout.n times); subclasses may add off-policy rows. */
@@ -390,8 +448,11 @@ export class RLTrainer implements Trainer {
     batch.setColumn('correct', reward.correct);
     const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}), ...rolloutMetrics };
 
-    const old = timed('old_log_prob', () => this.worker.computeLogProb(batch));
+    // sum pi^2 (verl's actor.calculate_sum_pi_squared) when asked for or when the estimator reads it.
+    const withSumPiSquared = this.requirements.estimatorTraits.needsSumPiSquared === true || this.config.actor_rollout_ref.actor.calculate_sum_pi_squared;
+    const old = timed('old_log_prob', () => this.worker.computeLogProb(batch, { withSumPiSquared }));
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
+    if (old.sumPiSquared) batch.set('sum_pi_squared', { shape: [B, R], data: old.sumPiSquared });
     metrics['actor/entropy'] = maskedMean(old.entropy, mask);
     if (this.requirements.useReference) {
       batch.set('ref_log_prob', { shape: [B, R], data: timed('ref', () => this.worker.computeRefLogProb(batch)) });
@@ -417,6 +478,7 @@ export class RLTrainer implements Trainer {
         gamma: a.gamma,
         lam: a.lam,
         normByStd: a.norm_adv_by_std_in_grpo,
+        extra: this.estimatorExtras(batch, old),
         klInReward: a.use_kl_in_reward
           ? { oldLogProbs: old.logProbs, refLogProbs: batch.tensor('ref_log_prob').data as Float32Array, type: a.kl_penalty, controller: this.klController! }
           : undefined,

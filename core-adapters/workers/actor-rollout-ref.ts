@@ -213,9 +213,9 @@ export class ActorRolloutRefWorker implements Worker {
     await this.rollout.dispatched?.();
   }
 
-  computeLogProb(batch: Batch): { logProbs: Float32Array; entropy: Float32Array } {
-    const { logProbs, entropy } = this.actor.computeLogProb(batch, { withEntropy: true });
-    return { logProbs, entropy: entropy! };
+  computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): { logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array } {
+    const { logProbs, entropy, sumPiSquared } = this.actor.computeLogProb(batch, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
+    return { logProbs, entropy: entropy!, sumPiSquared };
   }
 
   computeRefLogProb(batch: Batch): Float32Array {
