@@ -17,7 +17,7 @@ import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
 import { importPluginModule, type PluginRegistries } from './plugins/loader.js';
 import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
-import { NaiveRewardManager } from './rewards/manager.js';
+import { DapoRewardManager, NaiveRewardManager } from './rewards/manager.js';
 import { LocalRollout } from './rollout/local.js';
 import { ServerRollout } from './rollout/server-rollout.js';
 import { HOST_VERSION } from './package-root.js';
@@ -80,7 +80,7 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.Worker).to(ActorRolloutRefWorker).inSingletonScope();
     bind(TOKENS.Critic).to(ValueCritic).inSingletonScope();
     bind(TOKENS.Trainer).to(RLTrainer).inSingletonScope();
-    bind(TOKENS.RewardManager).to(NaiveRewardManager).inSingletonScope();
+    bind(TOKENS.RewardManager).to(config.reward_model.reward_manager === 'dapo' ? DapoRewardManager : NaiveRewardManager).inSingletonScope();
     bind(TOKENS.Dataset).to(PromptDataset).inSingletonScope();
     bind(TOKENS.CheckpointStore).to(LocalCheckpointStore).inSingletonScope();
     bind(TOKENS.MetricsSink).to(JsonlMetricsSink).inSingletonScope();

@@ -10,6 +10,8 @@ export interface FlowRLConfig {
   proj_dropout: number;
   importance_sampling: boolean;
   importance_weight_max: number;
+  /** cap: min(w, importance_weight_max) (the recipe); ppo: clamp(w, 1 - clip_ratio_low, 1 + clip_ratio_high) (the paper's text). */
+  importance_weight_clip: 'cap' | 'ppo';
   /** Stop log Z's gradient at the pooled hidden states (the reference lets it reach the LM). */
   detach_logz_input: boolean;
   /** advantage: GRPO-normalised advantages (the paper); score: each response's total reward (outcome plus shaping). */

@@ -134,7 +134,15 @@ export class FlowRLActor extends PPOActor {
         // From the batch's old_log_probs even on-policy: the gap is between the trainer's and the engine's scores.
         rolloutWeights: this.sequenceTisWeights(micro),
       },
-      { beta: flowrl.beta, importanceWeightMax: flowrl.importance_weight_max, importanceSampling: flowrl.importance_sampling, lengthNormalize: flowrl.length_normalize },
+      {
+        beta: flowrl.beta,
+        importanceWeightMax: flowrl.importance_weight_max,
+        importanceWeightClip: flowrl.importance_weight_clip,
+        clipRatioLow: this.config.actor_rollout_ref.actor.clip_ratio_low ?? this.config.actor_rollout_ref.actor.clip_ratio,
+        clipRatioHigh: this.config.actor_rollout_ref.actor.clip_ratio_high ?? this.config.actor_rollout_ref.actor.clip_ratio,
+        importanceSampling: flowrl.importance_sampling,
+        lengthNormalize: flowrl.length_normalize,
+      },
     );
     record(metrics);
     return tf.mul(loss, part.share);

@@ -2,6 +2,7 @@
 // computes it (verl recipe/flowrl; README "FlowRL"), per sequence b with masked means over response tokens:
 //   delta_b = log Z(x_b) + mean_t log pi(y_t) - beta * mean_t A_t - mean_t log pi_ref(y_t)
 //   w_b     = min(exp(sum_t (log pi - log pi_old)), w_max)      (no gradient; 1 without IS)
+//             or, with importanceWeightClip 'ppo' (the paper's text), clamp(w_b, 1 - eps_low, 1 + eps_high)
 //   loss    = mean_b(w_b * c_b * delta_b^2)
 // where c_b is the engine correction for rollouts sampled elsewhere (sequenceRolloutCorrection:
 // min(exp(sum_t (log pi_old - log pi_rollout)), tis_cap); 1 for local sampling). With
@@ -27,8 +28,16 @@ export interface FlowRLInputs {
 export interface FlowRLOptions {
   /** beta: the reward scale inside the residual (the paper's 15). */
   beta?: number;
-  /** Upper clamp of the sequence importance weight. */
+  /** Upper clamp of the sequence importance weight (importanceWeightClip 'cap'). */
   importanceWeightMax?: number;
+  /**
+   * 'cap' (the recipe and the authors' final code): w clamped above at importanceWeightMax. 'ppo' (the
+   * paper's text, FlowRL issue 13): w clamped to [1 - clipRatioLow, 1 + clipRatioHigh].
+   */
+  importanceWeightClip?: 'cap' | 'ppo';
+  /** The PPO-style bounds of 'ppo' (the actor's clip_ratio_low / clip_ratio_high). */
+  clipRatioLow?: number;
+  clipRatioHigh?: number;
   /** false: every weight is 1. */
   importanceSampling?: boolean;
   /** true (the recipe): the log-probs enter as per-token means; false: as sequence sums (trajectory balance itself). */
@@ -70,11 +79,15 @@ const METRIC_NAMES = [
   // The log Z that zeroes each residual, and the residual itself (log Z should track the former).
   'actor/log_z_target',
   'actor/residual',
+  // Sequences whose importance weight the clip changed.
+  'actor/importance_weight_clipfrac',
 ];
 
 export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions = {}): FlowRLResult {
   const beta = options.beta ?? 15;
   const weightMax = options.importanceWeightMax ?? 10;
+  // Both clips act on log w, so exp never overflows.
+  const [logLow, logHigh] = options.importanceWeightClip === 'ppo' ? [Math.log(1 - (options.clipRatioLow ?? 0.2)), Math.log(1 + (options.clipRatioHigh ?? 0.2))] : [-Infinity, Math.log(weightMax)];
   const useWeights = options.importanceSampling ?? true;
   const reduce = (options.lengthNormalize ?? true) ? rowMean : rowSum;
   const { logProb, oldLogProb, refLogProb, advantages, responseMask: mask, logZ } = inputs;
@@ -82,10 +95,9 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
   // tidy frees the intermediates; tfjs keeps what the backward pass needs on its own.
   const loss = tf.tidy(() => {
     const delta = tf.sub(tf.sub(tf.add(logZ, reduce(logProb, mask)), tf.mul(rowMean(advantages, mask), beta)), reduce(refLogProb, mask));
-    // Clamping the log-weight before exp gives min(exp(x), max) without ever overflowing.
-    const weight = useWeights
-      ? tf.exp(tf.minimum(stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1)), Math.log(weightMax)))
-      : tf.onesLike(logZ);
+    const logW = stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1));
+    const clippedLogW = tf.clipByValue(logW, logLow, logHigh);
+    const weight = useWeights ? tf.exp(clippedLogW) : tf.onesLike(logZ);
     // The engine factor is reduced as w is (exp of a summed log ratio, truncated), so w * c chains pi/pi_old and pi_old/pi_rollout per sequence.
     const applied = inputs.rolloutWeights ? tf.mul(weight, inputs.rolloutWeights) : weight;
     const value = tf.mean(tf.mul(applied, tf.square(delta))) as tf.Scalar;
@@ -102,6 +114,7 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
         value,
         tf.mean(tf.sub(logZ, delta)),
         tf.mean(delta),
+        useWeights ? tf.mean(tf.cast(tf.notEqual(clippedLogW, logW), 'float32')) : tf.scalar(0),
       ])
       .dataSync();
     metrics = Object.fromEntries(METRIC_NAMES.map((n, i) => [n, stats[i]]));

@@ -149,6 +149,26 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
     }
   });
 
+  it("importanceWeightClip 'ppo' (the paper's text) clamps w to [1 - low, 1 + high] and reports the share clamped; 'cap' (the recipe) ignores those bounds", () => {
+    for (const c of ref.objective.cases.filter((x) => x.options.importanceSampling)) {
+      const t = objectiveTensors(c);
+      try {
+        const [low, high] = [0.2, 0.28];
+        const clamped = c.expected.log_w.map((lw) => Math.min(Math.max(Math.exp(lw), 1 - low), 1 + high));
+        const expected = clamped.reduce((sum, w, b) => sum + w * c.expected.delta[b] ** 2, 0) / clamped.length;
+        const ppo = computeFlowRLLoss(t, { ...c.options, importanceWeightClip: 'ppo', clipRatioLow: low, clipRatioHigh: high });
+        expectCloseScaled([ppo.loss.dataSync()[0]], [expected], 1e-5, `${c.name} ppo loss`);
+        const share = c.expected.log_w.filter((lw) => Math.exp(lw) < 1 - low || Math.exp(lw) > 1 + high).length / c.expected.log_w.length;
+        expect(ppo.metrics['actor/importance_weight_clipfrac'], c.name).to.be.closeTo(share, 1e-6);
+        const cap = computeFlowRLLoss(t, { ...c.options, importanceWeightClip: 'cap', clipRatioLow: low, clipRatioHigh: high });
+        expectCloseScaled([cap.loss.dataSync()[0]], [c.expected.loss], 1e-5, `${c.name} cap loss`);
+        tf.dispose([ppo.loss, cap.loss]);
+      } finally {
+        disposeAll(t);
+      }
+    }
+  });
+
   it('omitted options default to beta 15, weight max 10, importance sampling on', () => {
     const c = ref.objective.cases.find((x) => x.name === 'mixed_padding')!;
     expect(c.options).to.deep.equal({ beta: 15, importanceWeightMax: 10, importanceSampling: true });

@@ -86,6 +86,7 @@ export const CORE_SPEC = {
     train_files: key(null as string | string[] | null, "Training prompts: .jsonl or .parquet files of verl rows (prompt, data_source, reward_model.ground_truth).", { stringOrList: true, nullable: 'string-or-list' }),
     val_files: key(null as string | string[] | null, "Validation prompts, in the same format.", { stringOrList: true, nullable: 'string-or-list' }),
     train_batch_size: key(8, "Prompts per training step (each sampled rollout.n times).", { positiveInteger: true }),
+    gen_batch_size: key(null as number | null, "Prompts sampled per generation batch under algorithm.filter_groups (DAPO's dynamic sampling); null: train_batch_size.", { positiveInteger: true, nullable: 'number' }),
     val_max_samples: key(null as number | null, "Validation prompts used per evaluation; null uses them all.", { positiveInteger: true, nullable: 'number' }),
     max_prompt_length: key(256, "Longest prompt in tokens; longer rows are dropped (filter_overlong_prompts) or an error.", { positiveInteger: true }),
     max_response_length: key(64, "New tokens sampled per response at most.", { positiveInteger: true }),
@@ -205,13 +206,29 @@ export const CORE_SPEC = {
       horizon: key(10000, "Adaptive KL controller horizon."),
       target_kl: key(0.1, "Adaptive KL controller target."),
     },
+    /** DAPO's dynamic sampling: keep only prompts whose responses differ in `metric`, sampling more until the batch is full. */
+    filter_groups: {
+      enable: key(false, "Drop groups whose responses all have the same metric; sample data.gen_batch_size more prompts until train_batch_size groups are kept."),
+      metric: key<'acc' | 'score' | 'seq_reward' | 'seq_final_reward' | null>(null, "What must vary within a kept group: acc (correct or not), score, seq_reward (the token scores' sum) or seq_final_reward (the token rewards' sum, KL penalty included), as DAPO's recipe names them.", {
+        choices: ['acc', 'score', 'seq_reward', 'seq_final_reward'] as const,
+        nullable: 'string',
+      }),
+      max_num_gen_batches: key(0, "Generation batches a step may sample before it stops the run; 0 or less: no limit.", { integer: true }),
+    },
     /** Off-policy correction for rollouts sampled by another engine (batches carrying rollout_log_probs). */
     rollout_correction: {
       tis_cap: key(2 as number | null, "Truncated importance sampling: each loss term weighs min(exp(old − rollout), tis_cap), a constant; null: off (metrics still logged).", { positiveOrNull: true }),
     },
   },
   reward_model: {
-    reward_manager: key<'naive'>('naive', "How responses are scored: naive (each alone, by data_source).", { choices: ['naive'] as const }),
+    reward_manager: key<'naive' | 'dapo'>('naive', "How responses are scored: naive (each alone, by data_source); dapo (the same, plus overlong_buffer's length penalty).", { choices: ['naive', 'dapo'] as const }),
+    /** DAPO's overlong reward shaping (reward_manager dapo): a penalty growing linearly over the last `len` tokens before data.max_response_length. */
+    overlong_buffer: {
+      enable: key(false, "Add DAPO's overlong penalty to each score (reward_manager must be dapo)."),
+      len: key(0, "Tokens before data.max_response_length over which the penalty grows from 0 to penalty_factor.", { integer: true, min: 0 }),
+      penalty_factor: key(0.0, "The penalty of a response that reaches data.max_response_length.", { min: 0 }),
+      log: key(false, "Report reward/overlong_reward and reward/overlong (the share penalised)."),
+    },
     reward_kwargs: key({} as Record<string, unknown>, "Extra keyword options passed to the scorer of each data_source.", { open: true }),
     /** Code rewards (data_source codecontests, apps, codeforces, taco): programs run against each row's tests. */
     code: {

@@ -148,15 +148,15 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       if (!ok) throw bad('a path or a list of paths');
       continue;
     }
-    if (spec?.numberOrString) {
-      const ok = typeof value === 'string' || (typeof value === 'number' && Number.isFinite(value)) || (value === null && spec.nullable);
-      if (!ok) throw bad(spec.nullable ? 'a number, a string or null' : 'a number or a string');
-      continue;
-    }
     if (spec?.nullable === 'string-list' || spec?.nullable === 'number-list') {
       const element = spec.nullable === 'string-list' ? 'string' : 'number';
       const ok = value === null || (Array.isArray(value) && value.every((v) => typeof v === element && (element === 'string' || Number.isFinite(v))));
       if (!ok) throw bad(`a list of ${element}s or null`);
+      continue;
+    }
+    if (spec?.numberOrString) {
+      const ok = typeof value === 'string' || (typeof value === 'number' && Number.isFinite(value)) || (value === null && spec.nullable);
+      if (!ok) throw bad(spec.nullable ? 'a number, a string or null' : 'a number or a string');
       continue;
     }
     if (spec?.positiveInteger && value !== null && !(typeof value === 'number' && Number.isInteger(value) && value >= 1)) {
@@ -168,6 +168,9 @@ export function validateConfig(tree: ConfigTree, schema: ConfigTree, where: stri
       const want = spec?.nullable;
       if (value !== null && want && typeof value !== want) throw bad(`a ${want} or null`);
       if (typeof value === 'number' && spec) checkRange(spec, value, bad);
+      if (typeof value === 'string' && spec?.choices && !spec.choices.includes(value)) {
+        throw new InputError(`${where}: key '${dotted}' is '${value}'; allowed: ${spec.choices.join(', ')} (or null)`);
+      }
       continue;
     }
     if (Array.isArray(expected)) {

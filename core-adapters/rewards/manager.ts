@@ -1,6 +1,6 @@
 // The naive reward manager (verl's NaiveRewardManager): decode each response, score it by its
 // data_source (or with the configured custom scorer), and put the score on the last valid token.
-import { inject, injectable, optional } from 'inversify';
+import { inject, injectable, injectFromBase, optional } from 'inversify';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { CorrectResponse, Metrics, PromptRecord, RewardManager, RewardResult } from '../contracts/index.js';
@@ -117,5 +117,55 @@ export class NaiveRewardManager implements RewardManager {
     // verl's reward_extra_info, kept with the rows (filtering and concatenation carry it): gdpo reads it.
     batch.setColumn(REWARD_EXTRA_INFO, extraInfo);
     return { tokenLevelScores, scores, correct, metrics };
+  }
+}
+
+/**
+ * DAPO's reward manager (verl v0.9.0's reward_loop dapo manager; verl-recipe's dapo recipe): scores
+ * as the naive one, then, with reward_model.overlong_buffer.enable, adds the overlong penalty
+ *   min(-(length - (max_length - len)) / len * penalty_factor, 0)
+ * to each score, max_length being data.max_response_length. Correctness (acc) stays the scorer's.
+ */
+@injectable()
+@injectFromBase({ extendConstructorArguments: true, extendProperties: true })
+export class DapoRewardManager extends NaiveRewardManager {
+  override async init(): Promise<void> {
+    await super.init();
+    const o = this.config.reward_model.overlong_buffer;
+    if (!o.enable) return;
+    const max = this.config.data.max_response_length;
+    // verl asserts both; a run stops before sampling instead.
+    if (!(o.len > 0)) throw new InputError(`reward_model.overlong_buffer.len must be positive when overlong_buffer.enable is true; got ${o.len} (to turn the penalty off set enable false)`);
+    if (o.len > max) throw new InputError(`reward_model.overlong_buffer.len (${o.len}) must be at most data.max_response_length (${max})`);
+  }
+
+  override async compute(batch: Batch): Promise<RewardResult> {
+    const result = await super.compute(batch);
+    const o = this.config.reward_model.overlong_buffer;
+    if (!o.enable) return result;
+    const mask = batch.tensor('response_mask').data;
+    const R = batch.tensor('responses').shape[1];
+    const expected = this.config.data.max_response_length - o.len;
+    let penaltySum = 0;
+    let penalised = 0;
+    for (let b = 0; b < batch.size; b++) {
+      let length = 0;
+      let last = -1;
+      for (let t = 0; t < R; t++) {
+        if (!mask[b * R + t]) continue;
+        length += 1;
+        last = t;
+      }
+      const penalty = Math.min((-(length - expected) / o.len) * o.penalty_factor, 0);
+      result.scores[b] += penalty;
+      if (last >= 0) result.tokenLevelScores[b * R + last] += penalty;
+      penaltySum += penalty;
+      penalised += Number(penalty < 0);
+    }
+    if (o.log) {
+      result.metrics['reward/overlong_reward/mean'] = penaltySum / Math.max(1, batch.size);
+      result.metrics['reward/overlong/mean'] = penalised / Math.max(1, batch.size);
+    }
+    return result;
   }
 }

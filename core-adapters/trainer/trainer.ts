@@ -18,6 +18,7 @@ import type {
   Metrics,
   MetricsSink,
   RewardManager,
+  RewardResult,
   RewardShaper,
   SamplingSettings,
   Trainer,
@@ -29,7 +30,7 @@ import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { Batch } from '../batch.js';
 import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
-import { promptBatch, sequencesFromSamples } from '../workers/sequences.js';
+import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/sequences.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
@@ -140,6 +141,7 @@ export class RLTrainer implements Trainer {
   /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
   async setup(): Promise<void> {
     this.checkOneStepOff();
+    this.checkFilterGroups();
     await this.dataset.init();
     // The schedules span the run, as verl's trainer tells its workers.
     this.config.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
@@ -175,6 +177,23 @@ export class RLTrainer implements Trainer {
     if (samples > rollout.server.max_inflight * servers) {
       // Samples beyond the slots are sent only when the trainer next yields: the overlap is partial.
       process.stderr.write(`[flowrl] warning: trainer.one_step_off_policy overlaps only ${rollout.server.max_inflight * servers} of a step's ${samples} samples with training; raise actor_rollout_ref.rollout.server.max_inflight to ${Math.ceil(samples / Math.max(1, servers))}\n`);
+    }
+  }
+
+  /** DAPO's dynamic sampling: what it needs, checked before anything loads. */
+  private checkFilterGroups(): void {
+    const f = this.config.algorithm.filter_groups;
+    const o = this.config.reward_model.overlong_buffer;
+    if (o.enable && this.config.reward_model.reward_manager !== 'dapo') {
+      throw new InputError(`reward_model.overlong_buffer.enable is true but reward_model.reward_manager is '${this.config.reward_model.reward_manager}': the overlong penalty is the dapo reward manager's; set reward_model.reward_manager=dapo`);
+    }
+    if (!f.enable) return;
+    if (f.metric === null) throw new InputError('algorithm.filter_groups.enable is true but algorithm.filter_groups.metric is null: name what must vary within a kept group (acc, score, seq_reward or seq_final_reward)');
+    if (this.config.trainer.one_step_off_policy) {
+      throw new InputError('algorithm.filter_groups and trainer.one_step_off_policy cannot be combined: a step does not know how many generation batches it needs until it has scored them');
+    }
+    if (f.metric === 'seq_final_reward' && this.config.algorithm.use_kl_in_reward) {
+      throw new InputError("algorithm.filter_groups.metric seq_final_reward with algorithm.use_kl_in_reward is not supported: the KL penalty is applied after filtering here; use seq_reward (the scores' sum)");
     }
   }
 
@@ -341,13 +360,20 @@ export class RLTrainer implements Trainer {
     };
   }
 
-  /** Starts sampling step `step`'s prompts, which start at `position`; the samples come with the weights as they are now. */
-  private launchRollouts(step: number, position: DataPosition): StepRollouts {
-    const { prompts, next } = this.dataset.nextBatch(position, this.config.data.train_batch_size);
-    const groups = promptBatch(prompts, `s${step}`);
+  /**
+   * Starts sampling step `step`'s prompts, which start at `position`; the samples come with the
+   * weights as they are now. Under filter_groups a step may draw several generation batches
+   * (`gen` counts them), each of data.gen_batch_size prompts with its own uids and seed.
+   */
+  private launchRollouts(step: number, position: DataPosition, gen = 0): StepRollouts {
+    const d = this.config.data;
+    const size = this.config.algorithm.filter_groups.enable ? (d.gen_batch_size ?? d.train_batch_size) : d.train_batch_size;
+    const { prompts, next } = this.dataset.nextBatch(position, size);
+    const groups = promptBatch(prompts, gen ? `s${step}g${gen}` : `s${step}`);
     const promptsBatch = groups.repeat(this.config.actor_rollout_ref.rollout.n, true);
     this.rolloutStep = step;
-    const sampling = this.samplingSettings(stepSeed(this.config.trainer.seed, step));
+    const seed = stepSeed(this.config.trainer.seed, step);
+    const sampling = this.samplingSettings(gen ? Rng.deriveSeed(seed, gen) : seed);
     const sampled = this.generateRollouts(promptsBatch, sampling);
     const batch = this.requirements.estimatorTraits.needsGreedyBaseline ? this.withRewardBaselines(sampled, groups, sampling) : sampled;
     // Awaited by its step, or dropped at a stop: never an unhandled rejection meanwhile.
@@ -427,10 +453,11 @@ export class RLTrainer implements Trainer {
     this.prefetched = undefined;
     this.position = own.next;
     const genStarted = performance.now();
-    const batch = await own.batch;
+    const kept = this.config.algorithm.filter_groups.enable ? await this.keptGroups(own, timing) : undefined;
+    const batch = kept ? kept.batch : await own.batch;
     // Sync: the whole sampling. One step off: the wait for samples launched while the last step trained.
-    timing['timing_s/gen'] = (performance.now() - genStarted) / 1000;
-    const rolloutMetrics: Metrics = { 'rollout/staleness': this.actorUpdates - own.updatesAtLaunch };
+    timing['timing_s/gen'] = (performance.now() - genStarted) / 1000 - (timing['timing_s/reward'] ?? 0);
+    const rolloutMetrics: Metrics = { 'rollout/staleness': this.actorUpdates - own.updatesAtLaunch, ...kept?.metrics };
     if (this.config.trainer.one_step_off_policy && this.step < this.totalSteps) {
       const t = performance.now();
       this.prefetched = this.launchRollouts(this.step + 1, this.position);
@@ -442,8 +469,8 @@ export class RLTrainer implements Trainer {
     const mask = batch.tensor('response_mask').data as Float32Array;
 
     const rewardStarted = performance.now();
-    const reward = await this.rewards.compute(batch);
-    timing['timing_s/reward'] = (performance.now() - rewardStarted) / 1000;
+    const reward = kept ? kept.reward : await this.rewards.compute(batch);
+    if (!kept) timing['timing_s/reward'] = (performance.now() - rewardStarted) / 1000;
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
     batch.setColumn('correct', reward.correct);
     const metrics: Metrics = { ...reward.metrics, ...((batch.meta.metrics as Metrics | undefined) ?? {}), ...rolloutMetrics };
@@ -522,6 +549,59 @@ export class RLTrainer implements Trainer {
   }
 
   /**
+   * DAPO's dynamic sampling (verl-recipe's dapo trainer): scores each generation batch, keeps the
+   * groups whose `metric` varies (np.std > 0, or a group of one), and samples another
+   * data.gen_batch_size prompts until train_batch_size groups are kept; the first train_batch_size
+   * are trained on. Past max_num_gen_batches (when > 0) the run stops, as the recipe raises.
+   */
+  private async keptGroups(first: StepRollouts, timing: Metrics): Promise<{ batch: Batch; reward: RewardResult; metrics: Metrics }> {
+    const { metric, max_num_gen_batches: maxBatches } = this.config.algorithm.filter_groups;
+    const n = this.config.actor_rollout_ref.rollout.n;
+    const wanted = this.config.data.train_batch_size;
+    const parts: { batch: Batch; reward: RewardResult }[] = [];
+    let keptPrompts = 0;
+    let drawn = 0;
+    let dropped = 0;
+    let launch = first;
+    for (let gen = 1; ; gen++) {
+      const batch = await launch.batch;
+      const t = performance.now();
+      const reward = await this.rewards.compute(batch);
+      timing['timing_s/reward'] = (timing['timing_s/reward'] ?? 0) + (performance.now() - t) / 1000;
+      const values = groupMetric(metric!, batch, reward);
+      const byUid = new Map<string, number[]>();
+      batch.column<string>('uid').forEach((uid, row) => byUid.set(uid, [...(byUid.get(uid) ?? []), row]));
+      const rows: number[] = [];
+      for (const members of byUid.values()) {
+        drawn += 1;
+        if (members.length === 1 || populationStd(members.map((r) => values[r])) > 0) {
+          rows.push(...members);
+          keptPrompts += 1;
+        } else dropped += 1;
+      }
+      parts.push({ batch: batch.selectRows(rows), reward: selectReward(reward, rows, batch.tensor('responses').shape[1]) });
+      batch.dispose();
+      if (keptPrompts >= wanted) {
+        const all = concatRollouts(parts.map((p) => p.batch));
+        parts.forEach((p) => p.batch.dispose());
+        const keep = Array.from({ length: wanted * n }, (_, i) => i);
+        const merged = mergeRewards(parts.map((p) => p.reward));
+        const out = { batch: all.selectRows(keep), reward: selectReward(merged, keep, all.tensor('responses').shape[1]) };
+        all.dispose();
+        return { ...out, metrics: { 'train/num_gen_batches': gen, 'train/filtered_prompts': dropped, 'train/kept_prompt_share': (drawn - dropped) / drawn } };
+      }
+      if (maxBatches > 0 && gen >= maxBatches) {
+        parts.forEach((p) => p.batch.dispose());
+        throw new InputError(
+          `algorithm.filter_groups: ${gen} generation batches kept ${keptPrompts} of the ${wanted} prompts a step needs (${dropped} of ${drawn} had responses all alike in ${metric}); the data may be too hard or too easy for the policy. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit)`,
+        );
+      }
+      launch = this.launchRollouts(this.step, this.position, gen);
+      this.position = launch.next;
+    }
+  }
+
+  /**
    * Matching over each validation prompt's correct set: every correct response where the reward
    * manager lists them (exact), else the distinct correct samples (an estimate, biased low with few
    * samples). Each response is scored whole under the policy and the reference (at the rollout
@@ -596,4 +676,38 @@ export class RLTrainer implements Trainer {
     this.valPrompts?.append(this.step, perPrompt);
     return { ...matchingMetrics(matching.filter((m) => m !== undefined)), ...metrics };
   }
+}
+
+/** Per response, the value DAPO's filter compares within a group (the recipe's names: seq_reward sums the scores, seq_final_reward the rewards). */
+function groupMetric(metric: 'acc' | 'score' | 'seq_reward' | 'seq_final_reward', batch: Batch, reward: RewardResult): number[] {
+  if (metric === 'acc') return reward.correct.map(Number);
+  if (metric === 'score') return reward.scores;
+  // Without a KL penalty in the reward (refused with seq_final_reward at setup) the two sums agree.
+  const R = batch.tensor('responses').shape[1];
+  return Array.from({ length: batch.size }, (_, b) => reward.tokenLevelScores.subarray(b * R, (b + 1) * R).reduce((sum: number, v: number) => sum + v, 0));
+}
+
+/** numpy's std (population). */
+function populationStd(values: number[]): number {
+  const m = values.reduce((a, b) => a + b, 0) / values.length;
+  return Math.sqrt(values.reduce((a, v) => a + (v - m) ** 2, 0) / values.length);
+}
+
+/** The rows `rows` of a reward result ([B, R] token scores of width R). */
+function selectReward(reward: RewardResult, rows: number[], R: number): RewardResult {
+  const tokenLevelScores = new Float32Array(rows.length * R);
+  rows.forEach((row, i) => tokenLevelScores.set(reward.tokenLevelScores.subarray(row * R, (row + 1) * R), i * R));
+  return { tokenLevelScores, scores: rows.map((r) => reward.scores[r]), correct: rows.map((r) => reward.correct[r]), metrics: reward.metrics };
+}
+
+/** Reward results of consecutive batches as one (metrics: the last batch's; they are means). */
+function mergeRewards(parts: RewardResult[]): RewardResult {
+  const length = parts.reduce((n, p) => n + p.tokenLevelScores.length, 0);
+  const tokenLevelScores = new Float32Array(length);
+  let at = 0;
+  for (const p of parts) {
+    tokenLevelScores.set(p.tokenLevelScores, at);
+    at += p.tokenLevelScores.length;
+  }
+  return { tokenLevelScores, scores: parts.flatMap((p) => p.scores), correct: parts.flatMap((p) => p.correct), metrics: parts[parts.length - 1].metrics };
 }

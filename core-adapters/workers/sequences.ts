@@ -63,3 +63,34 @@ export function sequencesFromSamples(prompts: number[][], responses: number[][],
     response_mask: { shape: [B, R], data: responseMask },
   };
 }
+
+/** Tensors whose second dimension starts with the left-padded prompt. */
+const PROMPT_LED = ['prompts', 'input_ids', 'attention_mask'];
+
+/**
+ * Rollout batches as one: each pads its prompts to the longest batch's width first (each batch is
+ * left-padded only to its own longest prompt), so rows line up as sequencesFromSamples packs them.
+ * Padded positions are masked, so their id does not matter; `padId` fills them.
+ */
+export function concatRollouts(batches: Batch[], padId = 0): Batch {
+  const width = (b: Batch) => b.tensor('prompts').shape[1];
+  const P = Math.max(...batches.map(width));
+  const aligned = batches.map((batch) => {
+    const grow = P - width(batch);
+    if (!grow) return batch;
+    const out = batch.selectRows(Array.from({ length: batch.size }, (_, i) => i));
+    for (const key of PROMPT_LED) {
+      if (!batch.has(key)) continue;
+      const t = batch.tensor(key);
+      const [B, W] = t.shape;
+      const data = t.data instanceof Float32Array ? new Float32Array(B * (W + grow)) : new Int32Array(B * (W + grow));
+      data.fill(key === 'attention_mask' ? 0 : padId);
+      for (let b = 0; b < B; b++) data.set(t.data.subarray(b * W, (b + 1) * W), b * (W + grow) + grow);
+      out.set(key, { shape: [B, W + grow], data });
+    }
+    return out;
+  });
+  const merged = Batch.concat(aligned);
+  aligned.forEach((b, i) => b !== batches[i] && b.dispose());
+  return merged;
+}
