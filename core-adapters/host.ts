@@ -95,8 +95,10 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
  */
 function policyLossOf(config: Config, losses: PolicyLossRegistry): PolicyLoss {
   const actor = config.actor_rollout_ref.actor;
-  const fn = losses.get(actor.policy_loss.loss_mode);
-  losses.check(actor.policy_loss.loss_mode, policyLossOptions(actor));
+  // verl's apply_bypass_mode (rollout_corr_helper.py, v0.9.0) sets loss_mode to bypass_mode whatever it was.
+  const mode = config.algorithm.rollout_correction.bypass_mode ? 'bypass_mode' : actor.policy_loss.loss_mode;
+  const fn = losses.get(mode);
+  losses.check(mode, policyLossOptions(actor));
   if (actor.use_kl_loss) klEstimatorOf(actor.kl_loss_type, 'actor_rollout_ref.actor.kl_loss_type');
   if (config.algorithm.use_kl_in_reward) klEstimatorOf(config.algorithm.kl_penalty, 'algorithm.kl_penalty');
   return fn;

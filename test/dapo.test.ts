@@ -3,7 +3,8 @@
 import { expect } from 'chai';
 import path from 'node:path';
 import { Batch, createHost, TOKENS, type RewardManager, type Trainer, type Worker } from '../core-adapters/index.js';
-import { expectInputErrorAsync, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { startServer } from './serve-helpers.js';
 
 async function hostFor(overrides: string[]) {
   const dir = tempDir();
@@ -82,5 +83,26 @@ describe('DAPO: overlong reward shaping and dynamic sampling', function () {
     await expectInputErrorAsync(hostFor(['algorithm.filter_groups.metric=accuracy']), "algorithm.filter_groups.metric' is 'accuracy'", 'acc, score');
     const { host } = await hostFor(['reward_model.reward_manager=dapo', 'reward_model.overlong_buffer.enable=true', 'reward_model.overlong_buffer.len=0']);
     await expectInputErrorAsync(host.container.get<RewardManager>(TOKENS.RewardManager).init!(), 'reward_model.overlong_buffer.len must be positive');
+  });
+
+  it("bypass mode (verl's apply_bypass_mode): the servers' log-probs are the old ones, no recomputing pass, and the loss is bypass_mode; local sampling is refused", async () => {
+    const server = await startServer({ modelDir: path.join(ROOT, 'test', 'fixtures', 'countdown', 'base-model') });
+    try {
+      const small = ['data.train_batch_size=2', 'actor_rollout_ref.actor.ppo_mini_batch_size=2', 'actor_rollout_ref.rollout.n=4', 'trainer.test_freq=0', 'trainer.val_before_train=false', 'trainer.total_training_steps=1'];
+      const { dir, host } = await hostFor([...small, 'actor_rollout_ref.rollout.name=sglang', `actor_rollout_ref.rollout.server.urls=[${server.url}]`, 'algorithm.rollout_correction.bypass_mode=true']);
+      try {
+        await host.container.get<Trainer>(TOKENS.Trainer).fit();
+      } finally {
+        host.container.get<Worker>(TOKENS.Worker).dispose();
+      }
+      const [step] = readRunMetrics(path.join(dir, 'run')).filter((m) => m.step === 1);
+      expect(step).not.to.have.property('timing_s/old_log_prob');
+      expect(step).not.to.have.property('actor/entropy');
+      expect(Object.keys(step).some((k) => k.startsWith('rollout_corr/')), 'the bypass_mode loss ran').to.equal(true);
+    } finally {
+      await server.server.close();
+    }
+    const { host } = await hostFor(['algorithm.rollout_correction.bypass_mode=true']);
+    await expectInputErrorAsync(host.container.get<Trainer>(TOKENS.Trainer).fit(), 'algorithm.rollout_correction.bypass_mode', 'rollout servers');
   });
 });

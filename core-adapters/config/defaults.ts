@@ -218,6 +218,7 @@ export const CORE_SPEC = {
     /** Off-policy correction for rollouts sampled by another engine (batches carrying rollout_log_probs). */
     rollout_correction: {
       tis_cap: key(2 as number | null, "Truncated importance sampling: each loss term weighs min(exp(old − rollout), tis_cap), a constant; null: off (metrics still logged).", { positiveOrNull: true }),
+      bypass_mode: key(false, "verl's bypass mode: the rollout engine's log-probs are the old log-probs (no recomputing pass) and the policy loss is bypass_mode, with actor.policy_loss.rollout_correction's settings. Needs rollout servers."),
     },
   },
   reward_model: {

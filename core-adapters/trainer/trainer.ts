@@ -15,6 +15,7 @@ import type {
   Critic,
   DataPosition,
   Dataset,
+  LogProbResult,
   Metrics,
   MetricsSink,
   RewardManager,
@@ -141,7 +142,7 @@ export class RLTrainer implements Trainer {
   /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
   async setup(): Promise<void> {
     this.checkOneStepOff();
-    this.checkFilterGroups();
+    this.checkRolloutOptions();
     await this.dataset.init();
     // The schedules span the run, as verl's trainer tells its workers.
     this.config.actor_rollout_ref.actor.optim.total_training_steps = this.totalSteps;
@@ -180,12 +181,19 @@ export class RLTrainer implements Trainer {
     }
   }
 
-  /** DAPO's dynamic sampling: what it needs, checked before anything loads. */
-  private checkFilterGroups(): void {
+  /** DAPO's dynamic sampling and overlong penalty, and bypass mode: what they need, checked before anything loads. */
+  private checkRolloutOptions(): void {
     const f = this.config.algorithm.filter_groups;
     const o = this.config.reward_model.overlong_buffer;
     if (o.enable && this.config.reward_model.reward_manager !== 'dapo') {
       throw new InputError(`reward_model.overlong_buffer.enable is true but reward_model.reward_manager is '${this.config.reward_model.reward_manager}': the overlong penalty is the dapo reward manager's; set reward_model.reward_manager=dapo`);
+    }
+    const bypass = this.config.algorithm.rollout_correction.bypass_mode;
+    if (bypass && this.config.actor_rollout_ref.rollout.name === 'local') {
+      throw new InputError('algorithm.rollout_correction.bypass_mode takes the rollout engine\'s log-probs as the old ones: it needs rollout servers (actor_rollout_ref.rollout.name sglang or vllm); local sampling reports none');
+    }
+    if (bypass && (this.requirements.estimatorTraits.needsSumPiSquared || this.config.actor_rollout_ref.actor.calculate_sum_pi_squared)) {
+      throw new InputError('algorithm.rollout_correction.bypass_mode skips the pass that computes sum pi^2, which this run needs (algorithm.adv_estimator or actor.calculate_sum_pi_squared)');
     }
     if (!f.enable) return;
     if (f.metric === null) throw new InputError('algorithm.filter_groups.enable is true but algorithm.filter_groups.metric is null: name what must vary within a kept group (acc, score, seq_reward or seq_final_reward)');
@@ -477,10 +485,13 @@ export class RLTrainer implements Trainer {
 
     // sum pi^2 (verl's actor.calculate_sum_pi_squared) when asked for or when the estimator reads it.
     const withSumPiSquared = this.requirements.estimatorTraits.needsSumPiSquared === true || this.config.actor_rollout_ref.actor.calculate_sum_pi_squared;
-    const old = timed('old_log_prob', () => this.worker.computeLogProb(batch, { withSumPiSquared }));
+    // Bypass mode (verl's apply_bypass_mode): the engine's log-probs are the old ones; no pass, no entropy.
+    const old: LogProbResult = this.config.algorithm.rollout_correction.bypass_mode
+      ? { logProbs: Float32Array.from(batch.tensor('rollout_log_probs').data) }
+      : timed('old_log_prob', () => this.worker.computeLogProb(batch, { withSumPiSquared }));
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
     if (old.sumPiSquared) batch.set('sum_pi_squared', { shape: [B, R], data: old.sumPiSquared });
-    metrics['actor/entropy'] = maskedMean(old.entropy, mask);
+    if (old.entropy) metrics['actor/entropy'] = maskedMean(old.entropy, mask);
     if (this.requirements.useReference) {
       batch.set('ref_log_prob', { shape: [B, R], data: timed('ref', () => this.worker.computeRefLogProb(batch)) });
     }
