@@ -121,4 +121,13 @@ describe('flowrl compare', function () {
     // flowrl eval leaves no per-prompt file behind (only fit writes one).
     expect(fs.existsSync(path.join(dir, 'run', 'val_prompts.jsonl'))).to.equal(false);
   });
+
+  it('--first-seed trains seeds S..S+N-1 (fresh seeds for a report)', async () => {
+    const dir = tempDir();
+    const out = path.join(dir, 'runs');
+    const run = await flowrlInProcess(['compare', config(dir, 'grpo'), '--seeds', '1', '--first-seed', '6', '--out', out, 'trainer.total_training_steps=1', 'trainer.test_freq=1', 'trainer.val_before_train=false']);
+    expect(run.status, run.stderr).to.equal(0);
+    expect(fs.readdirSync(out).sort()).to.deep.equal(['grpo-seed6', 'report.html']);
+    expect((YAML.parse(fs.readFileSync(path.join(out, 'grpo-seed6', 'config.yaml'), 'utf8')) as { trainer: { seed: number } }).trainer.seed).to.equal(6);
+  });
 });

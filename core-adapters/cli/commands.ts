@@ -20,7 +20,7 @@ interface Command {
 const COMMANDS: Record<string, Command> = {
   train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: trainCommand },
   eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass: Avg@k, pass@j, JSON metrics)', run: evalCommand },
-  compare: { usage: 'compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: compareCommand },
+  compare: { usage: 'compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: compareCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
   export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter)', run: exportCommand },
   'new-plugin': { usage: 'new-plugin DIR [--name NAME]   (a plugin project that compiles and tests as written: manifest, entry, unit test, tsconfig, package.json)', run: newPluginCommand },
