@@ -263,6 +263,34 @@ describe('examples/countdown: the main job', function () {
   });
 });
 
+describe('examples/countdown: every algorithm of the comparison (compare-algorithms.sh)', function () {
+  const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
+  // What an algorithm may change: its own keys, the run name, and DAPO's generation batch.
+  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^trainer\.experiment_name$/];
+  const leaves = (tree: unknown, prefix = ''): Map<string, unknown> =>
+    new Map(
+      typeof tree === 'object' && tree !== null && !Array.isArray(tree)
+        ? Object.entries(tree).flatMap(([k, v]) => [...leaves(v, prefix ? `${prefix}.${k}` : k)])
+        : [[prefix, JSON.stringify(tree)]],
+    );
+
+  it('each config differs from grpo.yaml only in its algorithm keys, and is a valid config', async () => {
+    const script = fs.readFileSync(path.join(COUNTDOWN, 'compare-algorithms.sh'), 'utf8');
+    const names = [...script.matchAll(/\$here\/([\w-]+)\.yaml/g)].map((m) => m[1]);
+    expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward']);
+    const grpo = leaves(YAML.parse(fs.readFileSync(path.join(COUNTDOWN, 'grpo.yaml'), 'utf8')));
+    for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward']) {
+      const file = path.join(COUNTDOWN, `${name}.yaml`);
+      const other = leaves(YAML.parse(fs.readFileSync(file, 'utf8')));
+      const changed = [...new Set([...grpo.keys(), ...other.keys()])].filter((k) => grpo.get(k) !== other.get(k));
+      expect(changed.filter((k) => !algorithmPaths.some((p) => p.test(k))), name).to.deep.equal([]);
+      // Validated as a run would be, its loss's keys included.
+      const host = await createHost(file, { quiet: true });
+      host.container.unbindAll();
+    }
+  });
+});
+
 describe('examples/countdown: FlowRL that matches, and the collapse experiment', function () {
   this.timeout(120_000);
   const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');

@@ -4,9 +4,9 @@
 # REINFORCE++ and PPO, at compare.sh's budget (100 steps, validation before and after), paired against
 # the recipe (flowrl). Each config differs from grpo.yaml only in its algorithm keys.
 #
-# Seeds: flowrl compare always trains seeds 1..N (core-adapters/cli/compare.ts has no seed offset), so
-# these are seeds 1-5, the seeds flowrl-matching's keys were chosen on (collapse prompts, and seeds 1-2
-# of this task). Fresh seeds need an offset in flowrl compare first.
+# Seeds: the runs in README.md are seeds 1-3, the seeds flowrl-matching's keys were chosen on
+# (collapse prompts, and seeds 1-2 of this task); flowrl compare had no seed offset then. It now has
+# --first-seed: pass --first-seed 11 for fresh seeds (into a new --out directory).
 #
 # 50 runs. Measured here (2 cores, beside other work, nice 19): see README.md for the wall time.
 # Extra arguments go to flowrl compare: --resume goes on after an interruption (and reprints the tables
