@@ -37,6 +37,11 @@ export function usesReplay(flowrl: FlowRLConfig): boolean {
   return flowrl.replay_samples > 0 || flowrl.explore_temperature !== null;
 }
 
+/** Whether some training rows are not the policy's own samples at the rollout temperature. */
+export function usesOffPolicyRows(flowrl: FlowRLConfig): boolean {
+  return usesReplay(flowrl) || flowrl.reference_samples > 0;
+}
+
 export function flowrlConfig(config: Config): FlowRLConfig {
   const section = config.flowrl as FlowRLConfig | undefined;
   if (!section) throw new InputError("config section 'flowrl' is missing; is the FlowRL plugin registered under plugins:?");

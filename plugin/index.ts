@@ -1,12 +1,16 @@
 // The FlowRL plugin (registered by plugin.json). With algorithm.name flowrl it rebinds the host's
-// Actor, Worker and Trainer to the FlowRL variants; with reward.flow.enable it contributes RLFR's
-// flow rewards as a RewardShaper, with any algorithm; it always contributes `flowrl flow-pretrain`.
+// Actor, Worker and Trainer to the FlowRL variants; with another algorithm and off-policy rows
+// (flowrl.replay_samples, reference_samples or explore_temperature) it rebinds the Worker and Trainer
+// to the ones that make them, so a baseline gets the same rows as flowrl-matching; with
+// reward.flow.enable it contributes RLFR's flow rewards as a RewardShaper, with any algorithm; it
+// always contributes `flowrl flow-pretrain`.
 import { ContainerModule } from 'inversify';
 import { TOKENS, type PluginContext } from '../core-adapters/index.js';
 import { FlowRLActor } from './flowrl-actor.js';
 import { FlowRLTrainer } from './flowrl-trainer.js';
 import { FlowRLWorker } from './flowrl-worker.js';
-import { flowrlConfig } from './config.js';
+import { flowrlConfig, usesOffPolicyRows } from './config.js';
+import { OffPolicyRowsTrainer, OffPolicyRowsWorker } from './off-policy-rows.js';
 import { CorrectReplay, FLOWRL_REPLAY } from './replay.js';
 import { flowRewardConfig } from './rlfr/config.js';
 import { FlowPretrainCommand } from './rlfr/pretrain.js';
@@ -18,10 +22,11 @@ export default function flowrlPlugin(context: PluginContext): ContainerModule {
   return new ContainerModule(({ bind, rebind }) => {
     bind(TOKENS.Command).to(FlowPretrainCommand).inSingletonScope();
     if (flowRewardConfig(context.config).enable) bind(TOKENS.RewardShaper).to(FlowRewardShaper).inSingletonScope();
-    if (context.config.algorithm.name !== ALGORITHM) return;
-    rebind(TOKENS.Actor).to(FlowRLActor).inSingletonScope();
-    rebind(TOKENS.Worker).to(FlowRLWorker).inSingletonScope();
-    rebind(TOKENS.Trainer).to(FlowRLTrainer).inSingletonScope();
+    const flowrl = context.config.algorithm.name === ALGORITHM;
+    if (!flowrl && !usesOffPolicyRows(flowrlConfig(context.config))) return;
+    if (flowrl) rebind(TOKENS.Actor).to(FlowRLActor).inSingletonScope();
+    rebind(TOKENS.Worker).to(flowrl ? FlowRLWorker : OffPolicyRowsWorker).inSingletonScope();
+    rebind(TOKENS.Trainer).to(flowrl ? FlowRLTrainer : OffPolicyRowsTrainer).inSingletonScope();
     bind(FLOWRL_REPLAY).toDynamicValue(() => new CorrectReplay(flowrlConfig(context.config).replay_capacity)).inSingletonScope();
   });
 }
@@ -31,7 +36,8 @@ export { FlowRLWorker } from './flowrl-worker.js';
 export { FlowRLTrainer } from './flowrl-trainer.js';
 export { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions, type FlowRLResult } from './objective.js';
 export { ProjZ, poolPromptStates, type ProjZOptions } from './proj-z.js';
-export { flowrlConfig, type FlowRLConfig } from './config.js';
+export { flowrlConfig, usesOffPolicyRows, type FlowRLConfig } from './config.js';
+export { OffPolicyRowsTrainer, OffPolicyRowsWorker } from './off-policy-rows.js';
 export { CorrectReplay, FLOWRL_REPLAY } from './replay.js';
 export { flowRewardConfig, type FlowRewardConfig } from './rlfr/config.js';
 export { FlowModel, type FlowModelConfig } from './rlfr/flow-model.js';

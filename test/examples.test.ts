@@ -266,7 +266,7 @@ describe('examples/countdown: the main job', function () {
 describe('examples/countdown: every algorithm of the comparison (compare-algorithms.sh)', function () {
   const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
   // What an algorithm may change: its own keys, the run name, and DAPO's generation batch.
-  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^trainer\.experiment_name$/];
+  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^flowrl\.(replay_samples|explore_temperature)$/, /^trainer\.experiment_name$/];
   const leaves = (tree: unknown, prefix = ''): Map<string, unknown> =>
     new Map(
       typeof tree === 'object' && tree !== null && !Array.isArray(tree)
@@ -277,9 +277,9 @@ describe('examples/countdown: every algorithm of the comparison (compare-algorit
   it('each config differs from grpo.yaml only in its algorithm keys, and is a valid config', async () => {
     const script = fs.readFileSync(path.join(COUNTDOWN, 'compare-algorithms.sh'), 'utf8');
     const names = [...script.matchAll(/\$here\/([\w-]+)\.yaml/g)].map((m) => m[1]);
-    expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward']);
+    expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay']);
     const grpo = leaves(YAML.parse(fs.readFileSync(path.join(COUNTDOWN, 'grpo.yaml'), 'utf8')));
-    for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward']) {
+    for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay']) {
       const file = path.join(COUNTDOWN, `${name}.yaml`);
       const other = leaves(YAML.parse(fs.readFileSync(file, 'utf8')));
       const changed = [...new Set([...grpo.keys(), ...other.keys()])].filter((k) => grpo.get(k) !== other.get(k));

@@ -132,6 +132,30 @@ describe('FlowRL matching options', function () {
     worker.dispose();
   });
 
+  it('grpo with replay and exploration (grpo-replay.yaml): the same off-policy rows, the GRPO loss, every old log-prob recomputed, the replay checkpointed', async () => {
+    const dir = tempDir();
+    const file = writeCountdownConfig(dir, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'grpo' }, data: { train_files: path.join(ROOT, 'examples', 'countdown', 'collapse', 'prompts.jsonl') } });
+    const host = await createHost(file, {
+      overrides: ['flowrl.replay_samples=2', 'flowrl.explore_temperature=2', 'trainer.total_training_steps=6', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'engine.workers=1'],
+      quiet: true,
+    });
+    const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+    await trainer.fit();
+    trainer.dispose();
+    const metrics = readRunMetrics(path.join(dir, 'run'));
+    expect(metrics[0]['flowrl/replay_fraction']).to.equal(0);
+    expect(Math.max(...metrics.map((m) => m['flowrl/replay_fraction']))).to.be.within(0.01, 2 / 8);
+    expect(Math.max(...metrics.map((m) => m['flowrl/explore_fraction']))).to.be.above(0);
+    for (const m of metrics) {
+      // GRPO's loss, not trajectory balance; the ratio is 1 on replayed rows too (one mini-batch).
+      expect(m, `step ${m.step}`).to.have.property('actor/pg_loss');
+      expect(m, `step ${m.step}`).not.to.have.property('actor/log_z');
+      expect(m['actor/ppo_kl'], `step ${m.step}`).to.be.below(1e-6);
+    }
+    const saved = JSON.parse(fs.readFileSync(path.join(dir, 'run', 'checkpoints', 'global_step_6', 'flowrl_replay.json'), 'utf8')) as { prompt: number[]; responses: number[][] }[];
+    expect(saved.length).to.be.above(0);
+  });
+
   it('log_z_lr_scale gives ProjZ its own lr; bad values and impossible combinations name the key', async () => {
     const dir = tempDir();
     const host = await createHost(writeConfig(dir), { overrides: ['flowrl.log_z_lr_scale=30'], skipEngine: true });

@@ -13,7 +13,7 @@ import {
   type Worker,
 } from '../core-adapters/index.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
-import { FlowRLActor, FlowRLTrainer, FlowRLWorker } from '../plugin/index.js';
+import { FlowRLActor, FlowRLTrainer, FlowRLWorker, OffPolicyRowsTrainer, OffPolicyRowsWorker } from '../plugin/index.js';
 import { enginePaths, flowrlInProcess, onEnginePath, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 function writeConfig(dir: string): string {
@@ -44,6 +44,13 @@ describe('the FlowRL plugin in the host', function () {
     expect(grpo.container.get<object>(TOKENS.Worker).constructor).to.equal(ActorRolloutRefWorker);
     expect(grpo.container.get<object>(TOKENS.Trainer).constructor).to.equal(RLTrainer);
     expect(grpo.config.flowrl).to.deep.include({ beta: 15, proj_layer: 3, importance_weight_max: 10 });
+    // Another algorithm with off-policy rows: the plugin's row worker and trainer, the host's actor.
+    for (const key of ['flowrl.replay_samples=2', 'flowrl.explore_temperature=2', 'flowrl.reference_samples=1']) {
+      const rows = await createHost(file, { overrides: ['algorithm.name=grpo', key], skipEngine: true });
+      expect(rows.container.get<object>(TOKENS.Actor).constructor, key).to.equal(PPOActor);
+      expect(rows.container.get<object>(TOKENS.Worker).constructor, key).to.equal(OffPolicyRowsWorker);
+      expect(rows.container.get<object>(TOKENS.Trainer).constructor, key).to.equal(OffPolicyRowsTrainer);
+    }
     // FlowRL's trainer adds no loop of its own.
     for (const method of ['fit', 'validate', 'trainStep'] as const) {
       expect(Object.prototype.hasOwnProperty.call(FlowRLTrainer.prototype, method), method).to.equal(false);
