@@ -1,11 +1,11 @@
 // Means with 95 % t intervals over seeds of the flowrl eval results in a directory: one JSON file
-// per run, named CONFIG-seedN.json (pass-at-64.sh writes them).
-//   npx tsx examples/countdown/pass-at-k-table.ts runs/compare/pass-at-64
+// per run, named CONFIG-seedN.json (pass-at-k.sh and collapse/held-out.sh write them).
+//   npx tsx examples/countdown/pass-at-k-table.ts runs/compare-algorithms/pass-at-128-p128
 import fs from 'node:fs';
 import path from 'node:path';
 import { formatInterval, tInterval } from '../../core-adapters/index.js';
 
-const dir = process.argv[2] ?? 'runs/compare/pass-at-64';
+const dir = process.argv[2] ?? 'runs/compare-algorithms/pass-at-128-p128';
 const byConfig = new Map<string, Record<string, number>[]>();
 for (const file of fs.readdirSync(dir).filter((f) => /-seed\d+\.json$/.test(f)).sort()) {
   const config = file.replace(/-seed\d+\.json$/, '');
@@ -29,8 +29,8 @@ const rows: [string, string][] = [
 ];
 const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
 const column = Math.max(24, ...headers.map((h) => h.length + 2));
-console.log(['metric'.padEnd(20), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
+console.log(['metric'.padEnd(22), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
 for (const [label, key] of rows) {
   const cells = [...byConfig.values()].map((runs) => formatInterval(tInterval(runs.map((m) => m[key]))).padEnd(column));
-  console.log([label.padEnd(20), ...cells].join('').trimEnd());
+  console.log([label.padEnd(22), ...cells].join('').trimEnd());
 }
