@@ -205,3 +205,18 @@ export class Batch {
     this.rows = -1;
   }
 }
+
+/**
+ * Which response positions hold a token (1) or padding (0), [B * R]: the response part of
+ * attention_mask. It equals response_mask except in multi-turn rollouts, whose tool turns are
+ * tokens of the response (decoded, scored, attended to) that no loss reads.
+ */
+export function responseTokens(batch: Batch): Float32Array {
+  const R = batch.tensor('responses').shape[1];
+  if (!batch.has('attention_mask')) return Float32Array.from(batch.tensor('response_mask').data);
+  const attention = batch.tensor('attention_mask');
+  const L = attention.shape[1];
+  const out = new Float32Array(batch.size * R);
+  for (let b = 0; b < batch.size; b++) for (let t = 0; t < R; t++) out[b * R + t] = attention.data[b * L + L - R + t];
+  return out;
+}

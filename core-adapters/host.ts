@@ -7,6 +7,8 @@ import { AdvantageEstimatorRegistry } from './algorithms/advantages.js';
 import { policyLossOptions, PolicyLossRegistry, type PolicyLoss } from './algorithms/policy-loss.js';
 import { klEstimatorOf } from './algorithms/kl.js';
 import { ScorerRegistry } from './rewards/registry.js';
+import { ToolRegistry } from './tools/registry.js';
+import { MultiTurn } from './rollout/multi-turn.js';
 import { PPOActor } from './actor/ppo-actor.js';
 import { readConfigFile, resolveConfig, type Config } from './config/load.js';
 import type { ConfigTree } from './config/defaults.js';
@@ -65,6 +67,9 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.RunRequirements).toConstantValue(requirements);
     bind(TOKENS.AlgorithmRegistry).toConstantValue(registry);
     bind(TOKENS.ScorerRegistry).toConstantValue(registries.scorers);
+    bind(TOKENS.ToolRegistry).toConstantValue(registries.tools);
+    bind(MultiTurn).toSelf().inSingletonScope();
+    bind(TOKENS.AgentRouting).toService(MultiTurn);
     bind(TOKENS.Tokenizer)
       .toDynamicValue(() => {
         const dir = config.actor_rollout_ref.model.tokenizer_path ?? config.actor_rollout_ref.model.path;
@@ -144,7 +149,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   // Plugin entries run first: they may register the estimators and losses the config names.
-  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry(config.reward_model) };
+  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry(config.reward_model), tools: new ToolRegistry() };
   const pluginModules: ContainerModule[] = [];
   for (const manifest of plugins) pluginModules.push(await importPluginModule(manifest, { config, manifest, registries }));
   const requirements = runRequirements(config, registry, registries.advantageEstimators);

@@ -57,6 +57,8 @@ export { ValueCritic } from './workers/critic.js';
 export { RLTrainer } from './trainer/trainer.js';
 export { NaiveRewardManager } from './rewards/manager.js';
 export { ScorerRegistry } from './rewards/registry.js';
+export { ToolRegistry } from './tools/registry.js';
+export { StatelessTool, type Tool, type ToolResult, type FunctionToolSchema } from './tools/tool.js';
 export { Sandbox } from './rewards/sandbox.js';
 export { scoreCode, SandboxRunner, SandboxFusionRunner, type CodeRunner } from './rewards/code.js';
 export type { Scorer, ScoreResult } from './rewards/types.js';

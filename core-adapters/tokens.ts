@@ -31,6 +31,10 @@ export const TOKENS = {
   AlgorithmRegistry: Symbol.for('flowrl.AlgorithmRegistry'),
   /** Scorers by data_source: the built-ins and what plugins registered (the reward manager reads it). */
   ScorerRegistry: Symbol.for('flowrl.ScorerRegistry'),
+  /** Tool classes by name for multi-turn rollouts: the built-ins and what plugins registered. */
+  ToolRegistry: Symbol.for('flowrl.ToolRegistry'),
+  /** Which agent loop each data row uses (the multi-turn setup; the dataset reads it). */
+  AgentRouting: Symbol.for('flowrl.AgentRouting'),
   /** URL of the module a replica thread imports (composition.ts), or '' when the host was made without threads. */
   ReplicaEntry: Symbol.for('flowrl.ReplicaEntry'),
 } as const;

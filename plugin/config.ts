@@ -53,6 +53,9 @@ export function flowrlConfig(config: Config): FlowRLConfig {
   if (offPolicy > 0 && config.actor_rollout_ref.rollout.name !== 'local') {
     throw new InputError(`flowrl.replay_samples and flowrl.reference_samples need actor_rollout_ref.rollout.name local (got ${config.actor_rollout_ref.rollout.name}): their rows have no engine log-probs`);
   }
+  if ((offPolicy > 0 || section.explore_temperature !== null) && config.actor_rollout_ref.rollout.multi_turn.enable) {
+    throw new InputError('flowrl.replay_samples, reference_samples and explore_temperature make single-turn rows; they cannot be used with actor_rollout_ref.rollout.multi_turn.enable');
+  }
   if (section.explore_temperature !== null && config.actor_rollout_ref.rollout.name !== 'local') {
     throw new InputError(`flowrl.explore_temperature needs actor_rollout_ref.rollout.name local (got ${config.actor_rollout_ref.rollout.name}): a server's log-probs are at the temperature it sampled at`);
   }

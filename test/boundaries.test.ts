@@ -140,7 +140,7 @@ export const LAYERS: string[][] = [
   ['engine'],
   ['model'],
   ['contracts'],
-  ['rewards'],
+  ['rewards', 'tools'],
   ['data'],
   ['algorithms'],
   ['plugins'],
@@ -222,7 +222,8 @@ describe('import boundaries', () => {
         if (!source[line - 1]?.trim().endsWith('*/')) undocumented.push(`${name} (${from})`);
       }
     }
-    expect(exports).to.be.within(60, 160);
+    // 170: the budget grew by the tool API (issue 34); raise it only for a capability, not a helper.
+    expect(exports).to.be.within(60, 170);
     expect(undocumented).to.deep.equal([]);
   });
 

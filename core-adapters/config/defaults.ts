@@ -163,6 +163,22 @@ export const CORE_SPEC = {
         top_k: key(-1, "Validation top-k (-1: off)."),
         do_sample: key(false, "false: greedy validation."),
       },
+      /** Multi-turn rollouts with tools (verl v0.9.0's keys; rollout/agent-loop.ts). */
+      multi_turn: {
+        enable: key(false, "Roll out rows whose agent is tool_agent (agent_name, else agent.default_agent_loop) as conversations with tools."),
+        max_assistant_turns: key(null as number | null, "Policy turns a trajectory may have; null: no limit but the response length.", { nullable: 'number', integer: true, min: 1 }),
+        max_user_turns: key(null as number | null, "Tool turns a trajectory may have; null: no limit but the response length.", { nullable: 'number', integer: true, min: 1 }),
+        max_parallel_calls: key(1, "Tool calls run from one policy turn; later calls in the turn are dropped (counted).", { positiveInteger: true }),
+        max_tool_response_length: key(256, "Characters of a tool's answer kept (verl counts characters too).", { positiveInteger: true }),
+        tool_response_truncate_side: key<'left' | 'middle' | 'right'>('middle', "Which part of a long tool answer is cut: left keeps the end, right the start, middle both ends.", { choices: ['left', 'middle', 'right'] as const }),
+        tool_config_path: key(null as string | null, "YAML in verl's shape: tools: [{class_name, config: {type: native, ...}, tool_schema: {type: function, function: {...}}}]; class names: Calculator, CodeInterpreter, or a plugin's.", { nullable: 'string' }),
+        format: key<'hermes'>('hermes', "The tool-call format: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>).", { choices: ['hermes'] as const }),
+        tokenization_sanity_check_mode: key<'strict' | 'ignore_strippable' | 'disable'>('strict', "Compare each trajectory's ids with the conversation rendered at once (strict, ignore_strippable: up to whitespace, disable); mismatches are counted in agent_loop/tokenization_mismatch.", { choices: ['strict', 'ignore_strippable', 'disable'] as const }),
+        tool_timeout_s: key(30, "Seconds a tool call may take before its turn says it timed out (this host's key; verl has none).", { min: 0, exclusiveMin: true }),
+      },
+      agent: {
+        default_agent_loop: key<'single_turn_agent' | 'tool_agent'>('single_turn_agent', "The agent of rows without agent_name: single_turn_agent (one response) or tool_agent (multi_turn.enable must be true).", { choices: ['single_turn_agent', 'tool_agent'] as const }),
+      },
       /** Inference servers (rollout.name sglang or vllm). */
       server: {
         urls: key([] as string[], "Base URL of each server, e.g. [http://127.0.0.1:30000]; weight updates go to each directly.", { stringOrList: true }),

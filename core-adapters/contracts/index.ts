@@ -234,6 +234,18 @@ export interface PromptRecord {
   extraInfo: Record<string, unknown>;
   /** Index of the row in its split (stable across runs). */
   index: number;
+  /** The row's prompt messages, and its agent loop (multi-turn rollouts read both). */
+  messages?: { role: string; content: string }[];
+  agentName?: 'single_turn_agent' | 'tool_agent';
+}
+
+/** Which agent loop a data row uses and how a tool row's prompt is rendered (rollout.multi_turn; rollout/multi-turn.ts). */
+export interface AgentRouting {
+  readonly enabled: boolean;
+  /** The row's agent_name, else rollout.agent.default_agent_loop; `where` names the row in errors. */
+  agentOf(agentName: string | undefined, where: string): 'single_turn_agent' | 'tool_agent';
+  /** The chat template with the tools' schemas. */
+  promptText(messages: { role: string; content: string }[]): string;
 }
 
 /** Where the trainer is in the training prompts (kept in checkpoints). */

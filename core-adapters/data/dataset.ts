@@ -3,7 +3,7 @@
 // seeded, resumable order.
 import { inject, injectable, optional } from 'inversify';
 import type { Config } from '../config/load.js';
-import type { DataPosition, Dataset, PromptRecord } from '../contracts/index.js';
+import type { AgentRouting, DataPosition, Dataset, PromptRecord } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
@@ -36,6 +36,9 @@ export class PromptDataset implements Dataset {
     @inject(TOKENS.Tokenizer) protected readonly tokenizer: TextTokenizer,
   ) {}
 
+  /** Multi-turn rows (agent_name tool_agent) are rendered with the tools' schemas; absent outside a container. */
+  @inject(TOKENS.AgentRouting) @optional() protected readonly multiTurn?: AgentRouting;
+
   /** The host's scorers (plugins' included); the built-ins alone when constructed outside a container. */
   @inject(TOKENS.ScorerRegistry) @optional() protected readonly scorers: ScorerRegistry = new ScorerRegistry();
 
@@ -52,7 +55,9 @@ export class PromptDataset implements Dataset {
     for (const file of files) {
       const rows = await readRows(file);
       rows.forEach((row, i) => {
-        const ids = this.tokenizer.encode(renderPrompt(row, this.tokenizer));
+        const agentName = this.multiTurn?.agentOf(row.agent_name, `${file} row ${i + 1}`);
+        const text = agentName === 'tool_agent' ? this.multiTurn!.promptText(row.prompt) : renderPrompt(row, this.tokenizer);
+        const ids = this.tokenizer.encode(text);
         if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
         // Found now rather than when the row is first scored, possibly hours into a run.
         if (!this.config.custom_reward_function.path) this.scorers.checkRow(`${file} row ${i + 1}`, row.data_source, row.reward_model.ground_truth);
@@ -63,7 +68,8 @@ export class PromptDataset implements Dataset {
           this.dropped[split] += 1;
           return;
         }
-        out.push({ ids, dataSource: row.data_source, groundTruth: row.reward_model.ground_truth, extraInfo: row.extra_info ?? {}, index: out.length });
+        const multiTurn = this.multiTurn?.enabled ? { messages: row.prompt, agentName } : {};
+        out.push({ ids, dataSource: row.data_source, groundTruth: row.reward_model.ground_truth, extraInfo: row.extra_info ?? {}, index: out.length, ...multiTurn });
       });
     }
     return out;

@@ -13,6 +13,8 @@ export interface DataRow {
   ability?: string;
   reward_model: { style: string; ground_truth: unknown };
   extra_info?: Record<string, unknown>;
+  /** verl's agent loop for the row (single_turn_agent, tool_agent); absent: rollout.agent.default_agent_loop. */
+  agent_name?: string;
 }
 
 export const DATA_FILE_EXTENSIONS = ['.jsonl', '.parquet'] as const;
@@ -70,8 +72,12 @@ export function validateRow(value: unknown, where: string): DataRow {
   const extraInfo = value.extra_info ?? undefined;
   check(extraInfo === undefined || isPlainObject(extraInfo), where, `key 'extra_info' must be an object (got ${describe(extraInfo)})`);
 
+  const agentName = value.agent_name ?? undefined;
+  check(agentName === undefined || typeof agentName === 'string', where, `key 'agent_name' must be a string (got ${describe(agentName)})`);
+
   const row: DataRow = { data_source: dataSource, prompt, reward_model: { style, ground_truth: groundTruth } };
   if (ability !== undefined) row.ability = ability;
+  if (agentName !== undefined) row.agent_name = agentName;
   if (extraInfo !== undefined) row.extra_info = extraInfo;
   return row;
 }

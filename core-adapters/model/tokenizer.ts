@@ -131,12 +131,13 @@ export class TextTokenizer {
     return this.chatTemplate !== undefined;
   }
 
-  /** Renders messages with the chat template (the caller checks hasChatTemplate). */
-  applyChatTemplate(messages: ChatMessage[], addGenerationPrompt = true): string {
+  /** Renders messages with the chat template (the caller checks hasChatTemplate); `tools`: function schemas, as transformers passes them. */
+  applyChatTemplate(messages: ChatMessage[], addGenerationPrompt = true, tools?: object[]): string {
     if (!this.chatTemplate) throw new Error('this tokenizer has no chat template');
     this.compiledTemplate ??= new Template(this.chatTemplate);
     return this.compiledTemplate.render({
       messages,
+      ...(tools?.length ? { tools } : {}),
       add_generation_prompt: addGenerationPrompt,
       bos_token: this.bosToken ?? '',
       eos_token: this.eosToken ?? '',

@@ -7,14 +7,16 @@ import type { AdvantageEstimatorRegistry } from '../algorithms/advantages.js';
 import type { PolicyLossRegistry } from '../algorithms/policy-loss.js';
 import type { Config } from '../config/load.js';
 import type { ScorerRegistry } from '../rewards/registry.js';
+import type { ToolRegistry } from '../tools/registry.js';
 import { InputError } from '../errors.js';
 import type { PluginManifest } from './manifest.js';
 
-/** The host's registries by name, where a plugin entry function adds its estimators, losses and scorers. */
+/** The host's registries by name, where a plugin entry function adds its estimators, losses, scorers and tool classes. */
 export interface PluginRegistries {
   advantageEstimators: AdvantageEstimatorRegistry;
   policyLosses: PolicyLossRegistry;
   scorers: ScorerRegistry;
+  tools: ToolRegistry;
 }
 
 /** What a plugin entry function receives: the resolved config, its own manifest, the registries. */

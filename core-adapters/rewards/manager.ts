@@ -1,7 +1,7 @@
 // The naive reward manager (verl's NaiveRewardManager): decode each response, score it by its
 // data_source (or with the configured custom scorer), and put the score on the last valid token.
 import { inject, injectable, injectFromBase, optional } from 'inversify';
-import type { Batch } from '../batch.js';
+import { responseTokens, type Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { CorrectResponse, Metrics, PromptRecord, RewardManager, RewardResult } from '../contracts/index.js';
 import { InputError } from '../errors.js';
@@ -50,10 +50,10 @@ export class NaiveRewardManager implements RewardManager {
     return scorer;
   }
 
-  /** Response texts without padding or special tokens. */
+  /** Response texts without padding or special tokens (a multi-turn response with its tool turns, as verl decodes it). */
   decodeResponses(batch: Batch): string[] {
     const responses = batch.tensor('responses');
-    const mask = batch.tensor('response_mask').data;
+    const mask = responseTokens(batch);
     const R = responses.shape[1];
     return Array.from({ length: batch.size }, (_, b) => {
       const ids: number[] = [];
@@ -85,7 +85,8 @@ export class NaiveRewardManager implements RewardManager {
   /** Scores every response (those that run programs concurrently, as the scorer's pool allows). */
   async compute(batch: Batch): Promise<RewardResult> {
     const texts = this.decodeResponses(batch);
-    const mask = batch.tensor('response_mask').data;
+    // The score sits on the last token of the response (verl's valid_response_length - 1).
+    const mask = responseTokens(batch);
     const R = batch.tensor('responses').shape[1];
     const sources = batch.column<string>('data_source');
     const truths = batch.column('ground_truth');
@@ -143,7 +144,8 @@ export class DapoRewardManager extends NaiveRewardManager {
     const result = await super.compute(batch);
     const o = this.config.reward_model.overlong_buffer;
     if (!o.enable) return result;
-    const mask = batch.tensor('response_mask').data;
+    // verl's valid_response_length: tool turns of a multi-turn response count.
+    const mask = responseTokens(batch);
     const R = batch.tensor('responses').shape[1];
     const expected = this.config.data.max_response_length - o.len;
     let penaltySum = 0;

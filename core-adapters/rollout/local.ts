@@ -1,11 +1,14 @@
 // rollout.name local: sampling in this process with the policy itself (and its data-parallel
 // replicas), in rollout.generation_batch_size pieces. Its samples are exactly the policy's, so it
 // reports no rollout_log_probs.
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Rollout, RolloutPolicy, SamplingSettings } from '../contracts/index.js';
-import { generateOnPool } from '../model/generate.js';
+import { generateOnPool, sampleSeed, type SamplingOptions } from '../model/generate.js';
+import { Rng } from '../random.js';
+import type { TurnSampler } from './agent-loop.js';
+import { MultiTurn } from './multi-turn.js';
 import { TOKENS } from '../tokens.js';
 import { sequencesFromSamples } from '../workers/sequences.js';
 
@@ -14,14 +17,36 @@ import { sequencesFromSamples } from '../workers/sequences.js';
 export class LocalRollout implements Rollout {
   protected policy!: RolloutPolicy;
 
-  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
+  constructor(
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(MultiTurn) @optional() protected readonly multiTurn?: MultiTurn,
+  ) {}
 
   async attach(policy: RolloutPolicy): Promise<void> {
     this.policy = policy;
   }
 
   async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
-    return samplePolicy(this.policy, prompts, sampling, this.config.actor_rollout_ref.rollout.generation_batch_size);
+    const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
+    if (!this.multiTurn?.enabled) return samplePolicy(this.policy, prompts, sampling, chunk);
+    const policy = this.policy;
+    // Each row keeps its single-turn stream for its first turn and derives one per later turn.
+    const sample: TurnSampler = async (contexts, budgets, turn, rows) => {
+      const seeds = rows.map((row) => (turn ? Rng.deriveSeed(sampleSeed(sampling.seed, row, chunk), turn) : sampleSeed(sampling.seed, row, chunk)));
+      const tokens: number[][] = [];
+      for (let start = 0; start < contexts.length; start += chunk) {
+        const end = Math.min(start + chunk, contexts.length);
+        const generation = generateOnPool(
+          policy.module.lm,
+          contexts.slice(start, end),
+          { ...samplingOptions(policy, sampling), maxNewTokens: Math.max(...budgets.slice(start, end)), rowMaxNewTokens: budgets.slice(start, end), rowSeeds: seeds.slice(start, end) },
+          policy.module.pool,
+        );
+        tokens.push(...generation.tokens);
+      }
+      return tokens;
+    };
+    return await this.multiTurn.rollOut(prompts, sample, sampling.maxNewTokens, policy.padTokenId);
   }
 
   policyChanged(): void {
@@ -39,16 +64,7 @@ export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: Sa
     const { tokens } = generateOnPool(
       policy.module.lm,
       promptIds.slice(start, start + chunk),
-      {
-        maxNewTokens: sampling.maxNewTokens,
-        temperature: sampling.temperature,
-        topP: sampling.topP,
-        topK: sampling.topK,
-        greedy: sampling.greedy,
-        stopTokenIds: policy.stopTokenIds,
-        padTokenId: policy.padTokenId,
-        seed: sampling.seed + start,
-      },
+      { ...samplingOptions(policy, sampling), seed: sampling.seed + start },
       policy.module.pool,
     );
     responses.push(...tokens);
@@ -56,4 +72,17 @@ export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: Sa
   const out = prompts.select([]);
   for (const [key, tensor] of Object.entries(sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, policy.padTokenId))) out.set(key, tensor);
   return out;
+}
+
+/** The sampler's options for a policy and the run's sampling settings (seeding left to the caller). */
+function samplingOptions(policy: RolloutPolicy, sampling: SamplingSettings): SamplingOptions {
+  return {
+    maxNewTokens: sampling.maxNewTokens,
+    temperature: sampling.temperature,
+    topP: sampling.topP,
+    topK: sampling.topK,
+    greedy: sampling.greedy,
+    stopTokenIds: policy.stopTokenIds,
+    padTokenId: policy.padTokenId,
+  };
 }

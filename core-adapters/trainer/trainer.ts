@@ -29,7 +29,7 @@ import { InputError, RolloutUnavailable } from '../errors.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
-import { Batch } from '../batch.js';
+import { Batch, responseTokens } from '../batch.js';
 import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
 import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/sequences.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
@@ -669,7 +669,8 @@ export class RLTrainer implements Trainer {
     });
     const reward = await this.rewards.compute(generated);
     const responses = generated.tensor('responses');
-    const mask = generated.tensor('response_mask').data;
+    // Whole responses (a multi-turn one with its tool turns): distinct answers are distinct trajectories.
+    const mask = responseTokens(generated);
     const R = responses.shape[1];
     const ids = Array.from({ length: generated.size }, (_, row) => {
       const out: number[] = [];

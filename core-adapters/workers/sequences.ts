@@ -26,15 +26,18 @@ export function promptBatch(prompts: PromptRecord[], uidPrefix: string): Batch {
       ground_truth: prompts.map((p) => p.groundTruth),
       extra_info: prompts.map((p) => p.extraInfo),
       index: prompts.map((p) => p.index),
+      messages: prompts.map((p) => p.messages ?? []),
+      agent_name: prompts.map((p) => p.agentName ?? 'single_turn_agent'),
     },
   });
 }
 
 /**
  * Packs prompts with their sampled responses: prompts left-padded to the longest, responses
- * right-padded to `responseLength`, masks alongside.
+ * right-padded to `responseLength`, masks alongside. attention_mask covers every response token;
+ * response_mask too, unless `lossMasks` gives it per token (multi-turn: 0 on tool turns).
  */
-export function sequencesFromSamples(prompts: number[][], responses: number[][], responseLength: number, padId: number) {
+export function sequencesFromSamples(prompts: number[][], responses: number[][], responseLength: number, padId: number, lossMasks?: number[][]) {
   const B = prompts.length;
   const P = Math.max(...prompts.map((p) => p.length));
   const R = responseLength;
@@ -53,7 +56,8 @@ export function sequencesFromSamples(prompts: number[][], responses: number[][],
     inputIds.set(r, b * L + P);
     attentionMask.fill(1, b * L + P, b * L + P + r.length);
     responseIds.set(r, b * R);
-    responseMask.fill(1, b * R, b * R + r.length);
+    if (lossMasks) lossMasks[b].slice(0, r.length).forEach((m, t) => (responseMask[b * R + t] = m));
+    else responseMask.fill(1, b * R, b * R + r.length);
   }
   return {
     prompts: { shape: [B, P], data: promptIds },

@@ -1,0 +1,271 @@
+// Multi-turn rollouts with tools (verl v0.9.0's tool_agent loop, verl/experimental/agent_loop): the
+// policy writes a turn; a hermes tool call in it runs; the tool's answer is appended as a tool turn
+// rendered by the chat template; the policy goes on until a turn has no call, a turn limit is
+// reached, or the response budget (data.max_response_length) is spent. Token in, token out: the
+// trajectory is exactly the sampled ids and the tool turns' ids, and response_mask is 1 on sampled
+// tokens only, so no loss, KL or entropy term reads a tool or template token.
+import type { Config } from '../config/load.js';
+import type { ChatMessage, TextTokenizer } from '../model/tokenizer.js';
+import { InputError } from '../errors.js';
+import { parseHermesCalls, type ParsedCall } from '../tools/hermes.js';
+import type { FunctionToolSchema, Tool } from '../tools/tool.js';
+
+export type MultiTurnSettings = Config['actor_rollout_ref']['rollout']['multi_turn'];
+
+/** One row to roll out: its prompt ids and what the loop reads from the data row. */
+export interface AgentRow {
+  promptIds: number[];
+  /** The row's prompt messages (the sanity check re-renders the whole conversation from them). */
+  messages: ChatMessage[];
+  /** extra_info.tools_kwargs: per tool name, {create_kwargs: {...}}. */
+  toolsKwargs: Record<string, unknown>;
+  /** extra_info.tool_selection: the tools this row may call (all when absent). */
+  toolSelection?: string[];
+}
+
+/**
+ * One turn of sampling for several trajectories: each context is the whole conversation so far,
+ * with its own token budget; `rows` are the trajectories' indices among the loop's rows (for
+ * per-row random streams that do not depend on which rows are still running).
+ */
+export type TurnSampler = (contexts: number[][], maxNewTokens: number[], turn: number, rows: number[]) => Promise<number[][]>;
+
+/** A finished trajectory. */
+export interface Trajectory {
+  /** Sampled and tool-turn ids after the prompt. */
+  responseIds: number[];
+  /** 1 where the policy sampled the token, 0 on tool and template tokens. */
+  responseMask: number[];
+  assistantTurns: number;
+  userTurns: number;
+  /** Calls run, and of those the ones that failed (malformed, unknown tool, error, time-out). */
+  toolCalls: number;
+  toolFailures: number;
+  /** Calls beyond max_parallel_calls in one turn, not run (as verl). */
+  toolCallsDropped: number;
+  /** Tool responses cut to max_tool_response_length. */
+  toolResponsesTruncated: number;
+  /** Per-call rewards, then each tool's calc_reward (verl passes these to the scorer as extra_info.tool_rewards). */
+  toolRewards: number[];
+  /** The conversation after the prompt, for reports: assistant turns and tool answers as text. */
+  turns: ChatMessage[];
+  /** The whole conversation re-rendered by the template gives other tokens than were trained on (sanity check). */
+  tokenizationMismatch: boolean;
+}
+
+/** Tool turns as the chat template renders them, cut to follow the policy's end-of-turn token. */
+export class ToolTurnRenderer {
+  /** What the template puts before any message on its own (e.g. Qwen's default system prompt). */
+  private readonly systemPrefix: string;
+  /** What follows the end-of-turn token the policy stops at (e.g. "\n"), which it never samples. */
+  private readonly separator: string;
+
+  constructor(
+    private readonly tokenizer: TextTokenizer,
+    private readonly tools: FunctionToolSchema[],
+  ) {
+    if (!tokenizer.hasChatTemplate) throw new InputError('actor_rollout_ref.rollout.multi_turn needs a tokenizer with a chat template (tool turns are rendered by it)');
+    // verl's initialize_system_prompt: one user message rendered, less what a second one adds.
+    const one = tokenizer.applyChatTemplate([{ role: 'user', content: '' }], false);
+    const two = tokenizer.applyChatTemplate([{ role: 'user', content: '' }, { role: 'user', content: '' }], false);
+    this.systemPrefix = one.slice(0, one.length - (two.length - one.length));
+    // verl's initialize_turn_separator: what the template writes after an assistant turn's end token.
+    const marker = 'TURN_END_MARKER';
+    const rendered = tokenizer.applyChatTemplate([{ role: 'user', content: '' }, { role: 'assistant', content: marker }], false);
+    const after = rendered.slice(rendered.lastIndexOf(marker) + marker.length);
+    const eos = tokenizer.eosToken ?? '';
+    this.separator = eos && after.includes(eos) ? after.slice(after.indexOf(eos) + eos.length) : '';
+  }
+
+  /** The ids appended after an assistant turn for its tool answers, ending with the next assistant turn's header. */
+  toolTurnIds(answers: string[]): number[] {
+    let text = this.tokenizer.applyChatTemplate(answers.map((content) => ({ role: 'tool', content })), true);
+    if (this.systemPrefix && text.startsWith(this.systemPrefix)) text = text.slice(this.systemPrefix.length);
+    return this.tokenizer.encode(this.separator + text, false);
+  }
+
+  /** A prompt rendered with the tool schemas (the template's `tools`), ready for the first assistant turn. */
+  promptText(messages: ChatMessage[]): string {
+    return this.tokenizer.applyChatTemplate(messages, true, this.tools);
+  }
+
+  /** A whole conversation rendered at once, every turn closed. */
+  conversationText(messages: ChatMessage[]): string {
+    return this.tokenizer.applyChatTemplate(messages, false, this.tools);
+  }
+}
+
+/** verl's truncation of a tool answer to `limit` characters, with its markers. */
+export function truncateToolText(text: string, limit: number, side: 'left' | 'middle' | 'right'): { text: string; truncated: boolean } {
+  if (text.length <= limit) return { text, truncated: false };
+  if (side === 'left') return { text: '(truncated)...' + text.slice(text.length - limit), truncated: true };
+  if (side === 'right') return { text: text.slice(0, limit) + '...(truncated)', truncated: true };
+  const half = Math.floor(limit / 2);
+  return { text: text.slice(0, half) + '...(truncated)...' + text.slice(text.length - half), truncated: true };
+}
+
+interface Running {
+  row: AgentRow;
+  index: number;
+  trajectory: Trajectory;
+  instances: Map<string, string>;
+  done: boolean;
+}
+
+/**
+ * Rolls out every row to the end of its conversation, batching the rows still running into one
+ * sampler call per turn. Tool calls of all rows in a turn run concurrently.
+ */
+export async function runAgentLoop(
+  rows: AgentRow[],
+  options: {
+    sample: TurnSampler;
+    tokenizer: TextTokenizer;
+    renderer: ToolTurnRenderer;
+    tools: Map<string, Tool>;
+    settings: MultiTurnSettings;
+    responseLength: number;
+    /** Names the rows' tool instances (unique per call of runAgentLoop within a run). */
+    instancePrefix: string;
+  },
+): Promise<Trajectory[]> {
+  const { settings, responseLength: R } = options;
+  const running: Running[] = rows.map((row, index) => ({
+    row,
+    index,
+    instances: new Map(),
+    done: false,
+    trajectory: { responseIds: [], responseMask: [], assistantTurns: 0, userTurns: 0, toolCalls: 0, toolFailures: 0, toolCallsDropped: 0, toolResponsesTruncated: 0, toolRewards: [], turns: [], tokenizationMismatch: false },
+  }));
+  try {
+    for (let turn = 0; ; turn++) {
+      const active = running.filter((r) => !r.done);
+      if (!active.length) break;
+      const budgets = active.map((r) => R - r.trajectory.responseIds.length);
+      const sampled = await options.sample(
+        active.map((r) => [...r.row.promptIds, ...r.trajectory.responseIds]),
+        budgets,
+        turn,
+        active.map((r) => r.index),
+      );
+      const calls: { run: Running; call: ParsedCall }[][] = [];
+      active.forEach((run, i) => {
+        const t = run.trajectory;
+        const ids = sampled[i].slice(0, budgets[i]);
+        t.responseIds.push(...ids);
+        t.responseMask.push(...ids.map(() => 1));
+        t.assistantTurns += 1;
+        const text = options.tokenizer.decode(ids, false);
+        t.turns.push({ role: 'assistant', content: options.tokenizer.decode(ids, true) });
+        if (t.responseIds.length >= R || (settings.max_assistant_turns && t.assistantTurns >= settings.max_assistant_turns) || (settings.max_user_turns && t.userTurns >= settings.max_user_turns)) {
+          run.done = true;
+          return;
+        }
+        const parsed = parseHermesCalls(text).calls;
+        if (!parsed.length) {
+          run.done = true;
+          return;
+        }
+        t.toolCallsDropped += Math.max(0, parsed.length - settings.max_parallel_calls);
+        calls.push(parsed.slice(0, settings.max_parallel_calls).map((call) => ({ run, call })));
+      });
+      const answers = await Promise.all(calls.map((group) => Promise.all(group.map(({ run, call }) => callTool(run, call, options)))));
+      calls.forEach((group, g) => {
+        const run = group[0].run;
+        const t = run.trajectory;
+        const texts = answers[g].map((answer) => {
+          const cut = truncateToolText(answer, settings.max_tool_response_length, settings.tool_response_truncate_side);
+          if (cut.truncated) t.toolResponsesTruncated += 1;
+          return cut.text;
+        });
+        const ids = options.renderer.toolTurnIds(texts);
+        // A tool turn is kept only with room after it for the policy to answer (as verl).
+        if (t.responseIds.length + ids.length >= R) {
+          run.done = true;
+          return;
+        }
+        t.responseIds.push(...ids);
+        t.responseMask.push(...ids.map(() => 0));
+        t.userTurns += 1;
+        texts.forEach((content) => t.turns.push({ role: 'tool', content }));
+      });
+    }
+  } finally {
+    await Promise.all(running.map((run) => releaseInstances(run, options.tools)));
+  }
+  if (settings.tokenization_sanity_check_mode !== 'disable') {
+    for (const run of running) run.trajectory.tokenizationMismatch = !sameTokenization(run, options, settings.tokenization_sanity_check_mode);
+  }
+  return running.map((r) => r.trajectory);
+}
+
+/** One call's answer text; failures are answers too (verl's messages where verl has one). */
+async function callTool(run: Running, call: ParsedCall, options: { tools: Map<string, Tool>; settings: MultiTurnSettings; instancePrefix: string }): Promise<string> {
+  const t = run.trajectory;
+  t.toolCalls += 1;
+  const fail = (text: string) => {
+    t.toolFailures += 1;
+    return text;
+  };
+  if ('error' in call) return fail(call.error);
+  const allowed = run.row.toolSelection;
+  const tool = options.tools.get(call.name);
+  if (!tool || (allowed && !allowed.includes(call.name))) {
+    const available = [...options.tools.keys()].filter((name) => !allowed || allowed.includes(name));
+    return fail(`Unknown function '${call.name}'. Available tools: [${available.map((n) => `'${n}'`).join(', ')}]`);
+  }
+  const seconds = options.settings.tool_timeout_s;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    let instance = run.instances.get(tool.name);
+    if (!instance) {
+      instance = `${options.instancePrefix}-${run.index}-${tool.name}`;
+      const kwargs = (run.row.toolsKwargs[tool.name] as { create_kwargs?: Record<string, unknown> } | undefined)?.create_kwargs ?? {};
+      await tool.create(instance, kwargs);
+      run.instances.set(tool.name, instance);
+    }
+    const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${seconds} s`)), seconds * 1000)));
+    const result = await Promise.race([tool.execute(instance, call.arguments), timeout]);
+    if (typeof result?.text !== 'string') return fail(`Error executing tool '${tool.name}': it returned no text`);
+    if (typeof result.reward === 'number' && Number.isFinite(result.reward)) t.toolRewards.push(result.reward);
+    return result.text;
+  } catch (e) {
+    return fail(`Error executing tool '${tool.name}': ${(e as Error)?.message ?? String(e)}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Each tool instance's trajectory reward (when the tool has one), then its release; failures are counted, not thrown. */
+async function releaseInstances(run: Running, tools: Map<string, Tool>): Promise<void> {
+  for (const [name, instance] of run.instances) {
+    const tool = tools.get(name)!;
+    try {
+      if (tool.calcReward) {
+        const reward = await tool.calcReward(instance);
+        if (Number.isFinite(reward)) run.trajectory.toolRewards.push(reward);
+      }
+    } catch {
+      run.trajectory.toolFailures += 1;
+    }
+    try {
+      await tool.release(instance);
+    } catch {
+      run.trajectory.toolFailures += 1;
+    }
+  }
+  run.instances.clear();
+}
+
+/**
+ * verl's tokenization sanity check (its legacy multi-turn path; v0.9.0's agent loop has none): the
+ * whole conversation rendered at once by the template must begin with the text of the ids trained
+ * on (the template closes the last turn, which the ids may not). strict: exactly;
+ * ignore_strippable: up to whitespace.
+ */
+function sameTokenization(run: Running, options: { tokenizer: TextTokenizer; renderer: ToolTurnRenderer }, mode: 'strict' | 'ignore_strippable'): boolean {
+  const expected = options.renderer.conversationText([...run.row.messages, ...run.trajectory.turns]);
+  const actual = options.tokenizer.decode([...run.row.promptIds, ...run.trajectory.responseIds], false);
+  const normal = (text: string) => (mode === 'ignore_strippable' ? text.replace(/\s+/g, '') : text);
+  return normal(expected).startsWith(normal(actual));
+}

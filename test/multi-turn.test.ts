@@ -1,0 +1,338 @@
+// Multi-turn rollouts with tools (rollout/agent-loop.ts, multi-turn.ts; verl v0.9.0's tool_agent
+// loop): a hand-built conversation's ids and masks, every tool failure mode, and local sampling and
+// training (GRPO, FlowRL) on conversations with a small chat model.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { buildTokenizer, createHost, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
+import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
+import { runAgentLoop, ToolTurnRenderer, truncateToolText, type TurnSampler } from '../core-adapters/rollout/agent-loop.js';
+import { MultiTurn } from '../core-adapters/rollout/multi-turn.js';
+import { CALCULATOR_SCHEMA } from '../core-adapters/tools/builtin-tools.js';
+import { parseHermesCalls } from '../core-adapters/tools/hermes.js';
+import { ToolRegistry } from '../core-adapters/tools/registry.js';
+import type { Tool } from '../core-adapters/tools/tool.js';
+import { expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+
+// A Qwen2.5-shaped template (a system block, tool answers grouped in one user turn), written for
+// these tests: only its layout matters.
+const TEMPLATE = [
+  "{%- if tools %}{{ '<|im_start|>system\\ntools:' }}{% for tool in tools %}{{ ' ' + tool.function.name }}{% endfor %}{{ '<|im_end|>\\n' }}",
+  "{%- else %}{{ '<|im_start|>system\\nbe brief<|im_end|>\\n' }}{%- endif %}",
+  "{%- for message in messages %}",
+  "{%- if message.role == 'tool' %}",
+  "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{ '<|im_start|>user' }}{% endif %}",
+  "{{ '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}",
+  "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}",
+  "{%- else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{% endif %}",
+  "{%- endfor %}",
+  "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+].join('');
+
+function chatTokenizer() {
+  let printable = '\n';
+  for (let c = 32; c < 127; c++) printable += String.fromCharCode(c);
+  return buildTokenizer({
+    characters: printable,
+    words: ['<tool_call>', '</tool_call>', '<tool_response>', '</tool_response>'],
+    specialTokens: { pad: '<|endoftext|>', bos: '<s>', eos: '<|im_end|>', unk: '<unk>', extra: ['<|im_start|>'] },
+    chatTemplate: TEMPLATE,
+  });
+}
+
+const SETTINGS = {
+  enable: true,
+  max_assistant_turns: null as number | null,
+  max_user_turns: null as number | null,
+  max_parallel_calls: 1,
+  max_tool_response_length: 256,
+  tool_response_truncate_side: 'middle' as const,
+  tool_config_path: 'tools.yaml',
+  format: 'hermes' as const,
+  tokenization_sanity_check_mode: 'strict' as const,
+  tool_timeout_s: 30,
+};
+
+/** A sampler that answers each row's turn t with script[row][t] (text, encoded), whatever the context. */
+function scripted(tokenizer: ReturnType<typeof chatTokenizer>, script: string[][], seen: number[][][] = []): TurnSampler {
+  return async (contexts, budgets, turn, rows) => {
+    seen.push(contexts);
+    return rows.map((row, i) => tokenizer.encode(script[row][turn] ?? 'done<|im_end|>', false).slice(0, budgets[i]));
+  };
+}
+
+function loopWith(tools: Map<string, Tool>, overrides: Partial<typeof SETTINGS> = {}, responseLength = 400) {
+  const tokenizer = chatTokenizer();
+  const renderer = new ToolTurnRenderer(tokenizer, [...tools.values()].map((t) => t.schema));
+  const messages = [{ role: 'user', content: '9, 3, 4 -> 24' }];
+  const promptIds = tokenizer.encode(renderer.promptText(messages), false);
+  return {
+    tokenizer,
+    renderer,
+    promptIds,
+    run: (script: string[][], rows = script.length) =>
+      runAgentLoop(
+        Array.from({ length: rows }, () => ({ promptIds, messages, toolsKwargs: {} })),
+        { sample: scripted(tokenizer, script), tokenizer, renderer, tools, settings: { ...SETTINGS, ...overrides }, responseLength, instancePrefix: 't' },
+      ),
+  };
+}
+
+const calculator = () => new ToolRegistry().load(writeToolConfig(tempDir(), [{ class_name: 'Calculator' }]), { codeSandbox: () => { throw new Error('no sandbox here'); } });
+
+function writeToolConfig(dir: string, tools: unknown[]): string {
+  const file = path.join(dir, 'tools.yaml');
+  fs.writeFileSync(file, YAML.stringify({ tools }));
+  return file;
+}
+
+const CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "(9-3)*4"}}</tool_call><|im_end|>';
+
+describe('multi-turn rollouts: the agent loop', function () {
+  this.timeout(120_000);
+
+  it('a hand-built conversation: the exact ids of each turn, the tool turn as the template renders it, masks 1 on sampled tokens only', async () => {
+    const { tokenizer, promptIds, run, renderer } = loopWith(calculator());
+    const [t] = await run([['Check: ' + CALL, '9*3-4... no: (9-3)*4<|im_end|>']]);
+    const first = tokenizer.encode('Check: ' + CALL, false);
+    // What Qwen's template writes after the policy's <|im_end|>: the separator, the tool answer in a user turn, the next header.
+    const toolTurn = tokenizer.encode('\n<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>\n<|im_start|>assistant\n', false);
+    const last = tokenizer.encode('9*3-4... no: (9-3)*4<|im_end|>', false);
+    expect(t.responseIds).to.deep.equal([...first, ...toolTurn, ...last]);
+    expect(t.responseMask).to.deep.equal([...first.map(() => 1), ...toolTurn.map(() => 0), ...last.map(() => 1)]);
+    expect(renderer.toolTurnIds(['24'])).to.deep.equal(toolTurn);
+    expect({ assistant: t.assistantTurns, user: t.userTurns, calls: t.toolCalls, failures: t.toolFailures, mismatch: t.tokenizationMismatch }).to.deep.equal({ assistant: 2, user: 1, calls: 1, failures: 0, mismatch: false });
+    expect(t.turns.map((m) => m.role)).to.deep.equal(['assistant', 'tool', 'assistant']);
+    // The prompt carries the tools' schemas through the template.
+    expect(tokenizer.decode(promptIds)).to.contain('tools: calculator');
+  });
+
+  it('the turn loop stops at a turn without a call, at max_assistant_turns / max_user_turns, and where a tool turn would leave no room', async () => {
+    const tools = calculator();
+    const calls = [CALL, CALL, CALL, CALL];
+    expect((await loopWith(tools).run([['no call here<|im_end|>']]))[0].assistantTurns).to.equal(1);
+    expect((await loopWith(tools, { max_assistant_turns: 2 }).run([calls]))[0]).to.include({ assistantTurns: 2, userTurns: 1 });
+    expect((await loopWith(tools, { max_user_turns: 2 }).run([calls]))[0]).to.include({ assistantTurns: 3, userTurns: 2 });
+    // Budget: the first turn fits, the tool turn after it would fill the rest: not appended.
+    const { tokenizer } = loopWith(tools);
+    const budget = tokenizer.encode(CALL, false).length + 20;
+    const [cut] = await loopWith(tools, {}, budget).run([calls]);
+    expect(cut).to.include({ assistantTurns: 1, userTurns: 0 });
+    expect(cut.responseMask.every((m) => m === 1)).to.equal(true);
+    // Every turn that runs is cut to the budget; the trajectory never exceeds it.
+    const [long] = await loopWith(tools, {}, 120).run([calls]);
+    expect(long.responseIds.length).to.be.at.most(120);
+    expect(long.responseMask.at(-1)).to.equal(1);
+  });
+
+  it('tool failures become tool turns that say so, counted: malformed calls, unknown tools, errors, time-outs, huge answers, extra parallel calls', async () => {
+    const slow: Tool = { name: 'slow', schema: { ...CALCULATOR_SCHEMA, function: { ...CALCULATOR_SCHEMA.function, name: 'slow' } }, create: async () => {}, release: async () => {}, execute: () => new Promise(() => {}) };
+    const broken: Tool = { ...slow, name: 'broken', execute: async () => { throw new Error('disk on fire'); } };
+    const huge: Tool = { ...slow, name: 'huge', execute: async () => ({ text: 'a'.repeat(100) + 'b'.repeat(1_000_000) + 'c'.repeat(100) }) };
+    const tools = new Map<string, Tool>([...calculator(), ['slow', slow], ['broken', broken], ['huge', huge]]);
+    const cases: [string, string][] = [
+      ['<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call><|im_end|>', 'Invalid tool call: not JSON'],
+      ['<tool_call>{"name": "calculator", "arguments": "{oops"}</tool_call><|im_end|>', "Invalid JSON in arguments for 'calculator'"],
+      ['<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call><|im_end|>', 'Error: not an arithmetic expression'],
+      ['<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call><|im_end|>', "Error executing tool 'calculator': calculator needs a string argument 'expression'"],
+      ['<tool_call>{"name": "search", "arguments": {}}</tool_call><|im_end|>', "Unknown function 'search'. Available tools: ['calculator', 'slow', 'broken', 'huge']"],
+      ['<tool_call>{"name": "broken", "arguments": {}}</tool_call><|im_end|>', "Error executing tool 'broken': disk on fire"],
+      ['<tool_call>{"name": "slow", "arguments": {}}</tool_call><|im_end|>', "Error executing tool 'slow': timed out after 0.2 s"],
+      ['<tool_call>{"name": "calculator", "arguments": {"expression": "2"}', 'Invalid tool call: <tool_call> without </tool_call>'],
+    ];
+    const { run, tokenizer } = loopWith(tools, { tool_timeout_s: 0.2 }, 600);
+    const trajectories = await run(cases.map(([turn]) => [turn]));
+    trajectories.forEach((t, i) => {
+      expect(t.turns[1]?.content, cases[i][0]).to.contain(cases[i][1]);
+      expect(t.toolCalls, cases[i][0]).to.equal(1);
+      // A calculator error is an answer, not a failure of the tool.
+      expect(t.toolFailures, cases[i][0]).to.equal(cases[i][1].startsWith('Error: not') ? 0 : 1);
+      expect(tokenizer.decode(t.responseIds.filter((_, k) => !t.responseMask[k]))).to.contain('<tool_response>');
+    });
+    const [big, parallel] = await loopWith(tools, { max_tool_response_length: 50 }).run([
+      ['<tool_call>{"name": "huge", "arguments": {}}</tool_call><|im_end|>'],
+      ['<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call><tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call><|im_end|>'],
+    ]);
+    expect(big.turns[1].content).to.equal('a'.repeat(25) + '...(truncated)...' + 'c'.repeat(25));
+    expect(big.toolResponsesTruncated).to.equal(1);
+    expect(parallel).to.include({ toolCalls: 1, toolCallsDropped: 1 });
+    expect(parallel.turns[1].content).to.equal('2');
+    expect(truncateToolText('abcdef', 4, 'left').text).to.equal('(truncated)...cdef');
+    expect(truncateToolText('abcdef', 4, 'right').text).to.equal('abcd...(truncated)');
+  });
+
+  it('a stateful tool: one instance per trajectory, created with the row\'s create_kwargs, its trajectory reward asked for, released even when a call throws', async () => {
+    const log: string[] = [];
+    const counter: Tool = {
+      name: 'counter',
+      schema: { ...CALCULATOR_SCHEMA, function: { ...CALCULATOR_SCHEMA.function, name: 'counter' } },
+      create: async (id, kwargs) => void log.push(`create ${id} ${JSON.stringify(kwargs)}`),
+      execute: async (id, args) => {
+        if (args.fail) throw new Error('asked to fail');
+        log.push(`execute ${id}`);
+        return { text: 'ok', reward: 0.5 };
+      },
+      calcReward: async () => 2,
+      release: async (id) => void log.push(`release ${id}`),
+    };
+    const tokenizer = chatTokenizer();
+    const tools = new Map([['counter', counter]]);
+    const renderer = new ToolTurnRenderer(tokenizer, [counter.schema]);
+    const call = (args: string) => `<tool_call>{"name": "counter", "arguments": ${args}}</tool_call><|im_end|>`;
+    const [t] = await runAgentLoop([{ promptIds: [5, 6], messages: [{ role: 'user', content: 'x' }], toolsKwargs: { counter: { create_kwargs: { start: 3 } } } }], {
+      sample: scripted(tokenizer, [[call('{}'), call('{"fail": true}'), call('{}')]]),
+      tokenizer, renderer, tools, settings: { ...SETTINGS, tokenization_sanity_check_mode: 'disable' }, responseLength: 400, instancePrefix: 's',
+    });
+    expect(log).to.deep.equal(['create s-0-counter {"start":3}', 'execute s-0-counter', 'execute s-0-counter', 'release s-0-counter']);
+    expect(t.toolRewards).to.deep.equal([0.5, 0.5, 2]);
+    expect(t.toolFailures).to.equal(1);
+  });
+
+  it('hermes parsing; tool config files: verl\'s shape, errors naming the file and entry', () => {
+    expect(parseHermesCalls('a<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>b').calls).to.deep.equal([{ name: 'f', arguments: { x: 1 } }]);
+    expect(parseHermesCalls('<tool_call>{"name": "f", "arguments": "{\\"x\\": 2}"}</tool_call>').calls).to.deep.equal([{ name: 'f', arguments: { x: 2 } }]);
+    expect(parseHermesCalls('plain').calls).to.deep.equal([]);
+    const registry = new ToolRegistry();
+    const context = { codeSandbox: () => { throw new Error('unused'); } };
+    const dir = tempDir();
+    const custom = { type: 'function', function: { name: 'calc', description: 'd', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } } };
+    expect([...registry.load(writeToolConfig(dir, [{ class_name: 'Calculator', config: { type: 'native' }, tool_schema: custom }]), context).keys()]).to.deep.equal(['calc']);
+    const bad: [unknown[], string][] = [
+      [[{ class_name: 'Nope' }], "tools[0].class_name 'Nope' is not a registered tool class (registered: Calculator (core), CodeInterpreter (core))"],
+      [[{ class_name: 'Calculator', config: { type: 'mcp' } }], 'tools[0].config.type is "mcp"'],
+      [[{ class_name: 'Calculator' }, { class_name: 'Calculator' }], "tools[1]: a second tool named 'calculator'"],
+      [[{ class_name: 'Calculator', tool_schema: { type: 'function', function: { name: 'bad name!' } } }], 'tools[0].tool_schema.function.name'],
+      [[{ class_name: 'CodeInterpreter', config: { timeout_s: -1 } }], 'tools[0] (CodeInterpreter): tool CodeInterpreter: config.timeout_s must be a number > 0'],
+    ];
+    for (const [tools, message] of bad) expectInputError(() => registry.load(writeToolConfig(tempDir(), tools), context), 'tools.yaml', message);
+    expectInputError(() => registry.load(path.join(dir, 'missing.yaml'), context), 'missing.yaml: tool config not found');
+    registry.provider = 'plugin x';
+    expectInputError(() => registry.register('Calculator', () => calculator().get('calculator')!), "tool class 'Calculator' is registered twice: by core and by plugin x");
+  });
+});
+
+/** A small chat model (random weights) with the tokenizer above, and countdown rows for tool_agent. */
+function writeChatTask(dir: string): { model: string; tools: string; data: string } {
+  const tokenizer = chatTokenizer();
+  const model = path.join(dir, 'model');
+  const raw = { architectures: ['LlamaForCausalLM'], model_type: 'llama', vocab_size: tokenizer.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 512, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: true, bos_token_id: tokenizer.tokenId('<s>'), eos_token_id: tokenizer.eosTokenId, pad_token_id: tokenizer.padTokenId };
+  saveModel(initModel(raw, 7), model, { tokenizer });
+  const tools = writeToolConfig(dir, [{ class_name: 'Calculator' }]);
+  const data = path.join(dir, 'train.jsonl');
+  const rows = [[9, 3, 4, 24], [2, 5, 7, 17], [8, 2, 6, 10], [6, 6, 1, 35]].map(([a, b, c, target], i) => ({
+    data_source: 'countdown',
+    agent_name: i % 2 ? 'tool_agent' : undefined,
+    prompt: [{ role: 'user', content: `${a}, ${b}, ${c} -> ${target}` }],
+    reward_model: { style: 'rule', ground_truth: { numbers: [a, b, c], target } },
+    extra_info: { index: i },
+  }));
+  fs.writeFileSync(data, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  return { model, tools, data };
+}
+
+describe('multi-turn rollouts: local sampling and training', function () {
+  this.timeout(300_000);
+
+  function configFor(dir: string, algorithm: string, extra: Record<string, unknown> = {}) {
+    const task = writeChatTask(dir);
+    return writeCountdownConfig(dir, {
+      plugins: [path.join(ROOT, 'plugin.json')],
+      algorithm: { name: algorithm },
+      data: { train_files: task.data, val_files: task.data, train_batch_size: 4, max_prompt_length: 96, max_response_length: 160 },
+      actor_rollout_ref: { model: { path: task.model }, actor: { ppo_mini_batch_size: 4 }, rollout: { n: 2, multi_turn: { enable: true, tool_config_path: task.tools }, val_kwargs: { n: 1 } } },
+      ...extra,
+    });
+  }
+
+  /** Makes half the rows of each rollout call the calculator on their first turn, whatever the random model samples. */
+  function forceToolCalls(multiTurn: MultiTurn, tokenizer: ReturnType<typeof chatTokenizer>) {
+    const rollOut = multiTurn.rollOut.bind(multiTurn);
+    multiTurn.rollOut = (prompts, sample, length, pad) =>
+      rollOut(prompts, async (contexts, budgets, turn, rows) => {
+        const sampled = await sample(contexts, budgets, turn, rows);
+        return sampled.map((ids, i) => (turn === 0 && rows[i] % 2 === 0 ? tokenizer.encode(CALL, false).slice(0, budgets[i]) : ids));
+      }, length, pad);
+  }
+
+  it('local sampling: tool_agent rows become conversations (masks 0 on tool turns, attention on all), single_turn_agent rows one turn; the same seed gives the same trajectories', async () => {
+    const dir = tempDir();
+    const host = await createHost(configFor(dir, 'grpo'), { quiet: true });
+    const multiTurn = host.container.get(MultiTurn);
+    const tokenizer = chatTokenizer();
+    forceToolCalls(multiTurn, tokenizer);
+    const worker = host.container.get<Worker>(TOKENS.Worker);
+    await worker.init();
+    const { promptBatch } = await import('../core-adapters/workers/sequences.js');
+    const dataset = host.container.get<{ init(): Promise<void>; train: never[] }>(TOKENS.Dataset);
+    await dataset.init();
+    const prompts = promptBatch(dataset.train, 'x').repeat(2, true);
+    const sampling = { temperature: 1, topP: 1, topK: -1, greedy: false, maxNewTokens: 160, seed: 5 };
+    const a = await worker.generateSequences(prompts, sampling);
+    const b = await worker.generateSequences(prompts, sampling);
+    expect(Array.from(a.tensor('responses').data)).to.deep.equal(Array.from(b.tensor('responses').data));
+    const agents = a.column<string>('agent_name');
+    const turns = a.column<number>('num_turns');
+    const R = a.tensor('responses').shape[1];
+    const mask = a.tensor('response_mask').data;
+    const attention = a.tensor('attention_mask');
+    const L = attention.shape[1];
+    for (let row = 0; row < a.size; row++) {
+      const toolRow = agents[row] === 'tool_agent' && row % 2 === 0;
+      if (agents[row] === 'single_turn_agent') expect(turns[row], `row ${row}`).to.equal(2);
+      if (toolRow) expect(turns[row], `row ${row}`).to.be.at.least(4);
+      let zeros = 0;
+      for (let t = 0; t < R; t++) {
+        const valid = attention.data[row * L + L - R + t];
+        expect(mask[row * R + t], `row ${row} token ${t}`).to.be.at.most(valid);
+        if (valid && !mask[row * R + t]) zeros += 1;
+      }
+      expect(zeros > 0, `row ${row}: tool tokens`).to.equal(toolRow);
+    }
+    expect(a.meta.metrics).to.have.property('agent_loop/tool_calls/mean').above(0);
+    expect((a.column<Record<string, unknown>>('extra_info')[0])).to.have.keys('index', 'tool_rewards', 'num_turns');
+    a.dispose();
+    b.dispose();
+    worker.dispose();
+  });
+
+  for (const algorithm of ['grpo', 'flowrl']) {
+    it(`${algorithm} trains on conversations with tool turns: the loop's metrics logged, every update finite`, async () => {
+      const dir = tempDir();
+      const host = await createHost(configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: -1, val_before_train: false } }), { quiet: true });
+      forceToolCalls(host.container.get(MultiTurn), chatTokenizer());
+      const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+      await trainer.fit();
+      trainer.dispose();
+      const metrics = readRunMetrics(path.join(dir, 'run'));
+      expect(metrics).to.have.length(2);
+      for (const m of metrics) {
+        expect(m['num_turns/max'], `step ${m.step}`).to.be.at.least(4);
+        expect(m['agent_loop/tool_calls/mean'], `step ${m.step}`).to.be.above(0);
+        expect(Number.isFinite(m['actor/grad_norm']), `step ${m.step}`).to.equal(true);
+      }
+    });
+  }
+
+  it('config errors name the key: tool_agent without enable, enable without tools, servers, off-policy rows', async () => {
+    const dir = tempDir();
+    const file = configFor(dir, 'grpo');
+    const cases: [string[], string][] = [
+      [['actor_rollout_ref.rollout.multi_turn.enable=false'], 'agent_name tool_agent needs actor_rollout_ref.rollout.multi_turn.enable: true'],
+      [['actor_rollout_ref.rollout.multi_turn.enable=false', 'actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent'], 'default_agent_loop is tool_agent but actor_rollout_ref.rollout.multi_turn.enable is false'],
+      [['actor_rollout_ref.rollout.multi_turn.tool_config_path=null'], 'multi_turn.enable needs multi_turn.tool_config_path'],
+      [['actor_rollout_ref.rollout.multi_turn.tool_config_path=/nonexistent/tools.yaml'], '/nonexistent/tools.yaml: tool config not found'],
+      [['actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=both'], "key 'actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side' is 'both'"],
+      [['algorithm.name=flowrl', 'flowrl.replay_samples=1'], 'cannot be used with actor_rollout_ref.rollout.multi_turn.enable'],
+    ];
+    for (const [overrides, message] of cases) {
+      await expectInputErrorAsync(
+        (async () => {
+          const h = await createHost(file, { overrides, skipEngine: true });
+          await h.container.get<Trainer>(TOKENS.Trainer).fit();
+        })(),
+        message,
+      );
+    }
+  });
+});
