@@ -14,6 +14,10 @@ import { parseHermesCalls } from '../core-adapters/tools/hermes.js';
 import { ToolRegistry } from '../core-adapters/tools/registry.js';
 import type { Tool } from '../core-adapters/tools/tool.js';
 import { expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { startServer } from './serve-helpers.js';
+import { buildReport } from '../core-adapters/report/report.js';
+import { readValGenerations } from '../core-adapters/trainer/val-prompts.js';
+import { promptBatch } from '../core-adapters/workers/sequences.js';
 
 // A Qwen2.5-shaped template (a system block, tool answers grouped in one user turn), written for
 // these tests: only its layout matters.
@@ -58,7 +62,7 @@ const SETTINGS = {
 function scripted(tokenizer: ReturnType<typeof chatTokenizer>, script: string[][], seen: number[][][] = []): TurnSampler {
   return async (contexts, budgets, turn, rows) => {
     seen.push(contexts);
-    return rows.map((row, i) => tokenizer.encode(script[row][turn] ?? 'done<|im_end|>', false).slice(0, budgets[i]));
+    return { tokens: rows.map((row, i) => tokenizer.encode(script[row][turn] ?? 'done<|im_end|>', false).slice(0, budgets[i])) };
   };
 }
 
@@ -245,13 +249,19 @@ describe('multi-turn rollouts: local sampling and training', function () {
     });
   }
 
-  /** Makes half the rows of each rollout call the calculator on their first turn, whatever the random model samples. */
-  function forceToolCalls(multiTurn: MultiTurn, tokenizer: ReturnType<typeof chatTokenizer>) {
+  /** Makes some rows (the even ones) call the calculator on their first turn, whatever the random model samples. */
+  function forceToolCalls(multiTurn: MultiTurn, tokenizer: ReturnType<typeof chatTokenizer>, forcedRow = (row: number) => row % 2 === 0) {
     const rollOut = multiTurn.rollOut.bind(multiTurn);
     multiTurn.rollOut = (prompts, sample, length, pad) =>
       rollOut(prompts, async (contexts, budgets, turn, rows) => {
         const sampled = await sample(contexts, budgets, turn, rows);
-        return sampled.map((ids, i) => (turn === 0 && rows[i] % 2 === 0 ? tokenizer.encode(CALL, false).slice(0, budgets[i]) : ids));
+        const forced = (i: number) => turn === 0 && forcedRow(rows[i]);
+        const call = tokenizer.encode(CALL, false);
+        return {
+          tokens: sampled.tokens.map((ids, i) => (forced(i) ? call.slice(0, budgets[i]) : ids)),
+          // The forced turn has no engine log-probs: NaN, so a comparison cannot pass on them by chance.
+          logProbs: sampled.logProbs?.map((lp, i) => (forced(i) ? call.map(() => NaN) : lp)),
+        };
       }, length, pad);
   }
 
@@ -263,7 +273,6 @@ describe('multi-turn rollouts: local sampling and training', function () {
     forceToolCalls(multiTurn, tokenizer);
     const worker = host.container.get<Worker>(TOKENS.Worker);
     await worker.init();
-    const { promptBatch } = await import('../core-adapters/workers/sequences.js');
     const dataset = host.container.get<{ init(): Promise<void>; train: never[] }>(TOKENS.Dataset);
     await dataset.init();
     const prompts = promptBatch(dataset.train, 'x').repeat(2, true);
@@ -296,17 +305,75 @@ describe('multi-turn rollouts: local sampling and training', function () {
     worker.dispose();
   });
 
+  it('the same conversations through flowrl serve, SGLang and vLLM routes (token in, per-turn seeds): the tokens local sampling gives, the server\'s log-probs the trainer\'s', async () => {
+    const dir = tempDir();
+    const file = configFor(dir, 'grpo');
+    const server = await startServer({ modelDir: path.join(dir, 'model') });
+    const tokenizer = chatTokenizer();
+    const sampling = { temperature: 1, topP: 1, topK: -1, greedy: false, maxNewTokens: 160, seed: 9 };
+    const draw = async (overrides: string[]) => {
+      const host = await createHost(file, { overrides, quiet: true });
+      forceToolCalls(host.container.get(MultiTurn), tokenizer);
+      const worker = host.container.get<Worker>(TOKENS.Worker);
+      await worker.init();
+      const dataset = host.container.get<{ init(): Promise<void>; train: never[] }>(TOKENS.Dataset);
+      await dataset.init();
+      const batch = await worker.generateSequences(promptBatch(dataset.train, 'x').repeat(2, true), sampling);
+      return { worker, batch };
+    };
+    try {
+      const local = await draw([]);
+      for (const dialect of ['sglang', 'vllm']) {
+      const remote = await draw([`actor_rollout_ref.rollout.name=${dialect}`, `actor_rollout_ref.rollout.server.urls=[${server.url}]`]);
+      expect(Array.from(remote.batch.tensor('responses').data)).to.deep.equal(Array.from(local.batch.tensor('responses').data));
+      expect(Array.from(remote.batch.tensor('response_mask').data)).to.deep.equal(Array.from(local.batch.tensor('response_mask').data));
+      expect(remote.batch.column('num_turns')).to.deep.equal(local.batch.column('num_turns'));
+      expect(Math.max(...remote.batch.column<number>('num_turns'))).to.be.at.least(4);
+      // Every sampled token's engine log-prob against the trainer's (the forced turns are NaN and skipped; tool turns are 0 and masked).
+      const served = remote.batch.tensor('rollout_log_probs').data;
+      const trainer = remote.worker.computeLogProb(remote.batch).logProbs;
+      const mask = remote.batch.tensor('response_mask').data;
+      let compared = 0;
+      for (let i = 0; i < mask.length; i++) {
+        if (!mask[i]) {
+          expect(served[i], `position ${i}`).to.equal(0);
+          continue;
+        }
+        if (Number.isNaN(served[i])) continue;
+        expect(Math.abs(served[i] - trainer[i]), `position ${i}`).to.be.below(2e-3);
+        compared += 1;
+      }
+      expect(compared, dialect).to.be.above(100);
+      remote.batch.dispose();
+      remote.worker.dispose();
+      }
+      local.batch.dispose();
+      local.worker.dispose();
+    } finally {
+      await server.server.close();
+    }
+  });
+
   for (const algorithm of ['grpo', 'flowrl']) {
     it(`${algorithm} trains on conversations with tool turns: the loop's metrics logged, every update finite`, async () => {
       const dir = tempDir();
-      const host = await createHost(configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: -1, val_before_train: false } }), { quiet: true });
-      forceToolCalls(host.container.get(MultiTurn), chatTokenizer());
+      const host = await createHost(configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: 2, val_before_train: false } }), { quiet: true });
+      // Every row calls on its first turn (validation samples one per prompt, and half are tool rows).
+      forceToolCalls(host.container.get(MultiTurn), chatTokenizer(), () => true);
       const trainer = host.container.get<Trainer>(TOKENS.Trainer);
       await trainer.fit();
       trainer.dispose();
       const metrics = readRunMetrics(path.join(dir, 'run'));
       expect(metrics).to.have.length(2);
-      for (const m of metrics) {
+      // The validation's conversations, logged and in the report with their tool answers.
+      const generations = readValGenerations(path.join(dir, 'run'));
+      expect(generations.map((g) => g.step)).to.deep.equal([2, 2, 2, 2]);
+      const conversation = generations.find((g) => g.turns?.some((t) => t.role === 'tool'))!;
+      expect(conversation.turns![0].content).to.contain('<tool_call>');
+      expect(conversation.turns![1]).to.deep.equal({ role: 'tool', content: '24' });
+      const html = await buildReport([path.join(dir, 'run')]);
+      expect(html).to.contain('<div class="turn tool"><span>tool</span><pre>24</pre></div>');
+      for (const m of metrics.filter((m) => m.step === 1)) {
         expect(m['num_turns/max'], `step ${m.step}`).to.be.at.least(4);
         expect(m['agent_loop/tool_calls/mean'], `step ${m.step}`).to.be.above(0);
         expect(Number.isFinite(m['actor/grad_norm']), `step ${m.step}`).to.equal(true);
@@ -314,7 +381,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
     });
   }
 
-  it('config errors name the key: tool_agent without enable, enable without tools, servers, off-policy rows', async () => {
+  it('config errors name the key: tool_agent without enable, enable without tools, a missing tool config, off-policy rows', async () => {
     const dir = tempDir();
     const file = configFor(dir, 'grpo');
     const cases: [string[], string][] = [

@@ -8,7 +8,7 @@ import { InputError } from '../errors.js';
 import { answerSharesSpec, bandRows, bandSpec, passAtKCurveRows, passAtKCurveSpec, perRunRows, perRunSpec, PLOTS, plotKeyFor, renderSvg, type PlotDef } from './charts.js';
 import { formatDifferenceInterval, formatInterval, formatSigned, LEVEL, type Comparison } from './comparison.js';
 import { readReportRuns, seriesOf, type ReportRun } from './runs.js';
-import { readValPrompts, type PromptMatchingRecord, type ValPromptRecord } from '../trainer/val-prompts.js';
+import { readValGenerations, readValPrompts, type PromptMatchingRecord, type ValGeneration, type ValPromptRecord } from '../trainer/val-prompts.js';
 import { mean, sampleStd } from './statistics.js';
 
 export type { ReportRun } from './runs.js';
@@ -316,6 +316,24 @@ async function plotSection(plot: PlotDef, runs: ReportRun[], labels: string[], i
   return parts.filter(Boolean).join('\n');
 }
 
+/** Runs whose generations the report shows (each run's last validation, val_generations.jsonl). */
+const GENERATION_RUNS = 6;
+const GENERATIONS = { id: 'generations', title: 'Validation generations' };
+
+/** One generation: the prompt, then the response, or a conversation's turns with the tool answers set apart. */
+function generationHtml(g: ValGeneration): string {
+  const turns = g.turns?.length ? g.turns : [{ role: 'assistant', content: g.response }];
+  const body = turns.map((t) => `<div class="turn ${t.role === 'tool' ? 'tool' : 'assistant'}"><span>${esc(t.role)}</span><pre>${esc(t.content)}</pre></div>`).join('\n');
+  return `<div class="generation"><div class="turn prompt"><span>prompt</span><pre>${esc(g.prompt)}</pre></div>\n${body}\n<p>score ${fixed(g.score)}${g.turns ? ` · ${g.turns.filter((t) => t.role === 'tool').length} tool answers` : ''}</p></div>`;
+}
+
+function generationsSection(runs: ReportRun[]): string {
+  const shown = runs.map((run) => ({ run, generations: readValGenerations(run.dir) })).filter((r) => r.generations.length).slice(0, GENERATION_RUNS);
+  if (!shown.length) return '';
+  const blocks = shown.map(({ run, generations }) => `<details><summary>${esc(run.label)} · step ${generations[0].step} · ${generations.length} generations</summary>\n${generations.map(generationHtml).join('\n')}\n</details>`);
+  return [`<section id="${GENERATIONS.id}">`, `<h2>${GENERATIONS.title} <code>val_generations.jsonl</code></h2>`, `<p>The first sample of each of the first prompts at each run's last validation (trainer.log_val_generations)${runs.length > shown.length ? `; the first ${GENERATION_RUNS} runs with some` : ''}.</p>`, ...blocks, '</section>'].join('\n');
+}
+
 const STYLE = `
 :root { color-scheme: light; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; line-height: 1.45; }
@@ -342,6 +360,9 @@ th, td { border: 1px solid #d0d7de; padding: .3rem .55rem; text-align: left; ver
 thead th { background: #f6f8fa; }
 tbody th, td[data-key="timing_s/step@sum"] { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.generation { border: 1px solid #d0d7de; border-radius: 6px; padding: .5rem; margin: .5rem 0; }
+.turn { margin: .25rem 0; } .turn span { font-size: .75rem; color: #57606a; } .turn pre { margin: 0; white-space: pre-wrap; }
+.turn.tool pre { background: #f6f8fa; border-left: 3px solid #8c959f; padding-left: .5rem; }
 td[data-key="directory"] { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .8rem; color: #57606a; }
 `;
 
@@ -362,6 +383,8 @@ export async function buildReport(runDirs: string[], options: ReportOptions = {}
   const navTargets = [{ id: 'summary', title: 'Summary' }, ...(options.comparison ? [{ id: 'comparison', title: 'Comparison' }] : []), ...PLOTS];
   navTargets.splice(navTargets.findIndex((p) => p.id === 'plot-val-pass-at-k') + 1, 0, PASS_AT_K_CURVE);
   navTargets.splice(navTargets.findIndex((p) => p.id === 'plot-val-matching-entropy') + 1, 0, ANSWER_SHARES);
+  const generations = generationsSection(runs);
+  if (generations) navTargets.push(GENERATIONS);
   const nav = navTargets.map((p) => `<a href="#${p.id}">${esc(p.title)}</a>`).join('\n');
   return [
     '<!DOCTYPE html>',
@@ -385,6 +408,7 @@ export async function buildReport(runDirs: string[], options: ReportOptions = {}
     '</section>',
     ...(options.comparison ? [comparisonSection(options.comparison)] : []),
     ...sections,
+    ...(generations ? [generations] : []),
     '</main>',
     '</body>',
     '</html>',

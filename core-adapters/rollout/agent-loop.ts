@@ -28,7 +28,13 @@ export interface AgentRow {
  * with its own token budget; `rows` are the trajectories' indices among the loop's rows (for
  * per-row random streams that do not depend on which rows are still running).
  */
-export type TurnSampler = (contexts: number[][], maxNewTokens: number[], turn: number, rows: number[]) => Promise<number[][]>;
+export type TurnSampler = (contexts: number[][], maxNewTokens: number[], turn: number, rows: number[]) => Promise<SampledTurn>;
+
+/** A turn's sampled ids per context, and the engine's log-probs of them when it reports any. */
+export interface SampledTurn {
+  tokens: number[][];
+  logProbs?: number[][];
+}
 
 /** A finished trajectory. */
 export interface Trajectory {
@@ -36,6 +42,8 @@ export interface Trajectory {
   responseIds: number[];
   /** 1 where the policy sampled the token, 0 on tool and template tokens. */
   responseMask: number[];
+  /** The engine's log-probs of the sampled tokens, 0 on tool turns (verl's placeholders); undefined when it reports none. */
+  logProbs?: number[];
   assistantTurns: number;
   userTurns: number;
   /** Calls run, and of those the ones that failed (malformed, unknown tool, error, time-out). */
@@ -151,7 +159,8 @@ export async function runAgentLoop(
       const calls: { run: Running; call: ParsedCall }[][] = [];
       active.forEach((run, i) => {
         const t = run.trajectory;
-        const ids = sampled[i].slice(0, budgets[i]);
+        const ids = sampled.tokens[i].slice(0, budgets[i]);
+        if (sampled.logProbs) (t.logProbs ??= new Array(t.responseIds.length).fill(0)).push(...sampled.logProbs[i].slice(0, ids.length));
         t.responseIds.push(...ids);
         t.responseMask.push(...ids.map(() => 1));
         t.assistantTurns += 1;
@@ -186,6 +195,7 @@ export async function runAgentLoop(
         }
         t.responseIds.push(...ids);
         t.responseMask.push(...ids.map(() => 0));
+        t.logProbs?.push(...ids.map(() => 0));
         t.userTurns += 1;
         texts.forEach((content) => t.turns.push({ role: 'tool', content }));
       });

@@ -44,7 +44,7 @@ export class LocalRollout implements Rollout {
         );
         tokens.push(...generation.tokens);
       }
-      return tokens;
+      return { tokens };
     };
     return await this.multiTurn.rollOut(prompts, sample, sampling.maxNewTokens, policy.padTokenId);
   }

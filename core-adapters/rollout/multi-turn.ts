@@ -32,8 +32,6 @@ export class MultiTurn implements AgentRouting {
     const { multi_turn: mt, agent } = config.actor_rollout_ref.rollout;
     if (agent.default_agent_loop === 'tool_agent' && !mt.enable) throw new InputError("actor_rollout_ref.rollout.agent.default_agent_loop is tool_agent but actor_rollout_ref.rollout.multi_turn.enable is false; set it true");
     if (mt.enable && !mt.tool_config_path) throw new InputError('actor_rollout_ref.rollout.multi_turn.enable needs multi_turn.tool_config_path (the tools the policy may call)');
-    // The servers' token-in routes can carry a conversation; the client side is not written yet.
-    if (mt.enable && config.actor_rollout_ref.rollout.name !== 'local') throw new InputError(`actor_rollout_ref.rollout.multi_turn.enable: multi-turn rollouts run with rollout.name local only so far (got ${config.actor_rollout_ref.rollout.name})`);
   }
 
   get enabled(): boolean {
@@ -101,6 +99,11 @@ export class MultiTurn implements AgentRouting {
     out.setColumn('num_turns', numTurns);
     out.setColumn('turns', trajectories.map((t) => t.turns));
     out.setColumn('extra_info', infos.map((info, b) => ({ ...info, tool_rewards: trajectories[b].toolRewards, num_turns: numTurns[b] })));
+    if (trajectories.every((t) => t.logProbs)) {
+      const logProbs = new Float32Array(rows.length * responseLength);
+      trajectories.forEach((t, b) => logProbs.set(t.logProbs!.slice(0, responseLength), b * responseLength));
+      out.set('rollout_log_probs', { shape: [rows.length, responseLength], data: logProbs });
+    }
     out.meta = { metrics: agentLoopMetrics(trajectories, toolRows) };
     return out;
   }

@@ -6,7 +6,7 @@
 // again. Samples from weights more than max_staleness versions old are dropped and drawn again.
 import fs from 'node:fs';
 import path from 'node:path';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Metrics, Rollout, RolloutPolicy, SamplingSettings } from '../contracts/index.js';
@@ -16,6 +16,9 @@ import { sampleSeed } from '../model/generate.js';
 import { responseLogProbs } from '../model/logprobs.js';
 import { TOKENS } from '../tokens.js';
 import { sequencesFromSamples } from '../workers/sequences.js';
+import type { TurnSampler } from './agent-loop.js';
+import { MultiTurn } from './multi-turn.js';
+import { Rng } from '../random.js';
 import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from './clients.js';
 
 /** Consecutive failures after which a server is ejected until it answers a probe. */
@@ -102,7 +105,10 @@ export class ServerRollout implements Rollout {
   /** Rounds whose requests are not all started yet. */
   private readonly dispatching = new Set<Promise<void>>();
 
-  constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
+  constructor(
+    @inject(TOKENS.Config) protected readonly config: Config,
+    @inject(MultiTurn) @optional() protected readonly multiTurn?: MultiTurn,
+  ) {}
 
   private get settings() {
     return this.config.actor_rollout_ref.rollout.server;
@@ -221,27 +227,19 @@ export class ServerRollout implements Rollout {
     const uids = prompts.has('uid') ? prompts.column<string>('uid') : promptIds.map((_, i) => String(i));
     const groups = new Map<string, number[]>();
     uids.forEach((uid, row) => (groups.get(uid) ?? groups.set(uid, []).get(uid)!).push(row));
-    const results: ServedSample[] = new Array(promptIds.length);
     this.servers.forEach((s) => (s.assigned = 0));
-    const work = [...groups.values()].map((rows) => {
+    // A prompt group shares a server (its prefix cached once).
+    const homes: (ServerState | undefined)[] = new Array(promptIds.length);
+    for (const rows of groups.values()) {
       const home = this.leastLoaded(new Set());
       if (home) home.assigned += rows.length;
-      return rows.map(async (row) => {
-        results[row] = await this.sample(row, promptIds[row], sampling, home, counters, started);
-      });
-    });
-    await Promise.all(work.flat());
-    await this.confirmWeights(results, promptIds, sampling, counters, sampledVersion);
-
-    const responses = results.map((r) => r.outputIds.slice(0, sampling.maxNewTokens));
-    const out = prompts.select([]);
-    const packed = sequencesFromSamples(promptIds, responses, sampling.maxNewTokens, this.policy.padTokenId);
-    for (const [key, tensor] of Object.entries(packed)) out.set(key, tensor);
-    const R = sampling.maxNewTokens;
-    const rolloutLogProbs = new Float32Array(results.length * R);
-    results.forEach((r, b) => rolloutLogProbs.set(r.logProbs.slice(0, R), b * R));
-    out.set('rollout_log_probs', { shape: [results.length, R], data: rolloutLogProbs });
+      rows.forEach((row) => (homes[row] = home));
+    }
+    const out = this.multiTurn?.enabled
+      ? await this.multiTurn.rollOut(prompts, this.turnSampler(sampling, homes, counters, sampledVersion, started), sampling.maxNewTokens, this.policy.padTokenId)
+      : await this.singleTurn(prompts, sampling, homes, counters, sampledVersion, started);
     const metrics: Metrics = {
+      ...((out.meta.metrics as Metrics | undefined) ?? {}),
       'rollout/servers_live': this.servers.filter((s) => s.live).length,
       'rollout/retries': counters.retries,
       'rollout/stale_dropped': counters.staleDropped,
@@ -255,12 +253,46 @@ export class ServerRollout implements Rollout {
     return out;
   }
 
+  /** One sample per row, packed with the servers' log-probs as rollout_log_probs. */
+  private async singleTurn(prompts: Batch, sampling: SamplingSettings, homes: (ServerState | undefined)[], counters: RoundCounters, sampledVersion: number, started: () => void): Promise<Batch> {
+    const promptIds = prompts.column<number[]>('prompt_ids');
+    const results = await Promise.all(promptIds.map((ids, row) => this.sample(row, ids, sampling, homes[row], counters, started)));
+    await this.confirmWeights(results, promptIds, sampling, counters, sampledVersion);
+    const R = sampling.maxNewTokens;
+    const out = prompts.select([]);
+    const packed = sequencesFromSamples(promptIds, results.map((r) => r.outputIds.slice(0, R)), R, this.policy.padTokenId);
+    for (const [key, tensor] of Object.entries(packed)) out.set(key, tensor);
+    const rolloutLogProbs = new Float32Array(results.length * R);
+    results.forEach((r, b) => rolloutLogProbs.set(r.logProbs.slice(0, R), b * R));
+    out.set('rollout_log_probs', { shape: [results.length, R], data: rolloutLogProbs });
+    return out;
+  }
+
+  /**
+   * Multi-turn: each turn of each conversation is one request with the whole conversation's ids
+   * (the dialects' token-in routes) and the row's seed for that turn (as local sampling derives it),
+   * on the row's home server; a turn's samples are checked against the weights like a round's.
+   */
+  private turnSampler(sampling: SamplingSettings, homes: (ServerState | undefined)[], counters: RoundCounters, sampledVersion: number, started: () => void): TurnSampler {
+    const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
+    return async (contexts, budgets, turn, rows) => {
+      const results = await Promise.all(
+        rows.map((row, i) => {
+          const seed = turn ? Rng.deriveSeed(sampleSeed(sampling.seed, row, chunk), turn) : sampleSeed(sampling.seed, row, chunk);
+          return this.sample(row, contexts[i], { ...sampling, maxNewTokens: budgets[i] }, homes[row], counters, turn === 0 ? started : undefined, seed);
+        }),
+      );
+      await this.confirmWeights(results, contexts, sampling, counters, sampledVersion);
+      return { tokens: results.map((r, i) => r.outputIds.slice(0, budgets[i])), logProbs: results.map((r) => r.logProbs) };
+    };
+  }
+
   /** Draws one sample, again on another server for as long as retries and servers last. */
-  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters, started?: () => void): Promise<ServedSample> {
+  private async sample(row: number, inputIds: number[], sampling: SamplingSettings, home: ServerState | undefined, counters: RoundCounters, started?: () => void, turnSeed?: number): Promise<ServedSample> {
     // The seed belongs to the sample, not the server: on vLLM and flowrl serve a retry elsewhere
     // draws the same stream (and flowrl serve what local sampling would); SGLang honours it only
     // when started with --enable-deterministic-inference, so there a retry is another draw.
-    const seed = sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
+    const seed = turnSeed ?? sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
     const tried = new Set<ServerState>();
     let lastError = '';
     for (let attempt = 0; attempt <= this.settings.max_retries; ) {

@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
+import type { TextTokenizer } from '../model/tokenizer.js';
 import type { AdvantageEstimator } from '../algorithms/advantages.js';
 import { composeAdvantages, type AdvantageComposition } from '../algorithms/compose.js';
 import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
@@ -37,7 +38,7 @@ import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './check
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
 import { validationMetrics } from './val-metrics.js';
-import { promptHash, ValPromptLog, type PromptMatchingRecord, type ValPromptRecord } from './val-prompts.js';
+import { promptHash, StepRecordLog, VAL_GENERATIONS_FILE, ValPromptLog, type PromptMatchingRecord, type ValGeneration, type ValPromptRecord } from './val-prompts.js';
 
 function mean(values: ArrayLike<number>): number {
   let total = 0;
@@ -110,6 +111,9 @@ export class RLTrainer implements Trainer {
   stoppedAt?: number;
   /** Where validate writes per-prompt results during fit (flowrl eval writes none). */
   private valPrompts?: ValPromptLog;
+  private valGenerations?: StepRecordLog<Omit<ValGeneration, 'step'>>;
+  /** Decodes logged generations; absent outside a container. */
+  @inject(TOKENS.Tokenizer) @optional() protected readonly tokenizer?: TextTokenizer;
   /** Actor updates this process has made (how far the weights moved since a batch was launched). */
   private actorUpdates = 0;
   /** trainer.one_step_off_policy: the next step's rollouts, sampled while this step trains. */
@@ -267,6 +271,7 @@ export class RLTrainer implements Trainer {
     const resumed = this.step > 0;
     for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
     this.valPrompts = new ValPromptLog(this.runDir, { startStep: this.step, resumed });
+    if (this.config.trainer.log_val_generations > 0) this.valGenerations = new StepRecordLog(this.runDir, VAL_GENERATIONS_FILE, { startStep: this.step, resumed });
     let lastValidation: Metrics = {};
     if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
       lastValidation = await this.validate();
@@ -646,6 +651,24 @@ export class RLTrainer implements Trainer {
     });
   }
 
+  /** trainer.log_val_generations: the first sample of each of the first N prompts, to val_generations.jsonl. */
+  private logGenerations(generated: Batch, responses: number[][], scores: number[], k: number): void {
+    if (!this.valGenerations || !this.tokenizer) return;
+    const tokenizer = this.tokenizer;
+    const turns = generated.has('turns') ? generated.column<{ role: string; content: string }[]>('turns') : undefined;
+    const count = Math.min(this.config.trainer.log_val_generations, this.dataset.val.length);
+    const records = Array.from({ length: count }, (_, p) => {
+      const row = p * k;
+      return {
+        prompt: tokenizer.decode(this.dataset.val[p].ids, true),
+        response: tokenizer.decode(responses[row], true),
+        score: scores[row],
+        ...(turns ? { turns: turns[row] } : {}),
+      };
+    });
+    this.valGenerations.append(this.step, records);
+  }
+
   /**
    * Validation on the val split with rollout.val_kwargs: accuracy (mean correctness over the k
    * samples: Avg@k), pass@k (a prompt counts when any sample is correct), the unbiased pass@j for
@@ -677,6 +700,7 @@ export class RLTrainer implements Trainer {
       for (let t = 0; t < R; t++) if (mask[row * R + t]) out.push(responses.data[row * R + t]);
       return out;
     });
+    this.logGenerations(generated, ids, reward.scores, k);
     generated.dispose();
     const { metrics, prompts } = validationMetrics({ k, correct: reward.correct, responses: ids, scores: reward.scores });
     const perPrompt: Omit<ValPromptRecord, 'step'>[] = prompts.map((p, i) => {

@@ -67,19 +67,54 @@ export function promptHash(ids: ArrayLike<number>): string {
   return (h >>> 0).toString(16).padStart(8, '0');
 }
 
-/** Appends a run's per-prompt validation records; opened like metrics.jsonl when fit starts. */
-export class ValPromptLog {
+/** Appends records of validation steps to a run's JSONL file; opened like metrics.jsonl when fit starts. */
+export class StepRecordLog<R extends object> {
   readonly file: string;
 
   /** A fresh run starts an empty file; a resumed one keeps the records up to the resumed step. */
-  constructor(runDir: string, start: { startStep: number; resumed: boolean }) {
-    this.file = path.join(runDir, VAL_PROMPTS_FILE);
+  constructor(runDir: string, fileName: string, start: { startStep: number; resumed: boolean }) {
+    this.file = path.join(runDir, fileName);
     restartStepLog(this.file, start);
   }
 
-  append(step: number, records: Omit<ValPromptRecord, 'step'>[]): void {
+  append(step: number, records: R[]): void {
     fs.appendFileSync(this.file, records.map((r) => JSON.stringify({ step, ...r }) + '\n').join(''));
   }
+}
+
+/** The per-prompt records of val_prompts.jsonl. */
+export class ValPromptLog extends StepRecordLog<Omit<ValPromptRecord, 'step'>> {
+  constructor(runDir: string, start: { startStep: number; resumed: boolean }) {
+    super(runDir, VAL_PROMPTS_FILE, start);
+  }
+}
+
+export const VAL_GENERATIONS_FILE = 'val_generations.jsonl';
+
+/** One logged validation generation (trainer.log_val_generations): the first sample of one of the first prompts. */
+export interface ValGeneration {
+  step: number;
+  prompt: string;
+  /** The whole response, tool turns included, without special tokens. */
+  response: string;
+  score: number;
+  /** A multi-turn conversation after the prompt: assistant turns and tool answers. */
+  turns?: { role: string; content: string }[];
+}
+
+/** The generations of a run's last logged validation step; [] without the file. */
+export function readValGenerations(runDir: string): ValGeneration[] {
+  const file = path.join(runDir, VAL_GENERATIONS_FILE);
+  if (!fs.existsSync(file)) return [];
+  const records: ValGeneration[] = [];
+  for (const { value, where } of readJsonLines(file)) {
+    const r = (value ?? {}) as ValGeneration;
+    if (typeof r.step !== 'number' || typeof r.prompt !== 'string' || typeof r.response !== 'string' || typeof r.score !== 'number') throw new InputError(`${where}: expected step, prompt, response and score`);
+    if (r.turns !== undefined && !(Array.isArray(r.turns) && r.turns.every((t) => typeof t?.role === 'string' && typeof t?.content === 'string'))) throw new InputError(`${where}: turns must be a list of {role, content}`);
+    records.push(r);
+  }
+  const last = Math.max(-Infinity, ...records.map((r) => r.step));
+  return records.filter((r) => r.step === last);
 }
 
 /**
