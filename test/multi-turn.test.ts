@@ -5,19 +5,23 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { buildTokenizer, createHost, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
+import { ActorRolloutRefWorker, Batch, buildTokenizer, createHost, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
 import { runAgentLoop, ToolTurnRenderer, truncateToolText, type TurnSampler } from '../core-adapters/rollout/agent-loop.js';
 import { MultiTurn } from '../core-adapters/rollout/multi-turn.js';
 import { CALCULATOR_SCHEMA } from '../core-adapters/tools/builtin-tools.js';
 import { parseHermesCalls } from '../core-adapters/tools/hermes.js';
 import { ToolRegistry } from '../core-adapters/tools/registry.js';
+import { Sandbox } from '../core-adapters/rewards/sandbox.js';
+import { codeSandboxLimits } from '../core-adapters/rewards/code.js';
+import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
 import type { Tool } from '../core-adapters/tools/tool.js';
-import { expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { startServer } from './serve-helpers.js';
 import { buildReport } from '../core-adapters/report/report.js';
 import { readValGenerations } from '../core-adapters/trainer/val-prompts.js';
-import { promptBatch } from '../core-adapters/workers/sequences.js';
+import { promptBatch, sequencesFromSamples } from '../core-adapters/workers/sequences.js';
 
 // A Qwen2.5-shaped template (a system block, tool answers grouped in one user turn), written for
 // these tests: only its layout matters.
@@ -45,18 +49,7 @@ function chatTokenizer() {
   });
 }
 
-const SETTINGS = {
-  enable: true,
-  max_assistant_turns: null as number | null,
-  max_user_turns: null as number | null,
-  max_parallel_calls: 1,
-  max_tool_response_length: 256,
-  tool_response_truncate_side: 'middle' as const,
-  tool_config_path: 'tools.yaml',
-  format: 'hermes' as const,
-  tokenization_sanity_check_mode: 'strict' as const,
-  tool_timeout_s: 30,
-};
+const SETTINGS = { ...CORE_DEFAULTS.actor_rollout_ref.rollout.multi_turn, enable: true, tool_config_path: 'tools.yaml' };
 
 /** A sampler that answers each row's turn t with script[row][t] (text, encoded), whatever the context. */
 function scripted(tokenizer: ReturnType<typeof chatTokenizer>, script: string[][], seen: number[][][] = []): TurnSampler {
@@ -193,6 +186,20 @@ describe('multi-turn rollouts: the agent loop', function () {
     expect(t.toolFailures).to.equal(1);
   });
 
+  it('the code interpreter runs Python in the sandbox: output, errors, a program stopped by its time limit, a huge output cut', async function () {
+    const registry = new ToolRegistry();
+    const file = writeToolConfig(tempDir(), [{ class_name: 'CodeInterpreter', config: { timeout_s: 1 } }]);
+    const tools = registry.load(file, { codeSandbox: (o) => new Sandbox({ limits: { ...codeSandboxLimits(CORE_DEFAULTS.reward_model.code), wallSeconds: o.wallSeconds ?? 1, cpuSeconds: 1 } }) });
+    const { run } = loopWith(tools, {}, 2000);
+    const call = (code: string) => `<tool_call>${JSON.stringify({ name: 'code_interpreter', arguments: { code } })}</tool_call><|im_end|>`;
+    const [printed, failed, looped, flood] = await run([[call('print(6 * 4)')], [call('raise ValueError("nope")')], [call('while True: pass')], [call('print("x" * 100000)')]]);
+    expect(printed.turns[1].content).to.equal('24\n');
+    expect(failed.turns[1].content).to.contain('ValueError: nope');
+    expect(looped.turns[1].content).to.equal('(stopped: timeout)');
+    expect(flood.turns[1].content).to.match(/^x{128}\.\.\.\(truncated\)\.\.\.x{127}\n$/);
+    expect([printed, failed, looped, flood].map((t) => t.toolFailures)).to.deep.equal([0, 0, 0, 0]);
+  });
+
   it('hermes parsing; tool config files: verl\'s shape, errors naming the file and entry', () => {
     expect(parseHermesCalls('a<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>b').calls).to.deep.equal([{ name: 'f', arguments: { x: 1 } }]);
     expect(parseHermesCalls('<tool_call>{"name": "f", "arguments": "{\\"x\\": 2}"}</tool_call>').calls).to.deep.equal([{ name: 'f', arguments: { x: 2 } }]);
@@ -305,6 +312,37 @@ describe('multi-turn rollouts: local sampling and training', function () {
     worker.dispose();
   });
 
+  it('log-probs of a hand-built conversation: the batch gives each sampled token the log-prob of its own turn given the conversation before it', async () => {
+    const dir = tempDir();
+    const host = await createHost(configFor(dir, 'grpo'), { quiet: true });
+    const worker = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker);
+    await worker.init();
+    const tokenizer = chatTokenizer();
+    const renderer = new ToolTurnRenderer(tokenizer, [CALCULATOR_SCHEMA]);
+    const prompt = tokenizer.encode(renderer.promptText([{ role: 'user', content: '9, 3, 4 -> 24' }]), false);
+    const turns = [tokenizer.encode('Check: ' + CALL, false), renderer.toolTurnIds(['24']), tokenizer.encode('(9-3)*4<|im_end|>', false)];
+    const sampled = [true, false, true];
+    const response = turns.flat();
+    const mask = turns.flatMap((ids, i) => ids.map(() => (sampled[i] ? 1 : 0)));
+    // Two rows: the conversation, and a shorter one-turn row beside it (padding must not leak).
+    const short = tokenizer.encode('24<|im_end|>', false);
+    const batch = new Batch({ tensors: sequencesFromSamples([prompt, prompt.slice(3)], [response, short], 160, tokenizer.padTokenId!, [mask, short.map(() => 1)]) });
+    const logProbs = worker.computeLogProb(batch).logProbs;
+    const R = batch.tensor('responses').shape[1];
+    let offset = 0;
+    turns.forEach((ids, i) => {
+      if (sampled[i]) {
+        const [own] = responseLogProbs(worker.module.lm, [[...prompt, ...response.slice(0, offset)]], [ids]);
+        expectClose(logProbs.subarray(offset, offset + ids.length), own, 2e-5, `turn ${i}`);
+      }
+      offset += ids.length;
+    });
+    const [alone] = responseLogProbs(worker.module.lm, [prompt.slice(3)], [short]);
+    expectClose(logProbs.subarray(R, R + short.length), alone, 2e-5, 'the short row');
+    batch.dispose();
+    worker.dispose();
+  });
+
   it('the same conversations through flowrl serve, SGLang and vLLM routes (token in, per-turn seeds): the tokens local sampling gives, the server\'s log-probs the trainer\'s', async () => {
     const dir = tempDir();
     const file = configFor(dir, 'grpo');
@@ -354,6 +392,25 @@ describe('multi-turn rollouts: local sampling and training', function () {
     }
   });
 
+  it('one step off on flowrl serve: conversations of step t+1 sampled while step t trains, one update stale', async () => {
+    const dir = tempDir();
+    const file = configFor(dir, 'grpo', { trainer: { total_training_steps: 3, test_freq: -1, val_before_train: false } });
+    const server = await startServer({ modelDir: path.join(dir, 'model') });
+    try {
+      const overrides = ['actor_rollout_ref.rollout.name=sglang', `actor_rollout_ref.rollout.server.urls=[${server.url}]`, 'actor_rollout_ref.rollout.server.max_staleness=1', 'trainer.one_step_off_policy=true'];
+      const host = await createHost(file, { overrides, quiet: true });
+      forceToolCalls(host.container.get(MultiTurn), chatTokenizer());
+      const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+      await trainer.fit();
+      trainer.dispose();
+      const metrics = readRunMetrics(path.join(dir, 'run'));
+      expect(metrics.map((m) => m['rollout/staleness'])).to.deep.equal([0, 1, 1]);
+      for (const m of metrics) expect(m['agent_loop/tool_calls/mean'], `step ${m.step}`).to.be.above(0);
+    } finally {
+      await server.server.close();
+    }
+  });
+
   for (const algorithm of ['grpo', 'flowrl']) {
     it(`${algorithm} trains on conversations with tool turns: the loop's metrics logged, every update finite`, async () => {
       const dir = tempDir();
@@ -391,6 +448,9 @@ describe('multi-turn rollouts: local sampling and training', function () {
       [['actor_rollout_ref.rollout.multi_turn.tool_config_path=/nonexistent/tools.yaml'], '/nonexistent/tools.yaml: tool config not found'],
       [['actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=both'], "key 'actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side' is 'both'"],
       [['algorithm.name=flowrl', 'flowrl.replay_samples=1'], 'cannot be used with actor_rollout_ref.rollout.multi_turn.enable'],
+      [['actor_rollout_ref.rollout.multi_turn.function_tool_path=tools.py'], 'function_tool_path names Python function tools'],
+      [['actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true'], 'use_inference_chat_template: verl v0.9.0'],
+      [['actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2'], 'num_repeat_rollouts is read nowhere in verl v0.9.0'],
     ];
     for (const [overrides, message] of cases) {
       await expectInputErrorAsync(

@@ -174,6 +174,9 @@ export const CORE_SPEC = {
         tool_config_path: key(null as string | null, "YAML in verl's shape: tools: [{class_name, config: {type: native, ...}, tool_schema: {type: function, function: {...}}}]; class names: Calculator, CodeInterpreter, or a plugin's.", { nullable: 'string' }),
         format: key<'hermes'>('hermes', "The tool-call format: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>).", { choices: ['hermes'] as const }),
         tokenization_sanity_check_mode: key<'strict' | 'ignore_strippable' | 'disable'>('strict', "Compare each trajectory's ids with the conversation rendered at once (strict, ignore_strippable: up to whitespace, disable); mismatches are counted in agent_loop/tokenization_mismatch.", { choices: ['strict', 'ignore_strippable', 'disable'] as const }),
+        function_tool_path: key(null as string | null, "verl's Python function tools; here a plugin registers a tool class instead (set: an error saying so).", { nullable: 'string' }),
+        use_inference_chat_template: key(false, "Read only by verl's legacy rollout; its agent loop and this host always train on the sampled ids (true: an error saying so)."),
+        num_repeat_rollouts: key(null as number | null, "Declared by verl v0.9.0 and read nowhere; use rollout.n (set: an error saying so).", { nullable: 'number' }),
         tool_timeout_s: key(30, "Seconds a tool call may take before its turn says it timed out (this host's key; verl has none).", { min: 0, exclusiveMin: true }),
       },
       agent: {

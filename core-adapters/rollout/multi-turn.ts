@@ -32,6 +32,11 @@ export class MultiTurn implements AgentRouting {
     const { multi_turn: mt, agent } = config.actor_rollout_ref.rollout;
     if (agent.default_agent_loop === 'tool_agent' && !mt.enable) throw new InputError("actor_rollout_ref.rollout.agent.default_agent_loop is tool_agent but actor_rollout_ref.rollout.multi_turn.enable is false; set it true");
     if (mt.enable && !mt.tool_config_path) throw new InputError('actor_rollout_ref.rollout.multi_turn.enable needs multi_turn.tool_config_path (the tools the policy may call)');
+    // verl's keys that do nothing in its agent loop, or that name Python code: refused rather than ignored.
+    const key = (k: string) => `actor_rollout_ref.rollout.multi_turn.${k}`;
+    if (mt.function_tool_path !== null) throw new InputError(`${key('function_tool_path')} names Python function tools (verl's); register a tool class from a plugin (docs/multi-turn.md, "Writing a tool") and list it in tool_config_path`);
+    if (mt.use_inference_chat_template) throw new InputError(`${key('use_inference_chat_template')}: verl v0.9.0's agent loop never reads it and trains on the sampled ids, as this host does; remove it`);
+    if (mt.num_repeat_rollouts !== null) throw new InputError(`${key('num_repeat_rollouts')} is read nowhere in verl v0.9.0; set actor_rollout_ref.rollout.n for samples per prompt`);
   }
 
   get enabled(): boolean {
