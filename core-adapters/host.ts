@@ -17,7 +17,7 @@ import { initEngine, type EngineInfo } from './engine/backend.js';
 import { InputError } from './errors.js';
 import { TextTokenizer } from './model/tokenizer.js';
 import { AlgorithmRegistry, runRequirements, type RunRequirements } from './plugins/algorithms.js';
-import { importPluginModule, type PluginRegistries } from './plugins/loader.js';
+import { guardedModule, importPluginModule, orderByExtends, type PluginRegistries, type RoleReplacements } from './plugins/loader.js';
 import { locateManifest, pluginConfigLayer, readManifest, type PluginManifest } from './plugins/manifest.js';
 import { DapoRewardManager, NaiveRewardManager } from './rewards/manager.js';
 import { LocalRollout } from './rollout/local.js';
@@ -42,6 +42,8 @@ export interface Host {
   registries: PluginRegistries;
   requirements: RunRequirements;
   engine?: EngineInfo;
+  /** The host roles plugins replaced, and by which. */
+  replacements: RoleReplacements;
 }
 
 /** How createHost builds a host: command-line overrides, whether to start tfjs, quiet, where replica threads build their replica. */
@@ -137,7 +139,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const pluginEntries = pluginOverride
     ? resolvePluginOverride(pluginOverride).map((e) => (e.startsWith('.') ? path.resolve(e) : e))
     : ([] as string[]).concat((user.plugins as string[] | string | undefined) ?? []);
-  const plugins = readPluginManifests(pluginEntries, configFile);
+  const plugins = orderByExtends(readPluginManifests(pluginEntries, configFile));
   const config = resolveConfig({
     user,
     userFile: configFile,
@@ -156,8 +158,9 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });
   const container = new Container({ defaultScope: 'Singleton' });
   await container.loadAsync(coreModule(config, requirements, registry, registries, engine, options.replicaEntry));
-  for (const module of pluginModules) await container.loadAsync(module);
-  return { container, config, plugins, registry, registries, requirements, engine };
+  const replacements: RoleReplacements = new Map();
+  for (const [i, module] of pluginModules.entries()) await container.loadAsync(guardedModule(module, plugins[i], replacements));
+  return { container, config, plugins, registry, registries, requirements, engine, replacements };
 }
 
 function resolvePluginOverride(arg: string): string[] {

@@ -17,7 +17,7 @@ import {
 import { type HostOptions } from '../core-adapters/host.js';
 import { HOST_VERSION } from '../core-adapters/package-root.js';
 import { evalCommand } from '../core-adapters/cli/rl-commands.js';
-import { expectInputErrorAsync, fixture, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
+import { expectInputErrorAsync, fixture, ROOT, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 
 const TOY_DIR = fixture('plugins', 'toy');
 type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
@@ -211,6 +211,35 @@ describe('plugins', () => {
         console.log = log;
       }
       expect(printed.map((line) => JSON.parse(line))).to.deep.equal([{ 'val/prompts': 96 }]);
+    });
+  });
+
+  describe('plugins that replace the same role', () => {
+    const FLOWRL = path.join(ROOT, 'plugin.json');
+    const flowrlConfig = 'algorithm:\n  name: flowrl\n';
+
+    it('two plugins replacing the Trainer are an error naming both and the role, in either order', async () => {
+      const ownTrainer = fixture('plugins', 'own-trainer', 'plugin.json');
+      for (const order of [[FLOWRL, ownTrainer], [ownTrainer, FLOWRL]]) {
+        await expectHostError(configWith(order, flowrlConfig), {}, "plugins '", 'both replace Trainer', "'flowrl'", "'own-trainer'", 'declare "extends"');
+      }
+      // Without algorithm flowrl the FlowRL plugin replaces nothing: no clash.
+      const host = await createHost(configWith([FLOWRL, ownTrainer]), { skipEngine: true });
+      expect([...host.replacements].map(([role, p]) => `${role} ${p.name}`)).to.deep.equal(['Trainer own-trainer']);
+    });
+
+    it('a plugin that extends the other loads after it, wherever it is listed, and its role wins', async () => {
+      const extender = fixture('plugins', 'own-trainer-extends', 'plugin.json');
+      const host = await createHost(configWith([extender, FLOWRL], flowrlConfig), { skipEngine: true });
+      expect(host.plugins.map((p) => p.name)).to.deep.equal(['flowrl', 'own-trainer-extends']);
+      const { CountingTrainer } = (await import(pathToFileURL(fixture('plugins', 'own-trainer', 'index.ts')).href)) as { CountingTrainer: new (...args: never[]) => unknown };
+      expect(host.container.get(TOKENS.Trainer)).to.be.instanceOf(CountingTrainer);
+      expect(Object.fromEntries([...host.replacements].map(([role, p]) => [role, p.name]))).to.deep.equal({ Actor: 'flowrl', Worker: 'flowrl', Trainer: 'own-trainer-extends' });
+      await expectHostError(configWith([extender]), {}, "extends 'flowrl', which is not registered");
+    });
+
+    it('a rebind the manifest does not declare in overrides is refused', async () => {
+      await expectHostError(configWith([fixture('plugins', 'undeclared', 'plugin.json')]), {}, 'undeclared', 'rebinds Actor', "which 'overrides' does not list");
     });
   });
 

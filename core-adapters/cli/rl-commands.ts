@@ -103,10 +103,11 @@ function stopOnSignals(trainer: Trainer): { received?: string; exitCode: number;
 export async function trainCommand(argv: string[]): Promise<void> {
   const { target, overrides } = configAndOverrides('train', argv);
   const host = await createHost(target, { overrides });
-  const { config, requirements, plugins } = host;
+  const { config, requirements, plugins, replacements } = host;
   console.error(
     `[flowrl] algorithm ${config.algorithm.name} (advantages: ${requirements.advEstimator}, critic: ${requirements.useCritic ? 'yes' : 'no'}, reference: ${requirements.useReference ? 'yes' : 'no'})` +
-      (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : ''),
+      (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : '') +
+      (replacements.size ? `; replaced: ${[...replacements].map(([role, p]) => `${role} by ${p.name}`).join(', ')}` : ''),
   );
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   const signals = stopOnSignals(trainer);
@@ -196,7 +197,9 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
     console.log(`${p.name} ${p.version} (host ${p.host}) from ${p.file}`);
     if (p.description) console.log(`  ${p.description}`);
     console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
-    console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}`);
+    console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}${p.extends.length ? ` (extends ${p.extends.join(', ')}: loaded after ${p.extends.length > 1 ? 'them' : 'it'})` : ''}`);
+    const replaced = [...host.replacements].filter(([, by]) => by === p).map(([role]) => role);
+    console.log(`  replaced:   ${replaced.join(', ') || 'none'} (with this config)`);
     for (const c of p.commands) console.log(`  command:    flowrl ${c.usage}`);
   }
 }

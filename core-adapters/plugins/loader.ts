@@ -2,13 +2,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { ContainerModule } from 'inversify';
+import { ContainerModule, type ContainerModuleLoadOptions } from 'inversify';
 import type { AdvantageEstimatorRegistry } from '../algorithms/advantages.js';
 import type { PolicyLossRegistry } from '../algorithms/policy-loss.js';
 import type { Config } from '../config/load.js';
 import type { ScorerRegistry } from '../rewards/registry.js';
 import type { ToolRegistry } from '../tools/registry.js';
 import { InputError } from '../errors.js';
+import { TOKENS, type TokenName } from '../tokens.js';
 import type { PluginManifest } from './manifest.js';
 
 /** The host's registries by name, where a plugin entry function adds its estimators, losses, scorers and tool classes. */
@@ -100,4 +101,59 @@ export async function importPluginModule(manifest: PluginManifest, context: Plug
     throw new InputError(`${manifest.file}: entry ${file} provides no ContainerModule (its default export must be one, or a function returning one)`);
   }
   return module;
+}
+
+/**
+ * Plugins in load order: each after the plugins it extends (otherwise as listed). An unknown name
+ * in `extends`, or plugins extending each other, is an error naming them.
+ */
+export function orderByExtends(plugins: PluginManifest[]): PluginManifest[] {
+  const byName = new Map(plugins.map((p) => [p.name, p]));
+  for (const p of plugins) {
+    for (const base of p.extends) if (!byName.has(base)) throw new InputError(`${p.file}: extends '${base}', which is not registered (plugins: ${plugins.map((q) => q.name).join(', ')})`);
+  }
+  const ordered: PluginManifest[] = [];
+  const state = new Map<string, 'visiting' | 'done'>();
+  const visit = (p: PluginManifest, path: string[]) => {
+    if (state.get(p.name) === 'done') return;
+    if (state.get(p.name) === 'visiting') throw new InputError(`plugins extend each other in a cycle: ${[...path, p.name].join(' -> ')}`);
+    state.set(p.name, 'visiting');
+    for (const base of p.extends) visit(byName.get(base)!, [...path, p.name]);
+    state.set(p.name, 'done');
+    ordered.push(p);
+  };
+  plugins.forEach((p) => visit(p, []));
+  return ordered;
+}
+
+/** Which plugin replaced each host role, as plugins load (Theia's rule: a clash is an error, not an order). */
+export type RoleReplacements = Map<TokenName, PluginManifest>;
+
+const ROLE_OF = new Map<unknown, TokenName>(Object.entries(TOKENS).map(([name, token]) => [token, name as TokenName]));
+
+/**
+ * A plugin's module with its replacements of host roles checked: rebinding or unbinding a role its
+ * manifest's `overrides` does not list is refused, and replacing a role another plugin replaced is
+ * an error naming both, unless this plugin declares that it extends that one.
+ */
+export function guardedModule(module: ContainerModule, manifest: PluginManifest, replaced: RoleReplacements): ContainerModule {
+  const check = (id: unknown, how: string) => {
+    const role = ROLE_OF.get(id);
+    if (!role) return;
+    if (!manifest.overrides.includes(role)) throw new InputError(`${manifest.file}: its entry ${how}s ${role}, which 'overrides' does not list (overrides: [${manifest.overrides.join(', ')}]); add it there`);
+    const earlier = replaced.get(role);
+    if (earlier && earlier !== manifest && !manifest.extends.includes(earlier.name)) {
+      throw new InputError(`plugins '${earlier.name}' (${earlier.file}) and '${manifest.name}' (${manifest.file}) both replace ${role}; only one can. If '${manifest.name}' builds on '${earlier.name}', declare "extends": ["${earlier.name}"] in its plugin.json`);
+    }
+    replaced.set(role, manifest);
+  };
+  return new ContainerModule(async (options: ContainerModuleLoadOptions) => {
+    await module.load({
+      ...options,
+      rebind: (id) => (check(id, 'rebind'), options.rebind(id)),
+      rebindAsync: (id) => (check(id, 'rebind'), options.rebindAsync(id)),
+      unbind: (id) => (check(id, 'unbind'), options.unbind(id)),
+      unbindAsync: (id) => (check(id, 'unbind'), options.unbindAsync(id)),
+    });
+  });
 }

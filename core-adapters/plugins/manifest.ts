@@ -22,6 +22,8 @@ export interface PluginManifest {
   algorithms: AlgorithmSpec[];
   /** Names of the host bindings the plugin may rebind (TOKENS keys). */
   overrides: string[];
+  /** Plugins this one builds on: it loads after them and may replace what they bound. */
+  extends: string[];
   defaults: ConfigTree;
   /** The rules of the plugin's keys, when its manifest declares them under `config` (as CORE_SPEC does the core's). */
   specs: Map<string, KeySpec>;
@@ -102,6 +104,7 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
   for (const binding of overrides) {
     if (!knownBindings.includes(binding)) throw new InputError(`${file}: overrides names unknown binding '${binding}'; bindings: ${knownBindings.join(', ')}`);
   }
+  const extendsList = raw.extends === undefined ? [] : field<string[]>(raw, 'extends', file, (v) => Array.isArray(v) && v.every(isString), 'a list of plugin names');
   if (raw.config !== undefined && raw.defaults !== undefined) throw new InputError(`${file}: give 'config' (each key's default, doc and rules) or 'defaults', not both`);
   const declared = raw.config === undefined ? undefined : field<ConfigTree>(raw, 'config', file, isTree, 'an object of config keys ({"default", "doc", ...} each) and sections');
   const specs = declared ? manifestSpecs(declared, file) : new Map<string, KeySpec>();
@@ -121,6 +124,7 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
     source,
     algorithms,
     overrides,
+    extends: extendsList,
     defaults,
     specs,
     inputPaths,
