@@ -9,7 +9,7 @@ import { ActorRolloutRefWorker, Batch, buildTokenizer, createHost, TOKENS, type 
 import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
 import { runAgentLoop, ToolTurnRenderer, truncateToolText, type TurnSampler } from '../core-adapters/rollout/agent-loop.js';
 import { MultiTurn } from '../core-adapters/rollout/multi-turn.js';
-import { CALCULATOR_SCHEMA } from '../core-adapters/tools/builtin-tools.js';
+import { CALCULATOR_SCHEMA, CODE_INTERPRETER_SCHEMA } from '../core-adapters/tools/builtin-tools.js';
 import { parseHermesCalls } from '../core-adapters/tools/hermes.js';
 import { ToolRegistry } from '../core-adapters/tools/registry.js';
 import { Sandbox } from '../core-adapters/rewards/sandbox.js';
@@ -135,7 +135,7 @@ describe('multi-turn rollouts: the agent loop', function () {
       ['<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call><|im_end|>', "Error executing tool 'calculator': calculator needs a string argument 'expression'"],
       ['<tool_call>{"name": "search", "arguments": {}}</tool_call><|im_end|>', "Unknown function 'search'. Available tools: ['calculator', 'slow', 'broken', 'huge']"],
       ['<tool_call>{"name": "broken", "arguments": {}}</tool_call><|im_end|>', "Error executing tool 'broken': disk on fire"],
-      ['<tool_call>{"name": "slow", "arguments": {}}</tool_call><|im_end|>', "Error executing tool 'slow': timed out after 0.2 s"],
+      ['<tool_call>{"name": "slow", "arguments": {}}</tool_call><|im_end|>', "Error executing tool 'slow': the call timed out after 0.2 s"],
       ['<tool_call>{"name": "calculator", "arguments": {"expression": "2"}', 'Invalid tool call: <tool_call> without </tool_call>'],
     ];
     const { run, tokenizer } = loopWith(tools, { tool_timeout_s: 0.2 }, 600);
@@ -198,6 +198,43 @@ describe('multi-turn rollouts: the agent loop', function () {
     expect(looped.turns[1].content).to.equal('(stopped: timeout)');
     expect(flood.turns[1].content).to.match(/^x{128}\.\.\.\(truncated\)\.\.\.x{127}\n$/);
     expect([printed, failed, looped, flood].map((t) => t.toolFailures)).to.deep.equal([0, 0, 0, 0]);
+  });
+
+  it('lifecycle under failure: a hanging create times out (the loop finishes), parallel calls to one tool share one instance, tools\' metrics are summed', async () => {
+    const log: string[] = [];
+    const base = { schema: CALCULATOR_SCHEMA, release: async (id: string) => void log.push(`release ${id}`), execute: async () => ({ text: 'ok', metrics: { uses: 1 } }) };
+    const hanging: Tool = { ...base, name: 'hang', create: () => new Promise(() => {}) };
+    const counting: Tool = { ...base, name: 'count', create: async (id) => void log.push(`create ${id}`) };
+    const tools = new Map([['hang', hanging], ['count', counting]]);
+    const call = (name: string) => `<tool_call>{"name": "${name}", "arguments": {}}</tool_call>`;
+    const { run } = loopWith(tools, { tool_timeout_s: 0.2, max_parallel_calls: 2 }, 600);
+    const [hung, twice] = await run([[call('hang') + '<|im_end|>'], [call('count') + call('count') + '<|im_end|>']]);
+    expect(hung.turns[1].content).to.equal("Error executing tool 'hang': create timed out after 0.2 s");
+    expect(hung.toolFailures).to.equal(1);
+    expect(log.filter((l) => l.startsWith('create'))).to.have.length(1);
+    expect(log.filter((l) => l.startsWith('release'))).to.have.length(1);
+    expect(twice.turns.filter((t) => t.role === 'tool').map((t) => t.content)).to.deep.equal(['ok', 'ok']);
+    expect(twice.toolMetrics).to.deep.equal({ uses: 2 });
+  });
+
+  it('templates: one that refuses or drops tool messages is refused at setup; a turn closed by another token than eos still gets its separator; tool_selection limits the prompt\'s tools', () => {
+    const build = (template: string, eos = '<|im_end|>') => {
+      let printable = '\n';
+      for (let c = 32; c < 127; c++) printable += String.fromCharCode(c);
+      return buildTokenizer({ characters: printable, specialTokens: { pad: '<|pad|>', bos: '<s>', eos, unk: '<unk>', extra: ['<|im_start|>', '<|im_end|>', '<|endoftext|>'] }, chatTemplate: template });
+    };
+    const refusing = "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('Only user and assistant roles') }}{% endif %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}";
+    const dropping = "{% for m in messages %}{% if m.role != 'tool' %}{{ m.role + ': ' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}";
+    expectInputError(() => new ToolTurnRenderer(build(refusing), []), "cannot render a tool message (role 'tool')", 'Only user and assistant roles');
+    expectInputError(() => new ToolTurnRenderer(build(dropping), []), "renders no text for a tool message (role 'tool')");
+    // A base model's tokenizer: eos <|endoftext|>, turns closed by <|im_end|>.
+    const base = build(TEMPLATE, '<|endoftext|>');
+    expect(base.decode(new ToolTurnRenderer(base, []).toolTurnIds(['5']), false)).to.equal('\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
+    const renderer = new ToolTurnRenderer(chatTokenizer(), [CALCULATOR_SCHEMA, CODE_INTERPRETER_SCHEMA]);
+    const messages = [{ role: 'user', content: 'x' }];
+    expect(renderer.promptText(messages)).to.contain('tools: calculator code_interpreter');
+    expect(renderer.promptText(messages, [])).to.contain('tools: calculator code_interpreter');
+    expect(renderer.promptText(messages, ['code_interpreter'])).to.contain('tools: code_interpreter<|im_end|>');
   });
 
   it('hermes parsing; tool config files: verl\'s shape, errors naming the file and entry', () => {

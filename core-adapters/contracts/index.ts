@@ -244,8 +244,8 @@ export interface AgentRouting {
   readonly enabled: boolean;
   /** The row's agent_name, else rollout.agent.default_agent_loop; `where` names the row in errors. */
   agentOf(agentName: string | undefined, where: string): 'single_turn_agent' | 'tool_agent';
-  /** The chat template with the tools' schemas. */
-  promptText(messages: { role: string; content: string }[]): string;
+  /** The chat template with the schemas of the tools the row may call (extra_info.tool_selection; all when absent or empty). */
+  promptText(messages: { role: string; content: string }[], toolSelection?: string[]): string;
 }
 
 /** Where the trainer is in the training prompts (kept in checkpoints). */

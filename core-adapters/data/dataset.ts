@@ -56,7 +56,8 @@ export class PromptDataset implements Dataset {
       const rows = await readRows(file);
       rows.forEach((row, i) => {
         const agentName = this.multiTurn?.agentOf(row.agent_name, `${file} row ${i + 1}`);
-        const text = agentName === 'tool_agent' ? this.multiTurn!.promptText(row.prompt) : renderPrompt(row, this.tokenizer);
+        const selection = row.extra_info?.tool_selection;
+        const text = agentName === 'tool_agent' ? this.multiTurn!.promptText(row.prompt, Array.isArray(selection) ? (selection as string[]) : undefined) : renderPrompt(row, this.tokenizer);
         const ids = this.tokenizer.encode(text);
         if (ids.length === 0) throw new InputError(`${file} row ${i + 1}: the prompt encodes to no tokens`);
         // Found now rather than when the row is first scored, possibly hours into a run.

@@ -19,7 +19,7 @@ export interface AgentRow {
   messages: ChatMessage[];
   /** extra_info.tools_kwargs: per tool name, {create_kwargs: {...}}. */
   toolsKwargs: Record<string, unknown>;
-  /** extra_info.tool_selection: the tools this row may call (all when absent). */
+  /** extra_info.tool_selection: the tools this row may call (all when absent or empty, as verl). */
   toolSelection?: string[];
 }
 
@@ -55,6 +55,8 @@ export interface Trajectory {
   toolResponsesTruncated: number;
   /** Per-call rewards, then each tool's calc_reward (verl passes these to the scorer as extra_info.tool_rewards). */
   toolRewards: number[];
+  /** Sums of the metrics the tools returned with their answers, by name. */
+  toolMetrics: Record<string, number>;
   /** The conversation after the prompt, for reports: assistant turns and tool answers as text. */
   turns: ChatMessage[];
   /** The whole conversation re-rendered by the template gives other tokens than were trained on (sanity check). */
@@ -82,7 +84,17 @@ export class ToolTurnRenderer {
     const rendered = tokenizer.applyChatTemplate([{ role: 'user', content: '' }, { role: 'assistant', content: marker }], false);
     const after = rendered.slice(rendered.lastIndexOf(marker) + marker.length);
     const eos = tokenizer.eosToken ?? '';
-    this.separator = eos && after.includes(eos) ? after.slice(after.indexOf(eos) + eos.length) : '';
+    // Closed by another token than eos (a base model's tokenizer): what follows the first token.
+    this.separator = eos && after.includes(eos) ? after.slice(after.indexOf(eos) + eos.length) : tokenizer.decode(tokenizer.encode(after, false).slice(1), false);
+    // Found now, not at the first tool call hours into a run: a template that refuses or drops tool messages.
+    const probe = 'TOOL_ANSWER_PROBE';
+    let text: string;
+    try {
+      text = tokenizer.decode(this.toolTurnIds([probe]), false);
+    } catch (e) {
+      throw new InputError(`the chat template cannot render a tool message (role 'tool'): ${(e as Error).message}; multi-turn rollouts need a template with tool turns`);
+    }
+    if (!text.includes(probe)) throw new InputError("the chat template renders no text for a tool message (role 'tool'): the policy would never see the tools' answers; use a template with tool turns");
   }
 
   /** The ids appended after an assistant turn for its tool answers, ending with the next assistant turn's header. */
@@ -92,9 +104,10 @@ export class ToolTurnRenderer {
     return this.tokenizer.encode(this.separator + text, false);
   }
 
-  /** A prompt rendered with the tool schemas (the template's `tools`), ready for the first assistant turn. */
-  promptText(messages: ChatMessage[]): string {
-    return this.tokenizer.applyChatTemplate(messages, true, this.tools);
+  /** A prompt rendered with the tool schemas (the template's `tools`: those of `selection`, all when it is absent or empty), ready for the first assistant turn. */
+  promptText(messages: ChatMessage[], selection?: string[]): string {
+    const tools = selection?.length ? this.tools.filter((t) => selection.includes(t.function.name)) : this.tools;
+    return this.tokenizer.applyChatTemplate(messages, true, tools);
   }
 
   /** A whole conversation rendered at once, every turn closed. */
@@ -116,7 +129,8 @@ interface Running {
   row: AgentRow;
   index: number;
   trajectory: Trajectory;
-  instances: Map<string, string>;
+  /** Per tool, its instance for this trajectory once create has been asked for (one create even for parallel calls). */
+  instances: Map<string, Promise<string>>;
   done: boolean;
 }
 
@@ -143,7 +157,7 @@ export async function runAgentLoop(
     index,
     instances: new Map(),
     done: false,
-    trajectory: { responseIds: [], responseMask: [], assistantTurns: 0, userTurns: 0, toolCalls: 0, toolFailures: 0, toolCallsDropped: 0, toolResponsesTruncated: 0, toolRewards: [], turns: [], tokenizationMismatch: false },
+    trajectory: { responseIds: [], responseMask: [], assistantTurns: 0, userTurns: 0, toolCalls: 0, toolFailures: 0, toolCallsDropped: 0, toolResponsesTruncated: 0, toolRewards: [], toolMetrics: {}, turns: [], tokenizationMismatch: false },
   }));
   try {
     for (let turn = 0; ; turn++) {
@@ -160,7 +174,11 @@ export async function runAgentLoop(
       active.forEach((run, i) => {
         const t = run.trajectory;
         const ids = sampled.tokens[i].slice(0, budgets[i]);
-        if (sampled.logProbs) (t.logProbs ??= new Array(t.responseIds.length).fill(0)).push(...sampled.logProbs[i].slice(0, ids.length));
+        if (sampled.logProbs) {
+          // A short list would shift every later log-prob onto the wrong token.
+          if (sampled.logProbs[i].length < ids.length) throw new Error(`the rollout engine returned ${sampled.logProbs[i].length} log-probs for ${ids.length} tokens`);
+          (t.logProbs ??= new Array(t.responseIds.length).fill(0)).push(...sampled.logProbs[i].slice(0, ids.length));
+        }
         t.responseIds.push(...ids);
         t.responseMask.push(...ids.map(() => 1));
         t.assistantTurns += 1;
@@ -201,12 +219,23 @@ export async function runAgentLoop(
       });
     }
   } finally {
-    await Promise.all(running.map((run) => releaseInstances(run, options.tools)));
+    await Promise.all(running.map((run) => releaseInstances(run, options.tools, settings.tool_timeout_s)));
   }
   if (settings.tokenization_sanity_check_mode !== 'disable') {
     for (const run of running) run.trajectory.tokenizationMismatch = !sameTokenization(run, options, settings.tokenization_sanity_check_mode);
   }
   return running.map((r) => r.trajectory);
+}
+
+/** `work`, or an error after `seconds` (the work itself cannot be stopped; its result is then ignored). */
+async function within<T>(work: Promise<T>, seconds: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} timed out after ${seconds} s`)), seconds * 1000)));
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** One call's answer text; failures are answers too (verl's messages where verl has one). */
@@ -218,48 +247,53 @@ async function callTool(run: Running, call: ParsedCall, options: { tools: Map<st
     return text;
   };
   if ('error' in call) return fail(call.error);
-  const allowed = run.row.toolSelection;
+  const allowed = run.row.toolSelection?.length ? run.row.toolSelection : undefined;
   const tool = options.tools.get(call.name);
   if (!tool || (allowed && !allowed.includes(call.name))) {
     const available = [...options.tools.keys()].filter((name) => !allowed || allowed.includes(name));
     return fail(`Unknown function '${call.name}'. Available tools: [${available.map((n) => `'${n}'`).join(', ')}]`);
   }
   const seconds = options.settings.tool_timeout_s;
-  let timer: NodeJS.Timeout | undefined;
   try {
     let instance = run.instances.get(tool.name);
     if (!instance) {
-      instance = `${options.instancePrefix}-${run.index}-${tool.name}`;
+      const id = `${options.instancePrefix}-${run.index}-${tool.name}`;
       const kwargs = (run.row.toolsKwargs[tool.name] as { create_kwargs?: Record<string, unknown> } | undefined)?.create_kwargs ?? {};
-      await tool.create(instance, kwargs);
+      instance = within(tool.create(id, kwargs), seconds, 'create').then(() => id);
       run.instances.set(tool.name, instance);
     }
-    const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${seconds} s`)), seconds * 1000)));
-    const result = await Promise.race([tool.execute(instance, call.arguments), timeout]);
+    const id = await instance;
+    const execution = tool.execute(id, call.arguments);
+    const result = tool.timeLimited ? await execution : await within(execution, seconds, 'the call');
     if (typeof result?.text !== 'string') return fail(`Error executing tool '${tool.name}': it returned no text`);
     if (typeof result.reward === 'number' && Number.isFinite(result.reward)) t.toolRewards.push(result.reward);
+    for (const [key, value] of Object.entries(result.metrics ?? {})) if (Number.isFinite(value)) t.toolMetrics[key] = (t.toolMetrics[key] ?? 0) + value;
     return result.text;
   } catch (e) {
     return fail(`Error executing tool '${tool.name}': ${(e as Error)?.message ?? String(e)}`);
-  } finally {
-    clearTimeout(timer);
   }
 }
 
-/** Each tool instance's trajectory reward (when the tool has one), then its release; failures are counted, not thrown. */
-async function releaseInstances(run: Running, tools: Map<string, Tool>): Promise<void> {
+/** Each tool instance's trajectory reward (when the tool has one), then its release; failures and time-outs are counted, not thrown. */
+async function releaseInstances(run: Running, tools: Map<string, Tool>, seconds: number): Promise<void> {
   for (const [name, instance] of run.instances) {
     const tool = tools.get(name)!;
+    let id: string;
+    try {
+      id = await instance;
+    } catch {
+      continue; // create failed or timed out: nothing to release
+    }
     try {
       if (tool.calcReward) {
-        const reward = await tool.calcReward(instance);
+        const reward = await within(tool.calcReward(id), seconds, 'calc_reward');
         if (Number.isFinite(reward)) run.trajectory.toolRewards.push(reward);
       }
     } catch {
       run.trajectory.toolFailures += 1;
     }
     try {
-      await tool.release(instance);
+      await within(tool.release(id), seconds, 'release');
     } catch {
       run.trajectory.toolFailures += 1;
     }

@@ -1,6 +1,7 @@
 // The run's multi-turn setup (actor_rollout_ref.rollout.multi_turn and .agent): which rows are
 // conversations with tools, the tools of multi_turn.tool_config_path, and the rollout of a prompt
 // batch through the agent loop with any sampler that continues token ids (local sampling here).
+import { randomUUID } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
@@ -23,6 +24,7 @@ export type AgentName = (typeof AGENT_LOOPS)[number];
 export class MultiTurn implements AgentRouting {
   private loaded?: { tools: Map<string, Tool>; renderer: ToolTurnRenderer };
   private rollouts = 0;
+  private readonly runId = randomUUID().slice(0, 8);
 
   constructor(
     @inject(TOKENS.Config) private readonly config: Config,
@@ -62,9 +64,9 @@ export class MultiTurn implements AgentRouting {
     return this.loaded;
   }
 
-  /** A tool_agent row's prompt text: the chat template with the tools' schemas. */
-  promptText(messages: ChatMessage[]): string {
-    return this.setup().renderer.promptText(messages);
+  /** A tool_agent row's prompt text: the chat template with the schemas of the tools it may call. */
+  promptText(messages: ChatMessage[], toolSelection?: string[]): string {
+    return this.setup().renderer.promptText(messages, toolSelection);
   }
 
   /**
@@ -89,7 +91,8 @@ export class MultiTurn implements AgentRouting {
     const toolRows = rows.flatMap((_, b) => (agents[b] === 'tool_agent' ? [b] : []));
     const singleRows = rows.flatMap((_, b) => (agents[b] === 'tool_agent' ? [] : [b]));
     const trajectories: Trajectory[] = new Array(rows.length);
-    const instancePrefix = `r${this.rollouts++}`;
+    // Unique across runs and processes, as verl's uuid instance ids are.
+    const instancePrefix = `${this.runId}-r${this.rollouts++}`;
     const loop = (which: number[], limits: typeof settings) =>
       runAgentLoop(
         which.map((b) => rows[b]),
@@ -109,13 +112,13 @@ export class MultiTurn implements AgentRouting {
       trajectories.forEach((t, b) => logProbs.set(t.logProbs!.slice(0, responseLength), b * responseLength));
       out.set('rollout_log_probs', { shape: [rows.length, responseLength], data: logProbs });
     }
-    out.meta = { metrics: agentLoopMetrics(trajectories, toolRows) };
+    out.meta = { metrics: agentLoopMetrics(trajectories, toolRows, settings.tokenization_sanity_check_mode !== 'disable') };
     return out;
   }
 }
 
-/** verl's num_turns/{min,max,mean}, and per-trajectory means of the tool counts (over tool_agent rows). */
-function agentLoopMetrics(trajectories: Trajectory[], toolRows: number[]): Metrics {
+/** verl's num_turns/{min,max,mean}, and per-trajectory means of the tool counts and the tools' own metrics (over tool_agent rows). */
+function agentLoopMetrics(trajectories: Trajectory[], toolRows: number[], sanityChecked: boolean): Metrics {
   const turns = trajectories.map((t) => t.assistantTurns + t.userTurns + 1);
   const metrics: Metrics = { 'num_turns/min': Math.min(...turns), 'num_turns/max': Math.max(...turns), 'num_turns/mean': turns.reduce((a, b) => a + b, 0) / turns.length };
   if (!toolRows.length) return metrics;
@@ -126,6 +129,7 @@ function agentLoopMetrics(trajectories: Trajectory[], toolRows: number[]): Metri
     'agent_loop/tool_failures/mean': mean((t) => t.toolFailures),
     'agent_loop/tool_calls_dropped/mean': mean((t) => t.toolCallsDropped),
     'agent_loop/tool_responses_truncated/mean': mean((t) => t.toolResponsesTruncated),
-    'agent_loop/tokenization_mismatch': mean((t) => Number(t.tokenizationMismatch)),
+    ...(sanityChecked ? { 'agent_loop/tokenization_mismatch': mean((t) => Number(t.tokenizationMismatch)) } : {}),
+    ...Object.fromEntries([...new Set(toolRows.flatMap((b) => Object.keys(trajectories[b].toolMetrics)))].map((key) => [`agent_loop/tool/${key}/mean`, mean((t) => t.toolMetrics[key] ?? 0)])),
   };
 }

@@ -276,13 +276,13 @@ export class ServerRollout implements Rollout {
   private turnSampler(sampling: SamplingSettings, homes: (ServerState | undefined)[], counters: RoundCounters, sampledVersion: number, started: () => void): TurnSampler {
     const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
     return async (contexts, budgets, turn, rows) => {
-      const results = await Promise.all(
-        rows.map((row, i) => {
-          const seed = turn ? Rng.deriveSeed(sampleSeed(sampling.seed, row, chunk), turn) : sampleSeed(sampling.seed, row, chunk);
-          return this.sample(row, contexts[i], { ...sampling, maxNewTokens: budgets[i] }, homes[row], counters, turn === 0 ? started : undefined, seed);
-        }),
-      );
-      await this.confirmWeights(results, contexts, sampling, counters, sampledVersion);
+      const draw = (i: number, home: ServerState | undefined, onStart?: () => void) => {
+        const seed = turn ? Rng.deriveSeed(sampleSeed(sampling.seed, rows[i], chunk), turn) : sampleSeed(sampling.seed, rows[i], chunk);
+        return this.sample(rows[i], contexts[i], { ...sampling, maxNewTokens: budgets[i] }, home, counters, onStart, seed);
+      };
+      const results = await Promise.all(rows.map((row, i) => draw(i, homes[row], turn === 0 ? started : undefined)));
+      // A sample from a server that lost the weights is drawn again elsewhere: the same row, turn seed and budget.
+      await this.confirmWeights(results, contexts, sampling, counters, sampledVersion, (i) => draw(i, undefined));
       return { tokens: results.map((r, i) => r.outputIds.slice(0, budgets[i])), logProbs: results.map((r) => r.logProbs) };
     };
   }
@@ -350,7 +350,14 @@ export class ServerRollout implements Rollout {
    * that answered is asked whether it still holds them (its probe fingerprint); the samples of one
    * that lost them (a restart to its launch weights) are dropped and drawn again elsewhere.
    */
-  private async confirmWeights(results: ServedSample[], promptIds: number[][], sampling: SamplingSettings, counters: RoundCounters, sampledVersion: number): Promise<void> {
+  private async confirmWeights(
+    results: ServedSample[],
+    promptIds: number[][],
+    sampling: SamplingSettings,
+    counters: RoundCounters,
+    sampledVersion: number,
+    redraw: (i: number) => Promise<ServedSample> = (row) => this.sample(row, promptIds[row], sampling, undefined, counters),
+  ): Promise<void> {
     if (!this.checksByProbe()) return;
     const answered = [...new Set(results.map((r) => r.server))];
     const lost = new Set<ServerState>();
@@ -371,7 +378,7 @@ export class ServerRollout implements Rollout {
     lost.forEach((server) => this.eject(server, counters, reasons.get(server)));
     const rows = results.flatMap((r, row) => (lost.has(r.server) ? [row] : []));
     counters.staleDropped += rows.length;
-    await Promise.all(rows.map(async (row) => (results[row] = await this.sample(row, promptIds[row], sampling, undefined, counters))));
+    await Promise.all(rows.map(async (row) => (results[row] = await redraw(row))));
   }
 
   /** vLLM with full weights: no version to read, so the weights are checked by their log-probs. */

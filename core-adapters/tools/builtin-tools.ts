@@ -41,6 +41,9 @@ export class CalculatorTool extends StatelessTool {
 }
 
 export class CodeInterpreterTool extends StatelessTool {
+  /** The sandbox stops every program at its wall limit; waiting for a free slot is not a hang. */
+  readonly timeLimited = true;
+
   constructor(
     schema: FunctionToolSchema,
     private readonly sandbox: Sandbox,

@@ -28,6 +28,12 @@ export interface ToolResult {
 export interface Tool {
   readonly name: string;
   readonly schema: FunctionToolSchema;
+  /**
+   * true when a call ends on its own within the tool's own limit (the code interpreter's sandbox
+   * wall time): multi_turn.tool_timeout_s, which would also count time spent queued, then does not
+   * apply to execute.
+   */
+  readonly timeLimited?: boolean;
   /** Starts an instance for one trajectory, with the row's extra_info.tools_kwargs[name].create_kwargs. */
   create(instanceId: string, createKwargs: Record<string, unknown>): Promise<void>;
   /** Runs one call. A thrown error becomes a tool turn saying so; it never stops the rollout. */

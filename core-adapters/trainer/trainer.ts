@@ -542,7 +542,9 @@ export class RLTrainer implements Trainer {
       for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
     }
 
-    const lengths = rowSums(mask, mask, B);
+    // verl's response lengths count every response token (attention): tool turns of a conversation too.
+    const tokens = responseTokens(batch);
+    const lengths = rowSums(tokens, tokens, B);
     const sequenceRewards = rowSums(batch.tensor('token_level_rewards').data, mask, B);
     const promptTokens = (batch.tensor('attention_mask').data as Int32Array).reduce((s, v) => s + v, 0) - lengths.reduce((s, v) => s + v, 0);
     const seconds = (performance.now() - stepStarted) / 1000;
@@ -627,6 +629,8 @@ export class RLTrainer implements Trainer {
   protected correctSetMatching(sampledCorrect: number[][][]): ((CorrectSetMatching & { exact: boolean; texts?: string[] }) | undefined)[] {
     const maxLength = this.config.data.max_response_length;
     const sets = this.dataset.val.map((prompt, p) => {
+      // A conversation's probability holds the tools' answers, which neither policy writes: not measured.
+      if (prompt.agentName === 'tool_agent') return undefined;
       const listed = this.rewards.correctResponses?.(prompt)?.filter((r) => r.ids.length <= maxLength);
       if (listed?.length) return { exact: true, responses: listed.map((r) => r.ids), texts: listed.map((r) => r.text) };
       return sampledCorrect[p].length ? { exact: false, responses: sampledCorrect[p], texts: undefined } : undefined;
