@@ -123,6 +123,14 @@ export function readPluginManifests(entries: string[], configFile: string): Plug
   return manifests;
 }
 
+/** A host's registries with what the plugins' entries register in them (in load order), and the plugins' modules. */
+export async function loadPluginEntries(plugins: PluginManifest[], config: Config): Promise<{ registries: PluginRegistries; modules: ContainerModule[] }> {
+  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry(config.reward_model), tools: new ToolRegistry() };
+  const modules: ContainerModule[] = [];
+  for (const manifest of plugins) modules.push(await importPluginModule(manifest, { config, manifest, registries }));
+  return { registries, modules };
+}
+
 /** Reads a config file, loads its plugins and builds the container. */
 export async function createHost(configFile: string, options: HostOptions = {}): Promise<Host> {
   return createHostFromTree(readConfigFile(configFile), configFile, options);
@@ -151,9 +159,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   // Plugin entries run first: they may register the estimators and losses the config names.
-  const registries: PluginRegistries = { advantageEstimators: new AdvantageEstimatorRegistry(), policyLosses: new PolicyLossRegistry(), scorers: new ScorerRegistry(config.reward_model), tools: new ToolRegistry() };
-  const pluginModules: ContainerModule[] = [];
-  for (const manifest of plugins) pluginModules.push(await importPluginModule(manifest, { config, manifest, registries }));
+  const { registries, modules: pluginModules } = await loadPluginEntries(plugins, config);
   const requirements = runRequirements(config, registry, registries.advantageEstimators);
   const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });
   const container = new Container({ defaultScope: 'Singleton' });

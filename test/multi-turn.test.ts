@@ -17,7 +17,9 @@ import { codeSandboxLimits } from '../core-adapters/rewards/code.js';
 import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
 import type { Tool } from '../core-adapters/tools/tool.js';
 import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
-import { responseLogProbs } from '../core-adapters/model/logprobs.js';
+import { packSequences, responseLogProbs } from '../core-adapters/model/logprobs.js';
+import { maskedNll } from '../core-adapters/model/train-step.js';
+import { runSft } from '../core-adapters/trainer/sft.js';
 import { startServer } from './serve-helpers.js';
 import { buildReport } from '../core-adapters/report/report.js';
 import { readValGenerations } from '../core-adapters/trainer/val-prompts.js';
@@ -378,6 +380,45 @@ describe('multi-turn rollouts: local sampling and training', function () {
     expectClose(logProbs.subarray(R, R + short.length), alone, 2e-5, 'the short row');
     batch.dispose();
     worker.dispose();
+  });
+
+  it('multi-turn SFT (sft.messages_key): a conversation laid out as the agent loop lays it out, the loss over the assistant\'s tokens only, and it falls', async () => {
+    const dir = tempDir();
+    const file = configFor(dir, 'grpo');
+    const tokenizer = chatTokenizer();
+    const renderer = new ToolTurnRenderer(tokenizer, [CALCULATOR_SCHEMA]);
+    const messages = [{ role: 'user', content: '9, 3, 4 -> 24' }, { role: 'assistant', content: CALL.replace('<|im_end|>', '') }, { role: 'tool', content: '24' }, { role: 'assistant', content: '(9-3)*4' }];
+    const laid = renderer.conversation(messages, 'row 1');
+    // The same conversation through the loop, its turns scripted.
+    const [t] = await runAgentLoop([{ promptIds: laid.prompt, messages: messages.slice(0, 1), toolsKwargs: {} }], {
+      sample: scripted(tokenizer, [[CALL, '(9-3)*4<|im_end|>']]), tokenizer, renderer, tools: calculator(), settings: SETTINGS, responseLength: 400, instancePrefix: 'sft',
+    });
+    expect(laid.prompt).to.deep.equal(tokenizer.encode(renderer.promptText(messages.slice(0, 1)), false));
+    expect(laid.response).to.deep.equal(t.responseIds);
+    expect(laid.lossMask).to.deep.equal(t.responseMask);
+    expectInputError(() => renderer.conversation(messages.slice(0, 3), 'row 2'), 'row 2: a conversation must end with an assistant turn');
+    // The loss reads assistant tokens only: against the log-probs turn by turn.
+    const host = await createHost(file, { quiet: true });
+    const worker = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker);
+    await worker.init();
+    const lm = worker.module.lm;
+    const seq = packSequences([laid.prompt], [laid.response], 0, [laid.lossMask]);
+    const loss = maskedNll(lm, seq);
+    const [all] = responseLogProbs(lm, [laid.prompt], [laid.response]);
+    const expected = -all.reduce((sum, lp, i) => sum + lp * laid.lossMask[i], 0) / laid.lossMask.reduce((a, b) => a + b, 0);
+    expect(loss.dataSync()[0]).to.be.closeTo(expected, 1e-4);
+    loss.dispose();
+    worker.dispose();
+    // SFT on conversation rows: the loss falls.
+    const rows = path.join(dir, 'conversations.jsonl');
+    fs.writeFileSync(rows, [messages, [{ role: 'user', content: '2, 5, 7 -> 17' }, { role: 'assistant', content: '2+5' }, { role: 'user', content: 'not 17' }, { role: 'assistant', content: '2*5+7' }]].map((m) => JSON.stringify({ data_source: 'countdown', prompt: m.slice(0, 1), reward_model: { ground_truth: { numbers: [1], target: 1 } }, messages: m })).join('\n') + '\n');
+    const config = (await createHost(file, { overrides: [`data.train_files=${rows}`, 'data.val_files=null', 'sft.messages_key=messages', 'sft.total_steps=30', 'sft.batch_size=2', 'sft.lr=0.01', `sft.output_dir=${path.join(dir, 'sft')}`], skipEngine: true })).config;
+    const lines: string[] = [];
+    const result = await runSft(config, (line) => lines.push(line));
+    const first = Number(/loss ([0-9.]+)/.exec(lines.find((l) => l.startsWith('sft step'))!)?.[1] ?? NaN);
+    expect(result.trainLoss, lines.join('\n')).to.be.below(0.5);
+    expect(lines[0]).to.equal('sft: 2 examples, 30 steps of 2');
+    expect(Number.isFinite(first)).to.equal(true);
   });
 
   it('the same conversations through flowrl serve, SGLang and vLLM routes (token in, per-turn seeds): the tokens local sampling gives, the server\'s log-probs the trainer\'s', async () => {

@@ -6,7 +6,8 @@ import type { Metrics, PluginCommand, Trainer } from '../contracts/index.js';
 import { readConfigFile, resolveConfig } from '../config/load.js';
 import { InputError, RunStopped } from '../errors.js';
 import { createHost } from '../composition.js';
-import { readPluginManifests, type Host } from '../host.js';
+import { loadPluginEntries, readPluginManifests, type Host } from '../host.js';
+import { orderByExtends } from '../plugins/loader.js';
 import { pluginConfigLayer } from '../plugins/manifest.js';
 import { initEngine } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
@@ -155,8 +156,10 @@ export async function sftCommand(argv: string[]): Promise<void> {
   const user = readConfigFile(target);
   const plugins = readPluginManifests(([] as string[]).concat((user.plugins as string[] | undefined) ?? []), target);
   const config = resolveConfig({ user, userFile: target, overrides, pluginDefaults: plugins.map(pluginConfigLayer) });
+  // Plugins' entries run for their tool classes (a conversation's prompt shows the tools' schemas).
+  const { registries } = await loadPluginEntries(orderByExtends(plugins), config);
   await initEngine(config.engine.backend, { native: config.engine.native });
-  const result = await runSft(config);
+  const result = await runSft(config, undefined, registries.tools);
   console.log(`wrote ${result.outputDir} after ${result.steps} steps (train loss ${result.trainLoss.toFixed(4)}${result.valLoss !== undefined ? `, validation loss ${result.valLoss.toFixed(4)}` : ''})`);
 }
 

@@ -102,8 +102,11 @@ function toJsonValue(value: unknown): unknown {
   return value;
 }
 
-function readJsonlRows(file: string): DataRow[] {
-  return readJsonLines(file).map(({ value, where }) => validateRow(value, where));
+/** Checks one decoded row (validateRow for RL rows) and returns it typed; `where` names it in errors. */
+export type RowValidator<T> = (value: unknown, where: string) => T;
+
+function readJsonlRows<T>(file: string, validate: RowValidator<T>): T[] {
+  return readJsonLines(file).map(({ value, where }) => validate(value, where));
 }
 
 /** The parquet reader's own thread may use this much memory: a damaged file cannot take more. */
@@ -158,7 +161,7 @@ function parquetReadTimeoutMs(bytes: number): number {
   return 5_000 + bytes / 5_000;
 }
 
-async function readParquetRows(file: string): Promise<DataRow[]> {
+async function readParquetRows<T>(file: string, validate: RowValidator<T>): Promise<T[]> {
   const reader = readerThread();
   const id = reader.next++;
   const limit = parquetReadTimeoutMs(fs.statSync(file).size);
@@ -178,14 +181,17 @@ async function readParquetRows(file: string): Promise<DataRow[]> {
     reader.worker.ref();
     reader.worker.postMessage({ id, file: path.resolve(file) });
   });
-  return records.map((record, i) => validateRow(toJsonValue(record), `${file} row ${i + 1}`));
+  return records.map((record, i) => validate(toJsonValue(record), `${file} row ${i + 1}`));
 }
 
 /**
- * Reads every row of a .jsonl (one JSON object a line, blank lines skipped) or .parquet file.
- * Errors name the file and the 1-based line (jsonl) or row (parquet).
+ * Reads every row of a .jsonl (one JSON object a line, blank lines skipped) or .parquet file, each
+ * checked by `validate` (RL rows by default). Errors name the file and the 1-based line (jsonl) or
+ * row (parquet).
  */
-export async function readRows(file: string): Promise<DataRow[]> {
+export async function readRows(file: string): Promise<DataRow[]>;
+export async function readRows<T>(file: string, validate: RowValidator<T>): Promise<T[]>;
+export async function readRows(file: string, validate: RowValidator<unknown> = validateRow): Promise<unknown[]> {
   const extension = path.extname(file).toLowerCase();
   if (!(DATA_FILE_EXTENSIONS as readonly string[]).includes(extension)) {
     throw new InputError(`${file}: unsupported data file type '${extension || '(none)'}' (use ${DATA_FILE_EXTENSIONS.join(' or ')})`);
@@ -197,7 +203,7 @@ export async function readRows(file: string): Promise<DataRow[]> {
     throw new InputError(`${file}: file not found`);
   }
   if (!stat.isFile()) throw new InputError(`${file}: not a file`);
-  return extension === '.jsonl' ? readJsonlRows(file) : readParquetRows(file);
+  return extension === '.jsonl' ? readJsonlRows(file, validate) : readParquetRows(file, validate);
 }
 
 /** Writes rows as jsonl through a temporary file in the same directory, so readers never see half a file. */

@@ -13,6 +13,8 @@ export interface SequenceBatch {
   inputIds: Int32Array;
   /** 1 for real tokens, same shape as inputIds. */
   attentionMask: Int32Array;
+  /** [batch * responseLength]: the response tokens a loss reads (multi-turn SFT: the assistant's); absent: every real one. */
+  lossMask?: Float32Array;
 }
 
 export interface ResponseScores {
@@ -87,8 +89,8 @@ export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: Sco
   };
 }
 
-/** Builds a SequenceBatch from unpadded prompts and responses. */
-export function packSequences(prompts: number[][], responses: number[][], padId = 0): SequenceBatch {
+/** Builds a SequenceBatch from unpadded prompts and responses (with `lossMasks`, each response token's loss weight, 0 or 1). */
+export function packSequences(prompts: number[][], responses: number[][], padId = 0, lossMasks?: number[][]): SequenceBatch {
   const batch = prompts.length;
   const P = Math.max(1, ...prompts.map((p) => p.length));
   const R = Math.max(1, ...responses.map((r) => r.length));
@@ -107,7 +109,10 @@ export function packSequences(prompts: number[][], responses: number[][], padId 
       attentionMask[b * L + P + t] = 1;
     }
   }
-  return { batch, promptLength: P, responseLength: R, inputIds, attentionMask };
+  if (!lossMasks) return { batch, promptLength: P, responseLength: R, inputIds, attentionMask };
+  const lossMask = new Float32Array(batch * R);
+  lossMasks.forEach((mask, b) => mask.slice(0, responses[b].length).forEach((m, t) => (lossMask[b * R + t] = m)));
+  return { batch, promptLength: P, responseLength: R, inputIds, attentionMask, lossMask };
 }
 
 /** Log-probs of each response token as plain arrays (unpadded), for CLIs and tests. */

@@ -16,18 +16,19 @@ export function maskedNll(model: CausalLM, seq: SequenceBatch): tf.Scalar {
 /** The response tokens' summed negative log-likelihood over `denominator` (a shard's part of a batch mean). */
 export function maskedNllOver(model: CausalLM, seq: SequenceBatch, denominator: number): tf.Scalar {
   const { logProbs } = scoreResponses(model, seq);
-  const mask = tf.tensor2d(responseMask(seq), [seq.batch, seq.responseLength]);
+  const mask = tf.tensor2d(seq.lossMask ?? responseMask(seq), [seq.batch, seq.responseLength]);
   return tf.div(tf.neg(tf.sum(tf.mul(logProbs, mask))), denominator);
 }
 
 function validTokens(seq: SequenceBatch): number {
-  return responseMask(seq).reduce((a, b) => a + b, 0);
+  return (seq.lossMask ?? responseMask(seq)).reduce((a, b) => a + b, 0);
 }
 
 /** Rows [start, end) of a packed batch (same prompt and response widths). */
 export function sliceSequences(seq: SequenceBatch, start: number, end: number): SequenceBatch {
   const L = seq.promptLength + seq.responseLength;
-  return { ...seq, batch: end - start, inputIds: seq.inputIds.slice(start * L, end * L), attentionMask: seq.attentionMask.slice(start * L, end * L) };
+  const R = seq.responseLength;
+  return { ...seq, batch: end - start, inputIds: seq.inputIds.slice(start * L, end * L), attentionMask: seq.attentionMask.slice(start * L, end * L), lossMask: seq.lossMask?.slice(start * R, end * R) };
 }
 
 /**

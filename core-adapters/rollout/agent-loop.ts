@@ -99,9 +99,47 @@ export class ToolTurnRenderer {
 
   /** The ids appended after an assistant turn for its tool answers, ending with the next assistant turn's header. */
   toolTurnIds(answers: string[]): number[] {
-    let text = this.tokenizer.applyChatTemplate(answers.map((content) => ({ role: 'tool', content })), true);
+    return this.turnIds(answers.map((content) => ({ role: 'tool', content })));
+  }
+
+  /** The ids of messages that follow an assistant turn (tool answers, a user's reply), ending with the next assistant turn's header. */
+  turnIds(messages: ChatMessage[]): number[] {
+    let text = this.tokenizer.applyChatTemplate(messages, true);
     if (this.systemPrefix && text.startsWith(this.systemPrefix)) text = text.slice(this.systemPrefix.length);
     return this.tokenizer.encode(this.separator + text, false);
+  }
+
+  /**
+   * A whole conversation as rollouts lay it out (multi-turn SFT): the messages before the first
+   * assistant turn as the prompt (with the tools' schemas); then each assistant turn as its text's
+   * ids and eos (loss 1), and the messages between them as turnIds gives them (loss 0). `where`
+   * names the row in errors.
+   */
+  conversation(messages: ChatMessage[], where: string): { prompt: number[]; response: number[]; lossMask: number[] } {
+    const first = messages.findIndex((m) => m.role === 'assistant');
+    if (first <= 0) throw new InputError(`${where}: a conversation needs messages before its first assistant turn, and one`);
+    if (messages.at(-1)!.role !== 'assistant') throw new InputError(`${where}: a conversation must end with an assistant turn (got '${messages.at(-1)!.role}')`);
+    const eos = this.tokenizer.eosTokenId;
+    if (eos === undefined) throw new InputError(`${where}: the tokenizer has no eos token to end the assistant's turns with`);
+    const response: number[] = [];
+    const lossMask: number[] = [];
+    let between: ChatMessage[] = [];
+    for (const message of messages.slice(first)) {
+      if (message.role !== 'assistant') {
+        between.push(message);
+        continue;
+      }
+      if (between.length) {
+        const ids = this.turnIds(between);
+        response.push(...ids);
+        lossMask.push(...ids.map(() => 0));
+        between = [];
+      }
+      const ids = [...this.tokenizer.encode(message.content, false), eos];
+      response.push(...ids);
+      lossMask.push(...ids.map(() => 1));
+    }
+    return { prompt: this.tokenizer.encode(this.promptText(messages.slice(0, first)), false), response, lossMask };
   }
 
   /** A prompt rendered with the tool schemas (the template's `tools`: those of `selection`, all when it is absent or empty), ready for the first assistant turn. */

@@ -13,7 +13,11 @@ import { initWeights, loadModel, modelFromWeights, saveModel } from '../model/ch
 import { readModelConfig } from '../model/config.js';
 import { packSequences } from '../model/logprobs.js';
 import { AdamW, checkMinLrRatio, scheduledLr } from '../model/optim.js';
-import { TextTokenizer } from '../model/tokenizer.js';
+import { TextTokenizer, type ChatMessage } from '../model/tokenizer.js';
+import { codeSandboxLimits } from '../rewards/code.js';
+import { Sandbox } from '../rewards/sandbox.js';
+import { ToolTurnRenderer } from '../rollout/agent-loop.js';
+import { ToolRegistry } from '../tools/registry.js';
 import { languageModelReplicaSpec } from '../model/lm-replica.js';
 import { languageModelGradients, maskedNll } from '../model/train-step.js';
 import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
@@ -25,11 +29,15 @@ import { Rng } from '../random.js';
 export interface SftExample {
   prompt: number[];
   response: number[];
+  /** Per response token, whether the loss reads it (a conversation's assistant turns); absent: all. */
+  lossMask?: number[];
 }
 
 export interface SftReadOptions {
   /** Dotted path of the response text in each row (config key named in errors). */
   responseKey: string;
+  /** Rows holding whole conversations (sft.messages_key), laid out by the multi-turn renderer. */
+  conversations?: { key: string; renderer: ToolTurnRenderer };
   keyName: string;
   maxPromptLength: number;
   maxResponseLength: number;
@@ -44,6 +52,16 @@ export async function readSftExamples(files: string[], tokenizer: TextTokenizer,
   const eos = tokenizer.eosTokenId;
   const out: SftExample[] = [];
   for (const file of files) {
+    if (options.conversations) {
+      // verl's multi-turn SFT rows carry only their conversation: read as they are, not as RL rows.
+      const { key, renderer } = options.conversations;
+      const rows = await readRows(file, (value, where) => conversationOf(getPath(value, key), `${where}: sft.messages_key '${key}'`));
+      rows.forEach((messages, i) => {
+        const example = renderer.conversation(messages, `${file} row ${i + 1}`);
+        if (example.prompt.length <= options.maxPromptLength && example.response.length <= options.maxResponseLength) out.push(example);
+      });
+      continue;
+    }
     const rows = await readRows(file);
     rows.forEach((row, i) => {
       const response = getPath(row, key);
@@ -60,11 +78,24 @@ export async function readSftExamples(files: string[], tokenizer: TextTokenizer,
   return out;
 }
 
+/** A row's conversation: a non-empty list of {role, content} strings. */
+function conversationOf(value: unknown, where: string): ChatMessage[] {
+  const ok = Array.isArray(value) && value.length > 0 && value.every((m) => typeof m?.role === 'string' && typeof m?.content === 'string');
+  if (!ok) throw new InputError(`${where} must hold a non-empty list of {role, content} messages with string contents`);
+  return (value as ChatMessage[]).map(({ role, content }) => ({ role, content }));
+}
+
+/** Packs examples for the loss, with their loss masks when any has one. */
+function packExamples(examples: SftExample[], pad: number) {
+  const masked = examples.some((e) => e.lossMask);
+  return packSequences(examples.map((e) => e.prompt), examples.map((e) => e.response), pad, masked ? examples.map((e) => e.lossMask ?? e.response.map(() => 1)) : undefined);
+}
+
 function lossOn(model: CausalLM, examples: SftExample[], pad: number, batchSize: number): number {
   let total = 0;
   for (let start = 0; start < examples.length; start += batchSize) {
     const part = examples.slice(start, start + batchSize);
-    const seq = packSequences(part.map((e) => e.prompt), part.map((e) => e.response), pad);
+    const seq = packExamples(part, pad);
     const loss = tf.tidy(() => maskedNll(model, seq));
     total += loss.dataSync()[0] * part.length;
     loss.dispose();
@@ -79,8 +110,15 @@ export interface SftResult {
   valLoss?: number;
 }
 
+/** The multi-turn renderer of the run's tools (rollout.multi_turn.tool_config_path), so SFT conversations match rollouts token for token. */
+function conversationRenderer(config: Config, tokenizer: TextTokenizer, registry: ToolRegistry): ToolTurnRenderer {
+  const toolConfig = config.actor_rollout_ref.rollout.multi_turn.tool_config_path;
+  const tools = toolConfig ? registry.load(toolConfig, { codeSandbox: () => new Sandbox({ limits: codeSandboxLimits(config.reward_model.code) }) }) : new Map();
+  return new ToolTurnRenderer(tokenizer, [...tools.values()].map((t) => t.schema));
+}
+
 /** flowrl sft: supervised fine-tuning on prompt/response rows; writes an HF directory. */
-export async function runSft(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<SftResult> {
+export async function runSft(config: Config, log: (line: string) => void = (l) => process.stderr.write(l + '\n'), tools: ToolRegistry = new ToolRegistry()): Promise<SftResult> {
   const files = fileList;
   const trainFiles = files(config.data.train_files);
   if (!trainFiles.length) throw new InputError('data.train_files is not set; sft needs rows with responses');
@@ -103,6 +141,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   }
   const read: SftReadOptions = {
     responseKey: sft.response_key,
+    conversations: sft.messages_key ? { key: sft.messages_key, renderer: conversationRenderer(config, tokenizer, tools) } : undefined,
     keyName: 'sft.response_key',
     maxPromptLength: config.data.max_prompt_length,
     maxResponseLength: config.data.max_response_length,
@@ -131,7 +170,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     miniBatches: shuffledBatches(train, sft.batch_size, total, rng),
     rows: (examples) => examples.length,
     accumulate: (examples, _place, grads) => {
-      loss = languageModelGradients(model, packSequences(examples.map((e) => e.prompt), examples.map((e) => e.response), pad), grads, pool);
+      loss = languageModelGradients(model, packExamples(examples, pad), grads, pool);
     },
     afterStep: (_examples, _applied, step) => {
       pool?.publish(model.params);
