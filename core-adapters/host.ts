@@ -26,6 +26,7 @@ import { HOST_VERSION } from './package-root.js';
 import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
 import { LocalCheckpointStore } from './trainer/checkpoints.js';
 import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
+import { TensorBoardSink } from './trainer/tensorboard.js';
 import { RLTrainer } from './trainer/trainer.js';
 import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 import { ValueCritic } from './workers/critic.js';
@@ -91,7 +92,9 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.Dataset).to(PromptDataset).inSingletonScope();
     bind(TOKENS.CheckpointStore).to(LocalCheckpointStore).inSingletonScope();
     bind(TOKENS.MetricsSink).to(JsonlMetricsSink).inSingletonScope();
-    bind(TOKENS.MetricsSink).to(ConsoleMetricsSink).inSingletonScope();
+    const loggers = trackers(config);
+    if (loggers.includes('console')) bind(TOKENS.MetricsSink).to(ConsoleMetricsSink).inSingletonScope();
+    if (loggers.includes('tensorboard')) bind(TOKENS.MetricsSink).to(TensorBoardSink).inSingletonScope();
   });
 }
 
@@ -121,6 +124,18 @@ export function readPluginManifests(entries: string[], configFile: string): Plug
     seen.add(m.name);
   }
   return manifests;
+}
+
+/** verl's trainer.logger backends this host writes; metrics.jsonl ('file') is written whatever the list. */
+const TRACKERS = ['console', 'file', 'tensorboard'];
+
+/** trainer.logger as a list, each name checked (verl's other backends are named as not built). */
+function trackers(config: Config): string[] {
+  const names = ([] as string[]).concat(config.trainer.logger);
+  for (const name of names) {
+    if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['wandb', 'mlflow', 'swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight', 'tracking'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
+  }
+  return names;
 }
 
 /** A host's registries with what the plugins' entries register in them (in load order), and the plugins' modules. */

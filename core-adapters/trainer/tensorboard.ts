@@ -1,0 +1,112 @@
+// TensorBoard event files (trainer.logger: tensorboard; verl v0.9.0's _TensorboardAdapter in
+// verl/utils/tracking.py): each logged step is one Event holding a Summary of scalar values, framed
+// as a TFRecord, in $TENSORBOARD_DIR or tensorboard_log/<project_name>/<experiment_name> (verl's
+// place). The Event is encoded by protobufjs and checksummed by @aws-crypto/crc32c; the framing is
+// TensorFlow's record format (tensorflow/core/lib/io/record_writer.cc): the payload's length (u64 LE),
+// the length's masked CRC32C (u32 LE), the payload, the payload's masked CRC32C. A tracker that fails
+// costs the run a warning, never the run.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { crc32c } from '@aws-crypto/crc32c';
+import { inject, injectable } from 'inversify';
+import protobuf from 'protobufjs';
+import type { Config } from '../config/load.js';
+import type { Metrics } from '../contracts/index.js';
+import { TOKENS } from '../tokens.js';
+import type { RunAwareSink } from './metrics.js';
+
+// The field numbers of tensorboard/compat/proto/event.proto and summary.proto (tensorflow/tensorboard):
+// Event.wall_time 1, step 2, file_version 3, summary 5; Summary.value 1; Summary.Value.tag 1, simple_value 2.
+const root = new protobuf.Root();
+const SummaryValue = new protobuf.Type('SummaryValue').add(new protobuf.Field('tag', 1, 'string')).add(new protobuf.Field('simpleValue', 2, 'float'));
+const Summary = new protobuf.Type('Summary').add(new protobuf.Field('value', 1, 'SummaryValue', 'repeated'));
+const EventType = new protobuf.Type('Event')
+  .add(new protobuf.Field('wallTime', 1, 'double'))
+  .add(new protobuf.Field('step', 2, 'int64'))
+  .add(new protobuf.Field('fileVersion', 3, 'string'))
+  .add(new protobuf.Field('summary', 5, 'Summary'));
+root.define('tensorboard').add(SummaryValue).add(Summary).add(EventType);
+
+/** The version string TensorBoard's readers expect in a file's first event. */
+export const EVENT_FILE_VERSION = 'brain.Event:2';
+
+/** TensorFlow's masked CRC32C (crc32c.h: rotate right by 15, add 0xa282ead8). */
+function maskedCrc(bytes: Uint8Array): number {
+  const crc = crc32c(bytes);
+  return (((crc >>> 15) | (crc << 17)) + 0xa282ead8) >>> 0;
+}
+
+/** One TFRecord around `payload`. */
+export function tfRecord(payload: Uint8Array): Buffer {
+  const header = Buffer.alloc(12);
+  header.writeBigUInt64LE(BigInt(payload.length), 0);
+  header.writeUInt32LE(maskedCrc(header.subarray(0, 8)), 8);
+  const footer = Buffer.alloc(4);
+  footer.writeUInt32LE(maskedCrc(payload), 0);
+  return Buffer.concat([header, payload, footer]);
+}
+
+/** An Event's bytes: the file-version event, or a step's scalars (finite numbers only). */
+export function encodeEvent(event: { wallTime: number; step?: number; fileVersion?: string; scalars?: Metrics }): Uint8Array {
+  const message: Record<string, unknown> = { wallTime: event.wallTime };
+  if (event.step !== undefined) message.step = event.step;
+  if (event.fileVersion !== undefined) message.fileVersion = event.fileVersion;
+  if (event.scalars) message.summary = { value: Object.entries(event.scalars).filter(([, v]) => Number.isFinite(v)).map(([tag, simpleValue]) => ({ tag, simpleValue })) };
+  return EventType.encode(EventType.fromObject(message)).finish();
+}
+
+/** Where a run's event files go: $TENSORBOARD_DIR, else tensorboard_log/<project>/<experiment> (as verl). */
+export function tensorboardDir(config: Config): string {
+  return process.env.TENSORBOARD_DIR ?? path.join('tensorboard_log', config.trainer.project_name, config.trainer.experiment_name);
+}
+
+@injectable()
+export class TensorBoardSink implements RunAwareSink {
+  private file?: string;
+  private failed = false;
+
+  constructor(@inject(TOKENS.Config) private readonly config: Config) {}
+
+  begin(): void {
+    const dir = tensorboardDir(this.config);
+    // A new file per start (as SummaryWriter does): TensorBoard reads every events file in the directory.
+    this.file = path.join(dir, `events.out.tfevents.${Math.floor(Date.now() / 1000)}.${os.hostname()}.${process.pid}.0`);
+    this.write(() => {
+      fs.mkdirSync(dir, { recursive: true });
+      fs.writeFileSync(this.file!, tfRecord(encodeEvent({ wallTime: Date.now() / 1000, fileVersion: EVENT_FILE_VERSION })));
+    });
+  }
+
+  log(step: number, metrics: Metrics): void {
+    this.write(() => fs.appendFileSync(this.file!, tfRecord(encodeEvent({ wallTime: Date.now() / 1000, step, scalars: metrics }))));
+  }
+
+  close(): void {}
+
+  private write(action: () => void): void {
+    if (this.failed || !this.file) return;
+    try {
+      action();
+    } catch (e) {
+      this.failed = true;
+      console.warn(`[flowrl] trainer.logger tensorboard: cannot write ${this.file} (${(e as Error).message}); the run goes on without it`);
+    }
+  }
+}
+
+/** The events of an event file (checks each record's CRCs): for `flowrl` tests and tools that read runs back. */
+export function readEventFile(bytes: Uint8Array): { wallTime: number; step: number; fileVersion?: string; scalars: Record<string, number> }[] {
+  const data = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const events = [];
+  for (let offset = 0; offset < data.length; ) {
+    const length = Number(data.readBigUInt64LE(offset));
+    if (data.readUInt32LE(offset + 8) !== maskedCrc(data.subarray(offset, offset + 8))) throw new Error(`event file: bad length checksum at byte ${offset}`);
+    const payload = data.subarray(offset + 12, offset + 12 + length);
+    if (data.readUInt32LE(offset + 12 + length) !== maskedCrc(payload)) throw new Error(`event file: bad payload checksum at byte ${offset}`);
+    offset += 16 + length;
+    const event = EventType.toObject(EventType.decode(payload), { longs: Number }) as { wallTime: number; step?: number; fileVersion?: string; summary?: { value?: { tag: string; simpleValue: number }[] } };
+    events.push({ wallTime: event.wallTime, step: event.step ?? 0, fileVersion: event.fileVersion, scalars: Object.fromEntries((event.summary?.value ?? []).map((v) => [v.tag, v.simpleValue])) });
+  }
+  return events;
+}
