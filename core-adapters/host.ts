@@ -27,6 +27,7 @@ import { OVERRIDABLE_BINDINGS, TOKENS } from './tokens.js';
 import { LocalCheckpointStore } from './trainer/checkpoints.js';
 import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
 import { TensorBoardSink } from './trainer/tensorboard.js';
+import { mlflowBase, MlflowSink } from './trainer/mlflow.js';
 import { RLTrainer } from './trainer/trainer.js';
 import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 import { ValueCritic } from './workers/critic.js';
@@ -95,6 +96,10 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     const loggers = trackers(config);
     if (loggers.includes('console')) bind(TOKENS.MetricsSink).to(ConsoleMetricsSink).inSingletonScope();
     if (loggers.includes('tensorboard')) bind(TOKENS.MetricsSink).to(TensorBoardSink).inSingletonScope();
+    if (loggers.includes('mlflow')) {
+      mlflowBase(); // a missing or local-store MLFLOW_TRACKING_URI is found now
+      bind(TOKENS.MetricsSink).to(MlflowSink).inSingletonScope();
+    }
   });
 }
 
@@ -127,13 +132,13 @@ export function readPluginManifests(entries: string[], configFile: string): Plug
 }
 
 /** verl's trainer.logger backends this host writes; metrics.jsonl ('file') is written whatever the list. */
-const TRACKERS = ['console', 'file', 'tensorboard'];
+const TRACKERS = ['console', 'file', 'tensorboard', 'mlflow'];
 
 /** trainer.logger as a list, each name checked (verl's other backends are named as not built). */
 function trackers(config: Config): string[] {
   const names = ([] as string[]).concat(config.trainer.logger);
   for (const name of names) {
-    if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['wandb', 'mlflow', 'swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight', 'tracking'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
+    if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['wandb', 'swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight', 'tracking'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
   }
   return names;
 }

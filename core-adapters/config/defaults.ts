@@ -296,7 +296,7 @@ export const CORE_SPEC = {
     test_freq: key(-1, "Validate every N steps and after the last one; -1 never (val_before_train is separate)."),
     save_freq: key(-1, "Checkpoint every N steps (and after the last); -1 only at the end."),
     val_before_train: key(true, "Validate once before the first step."),
-    logger: key(['console', 'file'] as string | string[], "verl's trackers: console (the progress bar), file (metrics.jsonl, always written), tensorboard (event files in $TENSORBOARD_DIR or tensorboard_log/<project_name>/<experiment_name>).", { stringOrList: true }),
+    logger: key(['console', 'file'] as string | string[], "verl's trackers: console (the progress bar), file (metrics.jsonl, always written), tensorboard (event files in $TENSORBOARD_DIR or tensorboard_log/<project_name>/<experiment_name>), mlflow (the REST API at $MLFLOW_TRACKING_URI).", { stringOrList: true }),
     log_val_generations: key(4, "Validation generations written to val_generations.jsonl at each validation (and shown in the report): the first sample of each of the first N prompts, multi-turn conversations turn by turn; 0: none. verl's key (its default is 0; it logs them to its trackers).", { integer: true, min: 0 }),
     val_matching: key(true, "Validation also measures distribution matching over each prompt's correct responses (val/matching/*): exactly over every correct answer where the task lists them (countdown), else over the distinct correct samples. Loads the reference policy when the algorithm has none."),
     default_local_dir: key(null as string | null, "Run directory: metrics.jsonl, config.yaml, checkpoints/. null: runs/<experiment_name>.", { nullable: 'string' }),

@@ -208,6 +208,8 @@ export interface PluginCommand {
 export interface MetricsSink {
   log(step: number, metrics: Metrics): void;
   close(): void;
+  /** A sink that sends in the background: resolves once what it was given is sent (the trainer waits, bounded). */
+  flush?(): Promise<void>;
 }
 
 /** A complete checkpoint: its global step and directory. */

@@ -285,6 +285,7 @@ export class RLTrainer implements Trainer {
       await this.dropPrefetched();
     }
     for (const sink of this.sinks) sink.close();
+    await flushSinks(this.sinks);
     return lastValidation;
   }
 
@@ -750,4 +751,17 @@ function mergeRewards(parts: RewardResult[]): RewardResult {
     at += p.tokenLevelScores.length;
   }
   return { tokenLevelScores, scores: parts.flatMap((p) => p.scores), correct: parts.flatMap((p) => p.correct), metrics: parts[parts.length - 1].metrics };
+}
+
+/** Background sinks (trackers) get this long after a run to send what they were given. */
+const SINK_FLUSH_SECONDS = 30;
+
+async function flushSinks(sinks: MetricsSink[]): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => (timer = setTimeout(() => {
+    console.warn(`[flowrl] a tracker had not sent everything after ${SINK_FLUSH_SECONDS} s; the run ends without waiting for it`);
+    resolve();
+  }, SINK_FLUSH_SECONDS * 1000)));
+  await Promise.race([Promise.all(sinks.map((s) => s.flush?.())), late]);
+  clearTimeout(timer);
 }

@@ -1,0 +1,130 @@
+// MLflow over its REST API (trainer.logger: mlflow; verl v0.9.0's _MlflowLoggingAdapter does the same
+// through the mlflow package): the experiment is trainer.project_name (made when missing), the run is
+// named trainer.experiment_name (or MLFLOW_RUN_ID's run is continued), the resolved config goes in
+// as params (flattened with '/', lists as list_len and indices, as verl), each step's metrics as a
+// log-batch with verl's key sanitising ('@' -> '_at_', other characters MLflow refuses -> '_').
+// Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
+// API at /api/2.0/mlflow). Requests go out in order in the background; a step never waits for one.
+// A request is tried 3 times (verl's MLFLOW_MAX_ATTEMPTS); a tracker that fails costs a warning.
+import { inject, injectable } from 'inversify';
+import type { Config } from '../config/load.js';
+import type { Metrics } from '../contracts/index.js';
+import { InputError } from '../errors.js';
+import { TOKENS } from '../tokens.js';
+import type { RunAwareSink } from './metrics.js';
+
+const ATTEMPTS = 3;
+const REQUEST_TIMEOUT_MS = 10_000;
+const MAX_METRICS_PER_BATCH = 1000;
+const MAX_PARAMS_PER_BATCH = 100;
+const MAX_PARAM_VALUE_LENGTH = 6000;
+const MAX_KEY_LENGTH = 250;
+const SECRET_KEY = /(api_key|token|password|secret)$/i;
+
+/** verl's _sanitize_key: '@' becomes '_at_', runs of '/' one '/', any character but [/\w.\- :] '_'. */
+export function mlflowKey(key: string): string {
+  return key.replaceAll('@', '_at_').replace(/\/+/g, '/').replace(/[^/\w.\- :]/g, '_').slice(0, MAX_KEY_LENGTH);
+}
+
+/** The config as MLflow params: nested keys joined with '/', a list as list_len and its indices (verl's flattening). */
+export function mlflowParams(tree: unknown, prefix = ''): [string, string][] {
+  const join = (key: string) => (prefix ? `${prefix}/${key}` : key);
+  if (Array.isArray(tree)) return [[join('list_len'), String(tree.length)], ...tree.flatMap((v, i) => mlflowParams(v, join(String(i))))];
+  if (tree && typeof tree === 'object') return Object.entries(tree).flatMap(([k, v]) => (v && typeof v === 'object' ? mlflowParams(v, join(k)) : [[join(k), String(v)] as [string, string]]));
+  return prefix ? [[prefix, String(tree)]] : [];
+}
+
+/** The tracking server's REST base from MLFLOW_TRACKING_URI (http or https only: this host speaks the REST API). */
+export function mlflowBase(uri = process.env.MLFLOW_TRACKING_URI): string {
+  if (!uri || !/^https?:\/\//.test(uri)) {
+    throw new InputError(`trainer.logger mlflow: set MLFLOW_TRACKING_URI to an MLflow tracking server (http://host:5000)${uri ? `; got '${uri}', and this host speaks MLflow's REST API, not its local stores` : ''}`);
+  }
+  return `${uri.replace(/\/+$/, '')}/api/2.0/mlflow`;
+}
+
+@injectable()
+export class MlflowSink implements RunAwareSink {
+  private readonly base: string;
+  private queue: Promise<unknown> = Promise.resolve();
+  private runId?: string;
+  private failed = false;
+
+  constructor(@inject(TOKENS.Config) private readonly config: Config) {
+    this.base = mlflowBase();
+  }
+
+  begin(): void {
+    this.enqueue('starting the run', async () => {
+      const t = this.config.trainer;
+      this.runId = process.env.MLFLOW_RUN_ID || (await this.createRun(t.project_name, t.experiment_name));
+      // Keys that hold secrets (the servers' api_key, admin_api_key) are sent as set or not, never as values.
+      const params = mlflowParams(this.config).map(([key, value]) => ({ key: mlflowKey(key), value: SECRET_KEY.test(key) && value !== 'null' ? '(set)' : value.slice(0, MAX_PARAM_VALUE_LENGTH) }));
+      // A key made twice by sanitising would be refused as a duplicate: the first one is kept.
+      const unique = [...new Map(params.map((p) => [p.key, p])).values()];
+      for (let i = 0; i < unique.length; i += MAX_PARAMS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, params: unique.slice(i, i + MAX_PARAMS_PER_BATCH) });
+    });
+  }
+
+  log(step: number, metrics: Metrics): void {
+    const timestamp = Date.now();
+    const entries = Object.entries(metrics).filter(([, v]) => Number.isFinite(v));
+    const values = [...new Map(entries.map(([k, v]) => [mlflowKey(k), { key: mlflowKey(k), value: v, timestamp, step }])).values()];
+    this.enqueue(`logging step ${step}`, async () => {
+      for (let i = 0; i < values.length; i += MAX_METRICS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: values.slice(i, i + MAX_METRICS_PER_BATCH) });
+    });
+  }
+
+  close(): void {
+    this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status: 'FINISHED', end_time: Date.now() }));
+  }
+
+  /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */
+  async flush(): Promise<void> {
+    await this.queue;
+  }
+
+  private async createRun(experiment: string, runName: string): Promise<string> {
+    let id: string | undefined;
+    try {
+      id = ((await this.call('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(experiment)}`)) as { experiment: { experiment_id: string } }).experiment.experiment_id;
+    } catch (e) {
+      if (!(e as Error).message.includes('RESOURCE_DOES_NOT_EXIST')) throw e;
+    }
+    id ??= ((await this.call('POST', 'experiments/create', { name: experiment })) as { experiment_id: string }).experiment_id;
+    const run = (await this.call('POST', 'runs/create', { experiment_id: id, run_name: runName, start_time: Date.now(), tags: [{ key: 'mlflow.runName', value: runName }] })) as { run: { info: { run_id: string } } };
+    return run.run.info.run_id;
+  }
+
+  /** Queues `work` after what is queued; once anything fails for good, nothing more is sent. */
+  private enqueue(what: string, work: () => Promise<unknown>): void {
+    this.queue = this.queue.then(async () => {
+      if (this.failed) return;
+      try {
+        await work();
+      } catch (e) {
+        this.failed = true;
+        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message}); the run goes on without MLflow`);
+      }
+    });
+  }
+
+  private async call(method: 'GET' | 'POST', route: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (process.env.MLFLOW_TRACKING_TOKEN) headers.authorization = `Bearer ${process.env.MLFLOW_TRACKING_TOKEN}`;
+    else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
+    let last = '';
+    for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+      try {
+        const response = await fetch(`${this.base}/${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+        const text = await response.text();
+        if (response.ok) return text ? JSON.parse(text) : {};
+        last = `${method} ${route}: HTTP ${response.status} ${text.slice(0, 200)}`;
+        // A refusal (4xx) will not change on a retry.
+        if (response.status < 500) break;
+      } catch (e) {
+        last = `${method} ${route}: ${(e as Error).message}`;
+      }
+    }
+    throw new Error(last);
+  }
+}
