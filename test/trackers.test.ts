@@ -114,7 +114,8 @@ async function fakeMlflow(options: { fail?: boolean } = {}) {
       const send = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
       if (options.fail) return send(500, { error_code: 'INTERNAL_ERROR' });
       const url = new URL(req.url!, 'http://x');
-      const json = body ? (JSON.parse(body) as Record<string, any>) : {};
+      // The routes' JSON bodies, read field by field below.
+      const json = (body ? JSON.parse(body) : {}) as { name: string; experiment_id: string; run_name: string; run_id: string; status: string; metrics?: { key: string; value: number; step: number; timestamp: number }[]; params?: { key: string; value: string }[] };
       const route = `${req.method} ${url.pathname}`;
       if (route === 'GET /api/2.0/mlflow/experiments/get-by-name') {
         const id = state.experiments.get(url.searchParams.get('experiment_name')!);
