@@ -54,5 +54,21 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expectOk(trained, 'flowrl train with the plugin');
     expect(trained.stderr).to.include('acme-rloo').and.include('2 threads');
     expect(fs.readFileSync(path.join(project, 'run', 'metrics.jsonl'), 'utf8').trim().split('\n')).to.have.length(3);
+    expect(trained.stderr).to.include('acme-rloo@0.1.0 (index.ts)');
+    // A build older than the source the author edits: the tsx route loads the source; without tsx
+    // the build runs and a warning says it is stale.
+    fs.mkdirSync(path.join(project, 'dist'));
+    fs.writeFileSync(path.join(project, 'dist', 'index.js'), "import { ContainerModule } from 'inversify';\nexport default new ContainerModule(() => {});\n");
+    const old = new Date(Date.now() - 3_600_000);
+    fs.utimesSync(path.join(project, 'dist', 'index.js'), old, old);
+    fs.writeFileSync(path.join(project, 'list.yaml'), 'plugins: [./plugin.json]\n');
+    const viaTsx = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['plugins', 'list.yaml'], project, { NODE_OPTIONS: '--import=tsx' });
+    expectOk(viaTsx, 'flowrl plugins under tsx');
+    expect(viaTsx.stdout).to.include(`entry:      ${path.join(fs.realpathSync(project), 'index.ts')}`);
+    expect(viaTsx.stderr).not.to.include('is older than');
+    const compiled = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['plugins', 'list.yaml'], project);
+    expectOk(compiled, 'flowrl plugins, compiled');
+    expect(compiled.stdout).to.include(`entry:      ${path.join(fs.realpathSync(project), 'dist', 'index.js')}`);
+    expect(compiled.stderr).to.include('plugin acme-rloo: dist/index.js is older than index.ts');
   });
 });

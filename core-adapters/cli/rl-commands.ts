@@ -107,7 +107,7 @@ export async function trainCommand(argv: string[]): Promise<void> {
   const { config, requirements, plugins, replacements } = host;
   console.error(
     `[flowrl] algorithm ${config.algorithm.name} (advantages: ${requirements.advEstimator}, critic: ${requirements.useCritic ? 'yes' : 'no'}, reference: ${requirements.useReference ? 'yes' : 'no'})` +
-      (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version}`).join(', ')}` : '') +
+      (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version} (${p.loadedFrom ? path.relative(process.cwd(), p.loadedFrom) || p.loadedFrom : 'not loaded'})`).join(', ')}` : '') +
       (replacements.size ? `; replaced: ${[...replacements].map(([role, p]) => `${role} by ${p.name}`).join(', ')}` : ''),
   );
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
@@ -198,6 +198,7 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
   if (!host.plugins.length) console.log('no plugins registered');
   for (const p of host.plugins) {
     console.log(`${p.name} ${p.version} (host ${p.host}) from ${p.file}`);
+    console.log(`  entry:      ${p.loadedFrom ?? 'not loaded'}`);
     if (p.description) console.log(`  ${p.description}`);
     console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
     console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}${p.extends.length ? ` (extends ${p.extends.join(', ')}: loaded after ${p.extends.length > 1 ? 'them' : 'it'})` : ''}`);

@@ -9,6 +9,7 @@ import type { Config } from '../config/load.js';
 import type { ScorerRegistry } from '../rewards/registry.js';
 import type { ToolRegistry } from '../tools/registry.js';
 import { InputError } from '../errors.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { TOKENS, type TokenName } from '../tokens.js';
 import type { PluginManifest } from './manifest.js';
 
@@ -31,14 +32,31 @@ export interface PluginContext {
 export type PluginEntry = ContainerModule | ((context: PluginContext) => ContainerModule | Promise<ContainerModule>);
 
 // When the host itself runs from TypeScript sources (tsx), a plugin's TypeScript entry is imported so
-// both share one copy of the host's modules; compiled hosts import the compiled entry.
+// both share one copy of the host's modules; compiled hosts import the compiled entry, unless a
+// TypeScript loader is active (NODE_OPTIONS=--import=tsx), so the author's edits are what runs.
 const HOST_RUNS_FROM_SOURCE = import.meta.url.endsWith('.ts');
+
+/** Whether this process can import .ts files: the host runs from source, or tsx is loaded. */
+function typeScriptLoads(): boolean {
+  return HOST_RUNS_FROM_SOURCE || [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((arg) => /(^|[=\s/])tsx(\/|$|\s|\b)/.test(arg));
+}
 
 function entryFile(manifest: PluginManifest): string {
   const dir = path.dirname(manifest.file);
-  const preferred = HOST_RUNS_FROM_SOURCE && manifest.source ? [manifest.source, manifest.entry] : [manifest.entry, manifest.source];
-  for (const candidate of preferred) {
-    if (candidate && fs.existsSync(path.resolve(dir, candidate))) return path.resolve(dir, candidate);
+  const resolve = (f: string | undefined) => (f && fs.existsSync(path.resolve(dir, f)) ? path.resolve(dir, f) : undefined);
+  const entry = resolve(manifest.entry);
+  const source = resolve(manifest.source);
+  // A plugin inside this package (FlowRL's own) imports the host by relative path: its source would
+  // load a second copy of a compiled host, so it follows the host (source with source, build with build).
+  const insideHost = PACKAGE_ROOT !== '' && manifest.file.startsWith(PACKAGE_ROOT + path.sep);
+  const sourceRuns = insideHost ? HOST_RUNS_FROM_SOURCE : typeScriptLoads();
+  if (source && (sourceRuns || !entry)) return source;
+  if (entry) {
+    // A build older than its source runs code the author has since changed: said, not silent.
+    if (source && fs.statSync(source).mtimeMs > fs.statSync(entry).mtimeMs) {
+      console.warn(`[flowrl] plugin ${manifest.name}: ${path.relative(process.cwd(), entry) || entry} is older than ${path.relative(process.cwd(), source) || source}; running the build (rebuild it, or run with NODE_OPTIONS=--import=tsx to load the source)`);
+    }
+    return entry;
   }
   throw new InputError(`${manifest.file}: entry '${manifest.entry}' not found${manifest.source ? ` (nor source '${manifest.source}')` : ''}`);
 }
@@ -76,11 +94,12 @@ function checkSubclasses(manifest: PluginManifest, file: string, exported: Recor
 
 export async function importPluginModule(manifest: PluginManifest, context: PluginContext): Promise<ContainerModule> {
   const file = entryFile(manifest);
+  manifest.loadedFrom = file;
   let imported: { default?: unknown };
   try {
     imported = (await import(pathToFileURL(file).href)) as { default?: unknown };
   } catch (e) {
-    const hint = file.endsWith('.ts') && !HOST_RUNS_FROM_SOURCE ? ' (a TypeScript entry needs NODE_OPTIONS=--import=tsx, or build the plugin and point entry at the .js)' : '';
+    const hint = file.endsWith('.ts') && !typeScriptLoads() ? ' (a TypeScript entry needs NODE_OPTIONS=--import=tsx, or build the plugin and point entry at the .js)' : '';
     throw new InputError(`${manifest.file}: importing entry ${file} failed: ${(e as Error).message}${hint}`);
   }
   checkSubclasses(manifest, file, imported as Record<string, unknown>);

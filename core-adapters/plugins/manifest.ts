@@ -34,6 +34,8 @@ export interface PluginManifest {
   description?: string;
   /** Absolute path of the plugin.json this came from. */
   file: string;
+  /** The entry module the host imported (the build or the TypeScript source), once loaded. */
+  loadedFrom?: string;
 }
 
 /** Finds plugin.json for a `plugins:` entry: a path (relative to the config file) or a package name. */
