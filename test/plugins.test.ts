@@ -243,6 +243,20 @@ describe('plugins', () => {
     });
   });
 
+  describe('a plugin with its own copy of the host', () => {
+    it('stops before importing the plugin, naming both copies and what to do', async () => {
+      const dir = path.join(work, `own-copy-${++counter}`);
+      fs.mkdirSync(path.join(dir, 'node_modules', '@tensorflow', 'tfjs-core'), { recursive: true });
+      // A second tfjs-core where the plugin resolves it (its folder's node_modules).
+      fs.writeFileSync(path.join(dir, 'node_modules', '@tensorflow', 'tfjs-core', 'package.json'), JSON.stringify({ name: '@tensorflow/tfjs-core', version: '4.22.0', main: 'index.js' }));
+      fs.writeFileSync(path.join(dir, 'node_modules', '@tensorflow', 'tfjs-core', 'index.js'), 'throw new Error("the second copy was imported");\n');
+      fs.writeFileSync(path.join(dir, 'index.js'), "import { ContainerModule } from 'inversify';\nexport default new ContainerModule(() => {});\n");
+      const manifest = writeManifest((m) => Object.assign(m, { entry: 'index.js', source: undefined }));
+      fs.copyFileSync(manifest, path.join(dir, 'plugin.json'));
+      await expectHostError(configWith([path.join(dir, 'plugin.json')]), {}, 'resolves its own @tensorflow/tfjs-core', path.join(fs.realpathSync(dir), 'node_modules', '@tensorflow', 'tfjs-core'), 'npm uninstall @tensorflow/tfjs-core there');
+    });
+  });
+
   describe('manifest validation', () => {
     /** A config registering one plugin.json; createHost must fail naming that file and the fragments. */
     async function expectManifestError(manifestFile: string, ...fragments: string[]): Promise<void> {

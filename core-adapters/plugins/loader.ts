@@ -1,7 +1,8 @@
 // Importing a plugin's entry module and getting the ContainerModule it provides.
 import fs from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ContainerModule, type ContainerModuleLoadOptions } from 'inversify';
 import type { AdvantageEstimatorRegistry } from '../algorithms/advantages.js';
 import type { PolicyLossRegistry } from '../algorithms/policy-loss.js';
@@ -92,8 +93,48 @@ function checkSubclasses(manifest: PluginManifest, file: string, exported: Recor
   }
 }
 
+/** The package directory `name` resolves to from `file` (undefined when it does not resolve). */
+function packageDir(name: string, file: string): string | undefined {
+  const require = createRequire(file);
+  let resolved: string | undefined;
+  // Its package.json where the exports map lists it (flowrl's does), else its main module.
+  for (const request of [`${name}/package.json`, name]) {
+    try {
+      resolved = require.resolve(request);
+      break;
+    } catch {
+      // not resolvable this way
+    }
+  }
+  if (!resolved) return undefined;
+  for (let dir = path.dirname(resolved); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+    const pkg = path.join(dir, 'package.json');
+    if (fs.existsSync(pkg) && (JSON.parse(fs.readFileSync(pkg, 'utf8')) as { name?: string }).name === name) return fs.realpathSync(dir);
+  }
+  return undefined;
+}
+
+/**
+ * A plugin that resolves its own copy of flowrl or of tfjs (its folder's node_modules) would run a
+ * second engine beside the host's: kernels registered twice, replica threads failing. Found before
+ * its entry is imported, with what to do.
+ */
+function checkSingleHost(manifest: PluginManifest, file: string): void {
+  const hostFile = fileURLToPath(import.meta.url);
+  for (const name of ['flowrl', '@tensorflow/tfjs-core']) {
+    const mine = packageDir(name, hostFile) ?? (name === 'flowrl' && PACKAGE_ROOT ? fs.realpathSync(PACKAGE_ROOT) : undefined);
+    const theirs = packageDir(name, file);
+    if (mine && theirs && mine !== theirs) {
+      throw new InputError(
+        `${manifest.file}: the plugin resolves its own ${name} (${theirs}) besides the host's (${mine}); two copies cannot share one engine. Remove it from the plugin's node_modules (npm uninstall ${name} there, and list it under peerDependencies), or install the plugin into the project that runs flowrl`,
+      );
+    }
+  }
+}
+
 export async function importPluginModule(manifest: PluginManifest, context: PluginContext): Promise<ContainerModule> {
   const file = entryFile(manifest);
+  checkSingleHost(manifest, file);
   manifest.loadedFrom = file;
   let imported: { default?: unknown };
   try {
