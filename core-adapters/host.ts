@@ -179,6 +179,9 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const registry = new AlgorithmRegistry();
   plugins.forEach((p) => p.algorithms.forEach((a) => registry.register(a)));
   // Plugin entries run first: they may register the estimators and losses the config names.
+  // A plugin algorithm's own policy loss, while loss_mode is left at the default (what it records in config.yaml too).
+  const declaredLoss = registry.get(config.algorithm.name).policyLoss;
+  if (declaredLoss && config.actor_rollout_ref.actor.policy_loss.loss_mode === 'vanilla') config.actor_rollout_ref.actor.policy_loss.loss_mode = declaredLoss;
   const { registries, modules: pluginModules } = await loadPluginEntries(plugins, config);
   const requirements = runRequirements(config, registry, registries.advantageEstimators);
   const engine = options.skipEngine ? undefined : await initEngine(config.engine.backend, { quiet: options.quiet, native: config.engine.native });

@@ -30,9 +30,14 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     // The scaffold, from the installed command; then its own dependencies.
     expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['new-plugin', '.', '--name', 'acme-rloo'], project), 'flowrl new-plugin');
     // The project's package.json was completed (its name kept), the plugin's files written.
-    const manifest = JSON.parse(fs.readFileSync(path.join(project, 'package.json'), 'utf8')) as { name: string; dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    const manifest = JSON.parse(fs.readFileSync(path.join(project, 'package.json'), 'utf8')) as { name: string; dependencies: Record<string, string>; peerDependencies: Record<string, string>; devDependencies: Record<string, string>; files: string[]; scripts: Record<string, string> };
     expect(manifest.name).to.equal('scratch');
-    expect(manifest.dependencies).to.include.keys('flowrl', 'inversify');
+    expect(manifest.dependencies).to.include.keys('flowrl');
+    // The host's copies are peers (one engine), the build is what ships, and it builds on install.
+    const host = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> };
+    for (const name of ['inversify', 'reflect-metadata', '@tensorflow/tfjs']) expect(manifest.peerDependencies[name], name).to.equal(host.peerDependencies[name]);
+    expect(manifest.files).to.include.members(['dist/index.js', 'plugin.json']).and.not.include('runs');
+    expect(manifest.scripts).to.include({ prepare: 'tsc' }).and.not.have.property('train');
     expect(manifest.devDependencies).to.include.keys('typescript', 'tsx');
     expect(fs.readdirSync(project)).to.include.members(Object.keys(pluginFiles('acme-rloo')).filter((f) => !f.includes('/')));
     expectOk(await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], project), 'npm install (the scaffold dependencies)');
@@ -57,7 +62,8 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expect(trained.stderr).to.include('acme-rloo@0.1.0 (index.ts)');
     // A build older than the source the author edits: the tsx route loads the source; without tsx
     // the build runs and a warning says it is stale.
-    fs.mkdirSync(path.join(project, 'dist'));
+    // prepare built dist/ on install; overwritten with an older stand-in.
+    expect(fs.existsSync(path.join(project, 'dist', 'index.js'))).to.equal(true);
     fs.writeFileSync(path.join(project, 'dist', 'index.js'), "import { ContainerModule } from 'inversify';\nexport default new ContainerModule(() => {});\n");
     const old = new Date(Date.now() - 3_600_000);
     fs.utimesSync(path.join(project, 'dist', 'index.js'), old, old);
@@ -70,5 +76,10 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expectOk(compiled, 'flowrl plugins, compiled');
     expect(compiled.stdout).to.include(`entry:      ${path.join(fs.realpathSync(project), 'dist', 'index.js')}`);
     expect(compiled.stderr).to.include('plugin acme-rloo: dist/index.js is older than index.ts');
+    // What the plugin would publish: small, no run directories or tests.
+    const pluginPack = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], project);
+    expectOk(pluginPack, 'npm pack of the plugin');
+    const [{ files }] = JSON.parse(pluginPack.stdout) as { files: { path: string }[] }[];
+    expect(files.map((f) => f.path).sort()).to.deep.equal(['README.md', 'dist/index.js', 'index.ts', 'package.json', 'plugin.json']);
   });
 });

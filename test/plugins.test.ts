@@ -243,6 +243,19 @@ describe('plugins', () => {
     });
   });
 
+  describe('an algorithm that names its policy loss', () => {
+    it('trains with it while actor.policy_loss.loss_mode is left at vanilla; another loss_mode set wins', async () => {
+      const plugin = fixture('plugins', 'gspo-algorithm', 'plugin.json');
+      const host = await createHost(configWith([plugin], 'algorithm:\n  name: my_gspo\n'), { skipEngine: true });
+      expect(host.config.actor_rollout_ref.actor.policy_loss.loss_mode).to.equal('gspo');
+      expect(host.container.get(TOKENS.PolicyLoss)).to.equal(host.registries.policyLosses.get('gspo'));
+      const other = await createHost(configWith([plugin], 'algorithm:\n  name: my_gspo\n'), { overrides: ['actor_rollout_ref.actor.policy_loss.loss_mode=cispo'], skipEngine: true });
+      expect(other.config.actor_rollout_ref.actor.policy_loss.loss_mode).to.equal('cispo');
+      const grpo = await createHost(configWith([plugin]), { skipEngine: true });
+      expect(grpo.config.actor_rollout_ref.actor.policy_loss.loss_mode).to.equal('vanilla');
+    });
+  });
+
   describe('a plugin with its own copy of the host', () => {
     it('stops before importing the plugin, naming both copies and what to do', async () => {
       const dir = path.join(work, `own-copy-${++counter}`);

@@ -8,6 +8,9 @@ import { InputError } from '../errors.js';
 import { HOST_VERSION } from '../package-root.js';
 import { parseFlags } from './args.js';
 
+/** The host's ranges of what a plugin shares with it (kept equal to the host's package.json by a test). */
+export const HOST_DEPENDENCIES = { inversify: '^8.2.3', 'reflect-metadata': '^0.2.2', '@tensorflow/tfjs': '4.22.0' };
+
 /** A plugin name: lower case, digits and hyphens, starting with a letter (npm's rule, simplified). */
 const NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
@@ -23,9 +26,11 @@ export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<st
         private: true,
         type: 'module',
         exports: { '.': './dist/index.js', './plugin.json': './plugin.json' },
-        scripts: { build: 'tsc', test: 'node --import tsx --test test/*.test.ts', train: 'NODE_OPTIONS=--import=tsx flowrl train config.yaml' },
-        peerDependencies: { flowrl: hostRange },
-        dependencies: { inversify: '^8.2.3', 'reflect-metadata': '^0.2.2' },
+        // What `npm pack` ships: the build, the manifest, the source for tsx users (not runs/ or tests).
+        files: ['dist/index.js', 'index.ts', 'plugin.json', 'README.md'],
+        scripts: { build: 'tsc', prepare: 'tsc', test: 'node --import tsx --test test/*.test.ts' },
+        // The host's own copies: a second inversify or tfjs in the plugin's folder would be a second engine.
+        peerDependencies: { flowrl: hostRange, inversify: HOST_DEPENDENCIES.inversify, 'reflect-metadata': HOST_DEPENDENCIES['reflect-metadata'], '@tensorflow/tfjs': HOST_DEPENDENCIES['@tensorflow/tfjs'] },
         devDependencies: { '@types/node': '^20.19.0', tsx: '^4.20.0', typescript: '^5.9.0 || ^6.0.0' },
       },
       null,
@@ -125,10 +130,14 @@ A [flowrl](https://www.npmjs.com/package/flowrl) plugin, as \`flowrl new-plugin\
 algorithm \`${id}_rloo\` (REINFORCE with a leave-one-out baseline).
 
 \`\`\`sh
-npm install            # flowrl is a peer dependency: install it beside this plugin
-npm test               # the estimator's unit test
+npm install            # installs tsx and typescript (dev), then builds dist/ (prepare)
+npm test               # the estimator's unit test (node's test runner under tsx)
 npx tsc --noEmit       # type check
 \`\`\`
+
+flowrl, inversify, reflect-metadata and @tensorflow/tfjs are peer dependencies: the project that runs
+\`flowrl\` provides them, so the plugin uses the host's copies (a second copy in this folder is
+refused when the plugin loads). Write a loss with \`@tensorflow/tfjs\` ops; the host's engine runs it.
 
 Register it in a run's config and select its algorithm:
 
@@ -137,8 +146,9 @@ plugins: [./path/to/${name}]
 algorithm: { name: ${id}_rloo }
 \`\`\`
 
-Train from the TypeScript source with \`NODE_OPTIONS=--import=tsx npx flowrl train config.yaml\`,
-or build (\`npx tsc\`) and the compiled \`dist/index.js\` is loaded.
+Train from the TypeScript source with \`NODE_OPTIONS=--import=tsx npx flowrl train config.yaml\`
+(tsx is a dev dependency here), or build (\`npm run build\`) and the compiled \`dist/index.js\` is
+loaded; \`flowrl train\` names the file it loaded, and warns when the build is older than the source.
 `,
   };
 }
@@ -173,7 +183,8 @@ function mergePackage(file: string, scaffold: string): string {
   const wanted = JSON.parse(scaffold) as Record<string, unknown>;
   const merged: Record<string, unknown> = { ...existing };
   for (const [key, value] of Object.entries(wanted)) {
-    if (key === 'name' || key === 'version') continue;
+    // The project's own name and version stay; a project without a version gets one (npm pack needs it).
+    if (key === 'name' || (key === 'version' && existing.version !== undefined)) continue;
     const current = existing[key];
     merged[key] = typeof value === 'object' && value !== null && typeof current === 'object' && current !== null ? { ...value, ...current } : (current ?? value);
   }

@@ -10,6 +10,8 @@ export interface AlgorithmSpec {
   advEstimator: string;
   /** The reference policy is needed even without KL terms (FlowRL's objective reads it). */
   needsReference: boolean;
+  /** The policy loss (actor.policy_loss.loss_mode) used while that key is left at vanilla; a plugin algorithm such as DAPO's names its own. */
+  policyLoss?: string;
   description: string;
   /** 'core' or the plugin that contributed it. */
   source: string;

@@ -98,6 +98,7 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
       name: get<string>('name', isString, 'a non-empty string'),
       advEstimator: get<string>('adv_estimator', isString, 'an advantage estimator name'),
       needsReference: get<boolean>('needs_reference_policy', (v) => typeof v === 'boolean', 'true or false'),
+      ...(spec.policy_loss === undefined ? {} : { policyLoss: get<string>('policy_loss', isString, 'a policy loss name (actor.policy_loss.loss_mode)') }),
       description: typeof spec.description === 'string' ? spec.description : '',
       source: name,
     };
