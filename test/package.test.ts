@@ -76,6 +76,16 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expectOk(compiled, 'flowrl plugins, compiled');
     expect(compiled.stdout).to.include(`entry:      ${path.join(fs.realpathSync(project), 'dist', 'index.js')}`);
     expect(compiled.stderr).to.include('plugin acme-rloo: dist/index.js is older than index.ts');
+    // The shipped examples, copied out and trained from the project (compiled host; the plugin example from its source).
+    const examples = path.join(project, 'examples-out');
+    fs.mkdirSync(examples);
+    expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['example', 'custom-plugin', examples], project), 'flowrl example custom-plugin');
+    const quick = ['trainer.total_training_steps=1', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'trainer.default_local_dir=./run'];
+    const countdownRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'countdown/grpo.yaml', ...quick], examples);
+    expectOk(countdownRun, 'the copied countdown example trains');
+    const pluginRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'custom-plugin/config.yaml', ...quick], examples, { NODE_OPTIONS: '--import=tsx' });
+    expectOk(pluginRun, 'the copied custom-plugin example trains');
+    expect(pluginRun.stderr).to.include('short-answers@0.1.0 (custom-plugin/index.ts)').and.include('replaced: RewardManager by short-answers');
     // What the plugin would publish: small, no run directories or tests.
     const pluginPack = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], project);
     expectOk(pluginPack, 'npm pack of the plugin');

@@ -8,6 +8,7 @@ import { demoCommand } from './demo.js';
 import { evalCommand, exportCommand, pluginCommand, pluginsCommand, sftCommand, trainCommand } from './rl-commands.js';
 import { generateCommand, initModelCommand, scoreCommand } from './model-commands.js';
 import { newPluginCommand } from './new-plugin.js';
+import { exampleCommand } from './example-command.js';
 import { rewardCommand } from './reward-command.js';
 import { reportCommand } from './report-command.js';
 import { serveCommand } from './serve-command.js';
@@ -23,6 +24,7 @@ const COMMANDS: Record<string, Command> = {
   compare: { usage: 'compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: compareCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
   export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter)', run: exportCommand },
+  example: { usage: 'example NAME [DIR]   (copies a shipped example (countdown, custom-plugin) into DIR, rewritten to use the installed package)', run: exampleCommand },
   'new-plugin': { usage: 'new-plugin DIR [--name NAME]   (a plugin project that compiles and tests as written: manifest, entry, unit test, tsconfig, package.json)', run: newPluginCommand },
   plugins: { usage: 'plugins CONFIG   (registered plugins; algorithms, advantage estimators, policy losses, scorers and commands with their providers; overridden bindings)', run: pluginsCommand },
   generate: {
