@@ -262,8 +262,8 @@ export interface Dataset {
   init(): Promise<void>;
   readonly train: PromptRecord[];
   readonly val: PromptRecord[];
-  /** Prompts for one training step from a position; returns the next position. */
-  nextBatch(position: DataPosition, size: number): { prompts: PromptRecord[]; next: DataPosition };
+  /** Prompts for one training step from a position; returns the next position. `key` names the size in errors (data.train_batch_size, or data.gen_batch_size under filter_groups). */
+  nextBatch(position: DataPosition, size: number, key?: string): { prompts: PromptRecord[]; next: DataPosition };
   /** Training steps in one epoch. */
   stepsPerEpoch(size: number): number;
 }

@@ -88,9 +88,9 @@ export class PromptDataset implements Dataset {
   }
 
   /** Full batches only (verl drops the last partial one); an exhausted epoch rolls into the next. */
-  nextBatch(position: DataPosition, size: number): { prompts: PromptRecord[]; next: DataPosition } {
+  nextBatch(position: DataPosition, size: number, key = 'data.train_batch_size'): { prompts: PromptRecord[]; next: DataPosition } {
     if (this.train.length < size) {
-      throw new InputError(`data.train_batch_size is ${size} but the training data has ${this.train.length} usable prompts`);
+      throw new InputError(`${key} is ${size} but the training data has ${this.train.length} usable prompts`);
     }
     let { epoch, offset } = position;
     if (offset + size > this.train.length) {

@@ -381,8 +381,9 @@ export class RLTrainer implements Trainer {
    */
   private launchRollouts(step: number, position: DataPosition, gen = 0): StepRollouts {
     const d = this.config.data;
-    const size = this.config.algorithm.filter_groups.enable ? (d.gen_batch_size ?? d.train_batch_size) : d.train_batch_size;
-    const { prompts, next } = this.dataset.nextBatch(position, size);
+    const generating = this.config.algorithm.filter_groups.enable && d.gen_batch_size !== null;
+    const size = generating ? d.gen_batch_size! : d.train_batch_size;
+    const { prompts, next } = this.dataset.nextBatch(position, size, generating ? 'data.gen_batch_size' : 'data.train_batch_size');
     const groups = promptBatch(prompts, gen ? `s${step}g${gen}` : `s${step}`);
     const promptsBatch = groups.repeat(this.config.actor_rollout_ref.rollout.n, true);
     this.rolloutStep = step;
