@@ -64,7 +64,17 @@ def main() -> None:
         if record["what"] == "file_version":
             record["file_version"] = event.file_version
         if record["what"] == "summary":
-            record["values"] = [{"tag": v.tag, "kind": v.WhichOneof("value"), "simple_value": v.simple_value} for v in event.summary.value]
+            record["values"] = []
+            for v in event.summary.value:
+                value = {"tag": v.tag, "kind": v.WhichOneof("value")}
+                if value["kind"] == "simple_value":
+                    value["simple_value"] = v.simple_value
+                if value["kind"] == "tensor":
+                    value["plugin_name"] = v.metadata.plugin_data.plugin_name
+                    value["dtype"] = v.tensor.dtype
+                    value["rank"] = len(v.tensor.tensor_shape.dim)
+                    value["strings"] = [b.decode("utf-8") for b in v.tensor.string_val]
+                record["values"].append(value)
         records.append(record)
     with open(os.path.join(args.fixture, "oracle.json"), "w") as f:
         json.dump({"tensorboard_protos": "tensorflow/tensorboard 2.21.0, tensorboard/compat/proto", "records": records}, f, indent=2)

@@ -16,6 +16,7 @@ interface FixtureEvent {
   step?: number;
   fileVersion?: string;
   scalars?: Record<string, number | 'NaN'>;
+  texts?: Record<string, string>;
 }
 interface OracleRecord {
   length_crc_ok: boolean;
@@ -24,7 +25,7 @@ interface OracleRecord {
   step: number;
   what: string;
   file_version?: string;
-  values?: { tag: string; kind: string; simple_value: number }[];
+  values?: { tag: string; kind: string; simple_value?: number; plugin_name?: string; dtype?: number; rank?: number; strings?: string[] }[];
 }
 
 describe('trainer.logger: TensorBoard event files', function () {
@@ -45,11 +46,14 @@ describe('trainer.logger: TensorBoard event files', function () {
       if (input.fileVersion) expect(r).to.include({ what: 'file_version', file_version: 'brain.Event:2' });
       else {
         const finite = Object.entries(input.scalars ?? {}).filter(([, v]) => Number.isFinite(v));
-        expect(r.values ?? [], `record ${i}`).to.deep.equal(finite.map(([tag, v]) => ({ tag, kind: 'simple_value', simple_value: Math.fround(v) })));
+        // A text: the text plugin's scalar string tensor (DT_STRING 7), as TensorBoard reads it.
+        const texts = Object.entries(input.texts ?? {}).map(([tag, text]) => ({ tag, kind: 'tensor', plugin_name: 'text', dtype: 7, rank: 0, strings: [text] }));
+        expect(r.values ?? [], `record ${i}`).to.deep.equal([...finite.map(([tag, v]) => ({ tag, kind: 'simple_value', simple_value: Math.fround(v) })), ...texts]);
       }
     });
     // This host's reader agrees.
-    expect(readEventFile(bytes).map((e) => e.step)).to.deep.equal([0, 1, 2, 2 ** 40]);
+    expect(readEventFile(bytes).map((e) => e.step)).to.deep.equal([0, 1, 2, 2 ** 40, 3]);
+    expect(readEventFile(bytes)[4].texts.val_generations).to.contain('ünïcode ✓');
   });
 
   it('a run with trainer.logger [console, file, tensorboard]: one event file whose scalars are metrics.jsonl\'s; a directory that cannot be written costs a warning, not the run', async () => {
@@ -67,9 +71,14 @@ describe('trainer.logger: TensorBoard event files', function () {
       const events = readEventFile(fs.readFileSync(path.join(board, files[0])));
       expect(events[0].fileVersion).to.equal('brain.Event:2');
       const logged = readRunMetrics(path.join(run, 'run'));
-      expect(events.slice(1).map((e) => e.step)).to.deep.equal(logged.map((m) => m.step));
+      // The validations' generations (trainer.log_val_generations) as text summaries, verl's layout.
+      const texts = events.filter((e) => Object.keys(e.texts).length);
+      expect(texts.map((e) => e.step)).to.deep.equal([0, 3]);
+      expect(texts[1].texts.val_generations).to.match(/^\*\*Generation Results - Step 3\*\*\n\n### Sample 1\n\*\*Input:\*\* /);
+      const scalarEvents = events.slice(1).filter((e) => !Object.keys(e.texts).length);
+      expect(scalarEvents.map((e) => e.step)).to.deep.equal(logged.map((m) => m.step));
       logged.forEach((metrics, i) => {
-        const scalars = events[i + 1].scalars;
+        const scalars = scalarEvents[i].scalars;
         const expected = Object.fromEntries(Object.entries(metrics).filter(([k, v]) => k !== 'step' && Number.isFinite(v)).map(([k, v]) => [k, Math.fround(v)]));
         expect(scalars, `step ${metrics.step}`).to.deep.equal(expected);
       });

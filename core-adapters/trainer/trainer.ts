@@ -673,6 +673,7 @@ export class RLTrainer implements Trainer {
       };
     });
     this.valGenerations.append(this.step, records);
+    for (const sink of this.sinks) sink.logGenerations?.(this.step, records);
   }
 
   /**
