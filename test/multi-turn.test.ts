@@ -388,7 +388,9 @@ describe('multi-turn rollouts: local sampling and training', function () {
     const tokenizer = chatTokenizer();
     const renderer = new ToolTurnRenderer(tokenizer, [CALCULATOR_SCHEMA]);
     const messages = [{ role: 'user', content: '9, 3, 4 -> 24' }, { role: 'assistant', content: CALL.replace('<|im_end|>', '') }, { role: 'tool', content: '24' }, { role: 'assistant', content: '(9-3)*4' }];
-    const laid = renderer.conversation(messages, 'row 1');
+    const laid = renderer.conversation(messages, 'row 1', [CALCULATOR_SCHEMA]);
+    // A row without tools is rendered without them (verl's multi-turn SFT).
+    expect(tokenizer.decode(renderer.conversation(messages, 'row 1').prompt)).not.to.contain('tools:');
     // The same conversation through the loop, its turns scripted.
     const [t] = await runAgentLoop([{ promptIds: laid.prompt, messages: messages.slice(0, 1), toolsKwargs: {} }], {
       sample: scripted(tokenizer, [[CALL, '(9-3)*4<|im_end|>']]), tokenizer, renderer, tools: calculator(), settings: SETTINGS, responseLength: 400, instancePrefix: 'sft',
@@ -411,7 +413,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
     worker.dispose();
     // SFT on conversation rows: the loss falls.
     const rows = path.join(dir, 'conversations.jsonl');
-    fs.writeFileSync(rows, [messages, [{ role: 'user', content: '2, 5, 7 -> 17' }, { role: 'assistant', content: '2+5' }, { role: 'user', content: 'not 17' }, { role: 'assistant', content: '2*5+7' }]].map((m) => JSON.stringify({ data_source: 'countdown', prompt: m.slice(0, 1), reward_model: { ground_truth: { numbers: [1], target: 1 } }, messages: m })).join('\n') + '\n');
+    fs.writeFileSync(rows, [messages, [{ role: 'user', content: '2, 5, 7 -> 17' }, { role: 'assistant', content: '2+5' }, { role: 'user', content: 'not 17' }, { role: 'assistant', content: '2*5+7' }]].map((m) => JSON.stringify({ data_source: 'countdown', prompt: m.slice(0, 1), reward_model: { ground_truth: { numbers: [1], target: 1 } }, messages: m, ...(m.some((x) => x.role === 'tool') ? { tools: ['calculator'] } : {}) })).join('\n') + '\n');
     const config = (await createHost(file, { overrides: [`data.train_files=${rows}`, 'data.val_files=null', 'sft.messages_key=messages', 'sft.total_steps=30', 'sft.batch_size=2', 'sft.lr=0.01', `sft.output_dir=${path.join(dir, 'sft')}`], skipEngine: true })).config;
     const lines: string[] = [];
     const result = await runSft(config, (line) => lines.push(line));

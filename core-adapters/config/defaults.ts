@@ -275,7 +275,8 @@ export const CORE_SPEC = {
   /** Supervised fine-tuning (flowrl sft) on data.train_files rows that carry a response. */
   sft: {
     response_key: key('extra_info.response', "Dotted path of the response text in each row."),
-    messages_key: key(null as string | null, "Dotted path of a conversation in each row (verl's data.messages_key): [{role, content}, ...] with assistant, tool and user turns, laid out as multi-turn rollouts lay it out (the prompt with rollout.multi_turn's tools), the loss on the assistant's tokens only; null: prompt/response rows (response_key).", { nullable: 'string' }),
+    messages_key: key(null as string | null, "Dotted path of a conversation in each row (verl's data.messages_key): [{role, content}, ...] with assistant, tool and user turns, laid out as multi-turn rollouts lay it out, the loss on the assistant's tokens only; null: prompt/response rows (response_key).", { nullable: 'string' }),
+    tools_key: key('tools', "Dotted path of a conversation row's tools (verl's data.tools_key): function schemas, or names of rollout.multi_turn.tool_config_path's tools; a row without it is rendered without tools, as verl does."),
     init_config: key(null as string | null, "A config.json to initialise a new model from (random weights, seeded); null fine-tunes model.path.", { nullable: 'string' }),
     epochs: key(1, "Passes over the SFT rows.", { positiveInteger: true }),
     total_steps: key(null as number | null, "SFT optimizer steps; null: from epochs.", { positiveInteger: true, nullable: 'number' }),

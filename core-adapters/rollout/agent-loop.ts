@@ -111,11 +111,11 @@ export class ToolTurnRenderer {
 
   /**
    * A whole conversation as rollouts lay it out (multi-turn SFT): the messages before the first
-   * assistant turn as the prompt (with the tools' schemas); then each assistant turn as its text's
-   * ids and eos (loss 1), and the messages between them as turnIds gives them (loss 0). `where`
-   * names the row in errors.
+   * assistant turn as the prompt (with `tools`, the row's schemas; none when absent, as verl's
+   * multi-turn SFT); then each assistant turn as its text's ids and eos (loss 1), and the messages
+   * between them as turnIds gives them (loss 0). `where` names the row in errors.
    */
-  conversation(messages: ChatMessage[], where: string): { prompt: number[]; response: number[]; lossMask: number[] } {
+  conversation(messages: ChatMessage[], where: string, tools?: FunctionToolSchema[]): { prompt: number[]; response: number[]; lossMask: number[] } {
     const first = messages.findIndex((m) => m.role === 'assistant');
     if (first <= 0) throw new InputError(`${where}: a conversation needs messages before its first assistant turn, and one`);
     if (messages.at(-1)!.role !== 'assistant') throw new InputError(`${where}: a conversation must end with an assistant turn (got '${messages.at(-1)!.role}')`);
@@ -139,10 +139,15 @@ export class ToolTurnRenderer {
       response.push(...ids);
       lossMask.push(...ids.map(() => 1));
     }
-    return { prompt: this.tokenizer.encode(this.promptText(messages.slice(0, first)), false), response, lossMask };
+    return { prompt: this.tokenizer.encode(this.tokenizer.applyChatTemplate(messages.slice(0, first), true, tools), false), response, lossMask };
   }
 
   /** A prompt rendered with the tool schemas (the template's `tools`: those of `selection`, all when it is absent or empty), ready for the first assistant turn. */
+  /** The run's tools' schemas, for rows that name tools (multi-turn SFT). */
+  get schemas(): FunctionToolSchema[] {
+    return this.tools;
+  }
+
   promptText(messages: ChatMessage[], selection?: string[]): string {
     const tools = selection?.length ? this.tools.filter((t) => selection.includes(t.function.name)) : this.tools;
     return this.tokenizer.applyChatTemplate(messages, true, tools);

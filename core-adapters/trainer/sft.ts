@@ -17,7 +17,8 @@ import { TextTokenizer, type ChatMessage } from '../model/tokenizer.js';
 import { codeSandboxLimits } from '../rewards/code.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { ToolTurnRenderer } from '../rollout/agent-loop.js';
-import { ToolRegistry } from '../tools/registry.js';
+import { checkSchema, ToolRegistry } from '../tools/registry.js';
+import type { FunctionToolSchema } from '../tools/tool.js';
 import { languageModelReplicaSpec } from '../model/lm-replica.js';
 import { languageModelGradients, maskedNll } from '../model/train-step.js';
 import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
@@ -36,8 +37,8 @@ export interface SftExample {
 export interface SftReadOptions {
   /** Dotted path of the response text in each row (config key named in errors). */
   responseKey: string;
-  /** Rows holding whole conversations (sft.messages_key), laid out by the multi-turn renderer. */
-  conversations?: { key: string; renderer: ToolTurnRenderer };
+  /** Rows holding whole conversations (sft.messages_key) and their tools (sft.tools_key), laid out by the multi-turn renderer. */
+  conversations?: { key: string; toolsKey: string; renderer: ToolTurnRenderer };
   keyName: string;
   maxPromptLength: number;
   maxResponseLength: number;
@@ -54,10 +55,13 @@ export async function readSftExamples(files: string[], tokenizer: TextTokenizer,
   for (const file of files) {
     if (options.conversations) {
       // verl's multi-turn SFT rows carry only their conversation: read as they are, not as RL rows.
-      const { key, renderer } = options.conversations;
-      const rows = await readRows(file, (value, where) => conversationOf(getPath(value, key), `${where}: sft.messages_key '${key}'`));
-      rows.forEach((messages, i) => {
-        const example = renderer.conversation(messages, `${file} row ${i + 1}`);
+      const { key, toolsKey, renderer } = options.conversations;
+      const rows = await readRows(file, (value, where) => ({
+        messages: conversationOf(getPath(value, key), `${where}: sft.messages_key '${key}'`),
+        tools: rowTools(getPath(value, toolsKey), renderer.schemas, `${where}: sft.tools_key '${toolsKey}'`),
+      }));
+      rows.forEach(({ messages, tools }, i) => {
+        const example = renderer.conversation(messages, `${file} row ${i + 1}`, tools);
         if (example.prompt.length <= options.maxPromptLength && example.response.length <= options.maxResponseLength) out.push(example);
       });
       continue;
@@ -83,6 +87,21 @@ function conversationOf(value: unknown, where: string): ChatMessage[] {
   const ok = Array.isArray(value) && value.length > 0 && value.every((m) => typeof m?.role === 'string' && typeof m?.content === 'string');
   if (!ok) throw new InputError(`${where} must hold a non-empty list of {role, content} messages with string contents`);
   return (value as ChatMessage[]).map(({ role, content }) => ({ role, content }));
+}
+
+/**
+ * A row's tools for its prompt: verl's list of OpenAI function schemas, or names of the run's tools
+ * (rollout.multi_turn.tool_config_path); absent: none, as verl's multi-turn SFT.
+ */
+function rowTools(value: unknown, known: FunctionToolSchema[], where: string): FunctionToolSchema[] | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!Array.isArray(value)) throw new InputError(`${where} must be a list of tool names or function schemas`);
+  return value.map((tool, i) => {
+    if (typeof tool !== 'string') return checkSchema(tool, `${where}[${i}]`);
+    const schema = known.find((s) => s.function.name === tool);
+    if (!schema) throw new InputError(`${where}[${i}]: no tool '${tool}' in rollout.multi_turn.tool_config_path (known: ${known.map((s) => s.function.name).join(', ') || 'none'})`);
+    return schema;
+  });
 }
 
 /** Packs examples for the loss, with their loss masks when any has one. */
@@ -141,7 +160,7 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   }
   const read: SftReadOptions = {
     responseKey: sft.response_key,
-    conversations: sft.messages_key ? { key: sft.messages_key, renderer: conversationRenderer(config, tokenizer, tools) } : undefined,
+    conversations: sft.messages_key ? { key: sft.messages_key, toolsKey: sft.tools_key, renderer: conversationRenderer(config, tokenizer, tools) } : undefined,
     keyName: 'sft.response_key',
     maxPromptLength: config.data.max_prompt_length,
     maxResponseLength: config.data.max_response_length,
