@@ -217,6 +217,7 @@ export const INPUT_PATH_KEYS = [
   'critic.model.path',
   'custom_reward_function.path',
   'sft.init_config',
+  'actor_rollout_ref.rollout.multi_turn.tool_config_path',
 ];
 
 /** Rewrites the input paths of a tree relative to `baseDir` (a config file's directory, or the working directory). */

@@ -86,11 +86,12 @@ export class ToolTurnRenderer {
     const eos = tokenizer.eosToken ?? '';
     // Closed by another token than eos (a base model's tokenizer): what follows the first token.
     this.separator = eos && after.includes(eos) ? after.slice(after.indexOf(eos) + eos.length) : tokenizer.decode(tokenizer.encode(after, false).slice(1), false);
-    // Found now, not at the first tool call hours into a run: a template that refuses or drops tool messages.
+    // Found now, not at the first tool call hours into a run: a template that refuses or drops tool
+    // messages. Checked on the text: the probe need not be in the vocabulary.
     const probe = 'TOOL_ANSWER_PROBE';
     let text: string;
     try {
-      text = tokenizer.decode(this.toolTurnIds([probe]), false);
+      text = this.turnText([{ role: 'tool', content: probe }]);
     } catch (e) {
       throw new InputError(`the chat template cannot render a tool message (role 'tool'): ${(e as Error).message}; multi-turn rollouts need a template with tool turns`);
     }
@@ -104,9 +105,14 @@ export class ToolTurnRenderer {
 
   /** The ids of messages that follow an assistant turn (tool answers, a user's reply), ending with the next assistant turn's header. */
   turnIds(messages: ChatMessage[]): number[] {
+    return this.tokenizer.encode(this.turnText(messages), false);
+  }
+
+  /** The text turnIds encodes. */
+  private turnText(messages: ChatMessage[]): string {
     let text = this.tokenizer.applyChatTemplate(messages, true);
     if (this.systemPrefix && text.startsWith(this.systemPrefix)) text = text.slice(this.systemPrefix.length);
-    return this.tokenizer.encode(this.separator + text, false);
+    return this.separator + text;
   }
 
   /**
