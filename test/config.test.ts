@@ -272,7 +272,7 @@ describe('config', () => {
       const config = resolveConfig({
         user: {
           data: { train_files: 'data/train.jsonl', val_files: ['../val.jsonl', '/abs/val2.jsonl'] },
-          actor_rollout_ref: { model: { path: 'models/base', tokenizer_path: './tok' } },
+          actor_rollout_ref: { model: { path: 'models/base', tokenizer_path: './tok' }, rollout: { multi_turn: { tool_config_path: 'tools.yaml' } } },
           critic: { model: { path: 'critic' } },
           custom_reward_function: { path: 'score.ts' },
           sft: { init_config: 'cfg.json' },
@@ -286,6 +286,7 @@ describe('config', () => {
       expect(config.critic.model.path).to.equal(path.join(dir, 'critic'));
       expect(config.custom_reward_function.path).to.equal(path.join(dir, 'score.ts'));
       expect(config.sft.init_config).to.equal(path.join(dir, 'cfg.json'));
+      expect(config.actor_rollout_ref.rollout.multi_turn.tool_config_path).to.equal(path.join(dir, 'tools.yaml'));
     });
 
     it('leaves output paths and unset inputs alone', () => {
