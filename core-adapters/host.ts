@@ -136,7 +136,8 @@ const TRACKERS = ['console', 'file', 'tensorboard', 'mlflow'];
 
 /** trainer.logger as a list, each name checked (verl's other backends are named as not built). */
 function trackers(config: Config): string[] {
-  const names = ([] as string[]).concat(config.trainer.logger);
+  // A name given twice is one tracker, not two.
+  const names = [...new Set(([] as string[]).concat(config.trainer.logger))];
   for (const name of names) {
     if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['wandb', 'swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight', 'tracking'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
   }
@@ -188,7 +189,7 @@ export async function createHostFromTree(user: ConfigTree, configFile: string, o
   const container = new Container({ defaultScope: 'Singleton' });
   await container.loadAsync(coreModule(config, requirements, registry, registries, engine, options.replicaEntry));
   const replacements: RoleReplacements = new Map();
-  for (const [i, module] of pluginModules.entries()) await container.loadAsync(guardedModule(module, plugins[i], replacements));
+  for (const [i, module] of pluginModules.entries()) await container.loadAsync(guardedModule(module, plugins[i], replacements, plugins));
   return { container, config, plugins, registry, registries, requirements, engine, replacements };
 }
 

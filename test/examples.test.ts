@@ -28,7 +28,7 @@ import {
 import { initModel } from '../core-adapters/model/checkpoint.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
 import { scoreGsm8k } from '../core-adapters/rewards/gsm8k.js';
-import { flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
+import { expectInputErrorAsync, flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
 
 const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');
 const LOCAL_HF = path.join(ROOT, 'examples', 'local-hf-model');
@@ -389,5 +389,26 @@ describe('examples/countdown/one-step-off', function () {
     expect({ ...off, trainer: { ...off.trainer, one_step_off_policy: undefined, experiment_name: sync.trainer.experiment_name } }).to.deep.equal({ ...sync, trainer: { ...sync.trainer, one_step_off_policy: undefined } });
     expect(sync.actor_rollout_ref.rollout.server.urls).to.have.length(2);
     expect(sync.actor_rollout_ref.rollout.server.max_staleness).to.equal(1);
+  });
+});
+
+describe('flowrl example: the shipped examples copied out for an installed flowrl', function () {
+  this.timeout(60_000);
+
+  it('copies what the example uses first, into a directory it makes, rewritten (plugins by package name, imports from flowrl/core); an unknown name or a taken target writes nothing', async () => {
+    const { exampleCommand } = await import('../core-adapters/cli/example-command.js');
+    const out = path.join(tempDir(), 'new', 'dir');
+    const log = console.log;
+    console.log = () => {};
+    try {
+      await exampleCommand(['custom-plugin', out]);
+    } finally {
+      console.log = log;
+    }
+    expect(fs.readdirSync(out).sort()).to.deep.equal(['countdown', 'custom-plugin']);
+    expect(fs.readFileSync(path.join(out, 'countdown', 'grpo.yaml'), 'utf8')).to.contain('plugins: [flowrl]');
+    expect(fs.readFileSync(path.join(out, 'custom-plugin', 'config.yaml'), 'utf8')).to.contain('- flowrl').and.contain('../countdown/base-model').and.not.contain('test/fixtures');
+    expect(fs.readFileSync(path.join(out, 'custom-plugin', 'index.ts'), 'utf8')).to.contain("from 'flowrl/core'");
+    for (const bad of [['toString'], ['nope'], ['custom-plugin', out]]) await expectInputErrorAsync(exampleCommand(bad), bad[0] === 'custom-plugin' ? 'exists; nothing was written' : 'flowrl example');
   });
 });

@@ -19,7 +19,7 @@ import type { Tool } from '../core-adapters/tools/tool.js';
 import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 import { packSequences, responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { maskedNll } from '../core-adapters/model/train-step.js';
-import { runSft } from '../core-adapters/trainer/sft.js';
+import { readSftExamples, runSft } from '../core-adapters/trainer/sft.js';
 import { startServer } from './serve-helpers.js';
 import { buildReport } from '../core-adapters/report/report.js';
 import { readValGenerations } from '../core-adapters/trainer/val-prompts.js';
@@ -411,6 +411,12 @@ describe('multi-turn rollouts: local sampling and training', function () {
     expect(loss.dataSync()[0]).to.be.closeTo(expected, 1e-4);
     loss.dispose();
     worker.dispose();
+    // OpenAI-style tool_calls (verl's rows) are the hermes text the policy writes.
+    const openai = path.join(dir, 'openai.jsonl');
+    fs.writeFileSync(openai, JSON.stringify({ messages: [messages[0], { role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'calculator', arguments: '{"expression": "(9-3)*4"}' } }] }, messages[2], messages[3]], tools: ['calculator'] }) + '\n');
+    const [fromCalls] = await readSftExamples([openai], tokenizer, { responseKey: 'unused', keyName: 'sft.response_key', maxPromptLength: 200, maxResponseLength: 400, conversations: { key: 'messages', toolsKey: 'tools', renderer } });
+    const hermes = renderer.conversation([messages[0], { role: 'assistant', content: '<tool_call>{"name":"calculator","arguments":{"expression":"(9-3)*4"}}</tool_call>' }, messages[2], messages[3]], 'row', [CALCULATOR_SCHEMA]);
+    expect(fromCalls.response).to.deep.equal(hermes.response);
     // SFT on conversation rows: the loss falls.
     const rows = path.join(dir, 'conversations.jsonl');
     fs.writeFileSync(rows, [messages, [{ role: 'user', content: '2, 5, 7 -> 17' }, { role: 'assistant', content: '2+5' }, { role: 'user', content: 'not 17' }, { role: 'assistant', content: '2*5+7' }]].map((m) => JSON.stringify({ data_source: 'countdown', prompt: m.slice(0, 1), reward_model: { ground_truth: { numbers: [1], target: 1 } }, messages: m, ...(m.some((x) => x.role === 'tool') ? { tools: ['calculator'] } : {}) })).join('\n') + '\n');

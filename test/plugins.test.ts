@@ -221,7 +221,7 @@ describe('plugins', () => {
     it('two plugins replacing the Trainer are an error naming both and the role, in either order', async () => {
       const ownTrainer = fixture('plugins', 'own-trainer', 'plugin.json');
       for (const order of [[FLOWRL, ownTrainer], [ownTrainer, FLOWRL]]) {
-        await expectHostError(configWith(order, flowrlConfig), {}, "plugins '", 'both replace Trainer', "'flowrl'", "'own-trainer'", 'declare "extends"');
+        await expectHostError(configWith(order, flowrlConfig), {}, "plugins '", 'both replace Trainer', "'flowrl'", "'own-trainer'", 'declare it in that one\'s plugin.json');
       }
       // Without algorithm flowrl the FlowRL plugin replaces nothing: no clash.
       const host = await createHost(configWith([FLOWRL, ownTrainer]), { skipEngine: true });

@@ -41,10 +41,13 @@ function copyTree(from: string, to: string): void {
 
 export async function exampleCommand(argv: string[]): Promise<void> {
   const [name, dir = '.', ...rest] = argv;
-  if (!name || rest.length || !(name in EXAMPLES)) throw new InputError(name && !(name in EXAMPLES) ? `flowrl example: no example '${name}'; ${USAGE}` : USAGE);
+  const known = name !== undefined && Object.hasOwn(EXAMPLES, name);
+  if (!known || rest.length) throw new InputError(name && !known ? `flowrl example: no example '${name}'; ${USAGE}` : USAGE);
   if (!PACKAGE_ROOT) throw new InputError('flowrl example: this flowrl is not an installed package, so it has no examples to copy');
   const out = path.resolve(dir);
-  const wanted = [name, ...EXAMPLES[name].uses];
+  // What the example uses first, so a failure never leaves the example without it.
+  const wanted = [...EXAMPLES[name].uses, name];
+  fs.mkdirSync(out, { recursive: true });
   // The example asked for must not exist; one it uses that exists already is left as it is.
   if (fs.existsSync(path.join(out, name))) throw new InputError(`${path.join(out, name)} exists; nothing was written (give another DIR)`);
   const written: string[] = [];

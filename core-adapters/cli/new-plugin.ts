@@ -31,6 +31,9 @@ export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<st
         scripts: { build: 'tsc', prepare: 'tsc', test: 'node --import tsx --test test/*.test.ts' },
         // The host's own copies: a second inversify or tfjs in the plugin's folder would be a second engine.
         peerDependencies: { flowrl: hostRange, inversify: HOST_DEPENDENCIES.inversify, 'reflect-metadata': HOST_DEPENDENCIES['reflect-metadata'], '@tensorflow/tfjs': HOST_DEPENDENCIES['@tensorflow/tfjs'] },
+        // Optional, so npm installs none of them into the plugin's own folder: Node and tsc find the
+        // project's copies (where flowrl runs) by walking up.
+        peerDependenciesMeta: { flowrl: { optional: true }, inversify: { optional: true }, 'reflect-metadata': { optional: true }, '@tensorflow/tfjs': { optional: true } },
         devDependencies: { '@types/node': '^20.19.0', tsx: '^4.20.0', typescript: '^5.9.0 || ^6.0.0' },
       },
       null,

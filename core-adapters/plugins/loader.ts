@@ -11,7 +11,7 @@ import type { ScorerRegistry } from '../rewards/registry.js';
 import type { ToolRegistry } from '../tools/registry.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
-import { TOKENS, type TokenName } from '../tokens.js';
+import { OVERRIDABLE_BINDINGS, TOKENS, type TokenName } from '../tokens.js';
 import type { PluginManifest } from './manifest.js';
 
 /** The host's registries by name, where a plugin entry function adds its estimators, losses, scorers and tool classes. */
@@ -39,7 +39,10 @@ const HOST_RUNS_FROM_SOURCE = import.meta.url.endsWith('.ts');
 
 /** Whether this process can import .ts files: the host runs from source, or tsx is loaded. */
 function typeScriptLoads(): boolean {
-  return HOST_RUNS_FROM_SOURCE || [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((arg) => /(^|[=\s/])tsx(\/|$|\s|\b)/.test(arg));
+  if (HOST_RUNS_FROM_SOURCE) return true;
+  // --import/--loader/--require naming tsx (or tsx/esm, tsx/cjs), or tsx's own loader file by path.
+  const flags = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)].join(' ');
+  return /--(?:import|loader|experimental-loader|require)[=\s]+["']?tsx(?:\/[\w-]+)?["']?(?:\s|$)/.test(flags) || /[\\/]node_modules[\\/]tsx[\\/]/.test(flags);
 }
 
 function entryFile(manifest: PluginManifest): string {
@@ -50,7 +53,9 @@ function entryFile(manifest: PluginManifest): string {
   // A plugin inside this package (FlowRL's own) imports the host by relative path: its source would
   // load a second copy of a compiled host, so it follows the host (source with source, build with build).
   const insideHost = PACKAGE_ROOT !== '' && manifest.file.startsWith(PACKAGE_ROOT + path.sep);
-  const sourceRuns = insideHost ? HOST_RUNS_FROM_SOURCE : typeScriptLoads();
+  // An installed plugin (under node_modules) runs as published; only one being written loads its source.
+  const installed = manifest.file.split(path.sep).includes('node_modules');
+  const sourceRuns = insideHost ? HOST_RUNS_FROM_SOURCE : !installed && typeScriptLoads();
   if (source && (sourceRuns || !entry)) return source;
   if (entry) {
     // A build older than its source runs code the author has since changed: said, not silent.
@@ -186,6 +191,16 @@ export function orderByExtends(plugins: PluginManifest[]): PluginManifest[] {
   return ordered;
 }
 
+/** Whether `plugin` extends `base`, directly or through plugins it extends. */
+function extendsPlugin(plugin: PluginManifest, base: string, plugins: PluginManifest[], seen = new Set<string>()): boolean {
+  if (plugin.extends.includes(base)) return true;
+  seen.add(plugin.name);
+  return plugin.extends.some((name) => {
+    const next = plugins.find((p) => p.name === name);
+    return next !== undefined && !seen.has(name) && extendsPlugin(next, base, plugins, seen);
+  });
+}
+
 /** Which plugin replaced each host role, as plugins load (Theia's rule: a clash is an error, not an order). */
 export type RoleReplacements = Map<TokenName, PluginManifest>;
 
@@ -196,14 +211,17 @@ const ROLE_OF = new Map<unknown, TokenName>(Object.entries(TOKENS).map(([name, t
  * manifest's `overrides` does not list is refused, and replacing a role another plugin replaced is
  * an error naming both, unless this plugin declares that it extends that one.
  */
-export function guardedModule(module: ContainerModule, manifest: PluginManifest, replaced: RoleReplacements): ContainerModule {
+export function guardedModule(module: ContainerModule, manifest: PluginManifest, replaced: RoleReplacements, plugins: PluginManifest[] = [manifest]): ContainerModule {
   const check = (id: unknown, how: string) => {
     const role = ROLE_OF.get(id);
-    if (!role) return;
+    // Roles a manifest may declare; the others (Config, Tokenizer, ...) are not guarded.
+    if (!role || !OVERRIDABLE_BINDINGS.includes(role)) return;
     if (!manifest.overrides.includes(role)) throw new InputError(`${manifest.file}: its entry ${how}s ${role}, which 'overrides' does not list (overrides: [${manifest.overrides.join(', ')}]); add it there`);
     const earlier = replaced.get(role);
-    if (earlier && earlier !== manifest && !manifest.extends.includes(earlier.name)) {
-      throw new InputError(`plugins '${earlier.name}' (${earlier.file}) and '${manifest.name}' (${manifest.file}) both replace ${role}; only one can. If '${manifest.name}' builds on '${earlier.name}', declare "extends": ["${earlier.name}"] in its plugin.json`);
+    if (earlier && earlier !== manifest && !extendsPlugin(manifest, earlier.name, plugins)) {
+      throw new InputError(
+        `plugins '${earlier.name}' (${earlier.file}) and '${manifest.name}' (${manifest.file}) both replace ${role}; only one can. If one builds on the other, declare it in that one's plugin.json (e.g. "extends": ["${earlier.name}"] in '${manifest.name}'s); it then loads after the other and its ${role} is used`,
+      );
     }
     replaced.set(role, manifest);
   };

@@ -57,12 +57,16 @@ export class MlflowSink implements RunAwareSink {
     this.enqueue('starting the run', async () => {
       const t = this.config.trainer;
       this.runId = process.env.MLFLOW_RUN_ID || (await this.createRun(t.project_name, t.experiment_name));
+    });
+    // Params apart from the run: a resumed run (MLFLOW_RUN_ID) whose config changed is refused them
+    // (MLflow keeps a param's first value), and its metrics must still go.
+    this.enqueue('logging the config as params', async () => {
       // Keys that hold secrets (the servers' api_key, admin_api_key) are sent as set or not, never as values.
       const params = mlflowParams(this.config).map(([key, value]) => ({ key: mlflowKey(key), value: SECRET_KEY.test(key) && value !== 'null' ? '(set)' : value.slice(0, MAX_PARAM_VALUE_LENGTH) }));
-      // A key made twice by sanitising would be refused as a duplicate: the first one is kept.
+      // A key made twice by sanitising would be refused as a duplicate: the last one is kept.
       const unique = [...new Map(params.map((p) => [p.key, p])).values()];
       for (let i = 0; i < unique.length; i += MAX_PARAMS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, params: unique.slice(i, i + MAX_PARAMS_PER_BATCH) });
-    });
+    }, false);
   }
 
   log(step: number, metrics: Metrics): void {
@@ -90,20 +94,28 @@ export class MlflowSink implements RunAwareSink {
     } catch (e) {
       if (!(e as Error).message.includes('RESOURCE_DOES_NOT_EXIST')) throw e;
     }
-    id ??= ((await this.call('POST', 'experiments/create', { name: experiment })) as { experiment_id: string }).experiment_id;
+    if (id === undefined) {
+      try {
+        id = ((await this.call('POST', 'experiments/create', { name: experiment })) as { experiment_id: string }).experiment_id;
+      } catch (e) {
+        // Another run made it meanwhile (two first runs of a project at once): read it, as the mlflow package does.
+        if (!(e as Error).message.includes('RESOURCE_ALREADY_EXISTS')) throw e;
+        id = ((await this.call('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(experiment)}`)) as { experiment: { experiment_id: string } }).experiment.experiment_id;
+      }
+    }
     const run = (await this.call('POST', 'runs/create', { experiment_id: id, run_name: runName, start_time: Date.now(), tags: [{ key: 'mlflow.runName', value: runName }] })) as { run: { info: { run_id: string } } };
     return run.run.info.run_id;
   }
 
-  /** Queues `work` after what is queued; once anything fails for good, nothing more is sent. */
-  private enqueue(what: string, work: () => Promise<unknown>): void {
+  /** Queues `work` after what is queued; once something `fatal` fails for good, nothing more is sent. */
+  private enqueue(what: string, work: () => Promise<unknown>, fatal = true): void {
     this.queue = this.queue.then(async () => {
       if (this.failed) return;
       try {
         await work();
       } catch (e) {
-        this.failed = true;
-        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message}); the run goes on without MLflow`);
+        if (fatal) this.failed = true;
+        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message})${fatal ? '; the run goes on without MLflow' : ''}`);
       }
     });
   }

@@ -82,11 +82,35 @@ export async function readSftExamples(files: string[], tokenizer: TextTokenizer,
   return out;
 }
 
-/** A row's conversation: a non-empty list of {role, content} strings. */
+/**
+ * A row's conversation: a non-empty list of {role, content}. An assistant message's OpenAI-style
+ * `tool_calls` ([{function: {name, arguments}}], arguments an object or its JSON) become hermes
+ * calls after its content, the text the policy writes in rollouts (Qwen's template renders them so).
+ */
 function conversationOf(value: unknown, where: string): ChatMessage[] {
-  const ok = Array.isArray(value) && value.length > 0 && value.every((m) => typeof m?.role === 'string' && typeof m?.content === 'string');
-  if (!ok) throw new InputError(`${where} must hold a non-empty list of {role, content} messages with string contents`);
-  return (value as ChatMessage[]).map(({ role, content }) => ({ role, content }));
+  if (!Array.isArray(value) || value.length === 0) throw new InputError(`${where} must hold a non-empty list of {role, content} messages`);
+  return value.map((m: { role?: unknown; content?: unknown; tool_calls?: unknown }, i) => {
+    const at = `${where}[${i}]`;
+    if (typeof m?.role !== 'string') throw new InputError(`${at}: role must be a string`);
+    const content = m.content ?? '';
+    if (typeof content !== 'string') throw new InputError(`${at}: content must be a string`);
+    if (m.tool_calls === undefined || m.tool_calls === null) return { role: m.role, content };
+    if (m.role !== 'assistant' || !Array.isArray(m.tool_calls)) throw new InputError(`${at}: tool_calls must be a list, on an assistant message`);
+    const calls = m.tool_calls.map((call: { function?: { name?: unknown; arguments?: unknown } }, j) => {
+      const fn = call?.function;
+      if (typeof fn?.name !== 'string') throw new InputError(`${at}.tool_calls[${j}]: function.name must be a string`);
+      let args = fn.arguments ?? {};
+      if (typeof args === 'string') {
+        try {
+          args = JSON.parse(args);
+        } catch {
+          throw new InputError(`${at}.tool_calls[${j}]: function.arguments is not JSON`);
+        }
+      }
+      return `<tool_call>${JSON.stringify({ name: fn.name, arguments: args })}</tool_call>`;
+    });
+    return { role: m.role, content: content + calls.join('') };
+  });
 }
 
 /**

@@ -89,6 +89,9 @@ export function tensorboardDir(config: Config): string {
   return process.env.TENSORBOARD_DIR ?? path.join('tensorboard_log', config.trainer.project_name, config.trainer.experiment_name);
 }
 
+/** Event files this process started (the name's last part: two runs in one second never share a file). */
+let eventFiles = 0;
+
 @injectable()
 export class TensorBoardSink implements RunAwareSink {
   private file?: string;
@@ -99,7 +102,7 @@ export class TensorBoardSink implements RunAwareSink {
   begin(): void {
     const dir = tensorboardDir(this.config);
     // A new file per start (as SummaryWriter does): TensorBoard reads every events file in the directory.
-    this.file = path.join(dir, `events.out.tfevents.${Math.floor(Date.now() / 1000)}.${os.hostname()}.${process.pid}.0`);
+    this.file = path.join(dir, `events.out.tfevents.${Math.floor(Date.now() / 1000)}.${os.hostname()}.${process.pid}.${eventFiles++}`);
     this.write(() => {
       fs.mkdirSync(dir, { recursive: true });
       fs.writeFileSync(this.file!, tfRecord(encodeEvent({ wallTime: Date.now() / 1000, fileVersion: EVENT_FILE_VERSION })));

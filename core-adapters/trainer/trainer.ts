@@ -760,10 +760,17 @@ const SINK_FLUSH_SECONDS = 30;
 
 async function flushSinks(sinks: MetricsSink[]): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<void>((resolve) => (timer = setTimeout(() => {
-    console.warn(`[flowrl] a tracker had not sent everything after ${SINK_FLUSH_SECONDS} s; the run ends without waiting for it`);
-    resolve();
-  }, SINK_FLUSH_SECONDS * 1000)));
-  await Promise.race([Promise.all(sinks.map((s) => s.flush?.())), late]);
-  clearTimeout(timer);
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      console.warn(`[flowrl] a tracker had not sent everything after ${SINK_FLUSH_SECONDS} s; the run ends without waiting for it`);
+      resolve();
+    }, SINK_FLUSH_SECONDS * 1000);
+    timer.unref();
+  });
+  try {
+    // A sink that fails to flush costs its own data, not the finished run.
+    await Promise.race([Promise.allSettled(sinks.map(async (s) => s.flush?.())), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
