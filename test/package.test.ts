@@ -36,8 +36,8 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     // The host's copies are peers (one engine), the build is what ships, and it builds on install.
     const host = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> };
     for (const name of ['inversify', 'reflect-metadata', '@tensorflow/tfjs']) expect(manifest.peerDependencies[name], name).to.equal(host.peerDependencies[name]);
-    expect(manifest.files).to.include.members(['dist/index.js', 'plugin.json']).and.not.include('runs');
-    expect(manifest.scripts).to.include({ prepare: 'tsc' }).and.not.have.property('train');
+    expect(manifest.files).to.include.members(['dist', 'plugin.json']).and.not.include('runs');
+    expect(manifest.scripts).to.include({ prepack: 'tsc' }).and.not.have.property('train');
     expect(manifest.devDependencies).to.include.keys('typescript', 'tsx');
     expect(fs.readdirSync(project)).to.include.members(Object.keys(pluginFiles('acme-rloo')).filter((f) => !f.includes('/')));
     expectOk(await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], project), 'npm install (the scaffold dependencies)');
@@ -62,7 +62,8 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expect(trained.stderr).to.include('acme-rloo@0.1.0 (index.ts)');
     // A build older than the source the author edits: the tsx route loads the source; without tsx
     // the build runs and a warning says it is stale.
-    // prepare built dist/ on install; overwritten with an older stand-in.
+    expectOk(await run('npm', ['run', 'build'], project), 'npm run build (the plugin)');
+    // The build, overwritten with an older stand-in.
     expect(fs.existsSync(path.join(project, 'dist', 'index.js'))).to.equal(true);
     fs.writeFileSync(path.join(project, 'dist', 'index.js'), "import { ContainerModule } from 'inversify';\nexport default new ContainerModule(() => {});\n");
     const old = new Date(Date.now() - 3_600_000);
@@ -87,6 +88,7 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expectOk(pluginRun, 'the copied custom-plugin example trains');
     expect(pluginRun.stderr).to.include('short-answers@0.1.0 (custom-plugin/index.ts)').and.include('replaced: RewardManager by short-answers');
     // What the plugin would publish: small, no run directories or tests.
+    fs.rmSync(path.join(project, 'dist', 'test'), { recursive: true, force: true });
     const pluginPack = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], project);
     expectOk(pluginPack, 'npm pack of the plugin');
     const [{ files }] = JSON.parse(pluginPack.stdout) as { files: { path: string }[] }[];

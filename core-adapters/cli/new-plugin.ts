@@ -27,8 +27,9 @@ export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<st
         type: 'module',
         exports: { '.': './dist/index.js', './plugin.json': './plugin.json' },
         // What `npm pack` ships: the build, the manifest, the source for tsx users (not runs/ or tests).
-        files: ['dist/index.js', 'index.ts', 'plugin.json', 'README.md'],
-        scripts: { build: 'tsc', prepare: 'tsc', test: 'node --import tsx --test test/*.test.ts' },
+        files: ['dist', '!dist/test', 'index.ts', 'plugin.json', 'README.md'],
+        // Built when packed (prepack), not on every install: a production install has no TypeScript.
+        scripts: { build: 'tsc', prepack: 'tsc', test: 'node --import tsx --test test/*.test.ts' },
         // The host's own copies: a second inversify or tfjs in the plugin's folder would be a second engine.
         peerDependencies: { flowrl: hostRange, inversify: HOST_DEPENDENCIES.inversify, 'reflect-metadata': HOST_DEPENDENCIES['reflect-metadata'], '@tensorflow/tfjs': HOST_DEPENDENCIES['@tensorflow/tfjs'] },
         // Optional, so npm installs none of them into the plugin's own folder: Node and tsc find the
@@ -133,7 +134,7 @@ A [flowrl](https://www.npmjs.com/package/flowrl) plugin, as \`flowrl new-plugin\
 algorithm \`${id}_rloo\` (REINFORCE with a leave-one-out baseline).
 
 \`\`\`sh
-npm install            # installs tsx and typescript (dev), then builds dist/ (prepare)
+npm install            # installs tsx and typescript (dev); npm run build writes dist/ (npm pack does too)
 npm test               # the estimator's unit test (node's test runner under tsx)
 npx tsc --noEmit       # type check
 \`\`\`
