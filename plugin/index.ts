@@ -19,7 +19,7 @@ import { FlowRewardShaper } from './rlfr/shaper.js';
 export const ALGORITHM = 'flowrl';
 
 export default function flowrlPlugin(context: PluginContext): ContainerModule {
-  return new ContainerModule(({ bind, rebind, onActivation }) => {
+  return new ContainerModule(({ bind, rebind }) => {
     bind(TOKENS.Command).to(FlowPretrainCommand).inSingletonScope();
     if (flowRewardConfig(context.config).enable) bind(TOKENS.RewardShaper).to(FlowRewardShaper).inSingletonScope();
     const flowrl = context.config.algorithm.name === ALGORITHM;
@@ -28,13 +28,6 @@ export default function flowrlPlugin(context: PluginContext): ContainerModule {
     rebind(TOKENS.Worker).to(flowrl ? FlowRLWorker : OffPolicyRowsWorker).inSingletonScope();
     rebind(TOKENS.Trainer).to(flowrl ? FlowRLTrainer : OffPolicyRowsTrainer).inSingletonScope();
     bind(FLOWRL_REPLAY).toDynamicValue(() => new CorrectReplay(flowrlConfig(context.config).replay_capacity)).inSingletonScope();
-    // A plugin that extends this one may replace the Trainer with one that makes no off-policy rows.
-    onActivation(TOKENS.Trainer, (_context, trainer) => {
-      if (usesOffPolicyRows(flowrlConfig(context.config)) && !(trainer instanceof OffPolicyRowsTrainer)) {
-        console.warn('[flowrl] flowrl.replay_samples / reference_samples / explore_temperature are set, but the Trainer bound is not the FlowRL plugin\'s (another plugin replaced it): no off-policy rows are made');
-      }
-      return trainer;
-    });
   });
 }
 

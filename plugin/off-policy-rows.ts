@@ -18,9 +18,17 @@ type RowSource = 'policy' | 'explore' | 'reference' | 'replay';
 export class OffPolicyRowsWorker extends ActorRolloutRefWorker {
   @inject(FLOWRL_REPLAY) protected readonly replay!: CorrectReplay;
 
+  private warnedNoRows = false;
+
   /** With flowrl.replay_samples (or explore_temperature, which reads which prompts are solved), the batch's correct answers join the replay before the update. */
   override updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
-    if (usesReplay(flowrlConfig(this.config))) this.replay.record(batch);
+    const flowrl = flowrlConfig(this.config);
+    // OffPolicyRowsTrainer marks every row's source; a Trainer another plugin bound (one that extends this one) makes no rows.
+    if (usesOffPolicyRows(flowrl) && !batch.has('source') && !this.warnedNoRows) {
+      this.warnedNoRows = true;
+      console.warn("[flowrl] flowrl.replay_samples / reference_samples / explore_temperature are set, but the Trainer is not the FlowRL plugin's (another plugin replaced it): no off-policy rows are made");
+    }
+    if (usesReplay(flowrl)) this.replay.record(batch);
     return super.updateActor(batch, listeners);
   }
 

@@ -236,17 +236,6 @@ describe('plugins', () => {
       expect(host.container.get(TOKENS.Trainer)).to.be.instanceOf(CountingTrainer);
       expect(Object.fromEntries([...host.replacements].map(([role, p]) => [role, p.name]))).to.deep.equal({ Actor: 'flowrl', Worker: 'flowrl', Trainer: 'own-trainer-extends' });
       await expectHostError(configWith([extender]), {}, "extends 'flowrl', which is not registered");
-      // FlowRL's off-policy rows asked for, under a Trainer that makes none: said, not silent.
-      const rows = await createHost(configWith([extender, FLOWRL], flowrlConfig), { overrides: ['flowrl.replay_samples=1'], skipEngine: true });
-      const warnings: string[] = [];
-      const warn = console.warn;
-      console.warn = (line: string) => warnings.push(line);
-      try {
-        rows.container.get(TOKENS.Trainer);
-      } finally {
-        console.warn = warn;
-      }
-      expect(warnings.join('\n')).to.contain('no off-policy rows are made');
     });
 
     it('a rebind the manifest does not declare in overrides is refused', async () => {
