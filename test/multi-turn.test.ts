@@ -18,6 +18,7 @@ import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
 import type { Tool } from '../core-adapters/tools/tool.js';
 import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 import { packSequences, responseLogProbs } from '../core-adapters/model/logprobs.js';
+import { MIN_SAMPLING_ROWS_PER_THREAD } from '../core-adapters/model/generate.js';
 import { maskedNll } from '../core-adapters/model/train-step.js';
 import { readSftExamples, runSft } from '../core-adapters/trainer/sft.js';
 import { startServer } from './serve-helpers.js';
@@ -345,6 +346,19 @@ describe('multi-turn rollouts: local sampling and training', function () {
       expect(zeros > 0, `row ${row}: tool tokens`).to.equal(toolRow);
     }
     expect(a.meta.metrics).to.have.property('agent_loop/tool_calls/mean').above(0);
+    // Two threads: the pool samples a turn's rows in shards (from 2 x MIN_SAMPLING_ROWS_PER_THREAD rows), each row with its own seed and budget: the same conversations as one thread.
+    const many = promptBatch(dataset.train, 'y').repeat(2 * MIN_SAMPLING_ROWS_PER_THREAD / dataset.train.length, true);
+    const pooled = await createHost(configFor(tempDir(), 'grpo'), { overrides: ['engine.workers=2'], quiet: true });
+    forceToolCalls(pooled.container.get(MultiTurn), tokenizer);
+    const pooledWorker = pooled.container.get<Worker>(TOKENS.Worker);
+    await pooledWorker.init();
+    const short = { ...sampling, maxNewTokens: 100 };
+    const [one, two] = [await worker.generateSequences(many, short), await pooledWorker.generateSequences(many, short)];
+    expect(Array.from(two.tensor('responses').data)).to.deep.equal(Array.from(one.tensor('responses').data));
+    expect(Array.from(two.tensor('response_mask').data)).to.deep.equal(Array.from(one.tensor('response_mask').data));
+    expect(Math.max(...two.column<number>('num_turns'))).to.be.at.least(4);
+    [one, two].forEach((b) => b.dispose());
+    pooledWorker.dispose();
     expect((a.column<Record<string, unknown>>('extra_info')[0])).to.have.keys('index', 'tool_rewards', 'num_turns');
     a.dispose();
     b.dispose();
