@@ -28,6 +28,7 @@ import { LocalCheckpointStore } from './trainer/checkpoints.js';
 import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
 import { TensorBoardSink } from './trainer/tensorboard.js';
 import { mlflowBase, MlflowSink } from './trainer/mlflow.js';
+import { wandbSdk, WandbSink } from './trainer/wandb.js';
 import { RLTrainer } from './trainer/trainer.js';
 import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 import { ValueCritic } from './workers/critic.js';
@@ -100,6 +101,8 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
       mlflowBase(); // a missing or local-store MLFLOW_TRACKING_URI is found now
       bind(TOKENS.MetricsSink).to(MlflowSink).inSingletonScope();
     }
+    // The SDK, a key and a mode it can serve are found now; WANDB_MODE=disabled sends nothing.
+    if (loggers.includes('wandb') && wandbSdk()) bind(TOKENS.MetricsSink).to(WandbSink).inSingletonScope();
   });
 }
 
@@ -132,14 +135,17 @@ export function readPluginManifests(entries: string[], configFile: string): Plug
 }
 
 /** verl's trainer.logger backends this host writes; metrics.jsonl ('file') is written whatever the list. */
-const TRACKERS = ['console', 'file', 'tensorboard', 'mlflow'];
+const TRACKERS = ['console', 'file', 'tensorboard', 'mlflow', 'wandb'];
 
 /** trainer.logger as a list, each name checked (verl's other backends are named as not built). */
 function trackers(config: Config): string[] {
   // A name given twice is one tracker, not two.
-  const names = [...new Set(([] as string[]).concat(config.trainer.logger))];
+  const given = ([] as string[]).concat(config.trainer.logger);
+  // verl's deprecated name for wandb, taken as verl takes it.
+  if (given.includes('tracking')) console.warn("[flowrl] trainer.logger: 'tracking' is deprecated (as in verl); use wandb");
+  const names = [...new Set(given.map((name) => (name === 'tracking' ? 'wandb' : name)))];
   for (const name of names) {
-    if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['wandb', 'swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight', 'tracking'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
+    if (!TRACKERS.includes(name)) throw new InputError(`trainer.logger: '${name}' is not a tracker this host writes (${TRACKERS.join(', ')})${['swanlab', 'clearml', 'trackio', 'vemlp_wandb', 'rl_insight'].includes(name) ? `; verl's ${name} backend is not built here yet` : ''}`);
   }
   return names;
 }

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { createHost, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { encodeEvent, readEventFile, tfRecord } from '../core-adapters/trainer/tensorboard.js';
 import { mlflowKey, mlflowParams } from '../core-adapters/trainer/mlflow.js';
+import { parse, type OperationDefinitionNode, type FieldNode, type ObjectValueNode } from 'graphql';
 import { expectInputErrorAsync, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
 
 interface FixtureEvent {
@@ -103,7 +104,7 @@ describe('trainer.logger: TensorBoard event files', function () {
   });
 
   it('a tracker this host does not write is refused naming it', async () => {
-    await expectInputErrorAsync(createHost(writeCountdownConfig(tempDir()), { overrides: ['trainer.logger=[console,wandb]'], skipEngine: true }), "trainer.logger: 'wandb' is not a tracker this host writes", "verl's wandb backend is not built here yet");
+    await expectInputErrorAsync(createHost(writeCountdownConfig(tempDir()), { overrides: ['trainer.logger=[console,swanlab]'], skipEngine: true }), "trainer.logger: 'swanlab' is not a tracker this host writes", "verl's swanlab backend is not built here yet");
   });
 });
 
@@ -113,7 +114,7 @@ describe('trainer.logger: TensorBoard event files', function () {
  * param keys, numeric values, non-negative millisecond timestamps); `fail` makes every request answer 500.
  */
 async function fakeMlflow(options: { fail?: boolean } = {}) {
-  const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), problems: [] as string[], requests: 0 };
+  const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), artifacts: new Map<string, string>(), problems: [] as string[], requests: 0 };
   const keyOk = (k: unknown) => typeof k === 'string' && /^[/\w.\- :]*$/.test(k) && k.length <= 250;
   const server = http.createServer((req, res) => {
     let body = '';
@@ -126,6 +127,11 @@ async function fakeMlflow(options: { fail?: boolean } = {}) {
       // The routes' JSON bodies, read field by field below.
       const json = (body ? JSON.parse(body) : {}) as { name: string; experiment_id: string; run_name: string; run_id: string; status: string; metrics?: { key: string; value: number; step: number; timestamp: number }[]; params?: { key: string; value: string }[] };
       const route = `${req.method} ${url.pathname}`;
+      // The proxied artifact store (mlflow server --serve-artifacts): a run's files under its artifact URI's path.
+      if (req.method === 'PUT' && url.pathname.startsWith('/api/2.0/mlflow-artifacts/artifacts/')) {
+        state.artifacts.set(url.pathname.slice('/api/2.0/mlflow-artifacts/artifacts/'.length), body);
+        return send(200, {});
+      }
       if (route === 'GET /api/2.0/mlflow/experiments/get-by-name') {
         const id = state.experiments.get(url.searchParams.get('experiment_name')!);
         return id ? send(200, { experiment: { experiment_id: id } }) : send(404, { error_code: 'RESOURCE_DOES_NOT_EXIST' });
@@ -139,7 +145,7 @@ async function fakeMlflow(options: { fail?: boolean } = {}) {
         if (!state.experiments.has([...state.experiments].find(([, id]) => id === json.experiment_id)?.[0] ?? '')) state.problems.push('runs/create: unknown experiment_id');
         const id = `run${state.runs.size + 1}`;
         state.runs.set(id, { name: json.run_name, status: 'RUNNING', params: new Map(), metrics: [] });
-        return send(200, { run: { info: { run_id: id } } });
+        return send(200, { run: { info: { run_id: id, artifact_uri: `mlflow-artifacts:/${json.experiment_id}/${id}/artifacts` } } });
       }
       const run = state.runs.get(json.run_id);
       if (!run) return send(404, { error_code: 'RESOURCE_DOES_NOT_EXIST' });
@@ -178,7 +184,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
   });
 
   async function train(dir: string, steps = 3) {
-    const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'mlflow'], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
+    const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'mlflow'], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps, log_val_generations: 2 }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
     const trainer = host.container.get<Trainer>(TOKENS.Trainer);
     await trainer.fit();
     trainer.dispose();
@@ -211,6 +217,14 @@ describe('trainer.logger: MLflow over its REST API', function () {
         expect(sent, `step ${metrics.step}`).to.deep.equal(expected);
       }
       expect(run.metrics.some((m) => m.key === 'val/pass_at_1')).to.equal(true);
+      // verl's generations artifact: val_step<step>.json at the run's artifact root, the logged samples as {input, output, score}.
+      const generations = fs.readFileSync(path.join(dir, 'run', 'val_generations.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; prompt: string; response: string; score: number });
+      expect([...mlflow.state.artifacts.keys()]).to.deep.equal(['1/run1/artifacts/val_step0.json', '1/run1/artifacts/val_step3.json']);
+      for (const step of [0, 3]) {
+        const logged = generations.filter((g) => g.step === step).map((g) => ({ input: g.prompt, output: g.response, score: g.score }));
+        expect(logged).to.have.length(2);
+        expect(JSON.parse(mlflow.state.artifacts.get(`1/run1/artifacts/val_step${step}.json`)!)).to.deep.equal(logged);
+      }
     } finally {
       await mlflow.close();
     }
@@ -235,5 +249,144 @@ describe('trainer.logger: MLflow over its REST API', function () {
     for (const w of warnings) expect(w).to.contain('trainer.logger mlflow: starting the run failed').and.contain('the run goes on without MLflow');
     process.env.MLFLOW_TRACKING_URI = 'sqlite:////tmp/mlruns.db';
     await expectInputErrorAsync(createHost(writeCountdownConfig(tempDir(), { trainer: { logger: 'mlflow' } }), { skipEngine: true }), 'set MLFLOW_TRACKING_URI to an MLflow tracking server', "'sqlite:////tmp/mlruns.db'");
+  });
+});
+
+/** The upsertBucket input fields W&B's own clients send (wandb v0.28.2, core/api/graphql/mutation_run.graphql). */
+const UPSERT_BUCKET_INPUT = ['id', 'name', 'groupName', 'modelName', 'entityName', 'description', 'displayName', 'notes', 'config', 'commit', 'host', 'debug', 'jobProgram', 'jobRepo', 'jobType', 'state', 'sweep', 'tags', 'summaryMetrics'];
+const WANDB_KEY = 'k'.repeat(40);
+
+/**
+ * A fake W&B server: the GraphQL queries a run makes (Viewer, UpsertBucket), each parsed by the
+ * graphql package and its input fields checked against what W&B's clients send, and the file
+ * stream (wandb v0.28.2 core/internal/filestream/filestreamrequest.go: {files: {name: {offset,
+ * content}}}, then {complete, exitcode}), each history chunk's offset checked to follow the last;
+ * every request must carry the key as Basic api:KEY. `refuse` answers the run's upsert with that status.
+ */
+async function fakeWandb(options: { refuse?: number } = {}) {
+  type WandbRun = { project: string; entity: string; displayName: string; config: Record<string, { value: unknown }>; history: Record<string, number>[]; summary?: Record<string, number>; exitcode?: number };
+  const state = { runs: new Map<string, WandbRun>(), problems: [] as string[], requests: 0 };
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      state.requests += 1;
+      const send = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      if (req.headers.authorization !== `Basic ${Buffer.from(`api:${WANDB_KEY}`).toString('base64')}`) state.problems.push(`${req.url}: authorization ${req.headers.authorization}`);
+      const json = JSON.parse(body || '{}') as { query?: string; variables?: Record<string, string>; files?: Record<string, { offset: number; content: string[] }>; complete?: boolean; exitcode?: number };
+      if (req.method === 'POST' && req.url === '/graphql') {
+        let operation: OperationDefinitionNode;
+        try {
+          operation = parse(json.query!).definitions[0] as OperationDefinitionNode;
+        } catch (e) {
+          state.problems.push(`graphql: ${(e as Error).message}`);
+          return send(400, { errors: [{ message: 'syntax' }] });
+        }
+        if (operation.name?.value === 'Viewer') return send(200, { data: { viewer: { id: 'u1', entity: 'fake-entity', flags: '{}', teams: { edges: [] } } } });
+        if (operation.name?.value === 'UpsertBucket') {
+          const field = operation.selectionSet.selections[0] as FieldNode;
+          const input = field.arguments?.find((a) => a.name.value === 'input')?.value as ObjectValueNode;
+          const unknown = input.fields.map((f) => f.name.value).filter((f) => !UPSERT_BUCKET_INPUT.includes(f));
+          if (field.name.value !== 'upsertBucket' || unknown.length) state.problems.push(`upsertBucket input: ${unknown}`);
+          if (options.refuse) return send(options.refuse, { errors: [{ message: 'permission denied' }] });
+          const v = json.variables!;
+          const config = JSON.parse(v.config) as Record<string, { value: unknown }>;
+          if (!v.name || Object.values(config).some((entry) => !entry || typeof entry !== 'object' || !('value' in entry))) state.problems.push(`upsert: run name ${v.name}, config not in W&B's {desc, value} form`);
+          state.runs.set(v.name, { project: v.project, entity: v.entity, displayName: v.displayName, config, history: [] });
+          return send(200, { data: { upsertBucket: { bucket: { id: 'b1', name: v.name, displayName: v.displayName, description: null, config: v.config, sweepName: null, project: { id: 'p1', name: v.project, entity: { id: 'e1', name: v.entity } } }, inserted: true } } });
+        }
+        state.problems.push(`graphql operation ${operation.name?.value}`);
+        return send(400, { errors: [{ message: 'unknown operation' }] });
+      }
+      const stream = /^\/files\/([^/]+)\/([^/]+)\/([^/]+)\/file_stream$/.exec(req.url ?? '');
+      const run = stream && state.runs.get(stream[3]);
+      if (req.method !== 'POST' || !run || run.entity !== stream[1] || run.project !== stream[2]) {
+        state.problems.push(`unexpected ${req.method} ${req.url}`);
+        return send(404, {});
+      }
+      if (json.complete) run.exitcode = json.exitcode;
+      for (const [name, chunk] of Object.entries(json.files ?? {})) {
+        if (name === 'wandb-history.jsonl') {
+          if (chunk.offset !== run.history.length) state.problems.push(`history offset ${chunk.offset} after ${run.history.length} lines`);
+          run.history.push(...chunk.content.map((line) => JSON.parse(line) as Record<string, number>));
+        } else if (name === 'wandb-summary.json' && chunk.offset === 0 && chunk.content.length === 1) run.summary = JSON.parse(chunk.content[0]) as Record<string, number>;
+        else state.problems.push(`file ${name} at ${chunk.offset}`);
+      }
+      send(200, {});
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { state, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+describe("trainer.logger: W&B through its JavaScript SDK", function () {
+  this.timeout(120_000);
+  const saved = { ...process.env };
+  afterEach(() => {
+    for (const key of ['WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_MODE', 'WANDB_ENTITY', 'HOME']) if (saved[key] === undefined) delete process.env[key];
+    else process.env[key] = saved[key];
+  });
+
+  async function train(dir: string, steps = 3) {
+    const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'wandb'], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
+    const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+    await trainer.fit();
+    trainer.dispose();
+  }
+
+  it('a run: named after the experiment in the project, the config in W&B\'s form with secrets left out, every step of metrics.jsonl in the history at its step, the run complete; every request valid', async () => {
+    const wandb = await fakeWandb();
+    Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: wandb.url });
+    try {
+      const dir = tempDir();
+      await train(dir);
+      expect(wandb.state.problems).to.deep.equal([]);
+      const [run] = [...wandb.state.runs.values()];
+      expect(run).to.include({ project: 'countdown', entity: 'fake-entity', displayName: 'grpo-seed3', exitcode: 0 });
+      expect((run.config.algorithm.value as { name: string }).name).to.equal('grpo');
+      expect(JSON.stringify(run.config)).to.contain('"api_key":"(set)"').and.not.contain('sk-secret');
+      const logged = readRunMetrics(path.join(dir, 'run'));
+      expect(run.history.map((h) => h._step)).to.deep.equal(logged.map((m) => m.step));
+      for (const [i, metrics] of logged.entries()) {
+        const { _step, _runtime, _timestamp, ...sent } = run.history[i];
+        expect(_runtime).to.be.a('number');
+        expect(_timestamp).to.be.a('number');
+        expect(sent, `step ${_step}`).to.deep.equal(Object.fromEntries(Object.entries(metrics).filter(([k, v]) => k !== 'step' && Number.isFinite(v))));
+      }
+      expect(run.history.some((h) => 'val/pass@1' in h)).to.equal(true);
+      expect(run.summary?._step).to.equal(logged[logged.length - 1].step);
+    } finally {
+      await wandb.close();
+    }
+  });
+
+  it('a server that refuses the run or is down costs one warning and the run finishes; a missing key, a missing mode and offline mode are refused before training', async () => {
+    const refusing = await fakeWandb({ refuse: 403 });
+    const warnings: string[] = [];
+    const warn = console.warn;
+    console.warn = (line: string) => warnings.push(line);
+    const quiet = console.error;
+    console.error = () => {};
+    try {
+      Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: refusing.url });
+      await train(tempDir(), 2);
+      process.env.WANDB_BASE_URL = 'http://127.0.0.1:9'; // nothing listens
+      await train(tempDir(), 2);
+    } finally {
+      console.warn = warn;
+      console.error = quiet;
+      await refusing.close();
+    }
+    expect(warnings).to.have.length(2);
+    expect(warnings[0]).to.contain('trainer.logger wandb: Failed to upsert run; the run goes on without W&B');
+    expect(warnings[1]).to.contain('trainer.logger wandb: Unable to determine default entity; the run goes on without W&B');
+    delete process.env.WANDB_API_KEY;
+    process.env.HOME = tempDir(); // no ~/.netrc
+    const config = writeCountdownConfig(tempDir(), { trainer: { logger: 'wandb' } });
+    await expectInputErrorAsync(createHost(config, { skipEngine: true }), 'trainer.logger wandb: set WANDB_API_KEY', '127.0.0.1:9');
+    process.env.WANDB_MODE = 'offline';
+    await expectInputErrorAsync(createHost(config, { skipEngine: true }), 'WANDB_MODE=offline is not served by', 'WANDB_MODE=disabled');
+    process.env.WANDB_MODE = 'disabled';
+    await createHost(config, { skipEngine: true });
   });
 });

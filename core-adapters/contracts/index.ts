@@ -210,6 +210,8 @@ export interface MetricsSink {
   close(): void;
   /** A sink that sends in the background: resolves once what it was given is sent (the trainer waits, bounded). */
   flush?(): Promise<void>;
+  /** The trainer stopped waiting for flush(): drop what is left and hold nothing open. */
+  abandon?(): void;
   /** trainer.log_val_generations: the validation's logged samples (verl logs them as a table or text where the tracker can). */
   logGenerations?(step: number, generations: { prompt: string; response: string; score: number }[]): void;
 }

@@ -15,6 +15,16 @@ export interface RunAwareSink extends MetricsSink {
   begin(info: { startStep: number; totalSteps: number; resumed: boolean; stepMetrics?: Metrics }): void;
 }
 
+/** Config keys whose values are secrets (the servers' api_key, admin_api_key): trackers get '(set)', never the value. */
+export const SECRET_KEY = /(api_key|token|password|secret)$/i;
+
+/** A copy of a config tree with every secret's value (when set) replaced by '(set)'. */
+export function redactSecrets(tree: unknown): unknown {
+  if (Array.isArray(tree)) return tree.map(redactSecrets);
+  if (!tree || typeof tree !== 'object') return tree;
+  return Object.fromEntries(Object.entries(tree).map(([key, value]) => [key, SECRET_KEY.test(key) && value !== null && value !== undefined && typeof value !== 'object' ? '(set)' : redactSecrets(value)]));
+}
+
 export function isRunAware(sink: MetricsSink): sink is RunAwareSink {
   return typeof (sink as RunAwareSink).begin === 'function';
 }

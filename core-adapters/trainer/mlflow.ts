@@ -6,12 +6,15 @@
 // Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
 // API at /api/2.0/mlflow). Requests go out in order in the background; a step never waits for one.
 // A request is tried 3 times (verl's MLFLOW_MAX_ATTEMPTS); a tracker that fails costs a warning.
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { inject, injectable } from 'inversify';
 import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { TOKENS } from '../tokens.js';
-import type { RunAwareSink } from './metrics.js';
+import { SECRET_KEY, type RunAwareSink } from './metrics.js';
 
 const ATTEMPTS = 3;
 const REQUEST_TIMEOUT_MS = 10_000;
@@ -19,7 +22,6 @@ const MAX_METRICS_PER_BATCH = 1000;
 const MAX_PARAMS_PER_BATCH = 100;
 const MAX_PARAM_VALUE_LENGTH = 6000;
 const MAX_KEY_LENGTH = 250;
-const SECRET_KEY = /(api_key|token|password|secret)$/i;
 
 /** verl's _sanitize_key: '@' becomes '_at_', runs of '/' one '/', any character but [/\w.\- :] '_'. */
 export function mlflowKey(key: string): string {
@@ -47,6 +49,8 @@ export class MlflowSink implements RunAwareSink {
   private readonly base: string;
   private queue: Promise<unknown> = Promise.resolve();
   private runId?: string;
+  private artifactUri?: string;
+  private generationsOff = false;
   private failed = false;
 
   constructor(@inject(TOKENS.Config) private readonly config: Config) {
@@ -78,6 +82,39 @@ export class MlflowSink implements RunAwareSink {
     });
   }
 
+  /**
+   * trainer.log_val_generations: verl's log_generations_to_mlflow, an artifact val_step<step>.json at
+   * the run's artifact root holding [{input, output, score}]. Over REST that reaches the server's
+   * proxied store (an artifact URI mlflow-artifacts:/..., PUT to /api/2.0/mlflow-artifacts/artifacts/...,
+   * as mlflow/store/artifact/mlflow_artifacts_repo.py resolves it) or a local directory; another
+   * store (s3://, gs://, ...) needs its own client, which costs one warning.
+   */
+  logGenerations(step: number, generations: { prompt: string; response: string; score: number }[]): void {
+    const file = `val_step${step}.json`;
+    const body = JSON.stringify(generations.map((g) => ({ input: g.prompt, output: g.response, score: g.score })));
+    this.enqueue(`logging step ${step}'s generations`, async () => {
+      if (this.generationsOff) return;
+      // One warning, not one a validation: the first failure stops the rest.
+      this.generationsOff = true;
+      if (this.artifactUri === undefined) this.artifactUri = ((await this.call('GET', `runs/get?run_id=${encodeURIComponent(this.runId!)}`)) as { run: { info: { artifact_uri: string } } }).run.info.artifact_uri;
+      const uri = this.artifactUri;
+      if (uri.startsWith('mlflow-artifacts:')) {
+        const parsed = new URL(uri);
+        const tracking = new URL(this.base);
+        const root = `${tracking.protocol}//${parsed.host || tracking.host}${tracking.pathname.replace(/\/api\/2\.0\/mlflow$/, '')}`;
+        await this.request('PUT', `${root}/api/2.0/mlflow-artifacts/artifacts/${`${parsed.pathname}/${file}`.replace(/^\/+/, '').replace(/\/\/+/g, '/')}`, body);
+      } else if (uri.startsWith('file:') || uri.startsWith('/')) {
+        const dir = uri.startsWith('file:') ? fileURLToPath(uri) : uri;
+        if (!fs.existsSync(dir) && !fs.existsSync(path.dirname(dir))) throw new Error(`the run's artifact directory ${dir} is not on this machine`);
+        fs.mkdirSync(dir, { recursive: true });
+        fs.writeFileSync(path.join(dir, file), body);
+      } else {
+        throw new Error(`the run's artifact store ${uri} is not reachable over MLflow's REST API; the generations stay in val_generations.jsonl`);
+      }
+      this.generationsOff = false;
+    }, false);
+  }
+
   close(): void {
     this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status: 'FINISHED', end_time: Date.now() }));
   }
@@ -85,6 +122,11 @@ export class MlflowSink implements RunAwareSink {
   /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */
   async flush(): Promise<void> {
     await this.queue;
+  }
+
+  /** Sends nothing more (the trainer stopped waiting); a request under way ends with its time-out. */
+  abandon(): void {
+    this.failed = true;
   }
 
   private async createRun(experiment: string, runName: string): Promise<string> {
@@ -103,7 +145,8 @@ export class MlflowSink implements RunAwareSink {
         id = ((await this.call('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(experiment)}`)) as { experiment: { experiment_id: string } }).experiment.experiment_id;
       }
     }
-    const run = (await this.call('POST', 'runs/create', { experiment_id: id, run_name: runName, start_time: Date.now(), tags: [{ key: 'mlflow.runName', value: runName }] })) as { run: { info: { run_id: string } } };
+    const run = (await this.call('POST', 'runs/create', { experiment_id: id, run_name: runName, start_time: Date.now(), tags: [{ key: 'mlflow.runName', value: runName }] })) as { run: { info: { run_id: string; artifact_uri?: string } } };
+    this.artifactUri = run.run.info.artifact_uri;
     return run.run.info.run_id;
   }
 
@@ -120,14 +163,19 @@ export class MlflowSink implements RunAwareSink {
     });
   }
 
-  private async call(method: 'GET' | 'POST', route: string, body?: unknown): Promise<unknown> {
+  private call(method: 'GET' | 'POST', route: string, body?: unknown): Promise<unknown> {
+    return this.request(method, `${this.base}/${route}`, body === undefined ? undefined : JSON.stringify(body));
+  }
+
+  private async request(method: 'GET' | 'POST' | 'PUT', url: string, body?: string): Promise<unknown> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (process.env.MLFLOW_TRACKING_TOKEN) headers.authorization = `Bearer ${process.env.MLFLOW_TRACKING_TOKEN}`;
     else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
+    const route = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
     let last = '';
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       try {
-        const response = await fetch(`${this.base}/${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+        const response = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
         const text = await response.text();
         if (response.ok) return text ? JSON.parse(text) : {};
         last = `${method} ${route}: HTTP ${response.status} ${text.slice(0, 200)}`;

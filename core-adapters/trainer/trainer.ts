@@ -760,16 +760,22 @@ const SINK_FLUSH_SECONDS = 30;
 
 async function flushSinks(sinks: MetricsSink[]): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
+  const pending = new Set(sinks.filter((s) => s.flush));
   const late = new Promise<void>((resolve) => {
     timer = setTimeout(() => {
       console.warn(`[flowrl] a tracker had not sent everything after ${SINK_FLUSH_SECONDS} s; the run ends without waiting for it`);
+      for (const sink of pending) sink.abandon?.();
       resolve();
     }, SINK_FLUSH_SECONDS * 1000);
     timer.unref();
   });
   try {
     // A sink that fails to flush costs its own data, not the finished run.
-    await Promise.race([Promise.allSettled(sinks.map(async (s) => s.flush?.())), late]);
+    const flushed = sinks.map(async (s) => {
+      await s.flush?.();
+      pending.delete(s);
+    });
+    await Promise.race([Promise.allSettled(flushed), late]);
   } finally {
     clearTimeout(timer);
   }
