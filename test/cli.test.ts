@@ -262,3 +262,21 @@ describe('flowrl CLI', function () {
     });
   });
 });
+
+describe('flowrl new-plugin into an existing project', () => {
+  it("completes an ES module project's package.json and refuses a CommonJS one, writing nothing", async () => {
+    const esm = tempDir();
+    fs.writeFileSync(path.join(esm, 'package.json'), JSON.stringify({ name: 'scratch', type: 'module', dependencies: { flowrl: '*' } }));
+    const made = await flowrl(['new-plugin', esm, '--name', 'acme']);
+    expect(made.status, describeRun(made)).to.equal(0);
+    expect(JSON.parse(fs.readFileSync(path.join(esm, 'package.json'), 'utf8'))).to.include({ name: 'scratch', type: 'module' });
+    for (const type of [undefined, 'commonjs']) {
+      const cjs = tempDir();
+      const before = JSON.stringify({ name: 'scratch', ...(type ? { type } : {}) });
+      fs.writeFileSync(path.join(cjs, 'package.json'), before);
+      expectInputFailure(await flowrl(['new-plugin', cjs, '--name', 'acme']), path.join(cjs, 'package.json'), 'this project is CommonJS', 'plugins/NAME');
+      expect(fs.readdirSync(cjs)).to.deep.equal(['package.json']);
+      expect(fs.readFileSync(path.join(cjs, 'package.json'), 'utf8')).to.equal(before);
+    }
+  });
+});

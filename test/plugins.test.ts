@@ -267,6 +267,10 @@ describe('plugins', () => {
       const manifest = writeManifest((m) => Object.assign(m, { entry: 'index.js', source: undefined }));
       fs.copyFileSync(manifest, path.join(dir, 'plugin.json'));
       await expectHostError(configWith([path.join(dir, 'plugin.json')]), {}, 'resolves its own @tensorflow/tfjs-core', path.join(fs.realpathSync(dir), 'node_modules', '@tensorflow', 'tfjs-core'), 'npm uninstall @tensorflow/tfjs-core there');
+      // Reached through a link (npm link puts one in the project's node_modules): the message says to install a copy.
+      const link = path.join(work, `linked-${counter}`);
+      fs.symlinkSync(dir, link);
+      await expectHostError(configWith([path.join(link, 'plugin.json')]), {}, 'resolves its own @tensorflow/tfjs-core', `linked from ${fs.realpathSync(dir)} (npm link)`, `npm install --install-links ${fs.realpathSync(dir)}`);
     });
   });
 

@@ -184,6 +184,10 @@ function mergePackage(file: string, scaffold: string): string {
   } catch (e) {
     throw new InputError(`${file}: not JSON (${(e as Error).message}); nothing was written`);
   }
+  // The plugin is ES modules; turning a CommonJS project into one would change how its own .js files load.
+  if (existing.type !== 'module') {
+    throw new InputError(`${file}: this project is CommonJS (${existing.type === undefined ? 'no "type"' : `"type": ${JSON.stringify(existing.type)}`}) and the plugin is written as ES modules; write the plugin in a directory of its own (flowrl new-plugin plugins/NAME), or set "type": "module" first if the project is ES modules; nothing was written`);
+  }
   const wanted = JSON.parse(scaffold) as Record<string, unknown>;
   const merged: Record<string, unknown> = { ...existing };
   for (const [key, value] of Object.entries(wanted)) {

@@ -130,9 +130,13 @@ function checkSingleHost(manifest: PluginManifest, file: string): void {
     const mine = packageDir(name, hostFile) ?? (name === 'flowrl' && PACKAGE_ROOT ? fs.realpathSync(PACKAGE_ROOT) : undefined);
     const theirs = packageDir(name, file);
     if (mine && theirs && mine !== theirs) {
-      throw new InputError(
-        `${manifest.file}: the plugin resolves its own ${name} (${theirs}) besides the host's (${mine}); two copies cannot share one engine. Remove it from the plugin's node_modules (npm uninstall ${name} there, and list it under peerDependencies), or install the plugin into the project that runs flowrl`,
-      );
+      // An npm link keeps the plugin's development copies beside it; a packed install leaves them behind.
+      const real = path.dirname(fs.realpathSync(manifest.file));
+      const remedy =
+        real !== path.dirname(path.resolve(manifest.file))
+          ? `The plugin is linked from ${real} (npm link), whose node_modules holds its development copy: install it as a copy instead (npm install --install-links ${real}), or remove ${name} from ${path.join(real, 'node_modules')}`
+          : `Remove it from the plugin's node_modules (npm uninstall ${name} there, and list it under peerDependencies), or install the plugin into the project that runs flowrl`;
+      throw new InputError(`${manifest.file}: the plugin resolves its own ${name} (${theirs}) besides the host's (${mine}); two copies cannot share one engine. ${remedy}`);
     }
   }
 }
