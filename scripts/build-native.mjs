@@ -1,5 +1,6 @@
-// npm install hook: builds the optional native kernels (native/) with node-gyp. It never fails the
-// install: without a compiler, Node headers or node-gyp, flowrl runs on stock tfjs kernels.
+// npm install hook: builds the optional native kernels (native/) with node-gyp, and the MPI addon
+// (native/mpi) where Open MPI's mpicc is. It never fails the install: without a compiler, Node
+// headers or node-gyp, flowrl runs on stock tfjs kernels. `--mpi` builds the MPI addon alone.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -26,18 +27,34 @@ function nodeDir() {
   return fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h')) ? prefix : undefined;
 }
 
+/** node-gyp rebuild in `cwd`: undefined when it worked, else why not (its last lines). */
+function build(cwd) {
+  const gyp = nodeGyp();
+  if (!gyp) return 'node-gyp not found';
+  const headers = nodeDir();
+  const result = spawnSync(process.execPath, [gyp, 'rebuild', '--silent', ...(headers ? [`--nodedir=${headers}`] : [])], { cwd, stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000, encoding: 'utf8' });
+  if (result.status === 0) return undefined;
+  return result.error ? result.error.message : `${result.stdout}${result.stderr}`.trim().split('\n').slice(-3).join(' | ');
+}
+
+/** Open MPI's compiler wrapper answers --showme: then mpi.h and libmpi are there to build against. */
+const hasMpi = () => spawnSync('mpicc', ['--showme:compile'], { stdio: 'ignore' }).status === 0;
+
+const mpiOnly = process.argv.includes('--mpi');
 if (process.env.FLOWRL_SKIP_NATIVE_BUILD) {
   console.log('flowrl: FLOWRL_SKIP_NATIVE_BUILD is set; native kernels not built');
 } else {
-  const gyp = nodeGyp();
-  const headers = nodeDir();
-  const result = gyp
-    ? spawnSync(process.execPath, [gyp, 'rebuild', '--silent', ...(headers ? [`--nodedir=${headers}`] : [])], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000, encoding: 'utf8' })
-    : undefined;
-  if (result && result.status === 0) {
-    console.log('flowrl: built native kernels (native/build/Release/flowrl_blas.node)');
-  } else {
-    const why = !gyp ? 'node-gyp not found' : result.error ? result.error.message : `${result.stdout}${result.stderr}`.trim().split('\n').slice(-3).join(' | ');
-    console.warn(`flowrl: native kernels not built (${why}); running on stock tfjs kernels`);
+  if (!mpiOnly) {
+    const why = build(dir);
+    if (why) console.warn(`flowrl: native kernels not built (${why}); running on stock tfjs kernels`);
+    else console.log('flowrl: built native kernels (native/build/Release/flowrl_blas.node)');
+  }
+  // Data-parallel ranks (mpirun) need the MPI addon; without Open MPI a run is one process.
+  if (hasMpi()) {
+    const why = build(path.join(dir, 'mpi'));
+    if (why) console.warn(`flowrl: the MPI addon was not built (${why}); runs under mpirun will stop with a message`);
+    else console.log('flowrl: built the MPI addon (native/mpi/build/Release/flowrl_mpi.node)');
+  } else if (mpiOnly) {
+    console.warn('flowrl: mpicc not found (apt-get install libopenmpi-dev); the MPI addon was not built');
   }
 }

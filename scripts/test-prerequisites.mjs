@@ -1,6 +1,7 @@
 // Runs before `npm test`, in the spirit of `playwright install --with-deps`: the suite opens the HTML
 // report in Chromium, runs code rewards' hostile programs in bubblewrap (and programs importing
-// numpy with Debian's Python), and covers the native BLAS engine path when OpenBLAS is installed. Missing
+// numpy with Debian's Python), covers the native BLAS engine path when OpenBLAS is installed, and
+// runs two data-parallel ranks when Open MPI is. Missing
 // packages are installed where this user can (root with apt-get), announced in one line; otherwise
 // the run stops here with the command to run, before any test can fail for want of them.
 import { spawnSync } from 'node:child_process';
@@ -20,12 +21,24 @@ const hasBubblewrap = () => ['/usr/bin/bwrap', '/bin/bwrap', '/usr/local/bin/bwr
 const hasNumpy = () => process.platform !== 'linux' || spawnSync('/usr/bin/python3', ['-c', 'import numpy'], { stdio: 'ignore' }).status === 0;
 const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap']), ...(hasNumpy() ? [] : ['python3-numpy'])];
 
+// Open MPI: the data-parallel ranks' test runs two ranks under mpirun (skipped, named, without it).
+const hasMpi = () => spawnSync('sh', ['-c', 'command -v mpirun && command -v mpicc'], { stdio: 'ignore' }).status === 0;
+const mpiAddon = new URL('../native/mpi/build/Release/flowrl_mpi.node', import.meta.url);
+/** The MPI addon, built once Open MPI is here (npm ci ran before the packages were). */
+const buildMpiAddon = () => {
+  if (hasMpi() && !fs.existsSync(mpiAddon)) spawnSync(process.execPath, [new URL('./build-native.mjs', import.meta.url).pathname, '--mpi'], { stdio: 'inherit' });
+};
+
 const missing = [];
 if (!hasChromium()) missing.push('chromium');
 if (!hasBubblewrap()) missing.push('bubblewrap');
 if (!hasNumpy()) missing.push('python3-numpy');
 if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
-if (missing.length === 0) process.exit(0);
+if (!hasMpi()) missing.push('openmpi-bin', 'libopenmpi-dev');
+if (missing.length === 0) {
+  buildMpiAddon();
+  process.exit(0);
+}
 
 const hasAptGet = spawnSync('sh', ['-c', 'command -v apt-get'], { stdio: 'ignore' }).status === 0;
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
@@ -45,8 +58,9 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
       console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
       process.exit(1);
     }
-    console.log('flowrl test: OpenBLAS could not be installed, so the native BLAS engine path is not covered');
+    console.log('flowrl test: OpenBLAS or Open MPI could not be installed, so the native BLAS engine path or the ranks test is not covered');
   }
+  buildMpiAddon();
   process.exit(0);
 }
 
@@ -65,5 +79,6 @@ if (!hasChromium()) {
   console.error(`flowrl test: the report test opens the HTML report in Chromium, which is not at ${chromium}. Run: ${how}`);
   process.exit(1);
 }
-// OpenBLAS alone is missing: everything passes without it, but one engine path goes untested.
-console.log(`flowrl test: OpenBLAS is not installed, so the native BLAS engine path is not covered (${hasAptGet ? command('sudo ') : 'brew install openblas'})`);
+// Only optional packages are missing: everything passes without them, but what they cover goes untested.
+const uncovered = [...(missing.includes('libopenblas0-pthread') ? ['the native BLAS engine path (OpenBLAS)'] : []), ...(missing.includes('openmpi-bin') ? ['the data-parallel ranks (Open MPI)'] : [])];
+console.log(`flowrl test: not installed, so not covered: ${uncovered.join(', ')} (${hasAptGet ? command('sudo ') : 'brew install openblas open-mpi'})`);

@@ -1,0 +1,86 @@
+// Data-parallel ranks over MPI (issue 36): which rank this process is, and the collectives the
+// ranks share, from the optional MPI addon (native/mpi, built where mpicc and mpi.h are). Each
+// collective waits with a deadline: a rank that stops answering ends the job with one message on
+// every rank (MPI_Abort), never a hang.
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { InputError } from '../errors.js';
+import { PACKAGE_ROOT } from '../package-root.js';
+
+interface MpiAddon {
+  init(): { rank: number; size: number };
+  allreduceSum(values: Float32Array | Float64Array, timeoutMs: number): void;
+  allgather(bytes: Uint8Array, timeoutMs: number): Uint8Array[];
+  barrier(timeoutMs: number): void;
+  abort(code: number): never;
+  finalize(): void;
+}
+
+/** The ranks of one job, as this process sees them. */
+export interface RankWorld {
+  readonly rank: number;
+  readonly size: number;
+  /** Every rank's `values` summed, in place (the same on every rank after). */
+  allreduceSum(values: Float32Array | Float64Array): void;
+  /** Every rank's bytes, in rank order. */
+  allgather(bytes: Uint8Array): Uint8Array[];
+  barrier(): void;
+  /** Ends every rank of the job (after printing `message` on this one). */
+  abort(message: string, code?: number): never;
+  finalize(): void;
+}
+
+/** The number of ranks the launcher started, from its environment (Open MPI, MPICH/Hydra, PMIx); 1 outside one. */
+export function launchedRanks(env: NodeJS.ProcessEnv = process.env): number {
+  const size = Number(env.OMPI_COMM_WORLD_SIZE ?? env.PMI_SIZE ?? env.PMIX_SIZE ?? 1);
+  return Number.isInteger(size) && size > 0 ? size : 1;
+}
+
+export function mpiAddonPath(): string {
+  return process.env.FLOWRL_MPI_ADDON ?? path.join(PACKAGE_ROOT, 'native', 'mpi', 'build', 'Release', 'flowrl_mpi.node');
+}
+
+let world: RankWorld | undefined;
+
+/**
+ * The job's ranks when this process was launched as one of several (mpirun -np N), else undefined.
+ * Under a launcher without the MPI addon, one clear message: running N copies of a whole training
+ * run side by side would give N runs writing the same files.
+ */
+export function rankWorld(timeoutSeconds: number, env: NodeJS.ProcessEnv = process.env): RankWorld | undefined {
+  if (world) return world;
+  const launched = launchedRanks(env);
+  if (launched <= 1) return undefined;
+  const file = mpiAddonPath();
+  if (!fs.existsSync(file)) {
+    throw new InputError(
+      `launched as one of ${launched} ranks (mpirun), but flowrl's MPI addon is not built (${file}); install Open MPI's headers (apt-get install libopenmpi-dev) and rebuild it (npm rebuild flowrl, or node scripts/build-native.mjs in a checkout), or run without mpirun`,
+    );
+  }
+  const addon = createRequire(import.meta.url)(file) as MpiAddon;
+  const { rank, size } = addon.init();
+  const timeoutMs = timeoutSeconds * 1000;
+  // A failed collective means another rank is gone or stuck: every rank stops, not just this one.
+  const guard = <T>(what: () => T): T => {
+    try {
+      return what();
+    } catch (e) {
+      return made.abort(`[flowrl] rank ${rank}: ${(e as Error).message}; stopping every rank`);
+    }
+  };
+  const made: RankWorld = {
+    rank,
+    size,
+    allreduceSum: (values) => guard(() => addon.allreduceSum(values, timeoutMs)),
+    allgather: (bytes) => guard(() => addon.allgather(bytes, timeoutMs)),
+    barrier: () => guard(() => addon.barrier(timeoutMs)),
+    abort: (message, code = 1) => {
+      console.error(message);
+      return addon.abort(code);
+    },
+    finalize: () => addon.finalize(),
+  };
+  world = made;
+  return made;
+}
