@@ -29,6 +29,8 @@ import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
 import { TensorBoardSink } from './trainer/tensorboard.js';
 import { mlflowBase, MlflowSink } from './trainer/mlflow.js';
 import { wandbSdk, WandbSink } from './trainer/wandb.js';
+import { rankWorld, SINGLE_RANK } from './engine/mpi.js';
+import { isMainThread } from 'node:worker_threads';
 import { RLTrainer } from './trainer/trainer.js';
 import { ActorRolloutRefWorker } from './workers/actor-rollout-ref.js';
 import { ValueCritic } from './workers/critic.js';
@@ -69,6 +71,8 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
     bind(TOKENS.ReplicaEntry).toConstantValue(replicaEntry ?? '');
     bind(TOKENS.Config).toConstantValue(config);
     bind(TOKENS.Engine).toConstantValue(engine ?? { backend: 'none' });
+    // Only the main thread of a process launched by mpirun is a rank; replica threads are one.
+    bind(TOKENS.Ranks).toConstantValue((isMainThread && rankWorld(config.engine.rank_timeout_s)) || SINGLE_RANK);
     bind(TOKENS.RunRequirements).toConstantValue(requirements);
     bind(TOKENS.AlgorithmRegistry).toConstantValue(registry);
     bind(TOKENS.ScorerRegistry).toConstantValue(registries.scorers);

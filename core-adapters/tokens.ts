@@ -4,6 +4,8 @@
 export const TOKENS = {
   Config: Symbol.for('flowrl.Config'),
   Engine: Symbol.for('flowrl.Engine'),
+  /** Data-parallel ranks (mpirun); one rank in a plain process. */
+  Ranks: Symbol.for('flowrl.Ranks'),
   Tokenizer: Symbol.for('flowrl.Tokenizer'),
   /** The actor-rollout-ref worker: sampling, log-probs, the reference policy, actor updates. */
   Worker: Symbol.for('flowrl.Worker'),

@@ -5,7 +5,8 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { launchedRanks, mpiAddonPath, rankWorld } from '../core-adapters/engine/mpi.js';
-import { expectInputError } from './helpers.js';
+import { readTensors } from '../core-adapters/model/safetensors.js';
+import { CLI_MAIN, expectInputError, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
 const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectives.ts');
@@ -60,6 +61,82 @@ describe('data-parallel ranks over MPI', function () {
         expect(line.double[1]).to.equal(6);
         expect(line.gathered).to.deep.equal(['rank 0', 'rank 1!']);
       }
+    });
+
+    /**
+     * One config run twice: as one process with two threads, and as two ranks with one thread each
+     * (each of the process's micro-batches is split the same way in both: halves whose gradients are
+     * summed). Returns both run directories and the ranks' output.
+     */
+    async function twoWays(extra: Record<string, unknown>, steps: number) {
+      const dir = tempDir();
+      const config = (name: string, workers: number) =>
+        writeCountdownConfig(path.join(dir, name), { trainer: { total_training_steps: steps, test_freq: 0, save_freq: 0, val_before_train: false, default_local_dir: path.join(dir, name, 'run') }, engine: { workers }, ...extra });
+      for (const name of ['threads', 'ranks']) fs.mkdirSync(path.join(dir, name));
+      const threads = await runFlowrl(['train', config('threads', 2)], 240_000);
+      expect(threads.status, threads.stderr).to.equal(0);
+      const ranks = mpirun(2, [CLI_MAIN, 'train', config('ranks', 1)], {}, 240_000);
+      expect(ranks.status, ranks.stderr).to.equal(0);
+      return { threads: path.join(dir, 'threads', 'run'), ranks: path.join(dir, 'ranks', 'run'), output: ranks };
+    }
+
+    /** Every saved tensor of `file` in both runs' last checkpoints, to `tolerance`. */
+    function expectSameWeights(runs: { threads: string; ranks: string }, steps: number, file: string, tolerance: number) {
+      const read = (run: string) => readTensors(path.join(run, 'checkpoints', `global_step_${steps}`, file));
+      const [a, b] = [read(runs.threads), read(runs.ranks)];
+      expect([...b.keys()]).to.deep.equal([...a.keys()]);
+      let worst = 0;
+      for (const [name, t] of a) t.data.forEach((v, i) => (worst = Math.max(worst, Math.abs(v - b.get(name)!.data[i]))));
+      expect(worst, `largest difference in ${file}`).to.be.below(tolerance);
+    }
+
+    /** The same metrics at every step (sampling, rewards, losses, norms), timing aside. */
+    function expectSameMetrics(runs: { threads: string; ranks: string }) {
+      const [a, b] = [readRunMetrics(runs.threads), readRunMetrics(runs.ranks)];
+      expect(b.map((m) => m.step)).to.deep.equal(a.map((m) => m.step));
+      a.forEach((metrics, i) => {
+        const other = withoutTiming(b[i]);
+        for (const [key, value] of Object.entries(withoutTiming(metrics))) expect(other[key], `step ${metrics.step} ${key}`).to.be.closeTo(value, 1e-5 * Math.max(1, Math.abs(value)));
+      });
+    }
+
+    it('GRPO: two ranks train the parameters one process does from the same global batch; rank 0 alone writes the run', async () => {
+      const runs = await twoWays({ actor_rollout_ref: { actor: { ppo_mini_batch_size: 4, ppo_micro_batch_size: 16 } } }, 2);
+      expectSameMetrics(runs);
+      expectSameWeights(runs, 2, 'actor/model.safetensors', 1e-5);
+      // One writer: one line a step, one checkpoint, one banner.
+      expect(readRunMetrics(runs.ranks)).to.have.length(2);
+      expect(fs.readdirSync(path.join(runs.ranks, 'checkpoints')).filter((d) => d.startsWith('global_step_'))).to.deep.equal(['global_step_2']);
+      expect(runs.output.stderr.match(/data-parallel ranks: 2/g)).to.have.length(1);
+    });
+
+    it('PPO with a critic and LoRA adapters: the same critic and adapters as one process', async () => {
+      const runs = await twoWays({ algorithm: { name: 'ppo' }, actor_rollout_ref: { model: { lora_rank: 4 } } }, 1);
+      expectSameMetrics(runs);
+      expectSameWeights(runs, 1, 'actor/adapter_model.safetensors', 1e-5);
+      expectSameWeights(runs, 1, 'critic/model.safetensors', 1e-5);
+    });
+
+    it("FlowRL: the same policy and log Z head (ProjZ) as one process", async () => {
+      const runs = await twoWays({ plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } }, 1);
+      expectSameMetrics(runs);
+      expectSameWeights(runs, 1, 'actor/model.safetensors', 1e-5);
+      const heads = fs.readdirSync(path.join(runs.ranks, 'checkpoints', 'global_step_1', 'actor')).filter((f) => f.endsWith('.safetensors') && f !== 'model.safetensors');
+      expect(heads).to.have.length.above(0);
+      for (const head of heads) expectSameWeights(runs, 1, `actor/${head}`, 1e-5);
+    });
+
+    it('ranks whose configs differ stop with one message naming the key', () => {
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 1 } });
+      // mpirun's colon syntax: rank 1 is started with another seed.
+      const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, ':', '-np', '1', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, 'trainer.seed=4'], {
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' },
+      });
+      expect(run.status).to.not.equal(0);
+      expect(run.stderr.match(/rank 1's config differs from rank 0's at trainer\.seed \(rank 0: 3, rank 1: 4\); every rank must run the same command/g)).to.have.length(1);
     });
 
     it('a rank that stops answering ends every rank within the deadline, with a message naming the collective', () => {

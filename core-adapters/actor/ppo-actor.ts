@@ -2,7 +2,7 @@
 // mini-batches x epochs with micro-batch gradient accumulation, global-norm clipping and AdamW.
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import { aggregateLoss, miniBatchDenominators, policyLossOptions, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';
 import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
@@ -17,6 +17,8 @@ import { lossAndGradients } from '../model/optim.js';
 import { runUpdateLoop, type MetricAverager } from '../model/update-loop.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
+import { gatherJson, rankRows, sumGradientsOverRanks } from '../workers/ranks.js';
+import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 
 /**
  * A micro-batch's place in its mini-batch: verl's global denominators (valid tokens and non-empty
@@ -39,6 +41,7 @@ export interface MicroBatchShare {
 @injectable()
 export class PPOActor implements Actor {
   protected module!: PolicyModule;
+  @inject(TOKENS.Ranks) @optional() protected readonly ranks: RankWorld = SINGLE_RANK;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -180,15 +183,26 @@ export class PPOActor implements Actor {
   }
 
   /**
-   * Gradients of a micro-batch, summed into `grads`. With a worker pool its rows are split across
-   * the threads; the shards' losses are their parts of the mini-batch loss, so the sum is the same.
+   * Gradients of a micro-batch, summed into `grads`. Under data-parallel ranks each rank takes its
+   * rows of it (their metrics are gathered, so every rank averages all of them); with a worker pool
+   * a rank's rows are split across the threads. Each piece's loss is its part of the mini-batch
+   * loss, so the sum over pieces, threads and ranks is the same.
    */
   protected accumulateMicroBatch(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, averages: MetricAverager): void {
+    if (this.ranks.size === 1) return this.accumulateRows(micro, part, mini, grads, (m) => averages.add(m));
+    const [a, b] = rankRows(this.ranks, micro.size);
+    const mine: Metrics[] = [];
+    if (b > a) this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m) => mine.push(m));
+    for (const m of gatherJson(this.ranks, mine).flat()) averages.add(m);
+  }
+
+  /** Gradients of rows of a micro-batch on this rank, split across the pool's threads when it has one. */
+  private accumulateRows(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, record: (metrics: Metrics) => void): void {
     const pool = this.module.pool;
     if (!pool || micro.size < 2) {
       const local = this.microBatchGradients(micro, part);
       accumulateGradients(grads, local.grads);
-      local.metrics.forEach((m) => averages.add(m));
+      local.metrics.forEach(record);
       return;
     }
     const ranges = shardRanges(micro.size, pool.size);
@@ -200,7 +214,7 @@ export class PPOActor implements Actor {
       grads,
     );
     accumulateGradients(grads, local.grads);
-    for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach((m) => averages.add(m));
+    for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach(record);
   }
 
   updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
@@ -217,6 +231,7 @@ export class PPOActor implements Actor {
         this.accumulateMicroBatch(micro, { global: denominators.global, share: micro.size / mini.size, step, onPolicy, firstRow }, mini, grads, averages);
       },
       beforeStep: (mini, averages) => listeners.forEach((listener) => averages.add(listener.onActorStep(mini))),
+      sumGradients: (grads) => sumGradientsOverRanks(this.ranks, grads, this.module.params),
       afterStep: (_mini, applied) => applied && this.module.pool?.publish(this.module.params),
       optimizer: this.module.optimizer,
       params: this.module.params,

@@ -16,6 +16,8 @@ import { METRICS_FILE } from '../trainer/metrics.js';
 import { passAtJs } from '../trainer/pass-at-k.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
+import type { RankWorld } from '../engine/mpi.js';
+import { configDifference } from '../workers/ranks.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
 import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
 import { parseFlags } from './args.js';
@@ -105,11 +107,21 @@ export async function trainCommand(argv: string[]): Promise<void> {
   const { target, overrides } = configAndOverrides('train', argv);
   const host = await createHost(target, { overrides });
   const { config, requirements, plugins, replacements } = host;
-  console.error(
+  const ranks = host.container.get<RankWorld>(TOKENS.Ranks);
+  if (ranks.size > 1) {
+    const difference = configDifference(ranks, config);
+    if (difference) {
+      // One message, from rank 0; the others leave quietly (mpirun then ends the job).
+      if (ranks.rank === 0) throw new InputError(`${difference}; every rank must run the same command`);
+      process.exit(2);
+    }
+  }
+  if (ranks.rank === 0) console.error(
     `[flowrl] algorithm ${config.algorithm.name} (advantages: ${requirements.advEstimator}, critic: ${requirements.useCritic ? 'yes' : 'no'}, reference: ${requirements.useReference ? 'yes' : 'no'})` +
       (plugins.length ? `; plugins: ${plugins.map((p) => `${p.name}@${p.version} (${p.loadedFrom ? path.relative(process.cwd(), p.loadedFrom) || p.loadedFrom : 'not loaded'})`).join(', ')}` : '') +
       (replacements.size ? `; replaced: ${[...replacements].map(([role, p]) => `${role} by ${p.name}`).join(', ')}` : ''),
   );
+  if (ranks.size > 1 && ranks.rank === 0) console.error(`[flowrl] data-parallel ranks: ${ranks.size} (mpirun); rank 0 writes the run's files`);
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   const signals = stopOnSignals(trainer);
   try {
@@ -119,6 +131,12 @@ export async function trainCommand(argv: string[]): Promise<void> {
     trainer.dispose();
   }
   const runDir = config.trainer.default_local_dir!;
+  if (ranks.size > 1) {
+    // Rank 0 has written its last checkpoint before the others leave.
+    ranks.barrier();
+    ranks.finalize();
+    if (ranks.rank > 0) return;
+  }
   if (trainer.stoppedAt !== undefined) {
     throw new RunStopped(`stopped by ${signals.received} after step ${trainer.stoppedAt}, with a checkpoint in ${path.join(runDir, 'checkpoints')}; run the same command to resume`, signals.exitCode);
   }

@@ -81,6 +81,7 @@ export const CORE_SPEC = {
     backend: key<(typeof BACKEND_CHOICES)[number]>('auto', "The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then wasm, then cpu), or one by name.", { choices: BACKEND_CHOICES }),
     native: key<(typeof NATIVE_CHOICES)[number]>('auto', "The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off).", { choices: NATIVE_CHOICES }),
     workers: key('auto' as string | number, "Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none).", { autoOrCount: true }),
+    rank_timeout_s: key(600, "Data-parallel ranks (mpirun -np N): seconds a rank waits for the others in a gather or sum before every rank stops (the slowest rank's step must fit).", { min: 0, exclusiveMin: true }),
   },
   data: {
     train_files: key(null as string | string[] | null, "Training prompts: .jsonl or .parquet files of verl rows (prompt, data_source, reward_model.ground_truth).", { stringOrList: true, nullable: 'string-or-list' }),

@@ -130,6 +130,8 @@ export interface SamplingSettings {
   greedy: boolean;
   maxNewTokens: number;
   seed: number;
+  /** These prompts are rows firstRow.. of the step's batch (a data-parallel rank's share): each row samples from that row's stream. */
+  firstRow?: number;
 }
 
 /** A value model (verl's critic). */

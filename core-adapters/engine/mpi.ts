@@ -41,6 +41,19 @@ export function mpiAddonPath(): string {
   return process.env.FLOWRL_MPI_ADDON ?? path.join(PACKAGE_ROOT, 'native', 'mpi', 'build', 'Release', 'flowrl_mpi.node');
 }
 
+/** A plain process: one rank, whose gathers return its own bytes and whose sums change nothing. */
+export const SINGLE_RANK: RankWorld = {
+  rank: 0,
+  size: 1,
+  allreduceSum: () => {},
+  allgather: (bytes) => [bytes],
+  barrier: () => {},
+  abort: (message) => {
+    throw new Error(message);
+  },
+  finalize: () => {},
+};
+
 let world: RankWorld | undefined;
 
 /**

@@ -36,10 +36,14 @@ const VERSION = 0;
 const taskSlot = (w: number) => 1 + 2 * w;
 const doneSlot = (w: number) => 2 + 2 * w;
 
-/** Threads for `engine.workers`: FLOWRL_WORKERS when set, auto = the available cores (at most 8), else that number. */
+/**
+ * Threads for `engine.workers`: FLOWRL_WORKERS when set, auto = the available cores (at most 8;
+ * shared among the data-parallel ranks mpirun started on this machine), else that number.
+ */
 export function resolveThreadCount(setting: string | number): number {
   const chosen = process.env.FLOWRL_WORKERS ?? setting;
-  if (chosen === 'auto') return Math.max(1, Math.min(os.availableParallelism(), 8));
+  const ranksHere = Number(process.env.OMPI_COMM_WORLD_LOCAL_SIZE ?? process.env.MPI_LOCALNRANKS ?? 1) || 1;
+  if (chosen === 'auto') return Math.max(1, Math.min(Math.floor(os.availableParallelism() / ranksHere), 8));
   const n = Number(chosen);
   return Number.isInteger(n) && n >= 1 ? n : 1;
 }

@@ -54,6 +54,8 @@ export interface UpdateLoop<T> {
   lr(step: number): number;
   /** Called with each mini-batch after its gradients, before its step. */
   beforeStep?(mini: T, averages: MetricAverager): void;
+  /** Data-parallel ranks: the other ranks' gradients added into grads, before the step (all ranks call it every step). */
+  sumGradients?(grads: Map<string, tf.Tensor>): void;
   /** Called after each step, applied or skipped. */
   afterStep?(mini: T, applied: boolean, step: number): void;
   /** Metric prefix of `<prefix>/grad_norm`, `/lr` and `/skipped_updates`. */
@@ -74,6 +76,7 @@ export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
         firstRow += loop.rows(micro);
       }
       loop.beforeStep?.(mini, averages);
+      loop.sumGradients?.(grads);
       const { norm, applied } = clippedStep(loop.optimizer, loop.params, grads, loop.maxGradNorm, loop.lr(step));
       tf.dispose([...grads.values()]);
       if (applied) averages.add({ [`${loop.prefix}/grad_norm`]: norm, [`${loop.prefix}/lr`]: loop.optimizer.lr });

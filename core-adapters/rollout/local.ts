@@ -32,7 +32,8 @@ export class LocalRollout implements Rollout {
     const policy = this.policy;
     // Each row keeps its single-turn stream for its first turn and derives one per later turn.
     const sample: TurnSampler = async (contexts, budgets, turn, rows) => {
-      const seeds = rows.map((row) => (turn ? Rng.deriveSeed(sampleSeed(sampling.seed, row, chunk), turn) : sampleSeed(sampling.seed, row, chunk)));
+      const first = sampling.firstRow ?? 0;
+      const seeds = rows.map((row) => (turn ? Rng.deriveSeed(sampleSeed(sampling.seed, first + row, chunk), turn) : sampleSeed(sampling.seed, first + row, chunk)));
       const tokens: number[][] = [];
       for (let start = 0; start < contexts.length; start += chunk) {
         const end = Math.min(start + chunk, contexts.length);
@@ -60,13 +61,12 @@ export class LocalRollout implements Rollout {
 export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: SamplingSettings, chunk: number): Batch {
   const promptIds = prompts.column<number[]>('prompt_ids');
   const responses: number[][] = [];
+  const first = sampling.firstRow ?? 0;
   for (let start = 0; start < promptIds.length; start += chunk) {
-    const { tokens } = generateOnPool(
-      policy.module.lm,
-      promptIds.slice(start, start + chunk),
-      { ...samplingOptions(policy, sampling), seed: sampling.seed + start },
-      policy.module.pool,
-    );
+    const end = Math.min(start + chunk, promptIds.length);
+    // Rows after the step's first (a rank's share) take the streams those rows have in one process.
+    const seeding = first ? { rowSeeds: Array.from({ length: end - start }, (_, i) => sampleSeed(sampling.seed, first + start + i, chunk)) } : { seed: sampling.seed + start };
+    const { tokens } = generateOnPool(policy.module.lm, promptIds.slice(start, end), { ...samplingOptions(policy, sampling), ...seeding }, policy.module.pool);
     responses.push(...tokens);
   }
   const out = prompts.select([]);

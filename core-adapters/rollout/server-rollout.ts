@@ -277,7 +277,8 @@ export class ServerRollout implements Rollout {
     const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
     return async (contexts, budgets, turn, rows) => {
       const draw = (i: number, home: ServerState | undefined, onStart?: () => void) => {
-        const seed = turn ? Rng.deriveSeed(sampleSeed(sampling.seed, rows[i], chunk), turn) : sampleSeed(sampling.seed, rows[i], chunk);
+        const row = (sampling.firstRow ?? 0) + rows[i];
+        const seed = turn ? Rng.deriveSeed(sampleSeed(sampling.seed, row, chunk), turn) : sampleSeed(sampling.seed, row, chunk);
         return this.sample(rows[i], contexts[i], { ...sampling, maxNewTokens: budgets[i] }, home, counters, onStart, seed);
       };
       const results = await Promise.all(rows.map((row, i) => draw(i, homes[row], turn === 0 ? started : undefined)));
@@ -292,7 +293,7 @@ export class ServerRollout implements Rollout {
     // The seed belongs to the sample, not the server: on vLLM and flowrl serve a retry elsewhere
     // draws the same stream (and flowrl serve what local sampling would); SGLang honours it only
     // when started with --enable-deterministic-inference, so there a retry is another draw.
-    const seed = turnSeed ?? sampleSeed(sampling.seed, row, this.config.actor_rollout_ref.rollout.generation_batch_size);
+    const seed = turnSeed ?? sampleSeed(sampling.seed, (sampling.firstRow ?? 0) + row, this.config.actor_rollout_ref.rollout.generation_batch_size);
     const tried = new Set<ServerState>();
     let lastError = '';
     for (let attempt = 0; attempt <= this.settings.max_retries; ) {

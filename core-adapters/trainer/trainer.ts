@@ -33,6 +33,8 @@ import { TOKENS } from '../tokens.js';
 import { Batch, responseTokens } from '../batch.js';
 import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
 import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/sequences.js';
+import { gatherJson } from '../workers/ranks.js';
+import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
@@ -134,6 +136,18 @@ export class RLTrainer implements Trainer {
     @multiInject(TOKENS.RewardShaper) @optional() protected readonly shapers: RewardShaper[] = [],
   ) {}
 
+  @inject(TOKENS.Ranks) @optional() protected readonly ranks: RankWorld = SINGLE_RANK;
+
+  /** The sinks this process logs to: none on ranks after the first. */
+  protected get activeSinks(): MetricsSink[] {
+    return this.writes ? this.sinks : [];
+  }
+
+  /** Whether this process writes the run's files (metrics, checkpoints, logs): rank 0 of data-parallel ranks, or the one process. */
+  protected get writes(): boolean {
+    return this.ranks.rank === 0;
+  }
+
   get runDir(): string {
     return this.config.trainer.default_local_dir!;
   }
@@ -155,7 +169,7 @@ export class RLTrainer implements Trainer {
     await this.worker.init();
     if (this.requirements.useCritic) await this.critic.init();
     for (const shaper of this.shapers) await shaper.init?.();
-    writeConfig(path.join(this.runDir, 'config.yaml'), this.config);
+    if (this.writes) writeConfig(path.join(this.runDir, 'config.yaml'), this.config);
     const kl = this.config.algorithm.kl_ctrl;
     let klCoef = kl.kl_coef;
     const target = this.checkpoints.resumeTarget();
@@ -236,6 +250,7 @@ export class RLTrainer implements Trainer {
   }
 
   protected saveCheckpoint(stepMetrics?: Metrics): void {
+    if (!this.writes) return;
     this.checkpoints.save(this.step, (dir) => {
       this.worker.saveCheckpoint(dir);
       if (this.requirements.useCritic) this.critic.saveCheckpoint(dir);
@@ -247,7 +262,7 @@ export class RLTrainer implements Trainer {
   }
 
   protected log(step: number, metrics: Metrics): void {
-    for (const sink of this.sinks) sink.log(step, metrics);
+    for (const sink of this.activeSinks) sink.log(step, metrics);
   }
 
   /** Asks fit to stop after the current step, with a checkpoint. */
@@ -257,7 +272,7 @@ export class RLTrainer implements Trainer {
 
   /** Trains to the end, holding the run directory's lock (one run per directory). */
   async fit(): Promise<Metrics> {
-    const release = acquireRunLock(this.runDir);
+    const release = this.writes ? acquireRunLock(this.runDir) : () => {};
     try {
       return await this.train();
     } finally {
@@ -269,9 +284,9 @@ export class RLTrainer implements Trainer {
     await this.setup();
     const total = this.totalSteps;
     const resumed = this.step > 0;
-    for (const sink of this.sinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
-    this.valPrompts = new ValPromptLog(this.runDir, { startStep: this.step, resumed });
-    if (this.config.trainer.log_val_generations > 0) this.valGenerations = new StepRecordLog(this.runDir, VAL_GENERATIONS_FILE, { startStep: this.step, resumed });
+    for (const sink of this.activeSinks) if (isRunAware(sink)) sink.begin({ startStep: this.step, totalSteps: total, resumed, stepMetrics: this.resumedMetrics });
+    if (this.writes) this.valPrompts = new ValPromptLog(this.runDir, { startStep: this.step, resumed });
+    if (this.writes && this.config.trainer.log_val_generations > 0) this.valGenerations = new StepRecordLog(this.runDir, VAL_GENERATIONS_FILE, { startStep: this.step, resumed });
     let lastValidation: Metrics = {};
     if (this.config.trainer.val_before_train && this.step === 0 && this.dataset.val.length) {
       lastValidation = await this.validate();
@@ -284,8 +299,8 @@ export class RLTrainer implements Trainer {
       // Rollouts sampled for a step that will not run (a stop, an error) are waited out and dropped.
       await this.dropPrefetched();
     }
-    for (const sink of this.sinks) sink.close();
-    await flushSinks(this.sinks);
+    for (const sink of this.activeSinks) sink.close();
+    await flushSinks(this.activeSinks);
     return lastValidation;
   }
 
@@ -331,6 +346,8 @@ export class RLTrainer implements Trainer {
       this.log(this.step, metrics);
       // Steps run synchronously: yield so a signal's handler can ask for a stop.
       await new Promise((resolve) => setImmediate(resolve));
+      // Ranks stop together: a signal may reach one between two steps and another during one.
+      if (this.ranks.size > 1) this.stopRequested = gatherJson(this.ranks, this.stopRequested).some(Boolean);
       if (this.stopRequested && !last) {
         if (!scheduledSave) this.saveCheckpoint(metrics);
         this.stoppedAt = this.step;
@@ -356,7 +373,7 @@ export class RLTrainer implements Trainer {
       this.step -= 1;
       this.position = at.before;
     }
-    for (const sink of this.sinks) sink.close();
+    for (const sink of this.activeSinks) sink.close();
     if (this.step === 0) return new RolloutUnavailable(`${e.message}; no step finished, so there is no checkpoint; rerun once the servers are back`);
     if (this.checkpoints.latest()?.step !== this.step) this.saveCheckpoint('finished' in at ? at.finished : undefined);
     return new RolloutUnavailable(`${e.message}; stopped after step ${this.step} with a checkpoint in ${path.join(this.runDir, 'checkpoints')}; run the same command to resume once the servers are back`);
@@ -673,7 +690,7 @@ export class RLTrainer implements Trainer {
       };
     });
     this.valGenerations.append(this.step, records);
-    for (const sink of this.sinks) sink.logGenerations?.(this.step, records);
+    for (const sink of this.activeSinks) sink.logGenerations?.(this.step, records);
   }
 
   /**

@@ -34,6 +34,8 @@ import { stopTokenIds, type TextTokenizer } from '../model/tokenizer.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
+import { gatherBatch, onRankRows, rankRows } from './ranks.js';
+import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 
 /** Of the 4 GiB wasm heap, what weights may take: the rest is activations, gradients and AdamW's moments. */
 const WASM_HEAP_BUDGET = 3 * 2 ** 30;
@@ -55,6 +57,7 @@ export class ActorRolloutRefWorker implements Worker {
 
   /** Where replica threads build their replica (composition.ts); '' for a host made without threads. */
   @inject(TOKENS.ReplicaEntry) @optional() protected readonly replicaEntry: string = '';
+  @inject(TOKENS.Ranks) @optional() protected readonly ranks: RankWorld = SINGLE_RANK;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -205,8 +208,12 @@ export class ActorRolloutRefWorker implements Worker {
     return stopTokenIds(this.module.lm.config.eosTokenIds, this.tokenizer);
   }
 
-  generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
-    return this.rollout.generateSequences(prompts, sampling);
+  /** Under data-parallel ranks each samples its rows (their seeds as in one process) and every rank gets them all. */
+  async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    if (this.ranks.size === 1) return this.rollout.generateSequences(prompts, sampling);
+    const [a, b] = rankRows(this.ranks, prompts.size);
+    const local = b > a ? await this.rollout.generateSequences(prompts.slice(a, b), { ...sampling, firstRow: (sampling.firstRow ?? 0) + a }) : undefined;
+    return gatherBatch(this.ranks, local, this.padTokenId);
   }
 
   async rolloutDispatched(): Promise<void> {
@@ -214,11 +221,18 @@ export class ActorRolloutRefWorker implements Worker {
   }
 
   computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): { logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array } {
-    const { logProbs, entropy, sumPiSquared } = this.actor.computeLogProb(batch, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
-    return { logProbs, entropy: entropy!, sumPiSquared };
+    return onRankRows(this.ranks, batch, (rows) => {
+      const { logProbs, entropy, sumPiSquared } = this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
+      return { logProbs, entropy: entropy!, sumPiSquared };
+    });
   }
 
-  computeRefLogProb(batch: Batch): Float32Array {
+  computeRefLogProb(whole: Batch): Float32Array {
+    return onRankRows(this.ranks, whole, (batch) => ({ refLogProbs: this.computeRefLogProbOnThreads(batch) })).refLogProbs;
+  }
+
+  /** Reference log-probs of `batch`'s rows on this rank, split across the pool's threads. */
+  private computeRefLogProbOnThreads(batch: Batch): Float32Array {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch);
     return concatFloat32(

@@ -3,7 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import { miniBatchDenominators, type AggregateLossOptions } from '../algorithms/policy-loss.js';
 import { computeValueLoss } from '../algorithms/value-loss.js';
 import { concatFloat32 } from '../arrays.js';
@@ -31,6 +31,8 @@ import { runUpdateLoop } from '../model/update-loop.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
+import { gatherJson, onRankRows, rankRows, sumGradientsOverRanks } from './ranks.js';
+import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 
 export const VALUE_HEAD_FILE = 'value_head.safetensors';
 
@@ -41,6 +43,8 @@ export class ValueCritic implements Critic {
   protected params = new Map<string, tf.Variable>();
   protected optimizer!: AdamW;
   protected lrScheduler!: LrScheduler;
+
+  @inject(TOKENS.Ranks) @optional() protected readonly ranks: RankWorld = SINGLE_RANK;
 
   constructor(@inject(TOKENS.Config) protected readonly config: Config) {}
 
@@ -75,7 +79,12 @@ export class ValueCritic implements Critic {
     return v.reshape([batch, R]);
   }
 
-  computeValues(batch: Batch): Float32Array {
+  computeValues(whole: Batch): Float32Array {
+    return onRankRows(this.ranks, whole, (batch) => ({ values: this.computeValuesHere(batch) })).values;
+  }
+
+  /** Values of `batch`'s rows on this rank, in critic.ppo_micro_batch_size pieces. */
+  private computeValuesHere(batch: Batch): Float32Array {
     const parts: Float32Array[] = [];
     for (const part of batch.split(this.config.critic.ppo_micro_batch_size)) {
       const v = tf.tidy(() => this.values(sequenceBatch(part)));
@@ -94,18 +103,26 @@ export class ValueCritic implements Critic {
       epochs: cfg.ppo_epochs,
       microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
       rows: (micro) => micro.size,
-      accumulate: (micro, { mini }, grads, averages) => {
+      accumulate: (whole, { mini }, grads, averages) => {
         if (denominators?.mini !== mini) denominators = { mini, global: miniBatchDenominators(mini.tensor('response_mask')) };
         const global = denominators.global;
-        const { loss, grads: g } = lossAndGradients(() => {
-          const vpreds = this.values(sequenceBatch(micro));
-          const { loss: vf, clipfrac } = computeValueLoss(vpreds, tensor(micro, 'returns'), tensor(micro, 'values'), tensor(micro, 'response_mask'), cfg.cliprange_value, cfg.loss_agg_mode, global);
-          averages.add({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
-          return vf;
-        }, this.params);
-        loss.dispose();
-        accumulateGradients(grads, g);
+        // Under data-parallel ranks each takes its rows (the loss is additive over rows with the mini-batch's denominators).
+        const [a, b] = rankRows(this.ranks, whole.size);
+        const mine: Metrics[] = [];
+        if (b > a) {
+          const micro = this.ranks.size === 1 ? whole : whole.slice(a, b);
+          const { loss, grads: g } = lossAndGradients(() => {
+            const vpreds = this.values(sequenceBatch(micro));
+            const { loss: vf, clipfrac } = computeValueLoss(vpreds, tensor(micro, 'returns'), tensor(micro, 'values'), tensor(micro, 'response_mask'), cfg.cliprange_value, cfg.loss_agg_mode, global);
+            mine.push({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
+            return vf;
+          }, this.params);
+          loss.dispose();
+          accumulateGradients(grads, g);
+        }
+        for (const m of this.ranks.size === 1 ? mine : gatherJson(this.ranks, mine).flat()) averages.add(m);
       },
+      sumGradients: (grads) => sumGradientsOverRanks(this.ranks, grads, this.params),
       optimizer: this.optimizer,
       params: this.params,
       maxGradNorm: cfg.grad_clip,

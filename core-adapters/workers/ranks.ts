@@ -1,0 +1,108 @@
+// Data-parallel ranks (mpirun): every rank holds the whole step's batch, so advantages, losses'
+// normalisers, metrics and checkpoints are the same everywhere; what costs time per row (sampling,
+// forward passes, the update's gradients) is split by rows, its results gathered back in row order
+// and its gradients summed. One process is the case of one rank.
+import v8 from 'node:v8';
+import * as tf from '@tensorflow/tfjs-core';
+import { Batch } from '../batch.js';
+import type { RankWorld } from '../engine/mpi.js';
+import { concatRollouts } from './sequences.js';
+
+/** The rows [start, end) of `rows` that `rank` of `size` works on (contiguous; may be empty). */
+export function rankRows(ranks: Pick<RankWorld, 'rank' | 'size'>, rows: number): [number, number] {
+  return [Math.round((ranks.rank * rows) / ranks.size), Math.round(((ranks.rank + 1) * rows) / ranks.size)];
+}
+
+/** Every rank's rollout rows as one batch in rank order (prompts re-aligned to the widest); `local` undefined for an empty share. */
+export function gatherBatch(ranks: RankWorld, local: Batch | undefined, padId: number): Batch {
+  const parts = ranks.allgather(local ? v8.serialize(local.toPlain()) : new Uint8Array(0));
+  const batches = parts.filter((bytes) => bytes.length > 0).map((bytes) => Batch.fromPlain(v8.deserialize(bytes) as ReturnType<Batch['toPlain']>));
+  return batches.length === 1 ? batches[0] : concatRollouts(batches, padId);
+}
+
+/** Every rank's float rows, concatenated in rank order. */
+export function gatherFloats(ranks: RankWorld, local: Float32Array): Float32Array {
+  const parts = ranks.allgather(new Uint8Array(local.buffer, local.byteOffset, local.byteLength));
+  const out = new Float32Array(parts.reduce((n, p) => n + p.byteLength / 4, 0));
+  let offset = 0;
+  for (const p of parts) {
+    // A copy: the gathered bytes need not be 4-byte aligned.
+    out.set(new Float32Array(p.slice().buffer), offset);
+    offset += p.byteLength / 4;
+  }
+  return out;
+}
+
+/** Every rank's JSON value, in rank order. */
+export function gatherJson<T>(ranks: RankWorld, local: T): T[] {
+  return ranks.allgather(new TextEncoder().encode(JSON.stringify(local))).map((bytes) => JSON.parse(new TextDecoder().decode(bytes)) as T);
+}
+
+/**
+ * `compute` on this rank's rows of `batch`, each array it returns gathered over the ranks (an
+ * absent one stays absent). Every rank calls it with the same batch, or the gathers do not meet.
+ */
+export function onRankRows<T extends Record<string, Float32Array | undefined>>(ranks: RankWorld, batch: Batch, compute: (part: Batch) => T): T {
+  if (ranks.size === 1) return compute(batch);
+  const [start, end] = rankRows(ranks, batch.size);
+  const local = compute(batch.slice(start, end));
+  return Object.fromEntries(Object.entries(local).map(([key, value]) => [key, value && gatherFloats(ranks, value)])) as T;
+}
+
+/**
+ * The ranks' gradient sums summed, in place in `grads`: packed in `params` order, with one more
+ * slot per parameter counting the ranks that have a gradient for it (every rank packs every
+ * parameter, so the sums line up), all-reduced, unpacked; a parameter no rank has a gradient for
+ * stays absent, as in one process. Every rank calls it for every optimizer step.
+ */
+export function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string, tf.Tensor>, params: Map<string, tf.Variable>): void {
+  if (ranks.size === 1) return;
+  let total = 0;
+  for (const p of params.values()) total += p.size;
+  const flat = new Float32Array(total + params.size);
+  let offset = 0;
+  let index = 0;
+  for (const [name, p] of params) {
+    const g = grads.get(name);
+    if (g) {
+      flat.set(g.dataSync() as Float32Array, offset);
+      flat[total + index] = 1;
+    }
+    offset += p.size;
+    index += 1;
+  }
+  ranks.allreduceSum(flat);
+  offset = 0;
+  index = 0;
+  for (const [name, p] of params) {
+    grads.get(name)?.dispose();
+    grads.delete(name);
+    if (flat[total + index] > 0) grads.set(name, tf.tensor(flat.slice(offset, offset + p.size), p.shape, 'float32'));
+    offset += p.size;
+    index += 1;
+  }
+}
+
+/**
+ * The ranks run one command: a rank whose resolved config differs from rank 0's would train
+ * something else in lock-step with it. Returns the first difference (key and both values), if any.
+ */
+export function configDifference(ranks: RankWorld, config: unknown): string | undefined {
+  const all = gatherJson(ranks, config);
+  for (let r = 1; r < all.length; r++) {
+    const diff = firstDifference(all[0], all[r], '');
+    if (diff) return `rank ${r}'s config differs from rank 0's at ${diff.key || '(the whole config)'} (rank 0: ${JSON.stringify(diff.first)}, rank ${r}: ${JSON.stringify(diff.other)})`;
+  }
+  return undefined;
+}
+
+function firstDifference(first: unknown, other: unknown, key: string): { key: string; first: unknown; other: unknown } | undefined {
+  if (first && other && typeof first === 'object' && typeof other === 'object' && Array.isArray(first) === Array.isArray(other)) {
+    for (const k of new Set([...Object.keys(first), ...Object.keys(other)])) {
+      const diff = firstDifference((first as Record<string, unknown>)[k], (other as Record<string, unknown>)[k], key ? `${key}.${k}` : k);
+      if (diff) return diff;
+    }
+    return undefined;
+  }
+  return JSON.stringify(first) === JSON.stringify(other) ? undefined : { key, first, other };
+}
