@@ -4,9 +4,10 @@ import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { launchedRanks, mpiAddonPath, rankWorld } from '../core-adapters/engine/mpi.js';
+import { launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK } from '../core-adapters/engine/mpi.js';
+import { createHost, TOKENS, type RLTrainer } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
-import { CLI_MAIN, expectInputError, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { CLI_MAIN, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
 const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectives.ts');
@@ -41,6 +42,13 @@ describe('data-parallel ranks over MPI', function () {
       if (saved === undefined) delete process.env.FLOWRL_MPI_ADDON;
       else process.env.FLOWRL_MPI_ADDON = saved;
     }
+  });
+
+  it('ranks refuse rollout servers (every rank would push weights; one step off would interleave their gathers)', async () => {
+    const host = await createHost(writeCountdownConfig(tempDir(), { actor_rollout_ref: { rollout: { name: 'vllm', server: { urls: ['http://127.0.0.1:9'] } } } }), { skipEngine: true });
+    await host.container.unbind(TOKENS.Ranks);
+    host.container.bind(TOKENS.Ranks).toConstantValue({ ...SINGLE_RANK, size: 2 });
+    await expectInputErrorAsync(host.container.get<RLTrainer>(TOKENS.Trainer).setup(), 'actor_rollout_ref.rollout.name vllm: data-parallel ranks (mpirun) sample on the ranks themselves');
   });
 
   describe('under mpirun with two ranks', function () {

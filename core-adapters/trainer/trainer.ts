@@ -159,6 +159,7 @@ export class RLTrainer implements Trainer {
 
   /** Loads models and data (once), then restores the checkpoint resume_mode asks for. */
   async setup(): Promise<void> {
+    this.checkRanks();
     this.checkOneStepOff();
     this.checkRolloutOptions();
     await this.dataset.init();
@@ -182,6 +183,17 @@ export class RLTrainer implements Trainer {
   }
 
   /** trainer.one_step_off_policy needs samples from other processes, allowed to be one update old. */
+  /**
+   * Data-parallel ranks sample locally: with servers every rank would push weights to them, and
+   * sampling that overlaps training (one step off) would interleave the ranks' gathers with the
+   * update's sums in an order that differs between ranks.
+   */
+  private checkRanks(): void {
+    if (this.ranks.size > 1 && this.config.actor_rollout_ref.rollout.name !== 'local') {
+      throw new InputError(`actor_rollout_ref.rollout.name ${this.config.actor_rollout_ref.rollout.name}: data-parallel ranks (mpirun) sample on the ranks themselves for now (rollout.name local); with rollout servers run the trainer as one process`);
+    }
+  }
+
   private checkOneStepOff(): void {
     if (!this.config.trainer.one_step_off_policy) return;
     const rollout = this.config.actor_rollout_ref.rollout;
