@@ -53,8 +53,11 @@ describe('data-parallel ranks over MPI', function () {
 
   describe('under mpirun with two ranks', function () {
     before(function () {
-      if (!hasMpirun) return this.skip(); // Open MPI is not installed (npm test installs openmpi-bin where it can)
-      if (!fs.existsSync(mpiAddonPath())) return this.skip(); // the MPI addon is not built (no mpicc at install)
+      const why = !hasMpirun ? 'Open MPI is not installed (npm test installs openmpi-bin and libopenmpi-dev where it can)' : !fs.existsSync(mpiAddonPath()) ? `the MPI addon is not built (${mpiAddonPath()}; it needs mpicc at install)` : undefined;
+      if (why) {
+        console.warn(`    skipped, two ranks under mpirun: ${why}`);
+        this.skip();
+      }
     });
 
     it('sums float32 and float64 buffers in place, gathers uneven bytes in rank order, and meets at a barrier', () => {
