@@ -43,7 +43,8 @@ export function gatherJson<T>(ranks: RankWorld, local: T): T[] {
  * absent one stays absent). Every rank calls it with the same batch, or the gathers do not meet.
  */
 export function onRankRows<T extends Record<string, Float32Array | undefined>>(ranks: RankWorld, batch: Batch, compute: (part: Batch) => T): T {
-  if (ranks.size === 1) return compute(batch);
+  // Fewer rows than ranks (never in a step, whose batch has rollout.n rows a prompt): every rank computes them all.
+  if (ranks.size === 1 || batch.size < ranks.size) return compute(batch);
   const [start, end] = rankRows(ranks, batch.size);
   const local = compute(batch.slice(start, end));
   return Object.fromEntries(Object.entries(local).map(([key, value]) => [key, value && gatherFloats(ranks, value)])) as T;
