@@ -277,6 +277,20 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(formatRlStep(result as unknown as RlStepResult, { error: 'no torch' })).to.include('PyTorch comparison skipped: no torch');
   });
 
+  it("flowrl bench refuses before building a shape whose full training cannot fit the 4 GiB wasm heap (Qwen2.5-0.5B without LoRA), and --base-dtype without LoRA", async () => {
+    const config = 'examples/local-hf-model/qwen2.5-0.5b-config.json';
+    for (const extra of [[], ['--rl-step', '--lora-rank', '0']]) {
+      const started = Date.now();
+      const full = await flowrlInProcess(['bench', '--model-config', config, ...extra]);
+      expect(full.status, full.stderr).to.equal(2);
+      expect(full.stderr).to.match(/the weights, their gradients and AdamW's two moments take 7\.\d\d GiB of the wasm heap, which stops at 4 GiB; bench it with LoRA/);
+      expect(Date.now() - started, 'refused before anything was built').to.be.below(20_000);
+    }
+    const ignored = await flowrlInProcess(['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--base-dtype', 'bfloat16']);
+    expect(ignored.status).to.equal(2);
+    expect(ignored.stderr).to.include('--base-dtype bfloat16 applies to a frozen LoRA base; give --lora-rank > 0');
+  });
+
   it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {
     const args = ['bench', '--limits', '--limits-mb', '8', '--matrix', '128', '--rounds', '1', '--json'];
     const [withBlas, noBlas] = await Promise.all([runFlowrl(args, 60000), runFlowrl(args, 60000, { FLOWRL_BLAS: 'none' })]);

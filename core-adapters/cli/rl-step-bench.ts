@@ -19,7 +19,7 @@ import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { InputError } from '../errors.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
 import type { CausalLM } from '../model/causal-lm.js';
-import { readModelConfig } from '../model/config.js';
+import { heapOverflowGiB, readModelConfig, type ModelConfig } from '../model/config.js';
 import { generate } from '../model/generate.js';
 import { packSequences, scoreResponses } from '../model/logprobs.js';
 import { createAdapters, LORA_MODULES } from '../model/lora.js';
@@ -94,14 +94,36 @@ export function weightFigures(model: CausalLM): WeightFigures {
   return { parameters, readBytes, headValues, bodyValues };
 }
 
+/**
+ * The benches' model: random weights of `config`, LoRA adapters when loraRank > 0 (the base then
+ * outside the heap where the addon can multiply it there). A shape whose weights, gradients and
+ * AdamW's moments cannot fit the 4 GiB wasm heap is refused before anything is built (as training
+ * refuses it), and --base-dtype without LoRA, which nothing would read, too.
+ */
+export function benchModel(configFile: string, config: ModelConfig, loraRank: number, baseDtype: FrozenDtype, backend: string): CausalLM {
+  const lora = loraRank > 0;
+  if (!lora && baseDtype !== 'float32') throw new InputError(`--base-dtype ${baseDtype} applies to a frozen LoRA base; give --lora-rank > 0 (without LoRA every weight trains in float32)`);
+  if (lora && baseDtype === 'bfloat16' && !frozenBaseAvailable()) throw new InputError('--base-dtype bfloat16 needs the native addon on the wasm backend');
+  const outside = lora && frozenBaseAvailable();
+  // Without LoRA: the weights, their gradients and AdamW's two moments.
+  const gib = backend === 'wasm' && !outside ? heapOverflowGiB(config, lora ? 1 : 4) : undefined;
+  if (gib !== undefined) {
+    throw new InputError(
+      `${configFile}: ${lora ? 'the base' : 'the weights, their gradients and AdamW\'s two moments'} take ${gib.toFixed(2)} GiB of the wasm heap, which stops at 4 GiB; ` +
+        `bench it with LoRA and the native addon (--lora-rank 16: the base then stays outside the heap), or on tfjs-node`,
+    );
+  }
+  const model = modelFromWeights(config, initWeights(config, 0), outside ? { frozenBase: baseDtype } : {});
+  if (lora) model.attachAdapters(createAdapters(config, { rank: loraRank, alpha: 2 * loraRank, targetModules: [...LORA_MODULES] }, 0));
+  return model;
+}
+
 export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const info = await initEngine(o.backend, { quiet: o.quiet, native: o.native });
-  const limits = await measureLimits({ arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
   const config = readModelConfig(o.configFile);
   const lora = o.loraRank > 0;
-  if (lora && o.baseDtype === 'bfloat16' && !frozenBaseAvailable()) throw new InputError('--base-dtype bfloat16 needs the native addon on the wasm backend');
-  const model = modelFromWeights(config, initWeights(config, 0), lora && frozenBaseAvailable() ? { frozenBase: o.baseDtype } : {});
-  if (lora) model.attachAdapters(createAdapters(config, { rank: o.loraRank, alpha: 2 * o.loraRank, targetModules: [...LORA_MODULES] }, 0));
+  const model = benchModel(o.configFile, config, o.loraRank, o.baseDtype, info.backend);
+  const limits = await measureLimits({ arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
   model.gradientCheckpointing = true;
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
   const log = (text: string) => !o.quiet && process.stderr.write(`[flowrl] bench --rl-step: ${text}\n`);

@@ -225,3 +225,15 @@ export function smallLlamaConfig(tokenizer: TextTokenizer, sizes: SmallLlamaSize
     pad_token_id: tokenizer.padTokenId,
   };
 }
+
+/** Of the 4 GiB wasm heap, what weights may take: the rest is activations, gradients and AdamW's moments. */
+export const WASM_HEAP_BUDGET = 3 * 2 ** 30;
+
+/**
+ * Whether `copies` float32 copies of a model of this config fit the wasm heap's budget for weights:
+ * undefined when they do, else the GiB they would take (for a message that says what fits instead).
+ */
+export function heapOverflowGiB(c: ModelConfig, copies: number): number | undefined {
+  const bytes = [...expectedTensors(c).values()].reduce((n, shape) => n + 4 * shape.reduce((a, b) => a * b, 1), 0);
+  return bytes * copies > WASM_HEAP_BUDGET ? (bytes * copies) / 2 ** 30 : undefined;
+}

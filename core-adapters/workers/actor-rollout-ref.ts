@@ -25,7 +25,7 @@ import {
   writeDirectoryAtomically,
 } from '../model/checkpoint.js';
 import { frozenBaseAvailable } from '../engine/frozen.js';
-import { expectedTensors, readModelConfig } from '../model/config.js';
+import { heapOverflowGiB, readModelConfig } from '../model/config.js';
 import { ADAPTER_CONFIG_FILE, createAdapters, loadAdapterCheckpoint, loadAdapters, parseTargetModules, writeAdapterFiles } from '../model/lora.js';
 import { resolveThreadCount, ThreadPool, type ReplicaSpec } from '../engine/thread-pool.js';
 import { scoreResponses } from '../model/logprobs.js';
@@ -36,9 +36,6 @@ import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
 import { gatherBatch, onRankRows, rankRows } from './ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
-
-/** Of the 4 GiB wasm heap, what weights may take: the rest is activations, gradients and AdamW's moments. */
-const WASM_HEAP_BUDGET = 3 * 2 ** 30;
 
 /**
  * What a worker thread builds as this worker's replica: createActorReplica in `entry` (the
@@ -145,15 +142,15 @@ export class ActorRolloutRefWorker implements Worker {
     if (m.base_dtype !== 'float32') throw new InputError(`actor_rollout_ref.model.base_dtype is ${m.base_dtype}, which applies to a frozen LoRA base only; set lora_rank > 0 or base_dtype float32`);
     if (tf.getBackend() === 'wasm') {
       const config = readModelConfig(path.join(this.modelPath, 'config.json'));
-      const bytes = [...expectedTensors(config).values()].reduce((n, shape) => n + 4 * shape.reduce((a, b) => a * b, 1), 0);
       // Full fine-tuning holds the policy, its gradients, AdamW's two moments and the reference
       // (which validation's matching metrics load for every algorithm).
       const withReference = this.requirements.useReference || this.config.trainer.val_matching;
       const copies = m.lora_rank > 0 ? 1 : 4 + (withReference ? 1 : 0);
-      if (bytes * copies > WASM_HEAP_BUDGET) {
+      const gib = heapOverflowGiB(config, copies);
+      if (gib !== undefined) {
         const what = m.lora_rank > 0 ? 'the frozen base' : `${copies} float32 copies of this model (policy, gradients, AdamW's two moments${copies > 4 ? `, reference${this.requirements.useReference ? '' : ' for trainer.val_matching'}` : ''})`;
         throw new InputError(
-          `${this.modelPath}: ${what} take ${((bytes * copies) / 2 ** 30).toFixed(2)} GiB of the wasm heap, which stops at 4 GiB. ` +
+          `${this.modelPath}: ${what} take ${gib.toFixed(2)} GiB of the wasm heap, which stops at 4 GiB. ` +
             'Train it with LoRA (actor_rollout_ref.model.lora_rank > 0) and the native addon (the base then stays outside the heap), or on tfjs-node.',
         );
       }
