@@ -6,6 +6,7 @@ import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice }
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
 import { formatRlStep, type RlStepResult, type TorchRlStep } from '../core-adapters/cli/rl-step-bench.js';
+import type { ContendedBench } from '../core-adapters/cli/bench.js';
 import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
 import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runFlowrl, type EnginePath } from './helpers.js';
 
@@ -289,6 +290,22 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     const ignored = await flowrlInProcess(['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--base-dtype', 'bfloat16']);
     expect(ignored.status).to.equal(2);
     expect(ignored.stderr).to.include('--base-dtype bfloat16 applies to a frozen LoRA base; give --lora-rank > 0');
+  });
+
+  it('flowrl bench --contend 1: the tiny bench idle and beside a busy process, every thread count beside it, the ratios; the busy process gone after', async () => {
+    const bench = await flowrlInProcess(['bench', '--contend', '1', '--steps', '1', '--workers', '1', '--json']);
+    expect(bench.status, bench.stderr).to.equal(0);
+    const c = JSON.parse(bench.stdout) as ContendedBench;
+    expect(c.contend).to.equal(1);
+    for (const r of [c.idle, c.contended, ...c.by_workers]) for (const key of ['train_step_ms', 'sample_tokens_per_s'] as const) expect(r[key], key).to.be.a('number').and.greaterThan(0);
+    expect(c.by_workers.map((r) => r.workers)).to.deep.equal(Array.from({ length: c.cores }, (_, i) => i + 1));
+    expect(c.train_slowdown).to.be.closeTo(c.contended.train_step_ms / c.idle.train_step_ms, 1e-3);
+    expect(c.train_vs_best).to.be.at.least(1);
+    expect(c.sample_vs_best).to.be.at.most(1);
+    expect(c.busy_pids).to.have.length(1);
+    expect(() => process.kill(c.busy_pids[0], 0), 'the busy process has ended').to.throw();
+    const bad = await flowrlInProcess(['bench', '--contend', '1', '--limits']);
+    expect([bad.status, bad.stderr.includes('--contend applies to the tiny bench alone')]).to.deep.equal([2, true]);
   });
 
   it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {

@@ -2,7 +2,7 @@
 // timed on the chosen backend. --compare-torch runs scripts/torch_bench.py (the same model in
 // PyTorch) alternately with ours and reports the ratios.
 import * as tf from '@tensorflow/tfjs';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -106,6 +106,90 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
     sample_tokens_per_s: Math.round((options.batch * newTokens * 1000) / median(sampleTimes)),
     peak_rss_mb: Math.round(process.resourceUsage().maxRSS / 1024),
   };
+}
+
+/** `flowrl bench --contend K`: the tiny bench idle and beside K busy processes, and the thread count that does best beside them. */
+export interface ContendedBench {
+  contend: number;
+  cores: number;
+  idle: BenchResult;
+  /** The default configuration (--workers, else auto) beside the busy processes. */
+  contended: BenchResult;
+  /** Contended over idle: train step time (above 1 is slower), sampling rate (below 1 is slower). */
+  train_slowdown: number;
+  sample_slowdown: number;
+  /** Every thread count from 1 to the cores, beside the busy processes. */
+  by_workers: BenchResult[];
+  /** The default's train step time and sampling rate against the best thread count's (1: the default is the best). */
+  train_vs_best: number;
+  sample_vs_best: number;
+  /** The busy processes' ids (all ended before this returns). */
+  busy_pids: number[];
+}
+
+/** K processes that each keep one core busy until killed (plain JavaScript loops, not this engine). */
+function busyProcesses(k: number): ChildProcess[] {
+  return Array.from({ length: k }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+}
+
+/** Kills the busy processes and waits until each has exited. */
+async function endBusy(busy: ChildProcess[]): Promise<void> {
+  await Promise.all(
+    busy.map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once('exit', () => resolve());
+          child.kill('SIGKILL');
+        }),
+    ),
+  );
+}
+
+/**
+ * The tiny bench idle, then beside `k` busy processes with the default thread count and with every
+ * count from 1 to the cores: what a shared machine costs, and whether the default copes with it.
+ */
+export async function runContendedBench(options: { backend: BackendChoice; native?: NativeChoice; steps: number; workers: number; contend: number; quiet?: boolean }): Promise<ContendedBench> {
+  const bench = (workers: number) => runBench({ backend: options.backend, native: options.native, steps: options.steps, batch: 32, workers, quiet: true });
+  const idle = await bench(options.workers);
+  const busy = busyProcesses(options.contend);
+  const stop = () => busy.forEach((child) => child.kill('SIGKILL'));
+  // However the bench ends, no busy process outlives it.
+  process.once('exit', stop);
+  try {
+    // Let the busy loops reach the scheduler before timing.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const contended = await bench(options.workers);
+    const cores = os.availableParallelism();
+    const byWorkers: BenchResult[] = [];
+    for (let w = 1; w <= cores; w++) byWorkers.push(w === options.workers ? contended : await bench(w));
+    const bestTrain = Math.min(...byWorkers.map((r) => r.train_step_ms));
+    const bestSample = Math.max(...byWorkers.map((r) => r.sample_tokens_per_s));
+    return {
+      contend: options.contend,
+      cores,
+      idle,
+      contended,
+      train_slowdown: round3(contended.train_step_ms / idle.train_step_ms),
+      sample_slowdown: round3(contended.sample_tokens_per_s / idle.sample_tokens_per_s),
+      by_workers: byWorkers,
+      train_vs_best: round3(contended.train_step_ms / bestTrain),
+      sample_vs_best: round3(contended.sample_tokens_per_s / bestSample),
+      busy_pids: busy.map((child) => child.pid!),
+    };
+  } finally {
+    await endBusy(busy);
+    process.off('exit', stop);
+  }
+}
+
+function printContended(c: ContendedBench): void {
+  console.log(`tiny Llama, ${c.contended.workers} thread${c.contended.workers > 1 ? 's' : ''} (the default here), idle and beside ${c.contend} busy process${c.contend > 1 ? 'es' : ''} on ${c.cores} cores`);
+  console.log(`  train step        idle ${c.idle.train_step_ms.toFixed(1)} ms, contended ${c.contended.train_step_ms.toFixed(1)} ms  (x${c.train_slowdown.toFixed(2)})`);
+  console.log(`  KV-cache sampling idle ${c.idle.sample_tokens_per_s.toLocaleString('en-US')}, contended ${c.contended.sample_tokens_per_s.toLocaleString('en-US')} tokens/s  (x${c.sample_slowdown.toFixed(2)})`);
+  for (const r of c.by_workers) console.log(`  contended, ${r.workers} thread${r.workers > 1 ? 's' : ' '}: train ${r.train_step_ms.toFixed(1)} ms, sampling ${r.sample_tokens_per_s.toLocaleString('en-US')} tokens/s`);
+  console.log(`  the default against the best thread count: train x${c.train_vs_best.toFixed(2)}, sampling x${c.sample_vs_best.toFixed(2)} (1 is the best)`);
 }
 
 /** `flowrl bench --model-config`: a real model's shape with random weights. */
@@ -333,8 +417,12 @@ export async function benchCommand(argv: string[]): Promise<void> {
     'micro-batch': { type: 'string' },
     'limits-mb': { type: 'string' },
     matrix: { type: 'string' },
+    contend: { type: 'string' },
     ...BACKEND_FLAG,
   });
+  if (values.contend !== undefined && (values['model-config'] !== undefined || values.limits || values.sandbox || values['compare-torch'])) {
+    throw new InputError('--contend applies to the tiny bench alone (not with --model-config, --limits, --sandbox or --compare-torch)');
+  }
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
   if (values.limits) {
     const limits = await measureLimits({
@@ -353,6 +441,12 @@ export async function benchCommand(argv: string[]): Promise<void> {
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
   const json = values.json as boolean;
+  if (values.contend !== undefined) {
+    const c = await runContendedBench({ backend: values.backend as BackendChoice, native, steps, workers, contend: numberFlag('bench', values, 'contend', 1, { integer: true, min: 1, max: 64 }), quiet: json });
+    if (json) console.log(JSON.stringify(c));
+    else printContended(c);
+    return;
+  }
   if (values['compare-torch']) {
     const c = await compareWithTorch({ backend: values.backend as BackendChoice, native, steps, rounds, workers, quiet: json });
     if (json) {
