@@ -1,7 +1,7 @@
 // Data-parallel ranks over MPI (issue 36): the MPI addon's collectives under mpirun with two ranks
 // on loopback, a rank that stops answering (every rank ends, bounded), and a launcher without the addon.
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK } from '../core-adapters/engine/mpi.js';
@@ -148,6 +148,32 @@ describe('data-parallel ranks over MPI', function () {
       });
       expect(run.status).to.not.equal(0);
       expect(run.stderr.match(/rank 1's config differs from rank 0's at trainer\.seed \(rank 0: 3, rank 1: 4\); every rank must run the same command/g)).to.have.length(1);
+    });
+
+    it('a rank that dies ends the job on every rank, bounded, and the same command resumes from rank 0\'s checkpoint', async () => {
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 4, test_freq: 0, save_freq: 1, val_before_train: false } });
+      const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
+      const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+      const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
+      const metrics = path.join(dir, 'run', 'metrics.jsonl');
+      // Once the first step is logged, rank 1 (the second node process mpirun started) is killed.
+      while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').trim())) await new Promise((resolve) => setTimeout(resolve, 200));
+      const ranks = spawnSync('pgrep', ['-P', String(job.pid)], { encoding: 'utf8' }).stdout.trim().split('\n').map(Number).sort((a, b) => a - b);
+      expect(ranks).to.have.length(2);
+      const killedAt = Date.now();
+      process.kill(ranks[1], 'SIGKILL');
+      const code = await exited;
+      expect(code).to.not.equal(0);
+      expect((Date.now() - killedAt) / 1000, 'every rank ended').to.be.below(30);
+      expect(stderr).to.match(/exited on signal 9|killed/i);
+      const saved = fs.readdirSync(path.join(dir, 'run', 'checkpoints')).filter((d) => d.startsWith('global_step_'));
+      expect(saved.length).to.be.at.least(1);
+      const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
+      expect(resumed.status, resumed.stderr).to.equal(0);
+      expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
     });
 
     it('a rank that stops answering ends every rank within the deadline, with a message naming the collective', () => {
