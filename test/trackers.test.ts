@@ -108,6 +108,29 @@ describe('trainer.logger: TensorBoard event files', function () {
   });
 });
 
+/** `server` listening on a free loopback port: its URL, and how to close it. */
+async function listening(server: http.Server): Promise<{ url: string; close: () => Promise<void> }> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+/** Restores the environment variables `keys` after each test of the suite that calls it. */
+function restoreEnvAfterEach(keys: string[]): void {
+  const saved = { ...process.env };
+  afterEach(() => {
+    for (const key of keys) if (saved[key] === undefined) delete process.env[key];
+    else process.env[key] = saved[key];
+  });
+}
+
+/** A short countdown run logging to `logger` (with a secret in its config that no tracker may send). */
+async function trainLoggingTo(logger: string, dir: string, steps: number) {
+  const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', logger], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps, log_val_generations: 2 }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
+  const trainer = host.container.get<Trainer>(TOKENS.Trainer);
+  await trainer.fit();
+  trainer.dispose();
+}
+
 /**
  * A fake MLflow tracking server: the five REST routes a run uses, each request checked against
  * MLflow's rules (mlflow/utils/validation.py: key characters and length, batch limits, no duplicate
@@ -171,24 +194,13 @@ async function fakeMlflow(options: { fail?: boolean } = {}) {
       send(404, { error_code: 'ENDPOINT_NOT_FOUND' });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { state, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { state, ...(await listening(server)) };
 }
 
 describe('trainer.logger: MLflow over its REST API', function () {
   this.timeout(120_000);
-  const saved = { ...process.env };
-  afterEach(() => {
-    for (const key of ['MLFLOW_TRACKING_URI', 'MLFLOW_RUN_ID']) if (saved[key] === undefined) delete process.env[key];
-    else process.env[key] = saved[key];
-  });
-
-  async function train(dir: string, steps = 3) {
-    const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'mlflow'], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps, log_val_generations: 2 }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
-    const trainer = host.container.get<Trainer>(TOKENS.Trainer);
-    await trainer.fit();
-    trainer.dispose();
-  }
+  restoreEnvAfterEach(['MLFLOW_TRACKING_URI', 'MLFLOW_RUN_ID']);
+  const train = (dir: string, steps = 3) => trainLoggingTo('mlflow', dir, steps);
 
   it("keys and params as verl sends them: '@' -> '_at_', refused characters -> '_', the config flattened with '/' and lists by index", () => {
     expect(mlflowKey('val/pass@8')).to.equal('val/pass_at_8');
@@ -315,24 +327,13 @@ async function fakeWandb(options: { refuse?: number } = {}) {
       send(200, {});
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { state, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { state, ...(await listening(server)) };
 }
 
 describe("trainer.logger: W&B through its JavaScript SDK", function () {
   this.timeout(120_000);
-  const saved = { ...process.env };
-  afterEach(() => {
-    for (const key of ['WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_MODE', 'WANDB_ENTITY', 'HOME']) if (saved[key] === undefined) delete process.env[key];
-    else process.env[key] = saved[key];
-  });
-
-  async function train(dir: string, steps = 3) {
-    const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'wandb'], project_name: 'countdown', experiment_name: 'grpo-seed3', total_training_steps: steps, test_freq: steps }, actor_rollout_ref: { rollout: { server: { api_key: 'sk-secret' } } } }), { quiet: true });
-    const trainer = host.container.get<Trainer>(TOKENS.Trainer);
-    await trainer.fit();
-    trainer.dispose();
-  }
+  restoreEnvAfterEach(['WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_MODE', 'WANDB_ENTITY', 'HOME']);
+  const train = (dir: string, steps = 3) => trainLoggingTo('wandb', dir, steps);
 
   it('a run: named after the experiment in the project, the config in W&B\'s form with secrets left out, every step of metrics.jsonl in the history at its step, the run complete; every request valid', async () => {
     const wandb = await fakeWandb();

@@ -54,6 +54,14 @@ static int get_double(napi_env env, napi_value value, double *out) {
   return napi_get_value_double(env, value, out) == napi_ok;
 }
 
+// The (typed array, timeoutMs) every collective but the barrier takes: 1 when they are there.
+static int array_and_timeout(napi_env env, napi_callback_info info, napi_typedarray_type *type, void **data, size_t *length, double *timeout_ms) {
+  size_t argc = 2, offset;
+  napi_value argv[2], buffer;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  return argc == 2 && napi_get_typedarray_info(env, argv[0], type, length, data, &buffer, &offset) == napi_ok && get_double(env, argv[1], timeout_ms);
+}
+
 // init(): MPI_Init_thread (the main thread alone calls MPI), then {rank, size}.
 static napi_value init_mpi(napi_env env, napi_callback_info info) {
   (void)info;
@@ -81,15 +89,11 @@ static napi_value init_mpi(napi_env env, napi_callback_info info) {
 
 // allreduceSum(Float32Array | Float64Array, timeoutMs): every rank's array summed, in place.
 static napi_value allreduce_sum(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   napi_typedarray_type type;
-  size_t length, offset;
+  size_t length;
   void *data;
-  napi_value buffer;
   double timeout_ms;
-  if (argc != 2 || napi_get_typedarray_info(env, argv[0], &type, &length, &data, &buffer, &offset) != napi_ok || (type != napi_float32_array && type != napi_float64_array) || !get_double(env, argv[1], &timeout_ms)) {
+  if (!array_and_timeout(env, info, &type, &data, &length, &timeout_ms) || (type != napi_float32_array && type != napi_float64_array)) {
     return throw_error(env, "allreduceSum: expected (Float32Array | Float64Array, timeoutMs)");
   }
   if (length > INT32_MAX) return throw_error(env, "allreduceSum: more than 2^31 elements");
@@ -100,15 +104,11 @@ static napi_value allreduce_sum(napi_env env, napi_callback_info info) {
 
 // allgather(Uint8Array, timeoutMs): every rank's bytes, as one array per rank in rank order.
 static napi_value allgather(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   napi_typedarray_type type;
-  size_t length, offset;
+  size_t length;
   void *data;
-  napi_value buffer;
   double timeout_ms;
-  if (argc != 2 || napi_get_typedarray_info(env, argv[0], &type, &length, &data, &buffer, &offset) != napi_ok || type != napi_uint8_array || !get_double(env, argv[1], &timeout_ms)) {
+  if (!array_and_timeout(env, info, &type, &data, &length, &timeout_ms) || type != napi_uint8_array) {
     return throw_error(env, "allgather: expected (Uint8Array, timeoutMs)");
   }
   if (length > INT32_MAX) return throw_error(env, "allgather: more than 2 GiB from one rank");
