@@ -7,6 +7,7 @@ import path from 'node:path';
 import { launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK } from '../core-adapters/engine/mpi.js';
 import { createHost, TOKENS, type RLTrainer } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
+import { gatherValues, mergeRowMetrics } from '../core-adapters/workers/ranks.js';
 import { CLI_MAIN, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
@@ -31,6 +32,13 @@ describe('data-parallel ranks over MPI', function () {
     expect(launchedRanks({ OMPI_COMM_WORLD_SIZE: '4' })).to.equal(4);
     expect(launchedRanks({ PMI_SIZE: '2' })).to.equal(2);
     expect(launchedRanks({ OMPI_COMM_WORLD_SIZE: 'x' })).to.equal(1);
+  });
+
+  it("merges the ranks' rollout metrics as the whole batch's: extremes for /min and /max, else means weighted by rows", () => {
+    expect(mergeRowMetrics([{ 'num_turns/min': 2, 'num_turns/max': 5, 'num_turns/mean': 3 }, { 'num_turns/min': 1, 'num_turns/max': 4, 'num_turns/mean': 2 }], [3, 1])).to.deep.equal({ 'num_turns/min': 1, 'num_turns/max': 5, 'num_turns/mean': 2.75 });
+    expect(mergeRowMetrics([{ a: 1 }, undefined], [2, 2])).to.deep.equal({ a: 1 });
+    // One process: gathers return its own value, NaN and typed arrays intact.
+    expect(gatherValues(SINGLE_RANK, { loss: NaN, rows: Float32Array.of(1, 2) })).to.deep.equal([{ loss: NaN, rows: Float32Array.of(1, 2) }]);
   });
 
   it('a launch of several ranks without the MPI addon stops with one message naming the addon and how to build it', () => {
@@ -174,6 +182,35 @@ describe('data-parallel ranks over MPI', function () {
       const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
       expect(resumed.status, resumed.stderr).to.equal(0);
       expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
+    });
+
+    it('SIGUSR1 to mpirun stops every rank after the same step with a checkpoint (SIGINT and SIGTERM would end the job at once); the same command resumes', async () => {
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 6, test_freq: 0, save_freq: 0, val_before_train: false } });
+      const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
+      const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+      const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
+      const metrics = path.join(dir, 'run', 'metrics.jsonl');
+      while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').trim())) await new Promise((resolve) => setTimeout(resolve, 200));
+      job.kill('SIGUSR1');
+      const code = await exited;
+      expect(code, stderr).to.not.equal(0);
+      const stopped = /stopped by SIGUSR1 after step (\d+)/.exec(stderr);
+      expect(stopped, stderr).to.not.equal(null);
+      const step = Number(stopped![1]);
+      expect(step).to.be.below(6);
+      expect(fs.readdirSync(path.join(dir, 'run', 'checkpoints'))).to.include(`global_step_${step}`);
+      const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
+      expect(resumed.status, resumed.stderr).to.equal(0);
+      expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4, 5, 6]);
+    });
+
+    it('another command under mpirun stops with one message (only training splits over ranks)', () => {
+      const run = mpirun(2, [CLI_MAIN, 'eval', writeCountdownConfig(tempDir())], {}, 60_000);
+      expect(run.status).to.not.equal(0);
+      expect(run.stderr).to.contain('only flowrl train runs as data-parallel ranks; run eval as one process');
     });
 
     it('a rank that stops answering ends every rank within the deadline, with a message naming the collective', () => {

@@ -17,7 +17,7 @@ import { lossAndGradients } from '../model/optim.js';
 import { runUpdateLoop, type MetricAverager } from '../model/update-loop.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
-import { gatherJson, rankRows, sumGradientsOverRanks } from '../workers/ranks.js';
+import { gatherValues, rankRows, sumGradientsOverRanks } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 
 /**
@@ -193,7 +193,7 @@ export class PPOActor implements Actor {
     const [a, b] = rankRows(this.ranks, micro.size);
     const mine: Metrics[] = [];
     if (b > a) this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m) => mine.push(m));
-    for (const m of gatherJson(this.ranks, mine).flat()) averages.add(m);
+    for (const m of gatherValues(this.ranks, mine).flat()) averages.add(m);
   }
 
   /** Gradients of rows of a micro-batch on this rank, split across the pool's threads when it has one. */

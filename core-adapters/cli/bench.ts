@@ -127,9 +127,13 @@ export interface ContendedBench {
   busy_pids: number[];
 }
 
-/** K processes that each keep one core busy until killed (plain JavaScript loops, not this engine). */
+/**
+ * K processes that each keep one core busy until killed (plain JavaScript loops, not this engine);
+ * each also ends when the bench does, however it ends (its parent gone).
+ */
 function busyProcesses(k: number): ChildProcess[] {
-  return Array.from({ length: k }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+  const loop = 'const parent = process.ppid; for (let i = 0; ; i++) if ((i & 0xffffff) === 0 && process.ppid !== parent) process.exit(0);';
+  return Array.from({ length: k }, () => spawn(process.execPath, ['-e', loop], { stdio: 'ignore' }));
 }
 
 /** Kills the busy processes and waits until each has exited. */

@@ -1,5 +1,6 @@
 // The flowrl command's subcommands, one per job, and its dispatcher. Bad input exits 2 with one
 // message, no stack. (cli/main.ts runs it; tests call main in-process.)
+import { launchedRanks } from '../engine/mpi.js';
 import 'reflect-metadata';
 import { InputError, RolloutUnavailable, RunStopped } from '../errors.js';
 import { benchCommand } from './bench.js';
@@ -75,6 +76,8 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   try {
+    // Only training splits its work over ranks; any other command under mpirun would run N times over the same files.
+    if (name !== 'train' && launchedRanks() > 1) throw new InputError(`launched as one of ${launchedRanks()} ranks (mpirun), but only flowrl train runs as data-parallel ranks; run ${name} as one process`);
     const run = command ? () => command.run(rest) : pluginCommand(name, rest);
     if (!run) {
       console.error(`flowrl: unknown command '${name}'; available: ${Object.keys(COMMANDS).join(', ')} (plugins add theirs: flowrl NAME CONFIG)`);

@@ -86,9 +86,11 @@ function evalTable(metrics: Metrics): string[] {
 
 /**
  * SIGINT and SIGTERM: the first asks the trainer to finish its step and save a checkpoint; a second
- * stops at once. Exit codes follow the convention 128 + the signal's number.
+ * stops at once. Under mpirun, SIGUSR1 too: Open MPI 4.1's mpirun answers SIGINT and SIGTERM by
+ * ending the job (SIGTERM to every rank, SIGKILL soon after) but forwards SIGUSR1 to every rank.
+ * Exit codes follow the convention 128 + the signal's number.
  */
-function stopOnSignals(trainer: Trainer): { received?: string; exitCode: number; remove(): void } {
+function stopOnSignals(trainer: Trainer, underMpirun = false): { received?: string; exitCode: number; remove(): void } {
   const state: { received?: string; exitCode: number; remove(): void } = { exitCode: 0, remove: () => undefined };
   const handler = (signal: NodeJS.Signals) => {
     const code = 128 + os.constants.signals[signal];
@@ -98,8 +100,9 @@ function stopOnSignals(trainer: Trainer): { received?: string; exitCode: number;
     console.error(`[flowrl] ${signal}: finishing this step and saving a checkpoint (${signal} again stops at once)`);
     trainer.requestStop();
   };
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, handler);
-  state.remove = () => ['SIGINT', 'SIGTERM'].forEach((signal) => process.off(signal, handler));
+  const signals = underMpirun ? (['SIGINT', 'SIGTERM', 'SIGUSR1'] as const) : (['SIGINT', 'SIGTERM'] as const);
+  for (const signal of signals) process.on(signal, handler);
+  state.remove = () => signals.forEach((signal) => process.off(signal, handler));
   return state;
 }
 
@@ -123,7 +126,7 @@ export async function trainCommand(argv: string[]): Promise<void> {
   );
   if (ranks.size > 1 && ranks.rank === 0) console.error(`[flowrl] data-parallel ranks: ${ranks.size} (mpirun); rank 0 writes the run's files`);
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
-  const signals = stopOnSignals(trainer);
+  const signals = stopOnSignals(trainer, ranks.size > 1);
   try {
     await trainer.fit();
   } finally {

@@ -51,6 +51,7 @@ export class MlflowSink implements RunAwareSink {
   private runId?: string;
   private artifactUri?: string;
   private generationsOff = false;
+  private readonly abandoned = new AbortController();
   private failed = false;
 
   constructor(@inject(TOKENS.Config) private readonly config: Config) {
@@ -124,9 +125,10 @@ export class MlflowSink implements RunAwareSink {
     await this.queue;
   }
 
-  /** Sends nothing more (the trainer stopped waiting); a request under way ends with its time-out. */
+  /** Sends nothing more (the trainer stopped waiting or the run failed); a request under way is aborted. */
   abandon(): void {
     this.failed = true;
+    this.abandoned.abort();
   }
 
   private async createRun(experiment: string, runName: string): Promise<string> {
@@ -175,7 +177,7 @@ export class MlflowSink implements RunAwareSink {
     let last = '';
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       try {
-        const response = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+        const response = await fetch(url, { method, headers, body, signal: AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), this.abandoned.signal]) });
         const text = await response.text();
         if (response.ok) return text ? JSON.parse(text) : {};
         last = `${method} ${route}: HTTP ${response.status} ${text.slice(0, 200)}`;
@@ -183,6 +185,7 @@ export class MlflowSink implements RunAwareSink {
         if (response.status < 500) break;
       } catch (e) {
         last = `${method} ${route}: ${(e as Error).message}`;
+        if (this.abandoned.signal.aborted) break;
       }
     }
     throw new Error(last);

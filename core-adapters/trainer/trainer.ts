@@ -33,7 +33,7 @@ import { TOKENS } from '../tokens.js';
 import { Batch, responseTokens } from '../batch.js';
 import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
 import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/sequences.js';
-import { gatherJson } from '../workers/ranks.js';
+import { gatherValues } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
@@ -138,6 +138,22 @@ export class RLTrainer implements Trainer {
 
   @inject(TOKENS.Ranks) @optional() protected readonly ranks: RankWorld = SINGLE_RANK;
 
+  /**
+   * The reward manager's scores for `batch`. Under data-parallel ranks rank 0 scores and every rank
+   * takes its result (and the scorers' extra fields): a scorer with a time limit (code rewards) or
+   * a remote judge may answer differently twice, and ranks that disagreed on rewards would keep
+   * different groups and train on different advantages.
+   */
+  protected async score(batch: Batch): Promise<RewardResult> {
+    if (this.ranks.size === 1) return await this.rewards.compute(batch);
+    const mine = this.ranks.rank === 0 ? await this.rewards.compute(batch) : undefined;
+    const extra = mine && batch.has(REWARD_EXTRA_INFO) ? batch.column(REWARD_EXTRA_INFO) : undefined;
+    const [first] = gatherValues(this.ranks, mine ? { result: mine, extra } : undefined);
+    const shared = first as { result: RewardResult; extra?: unknown[] };
+    if (!mine && shared.extra) batch.setColumn(REWARD_EXTRA_INFO, shared.extra);
+    return shared.result;
+  }
+
   /** The sinks this process logs to: none on ranks after the first. */
   protected get activeSinks(): MetricsSink[] {
     return this.writes ? this.sinks : [];
@@ -174,6 +190,13 @@ export class RLTrainer implements Trainer {
     const kl = this.config.algorithm.kl_ctrl;
     let klCoef = kl.kl_coef;
     const target = this.checkpoints.resumeTarget();
+    // Ranks resume together or not at all: one that found no checkpoint (no shared file system) would train other weights.
+    if (this.ranks.size > 1) {
+      const found = gatherValues(this.ranks, target?.step ?? 0);
+      if (found.some((step) => step !== found[0])) {
+        throw new InputError(`data-parallel ranks found different checkpoints to resume from in ${path.join(this.runDir, 'checkpoints')} (steps by rank: ${found.join(', ')}); the ranks need the run directory on a shared file system`);
+      }
+    }
     if (target) {
       const state = this.restore(target.dir);
       // Only an adaptive coefficient is state; a fixed one comes from the config.
@@ -307,6 +330,10 @@ export class RLTrainer implements Trainer {
     const { test_freq: testFreq, save_freq: saveFreq } = this.config.trainer;
     try {
       await this.trainSteps(total, testFreq, saveFreq, (v) => (lastValidation = v));
+    } catch (e) {
+      // A run that fails drops what its trackers still hold rather than waiting on them.
+      for (const sink of this.activeSinks) sink.abandon?.();
+      throw e;
     } finally {
       // Rollouts sampled for a step that will not run (a stop, an error) are waited out and dropped.
       await this.dropPrefetched();
@@ -359,7 +386,7 @@ export class RLTrainer implements Trainer {
       // Steps run synchronously: yield so a signal's handler can ask for a stop.
       await new Promise((resolve) => setImmediate(resolve));
       // Ranks stop together: a signal may reach one between two steps and another during one.
-      if (this.ranks.size > 1) this.stopRequested = gatherJson(this.ranks, this.stopRequested).some(Boolean);
+      if (this.ranks.size > 1) this.stopRequested = gatherValues(this.ranks, this.stopRequested).some(Boolean);
       if (this.stopRequested && !last) {
         if (!scheduledSave) this.saveCheckpoint(metrics);
         this.stoppedAt = this.step;
@@ -459,7 +486,7 @@ export class RLTrainer implements Trainer {
     const batch = await sampled;
     const baseline = await greedy;
     try {
-      const reward = await this.rewards.compute(baseline);
+      const reward = await this.score(baseline);
       const R = baseline.tensor('responses').shape[1];
       const byUid = new Map<string, number>();
       // verl sums the greedy response's token scores (rm_scores.sum(-1)).
@@ -513,7 +540,7 @@ export class RLTrainer implements Trainer {
     const mask = batch.tensor('response_mask').data as Float32Array;
 
     const rewardStarted = performance.now();
-    const reward = kept ? kept.reward : await this.rewards.compute(batch);
+    const reward = kept ? kept.reward : await this.score(batch);
     if (!kept) timing['timing_s/reward'] = (performance.now() - rewardStarted) / 1000;
     batch.set('token_level_scores', { shape: [B, R], data: reward.tokenLevelScores });
     batch.setColumn('correct', reward.correct);
@@ -615,7 +642,7 @@ export class RLTrainer implements Trainer {
     for (let gen = 1; ; gen++) {
       const batch = await launch.batch;
       const t = performance.now();
-      const reward = await this.rewards.compute(batch);
+      const reward = await this.score(batch);
       timing['timing_s/reward'] = (timing['timing_s/reward'] ?? 0) + (performance.now() - t) / 1000;
       const values = groupMetric(metric!, batch, reward);
       const byUid = new Map<string, number[]>();
@@ -726,7 +753,7 @@ export class RLTrainer implements Trainer {
       maxNewTokens: this.config.data.max_response_length,
       seed: stepSeed(this.config.trainer.seed, -1),
     });
-    const reward = await this.rewards.compute(generated);
+    const reward = await this.score(generated);
     const responses = generated.tensor('responses');
     // Whole responses (a multi-turn one with its tool turns): distinct answers are distinct trajectories.
     const mask = responseTokens(generated);

@@ -82,7 +82,6 @@ export class WandbSink implements RunAwareSink {
     const t = this.config.trainer;
     const init = { project: t.project_name, name: t.experiment_name, entity: process.env.WANDB_ENTITY, config: wandbConfig(JSON.parse(JSON.stringify(this.config))) };
     const thread = new Worker(WANDB_THREAD, { eval: true, workerData: { sdk, init } });
-    thread.unref();
     this.thread = thread;
     let forwarded = 0;
     this.done = new Promise<void>((resolve) => {
@@ -98,6 +97,8 @@ export class WandbSink implements RunAwareSink {
       thread.on('error', (e) => this.warn(e.message));
       thread.on('exit', () => resolve());
     });
+    // After the listeners (adding one holds the thread again): it never holds the process alone.
+    thread.unref();
   }
 
   log(step: number, metrics: Metrics): void {
@@ -112,6 +113,8 @@ export class WandbSink implements RunAwareSink {
 
   /** Waits for the SDK to send what it was given; the trainer bounds the wait, and the thread never holds the process. */
   async flush(): Promise<void> {
+    // Held while the trainer waits (bounded), or the process could end before the last request.
+    this.thread?.ref();
     await this.done;
   }
 

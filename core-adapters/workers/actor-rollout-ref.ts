@@ -208,10 +208,23 @@ export class ActorRolloutRefWorker implements Worker {
   /** Under data-parallel ranks each samples its rows (their seeds as in one process) and every rank gets them all. */
   async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     if (this.ranks.size === 1) return this.rollout.generateSequences(prompts, sampling);
-    const [a, b] = rankRows(this.ranks, prompts.size);
-    const local = b > a ? await this.rollout.generateSequences(prompts.slice(a, b), { ...sampling, firstRow: (sampling.firstRow ?? 0) + a }) : undefined;
-    return gatherBatch(this.ranks, local, this.padTokenId);
+    // Gathers go in call order, the same on every rank, whichever sampling finishes first (remax
+    // samples and decodes greedily at once): the slot is taken now, the gather made in it.
+    const previous = this.gatherTurn;
+    let done!: () => void;
+    this.gatherTurn = new Promise<void>((resolve) => (done = resolve));
+    try {
+      const [a, b] = rankRows(this.ranks, prompts.size);
+      const local = b > a ? await this.rollout.generateSequences(prompts.slice(a, b), { ...sampling, firstRow: (sampling.firstRow ?? 0) + a }) : undefined;
+      await previous;
+      return gatherBatch(this.ranks, local, this.padTokenId);
+    } finally {
+      done();
+    }
   }
+
+  /** The last rollout gather's turn (data-parallel ranks). */
+  private gatherTurn: Promise<void> = Promise.resolve();
 
   async rolloutDispatched(): Promise<void> {
     await this.rollout.dispatched?.();

@@ -31,7 +31,7 @@ import { runUpdateLoop } from '../model/update-loop.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
-import { gatherJson, onRankRows, rankRows, sumGradientsOverRanks } from './ranks.js';
+import { gatherValues, onRankRows, rankRows, sumGradientsOverRanks } from './ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 
 export const VALUE_HEAD_FILE = 'value_head.safetensors';
@@ -120,7 +120,7 @@ export class ValueCritic implements Critic {
           loss.dispose();
           accumulateGradients(grads, g);
         }
-        for (const m of this.ranks.size === 1 ? mine : gatherJson(this.ranks, mine).flat()) averages.add(m);
+        for (const m of this.ranks.size === 1 ? mine : gatherValues(this.ranks, mine).flat()) averages.add(m);
       },
       sumGradients: (grads) => sumGradientsOverRanks(this.ranks, grads, this.params),
       optimizer: this.optimizer,

@@ -6,6 +6,7 @@ import v8 from 'node:v8';
 import * as tf from '@tensorflow/tfjs-core';
 import { Batch } from '../batch.js';
 import type { RankWorld } from '../engine/mpi.js';
+import type { Metrics } from '../metrics.js';
 import { concatRollouts } from './sequences.js';
 
 /** The rows [start, end) of `rows` that `rank` of `size` works on (contiguous; may be empty). */
@@ -17,7 +18,26 @@ export function rankRows(ranks: Pick<RankWorld, 'rank' | 'size'>, rows: number):
 export function gatherBatch(ranks: RankWorld, local: Batch | undefined, padId: number): Batch {
   const parts = ranks.allgather(local ? v8.serialize(local.toPlain()) : new Uint8Array(0));
   const batches = parts.filter((bytes) => bytes.length > 0).map((bytes) => Batch.fromPlain(v8.deserialize(bytes) as ReturnType<Batch['toPlain']>));
-  return batches.length === 1 ? batches[0] : concatRollouts(batches, padId);
+  const merged = batches.length === 1 ? batches[0] : concatRollouts(batches, padId);
+  const metrics = batches.map((b) => b.meta.metrics as Metrics | undefined);
+  if (metrics.some(Boolean)) merged.meta = { ...merged.meta, metrics: mergeRowMetrics(metrics, batches.map((b) => b.size)) };
+  return merged;
+}
+
+/**
+ * Rollout metrics of several shares as the whole batch's: a key ending /min or /max the extreme,
+ * any other the mean weighted by each share's rows (the rollouts' metrics are row means).
+ */
+export function mergeRowMetrics(parts: (Metrics | undefined)[], rows: number[]): Metrics {
+  const out: Metrics = {};
+  const keys = new Set(parts.flatMap((m) => Object.keys(m ?? {})));
+  for (const key of keys) {
+    const present = parts.map((m, i) => ({ value: m?.[key], rows: rows[i] })).filter((p): p is { value: number; rows: number } => p.value !== undefined);
+    if (key.endsWith('/min')) out[key] = Math.min(...present.map((p) => p.value));
+    else if (key.endsWith('/max')) out[key] = Math.max(...present.map((p) => p.value));
+    else out[key] = present.reduce((s, p) => s + p.value * p.rows, 0) / present.reduce((s, p) => s + p.rows, 0);
+  }
+  return out;
 }
 
 /** Every rank's float rows, concatenated in rank order. */
@@ -33,9 +53,9 @@ export function gatherFloats(ranks: RankWorld, local: Float32Array): Float32Arra
   return out;
 }
 
-/** Every rank's JSON value, in rank order. */
-export function gatherJson<T>(ranks: RankWorld, local: T): T[] {
-  return ranks.allgather(new TextEncoder().encode(JSON.stringify(local))).map((bytes) => JSON.parse(new TextDecoder().decode(bytes)) as T);
+/** Every rank's value (structured-cloned: NaN, typed arrays and nesting kept; undefined stays undefined), in rank order. */
+export function gatherValues<T>(ranks: RankWorld, local: T): T[] {
+  return ranks.allgather(local === undefined ? new Uint8Array(0) : v8.serialize(local)).map((bytes) => (bytes.length ? (v8.deserialize(bytes) as T) : (undefined as T)));
 }
 
 /**
@@ -89,7 +109,7 @@ export function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string, tf.Te
  * something else in lock-step with it. Returns the first difference (key and both values), if any.
  */
 export function configDifference(ranks: RankWorld, config: unknown): string | undefined {
-  const all = gatherJson(ranks, config);
+  const all = gatherValues(ranks, config);
   for (let r = 1; r < all.length; r++) {
     const diff = firstDifference(all[0], all[r], '');
     if (diff) return `rank ${r}'s config differs from rank 0's at ${diff.key || '(the whole config)'} (rank 0: ${JSON.stringify(diff.first)}, rank ${r}: ${JSON.stringify(diff.other)})`;
