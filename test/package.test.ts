@@ -14,10 +14,10 @@ const run = (command: string, args: string[], cwd: string, env: Record<string, s
 const expectOk = (r: CliResult, what: string) => expect(r.status, `${what}\n${r.stdout.slice(-1500)}\n${r.stderr.slice(-1500)}`).to.equal(0);
 
 describe('the packed package, installed into a fresh project, with a scaffolded plugin', function () {
-  this.timeout(240_000);
+  this.timeout(600_000);
   before(expectFreshDist);
 
-  it('packs, installs, scaffolds a plugin that type-checks and passes its test, and trains 2 steps with it from TypeScript on two threads', async () => {
+  it('packs, installs, scaffolds a plugin that type-checks and passes its test, trains 2 steps with it from TypeScript on two threads, and refuses two plugins replacing one role and a plugin with its own flowrl', async () => {
     const dir = tempDir('flowrl-package-');
     // dist/ is fresh (npm test builds it first), so packing need not build again.
     const packed = await run('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], ROOT);
@@ -77,6 +77,23 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expectOk(compiled, 'flowrl plugins, compiled');
     expect(compiled.stdout).to.include(`entry:      ${path.join(fs.realpathSync(project), 'dist', 'index.js')}`);
     expect(compiled.stderr).to.include('plugin acme-rloo: dist/index.js is older than index.ts');
+    // Two plugins replacing one role, from the installed package: refused, naming both and the role.
+    const clash = path.join(project, 'clash');
+    fs.mkdirSync(clash);
+    fs.writeFileSync(path.join(clash, 'plugin.json'), JSON.stringify({ name: 'acme-trainer', version: '1.0.0', host: '>=0.0.0', entry: './index.js', algorithms: [], overrides: ['Trainer'] }));
+    fs.writeFileSync(path.join(clash, 'index.js'), "import { ContainerModule } from 'inversify';\nimport { RLTrainer, TOKENS } from 'flowrl/core';\nexport default new ContainerModule(({ rebind }) => { rebind(TOKENS.Trainer).to(RLTrainer).inSingletonScope(); });\n");
+    fs.writeFileSync(path.join(project, 'clash.yaml'), 'plugins: [flowrl, ./clash/plugin.json]\nalgorithm: { name: flowrl }\n');
+    const clashed = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'clash.yaml'], project);
+    expect(clashed.status, clashed.stderr).to.equal(2);
+    expect(clashed.stderr).to.include('both replace Trainer').and.include("'flowrl'").and.include("'acme-trainer'");
+    // A plugin folder with its own copy of the host (npm install run there): stopped before it is imported, naming both copies.
+    const ownCopy = path.join(clash, 'node_modules', 'flowrl');
+    fs.cpSync(path.join(project, 'node_modules', 'flowrl', 'package.json'), path.join(ownCopy, 'package.json'));
+    fs.writeFileSync(path.join(project, 'own.yaml'), 'plugins: [./clash/plugin.json]\n');
+    const doubled = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'own.yaml'], project);
+    expect(doubled.status, doubled.stderr).to.equal(2);
+    expect(doubled.stderr).to.include(`resolves its own flowrl (${fs.realpathSync(ownCopy)})`).and.include('two copies cannot share one engine');
+    fs.rmSync(clash, { recursive: true });
     // The shipped examples, copied out and trained from the project (compiled host; the plugin example from its source).
     const examples = path.join(project, 'examples-out');
     fs.mkdirSync(examples);
