@@ -13,15 +13,32 @@ import { CLI_MAIN, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
 const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectives.ts');
 
+/** What every mpirun here runs with: root allowed (as CI runs), TCP between the ranks. */
+const MPI_ENV = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
+
 /** `mpirun -np N node --import tsx FILE` (root allowed, as CI runs), with `env` added. */
 function mpirun(ranks: number, args: string[], env: Record<string, string> = {}, timeoutMs = 90_000) {
   const started = Date.now();
   const result = spawnSync('mpirun', ['-np', String(ranks), '--oversubscribe', process.execPath, '--import', 'tsx', ...args], {
     encoding: 'utf8',
     timeout: timeoutMs,
-    env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp', ...env },
+    env: { ...MPI_ENV, ...env },
   });
   return { ...result, seconds: (Date.now() - started) / 1000 };
+}
+
+/** Two ranks training `config` under mpirun in the background, once its first step is logged in `runDir`. */
+async function trainingStarted(config: string, runDir: string) {
+  const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env: MPI_ENV, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
+  const metrics = path.join(runDir, 'metrics.jsonl');
+  while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').trim())) {
+    if (job.exitCode !== null) throw new Error(`mpirun ended before a step was logged:\n${stderr}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return { job, exited, stderr: () => stderr };
 }
 
 describe('data-parallel ranks over MPI', function () {
@@ -152,7 +169,7 @@ describe('data-parallel ranks over MPI', function () {
       const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, ':', '-np', '1', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, 'trainer.seed=4'], {
         encoding: 'utf8',
         timeout: 120_000,
-        env: { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' },
+        env: MPI_ENV,
       });
       expect(run.status).to.not.equal(0);
       expect(run.stderr.match(/rank 1's config differs from rank 0's at trainer\.seed \(rank 0: 3, rank 1: 4\); every rank must run the same command/g)).to.have.length(1);
@@ -161,14 +178,8 @@ describe('data-parallel ranks over MPI', function () {
     it('a rank that dies ends the job on every rank, bounded, and the same command resumes from rank 0\'s checkpoint', async () => {
       const dir = tempDir();
       const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 4, test_freq: 0, save_freq: 1, val_before_train: false } });
-      const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
-      const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stderr = '';
-      job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-      const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
-      const metrics = path.join(dir, 'run', 'metrics.jsonl');
-      // Once the first step is logged, rank 1 (the second node process mpirun started) is killed.
-      while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').trim())) await new Promise((resolve) => setTimeout(resolve, 200));
+      const { job, exited, stderr } = await trainingStarted(config, path.join(dir, 'run'));
+      // Rank 1 (the second node process mpirun started) is killed.
       const ranks = spawnSync('pgrep', ['-P', String(job.pid)], { encoding: 'utf8' }).stdout.trim().split('\n').map(Number).sort((a, b) => a - b);
       expect(ranks).to.have.length(2);
       const killedAt = Date.now();
@@ -176,7 +187,7 @@ describe('data-parallel ranks over MPI', function () {
       const code = await exited;
       expect(code).to.not.equal(0);
       expect((Date.now() - killedAt) / 1000, 'every rank ended').to.be.below(30);
-      expect(stderr).to.match(/exited on signal 9|killed/i);
+      expect(stderr()).to.match(/exited on signal 9|killed/i);
       const saved = fs.readdirSync(path.join(dir, 'run', 'checkpoints')).filter((d) => d.startsWith('global_step_'));
       expect(saved.length).to.be.at.least(1);
       const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
@@ -187,18 +198,12 @@ describe('data-parallel ranks over MPI', function () {
     it('SIGUSR1 to mpirun stops every rank after the same step with a checkpoint (SIGINT and SIGTERM would end the job at once); the same command resumes', async () => {
       const dir = tempDir();
       const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 6, test_freq: 0, save_freq: 0, val_before_train: false } });
-      const env = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
-      const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stderr = '';
-      job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-      const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
-      const metrics = path.join(dir, 'run', 'metrics.jsonl');
-      while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').trim())) await new Promise((resolve) => setTimeout(resolve, 200));
+      const { job, exited, stderr } = await trainingStarted(config, path.join(dir, 'run'));
       job.kill('SIGUSR1');
       const code = await exited;
-      expect(code, stderr).to.not.equal(0);
-      const stopped = /stopped by SIGUSR1 after step (\d+)/.exec(stderr);
-      expect(stopped, stderr).to.not.equal(null);
+      expect(code, stderr()).to.not.equal(0);
+      const stopped = /stopped by SIGUSR1 after step (\d+)/.exec(stderr());
+      expect(stopped, stderr()).to.not.equal(null);
       const step = Number(stopped![1]);
       expect(step).to.be.below(6);
       expect(fs.readdirSync(path.join(dir, 'run', 'checkpoints'))).to.include(`global_step_${step}`);
