@@ -38,6 +38,12 @@ describe('the core trainer on a tiny countdown task', function () {
         expect(metrics.find((m) => m.step === 1), key).to.have.property(key);
       }
       if (algorithm === 'ppo') expect(metrics.find((m) => m.step === 1)).to.have.property('critic/vf_loss');
+      // The phases account for the step: local sampling (timing_s/gen) once went unclocked.
+      const first = metrics.find((m) => m.step === 1)!;
+      const phases = Object.keys(first).filter((k) => k.startsWith('timing_s/') && k !== 'timing_s/step');
+      const clocked = phases.reduce((sum, k) => sum + first[k], 0);
+      expect(first['timing_s/gen'], 'sampling 64 rows takes more than a millisecond').to.be.greaterThan(1e-3);
+      expect(clocked / first['timing_s/step'], phases.join(', ')).to.be.within(0.6, 1);
       // The unbiased pass@j (4 samples per prompt): pass@1 is the accuracy, pass@4 any-correct.
       for (const m of [before, after]) {
         expect(m['val/pass@1']).to.be.closeTo(m['val/accuracy'], 1e-12);

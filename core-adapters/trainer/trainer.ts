@@ -520,10 +520,11 @@ export class RLTrainer implements Trainer {
       return out;
     };
     const stepStarted = performance.now();
+    // Local sampling runs inside launchRollouts before its first await, so the clock starts first.
+    const genStarted = performance.now();
     const own = this.prefetched?.step === this.step ? this.prefetched : this.launchRollouts(this.step, this.position);
     this.prefetched = undefined;
     this.position = own.next;
-    const genStarted = performance.now();
     const kept = this.config.algorithm.filter_groups.enable ? await this.keptGroups(own, timing) : undefined;
     const batch = kept ? kept.batch : await own.batch;
     // Sync: the whole sampling. One step off: the wait for samples launched while the last step trained.
