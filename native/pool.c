@@ -1,8 +1,15 @@
 // A small persistent thread pool for the products and sampling of decoding: starting threads per
-// call costs tens of microseconds, and a decode step makes over a hundred products. Idle workers
-// spin briefly (the next product usually follows within that time), then sleep on a condition.
+// call costs tens of microseconds, and a decode step makes over a hundred products.
+//
+// On a shared machine a worker may not get a core for milliseconds (the scheduler's time slice), so
+// nothing here waits for a worker that has not started a task: tasks go to whoever is running (the
+// caller too), and a job ends when its tasks are done, not when every worker has checked in. Idle
+// workers spin briefly (the next product usually follows within that time), yielding the core as
+// they go, then sleep on a condition.
 #define _GNU_SOURCE
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,8 +17,10 @@
 #include "flowrl_native.h"
 
 enum { POOL_MAX_WORKERS = 15 };
-// How long an idle worker spins before it sleeps.
-static const int64_t SPIN_NS = 5000000;
+// How long an idle worker spins (yielding) before it sleeps.
+static const int64_t SPIN_NS = 2000000;
+// `next` between jobs: any task number taken from it is past the end of every job.
+static const int CLOSED = INT_MAX / 2;
 
 static struct {
   pthread_mutex_t use;  // one job at a time
@@ -19,14 +28,15 @@ static struct {
   pthread_cond_t wake;
   int workers;
   int sleeping;
-  atomic_uint generation;
-  atomic_int pending;
-  atomic_int next; // the next task to take
-  share_fn run;
+  atomic_uint generation; // one more for every job
+  atomic_int next;        // the next task to take; CLOSED between jobs
+  atomic_int tasks;
+  atomic_int done;   // tasks of this job finished
+  atomic_int inside; // workers between taking their first task number and their last
+  atomic_int helpers; // workers asked to take part (1..helpers)
+  share_fn run; // written before `next` opens, read only by whoever took a task
   void *ctx;
-  int tasks;
-  int helpers; // workers taking part in the job
-} pool = {.use = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} pool = {.use = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .next = INT_MAX / 2};
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,10 +52,25 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-// Tasks go to whoever is free: a thread the system delays (a core shared with the JavaScript
-// engine's own threads) takes fewer.
+// Takes tasks until none is left. The task count is read after the number is taken: a number taken
+// from an open job was handed out after that job's fields were written (acquire on `next`).
 static void take_tasks(void) {
-  for (int task; (task = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed)) < pool.tasks;) pool.run(pool.ctx, task, pool.tasks);
+  for (;;) {
+    const int task = atomic_fetch_add_explicit(&pool.next, 1, memory_order_acq_rel);
+    const int tasks = atomic_load_explicit(&pool.tasks, memory_order_relaxed);
+    if (task >= tasks) return;
+    pool.run(pool.ctx, task, tasks);
+    atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+  }
+}
+
+// Waits for `*word` to differ from `value`: spins a little, then gives the core to whoever else wants
+// it (a worker holding a task may share this core) between looks.
+static void wait_while_equal(atomic_int *word, int value) {
+  for (int spins = 0; atomic_load_explicit(word, memory_order_acquire) == value; spins++) {
+    if (spins < 64) relax();
+    else sched_yield();
+  }
 }
 
 typedef struct {
@@ -62,10 +87,12 @@ static void *worker(void *arg) {
     unsigned current;
     int64_t spinning_since = 0;
     for (int spins = 0; (current = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen; spins++) {
-      if ((spins & 255) != 255) {
+      if ((spins & 63) != 63) {
         relax();
         continue;
       }
+      // A busy machine's other threads get the core while nothing is pending here.
+      sched_yield();
       if (!spinning_since) spinning_since = now_ns();
       else if (now_ns() - spinning_since > SPIN_NS) {
         pthread_mutex_lock(&pool.lock);
@@ -76,8 +103,10 @@ static void *worker(void *arg) {
       }
     }
     seen = current;
-    if (index <= pool.helpers) take_tasks();
-    atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+    if (index > atomic_load_explicit(&pool.helpers, memory_order_relaxed)) continue;
+    atomic_fetch_add_explicit(&pool.inside, 1, memory_order_seq_cst);
+    take_tasks();
+    atomic_fetch_sub_explicit(&pool.inside, 1, memory_order_release);
   }
   return NULL;
 }
@@ -106,21 +135,28 @@ int run_tasks(share_fn run, void *ctx, int tasks, int threads) {
     pool.workers++;
   }
   if (threads > pool.workers + 1) threads = pool.workers + 1;
+  // A worker late from the last job may still be inside, about to find `next` closed: the fields it
+  // may read are rewritten only once it has left.
+  for (int spins = 0; atomic_load_explicit(&pool.inside, memory_order_seq_cst) > 0; spins++) {
+    if (spins < 64) relax();
+    else sched_yield();
+  }
   pool.run = run;
   pool.ctx = ctx;
-  pool.tasks = tasks;
-  pool.helpers = threads - 1;
-  atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.tasks, tasks, memory_order_relaxed);
+  atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.helpers, threads - 1, memory_order_relaxed);
+  atomic_store_explicit(&pool.next, 0, memory_order_release);
   if (threads > 1) {
-    atomic_store_explicit(&pool.pending, pool.workers, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
     pthread_mutex_lock(&pool.lock);
     if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
   }
   take_tasks();
-  if (threads > 1)
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) relax();
+  // Only tasks already taken are waited for: a worker that never got a core took none.
+  for (int finished; (finished = atomic_load_explicit(&pool.done, memory_order_acquire)) < tasks;) wait_while_equal(&pool.done, finished);
+  atomic_store_explicit(&pool.next, CLOSED, memory_order_seq_cst);
   pthread_mutex_unlock(&pool.use);
   return threads;
 }

@@ -2,6 +2,7 @@
 // kernels on every instruction set this machine has (FLOWRL_NATIVE_ISA's levels), LoRA deltas
 // added inside the product, and the batched sampler against generate.ts's sampleToken.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
 import * as tf from '@tensorflow/tfjs';
 import { FrozenMatrix } from '../core-adapters/engine/frozen.js';
 import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
@@ -165,6 +166,34 @@ describe('decoding kernels', function () {
         }
       }));
   }
+
+  it("the addon's thread pool hands out back-to-back jobs of changing sizes, each exact, while another process keeps a core busy", async () => {
+    await onEnginePath(nativePaths[0], async () => {
+      const random = randoms(13);
+      const K = 64;
+      // Row counts of W that make different task counts, so a late worker meets a job of another size.
+      const shapes = [7, 300, 41, 1000].map((N) => {
+        const w = FrozenMatrix.fromFloat32(Float32Array.from({ length: N * K }, random), N, K, 'float32');
+        const x = tf.tensor2d(Float32Array.from({ length: 3 * K }, random), [3, K]);
+        const product = () => tf.tidy(() => w.product(x).dataSync() as Float32Array);
+        return { w, x, product, expected: product() };
+      });
+      const busy = spawn(process.execPath, ['-e', 'for (;;);'], { stdio: 'ignore' });
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        splitFrozenProducts(() => {
+          for (let i = 0; i < 4000; i++) {
+            const shape = shapes[i % shapes.length];
+            const got = shape.product();
+            for (let j = 0; j < got.length; j++) if (got[j] !== shape.expected[j]) expect.fail(`job ${i} (${shape.w.rows} rows): element ${j} is ${got[j]}, one thread gives ${shape.expected[j]}`);
+          }
+        });
+      } finally {
+        busy.kill('SIGKILL');
+        for (const shape of shapes) shape.x.dispose();
+      }
+    });
+  });
 
   it('the native sampler, split or not, draws the tokens sampleToken draws, with its log-probabilities and top-p kept mass; NaN rows are skipped', () =>
     onEnginePath(nativePaths[0], () => {

@@ -3,8 +3,9 @@
 import { expect } from 'chai';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK } from '../core-adapters/engine/mpi.js';
+import { coresForThisRank, launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK } from '../core-adapters/engine/mpi.js';
 import { createHost, TOKENS, type RLTrainer } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { gatherValues, mergeRowMetrics } from '../core-adapters/workers/ranks.js';
@@ -49,6 +50,13 @@ describe('data-parallel ranks over MPI', function () {
     expect(launchedRanks({ OMPI_COMM_WORLD_SIZE: '4' })).to.equal(4);
     expect(launchedRanks({ PMI_SIZE: '2' })).to.equal(2);
     expect(launchedRanks({ OMPI_COMM_WORLD_SIZE: 'x' })).to.equal(1);
+  });
+
+  it("shares the machine's cores among the ranks started on it (threads and sampling's product split), at least one each", () => {
+    const cores = os.availableParallelism();
+    expect(coresForThisRank({})).to.equal(cores);
+    expect(coresForThisRank({ OMPI_COMM_WORLD_LOCAL_SIZE: '2' })).to.equal(Math.max(1, Math.floor(cores / 2)));
+    expect(coresForThisRank({ MPI_LOCALNRANKS: String(cores * 4) })).to.equal(1);
   });
 
   it("merges the ranks' rollout metrics as the whole batch's: extremes for /min and /max, else means weighted by rows", () => {
@@ -144,6 +152,9 @@ describe('data-parallel ranks over MPI', function () {
       expect(readRunMetrics(runs.ranks)).to.have.length(2);
       expect(fs.readdirSync(path.join(runs.ranks, 'checkpoints')).filter((d) => d.startsWith('global_step_'))).to.deep.equal(['global_step_2']);
       expect(runs.output.stderr.match(/data-parallel ranks: 2/g)).to.have.length(1);
+      // The sums' time is logged beside the update's, only where there is a sum.
+      expect(readRunMetrics(runs.ranks)[0]['timing_s/actor_rank_sum']).to.be.above(0);
+      expect(readRunMetrics(runs.threads)[0]).not.to.have.property('timing_s/actor_rank_sum');
     });
 
     it('PPO with a critic and LoRA adapters: the same critic and adapters as one process', async () => {

@@ -231,7 +231,7 @@ export class PPOActor implements Actor {
         this.accumulateMicroBatch(micro, { global: denominators.global, share: micro.size / mini.size, step, onPolicy, firstRow }, mini, grads, averages);
       },
       beforeStep: (mini, averages) => listeners.forEach((listener) => averages.add(listener.onActorStep(mini))),
-      sumGradients: (grads) => sumGradientsOverRanks(this.ranks, grads, this.module.params),
+      sumGradients: this.ranks.size > 1 ? (grads) => sumGradientsOverRanks(this.ranks, grads, this.module.params) : undefined,
       afterStep: (_mini, applied) => applied && this.module.pool?.publish(this.module.params),
       optimizer: this.module.optimizer,
       params: this.module.params,

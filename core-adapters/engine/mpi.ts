@@ -4,6 +4,7 @@
 // every rank (MPI_Abort), never a hang.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
@@ -35,6 +36,12 @@ export interface RankWorld {
 export function launchedRanks(env: NodeJS.ProcessEnv = process.env): number {
   const size = Number(env.OMPI_COMM_WORLD_SIZE ?? env.PMI_SIZE ?? env.PMIX_SIZE ?? 1);
   return Number.isInteger(size) && size > 0 ? size : 1;
+}
+
+/** This process's share of the machine's cores when the launcher started several ranks on it (at least 1). */
+export function coresForThisRank(env: NodeJS.ProcessEnv = process.env): number {
+  const ranksHere = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? 1) || 1;
+  return Math.max(1, Math.floor(os.availableParallelism() / ranksHere));
 }
 
 export function mpiAddonPath(): string {

@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 import { PACKAGE_ROOT } from '../package-root.js';
+import { coresForThisRank } from './mpi.js';
 
 export interface NativeKernels {
   /** The BLAS in use, e.g. 'OpenBLAS (libopenblas.so.0)'; '' for the compiled loop. */
@@ -134,14 +135,15 @@ let productSplitThreads = 1;
 
 /**
  * Runs `f` with the frozen base's products and the choice of tokens split over the cores (the
- * addon's thread pool; a BLAS product only when the BLAS runs on one thread): sampling on the main
+ * addon's thread pool; a BLAS product only when the BLAS runs on one thread; under mpirun, this
+ * rank's share of the cores): sampling on the main
  * thread, which is bound by reading the base. Elsewhere (training, where the cores are the
  * data-parallel workers', and in a pool thread) work keeps to its thread.
  */
 export function splitFrozenProducts<T>(f: () => T): T {
   if (!isMainThread) return f();
   const previous = productSplitThreads;
-  productSplitThreads = os.availableParallelism();
+  productSplitThreads = coresForThisRank();
   try {
     return f();
   } finally {

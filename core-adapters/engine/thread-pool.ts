@@ -5,7 +5,6 @@
 // SharedArrayBuffer. Parameters travel the other way through a shared buffer,
 // copied into the replicas only when their version changes (after an optimizer step).
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
@@ -18,6 +17,7 @@ export type { Replica, ReplicaSpec } from './replica.js';
 import { shardRanges } from '../arrays.js';
 import { accumulateGradients } from './ops.js';
 import { blasThreads, loadNativeKernels } from './native.js';
+import { coresForThisRank } from './mpi.js';
 
 export interface PoolOptions {
   /** Threads in all, the main one included (>= 2). */
@@ -42,8 +42,7 @@ const doneSlot = (w: number) => 2 + 2 * w;
  */
 export function resolveThreadCount(setting: string | number): number {
   const chosen = process.env.FLOWRL_WORKERS ?? setting;
-  const ranksHere = Number(process.env.OMPI_COMM_WORLD_LOCAL_SIZE ?? process.env.MPI_LOCALNRANKS ?? 1) || 1;
-  if (chosen === 'auto') return Math.max(1, Math.min(Math.floor(os.availableParallelism() / ranksHere), 8));
+  if (chosen === 'auto') return Math.min(coresForThisRank(), 8);
   const n = Number(chosen);
   return Number.isInteger(n) && n >= 1 ? n : 1;
 }

@@ -62,11 +62,12 @@ export interface UpdateLoop<T> {
   prefix: string;
 }
 
-/** Runs the loop; returns the micro-batch metrics averaged, the step metrics, and skipped steps. */
+/** Runs the loop; returns the micro-batch metrics averaged, the step metrics, skipped steps and the time summing over ranks. */
 export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
   const averages = new MetricAverager();
   let skipped = 0;
   let step = 0;
+  let summing = 0;
   for (let epoch = 0; epoch < (loop.epochs ?? 1); epoch++) {
     for (const mini of loop.miniBatches) {
       const grads = new Map<string, tf.Tensor>();
@@ -76,7 +77,11 @@ export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
         firstRow += loop.rows(micro);
       }
       loop.beforeStep?.(mini, averages);
-      loop.sumGradients?.(grads);
+      if (loop.sumGradients) {
+        const t = performance.now();
+        loop.sumGradients(grads);
+        summing += (performance.now() - t) / 1000;
+      }
       const { norm, applied } = clippedStep(loop.optimizer, loop.params, grads, loop.maxGradNorm, loop.lr(step));
       tf.dispose([...grads.values()]);
       if (applied) averages.add({ [`${loop.prefix}/grad_norm`]: norm, [`${loop.prefix}/lr`]: loop.optimizer.lr });
@@ -85,7 +90,8 @@ export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
       step += 1;
     }
   }
-  return { ...averages.result(), [`${loop.prefix}/skipped_updates`]: skipped };
+  const timing = loop.sumGradients ? { [`timing_s/${loop.prefix}_rank_sum`]: summing } : {};
+  return { ...averages.result(), [`${loop.prefix}/skipped_updates`]: skipped, ...timing };
 }
 
 /**

@@ -122,7 +122,7 @@ export class ValueCritic implements Critic {
         }
         for (const m of this.ranks.size === 1 ? mine : gatherValues(this.ranks, mine).flat()) averages.add(m);
       },
-      sumGradients: (grads) => sumGradientsOverRanks(this.ranks, grads, this.params),
+      sumGradients: this.ranks.size > 1 ? (grads) => sumGradientsOverRanks(this.ranks, grads, this.params) : undefined,
       optimizer: this.optimizer,
       params: this.params,
       maxGradNorm: cfg.grad_clip,
