@@ -68,7 +68,7 @@ function medianOf(xs: number[]): number {
 fs.mkdirSync(out, { recursive: true });
 for (const shape of [tinyShape, midShape()]) {
   console.log(`\n${shape.name}: median of steps 2-${shape.steps - 1}, seconds (the last step also saves)`);
-  console.log(['layout'.padEnd(24), ...PHASES.map((p) => p.padStart(13))].join(''));
+  console.log(['layout'.padEnd(24), ...PHASES.map((p) => p.padStart(15))].join(''));
   const slug = shape === tinyShape ? 'tiny' : 'qwen-layers';
   for (const layout of LAYOUTS) {
     const runDir = path.join(out, `${slug}-${layout.ranks}x${layout.workers}`);
@@ -78,7 +78,7 @@ for (const shape of [tinyShape, midShape()]) {
     if (layout.ranks === 1) run(process.execPath, train, `${runDir}.log`);
     else run('mpirun', ['-np', String(layout.ranks), process.execPath, ...train], `${runDir}.log`);
     const rows = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line)).filter((m) => m.step >= 2 && m.step < shape.steps);
-    const cells = PHASES.map((p) => medianOf(rows.map((m) => m[`timing_s/${p}`] ?? 0)).toFixed(3).padStart(13));
+    const cells = PHASES.map((p) => medianOf(rows.map((m) => m[`timing_s/${p}`] ?? 0)).toFixed(3).padStart(15));
     console.log([layout.name.padEnd(24), ...cells].join(''));
   }
 }
