@@ -24,7 +24,7 @@ const COMMANDS: Record<string, Command> = {
   eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass: Avg@k, pass@j, JSON metrics)', run: evalCommand },
   compare: { usage: 'compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: compareCommand },
   sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: sftCommand },
-  export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter)', run: exportCommand },
+  export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter] [--format hf|gguf] [--dtype float32|bfloat16]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter; --format gguf: one GGUF file for llama.cpp, Ollama or LM Studio)', run: exportCommand },
   example: { usage: 'example NAME [DIR]   (copies a shipped example (countdown, custom-plugin) into DIR, rewritten to use the installed package)', run: exampleCommand },
   'new-plugin': { usage: 'new-plugin DIR [--name NAME]   (a plugin project that compiles and tests as written: manifest, entry, unit test, tsconfig, package.json)', run: newPluginCommand },
   plugins: { usage: 'plugins CONFIG   (registered plugins; algorithms, advantage estimators, policy losses, scorers and commands with their providers; overridden bindings)', run: pluginsCommand },

@@ -20,6 +20,7 @@ import type { RankWorld } from '../engine/mpi.js';
 import { configDifference } from '../workers/ranks.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
 import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
+import { GGUF_DTYPES, writeGguf, type GgufDtype } from '../model/gguf.js';
 import { parseFlags } from './args.js';
 
 /** Splits `CONFIG key=value ...` (flags are not used by these commands). */
@@ -236,37 +237,59 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
  * with --adapter written as a PEFT directory that peft and vLLM load.
  */
 export async function exportCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseFlags('export', argv, { adapter: { type: 'boolean', default: false } });
+  const { values, positionals } = parseFlags('export', argv, { adapter: { type: 'boolean', default: false }, format: { type: 'string', default: 'hf' }, dtype: { type: 'string' } });
   const [checkpoint, out] = positionals;
-  if (!checkpoint || !out || positionals.length !== 2) throw new InputError('usage: flowrl export CHECKPOINT_DIR OUT_DIR [--adapter]');
+  if (!checkpoint || !out || positionals.length !== 2) throw new InputError('usage: flowrl export CHECKPOINT_DIR OUT_DIR [--adapter] | flowrl export CHECKPOINT_DIR OUT.gguf --format gguf [--dtype float32|bfloat16]');
+  const format = values.format as string;
+  if (format !== 'hf' && format !== 'gguf') throw new InputError(`--format must be hf or gguf; got '${format}'`);
+  if (values.dtype !== undefined && format !== 'gguf') throw new InputError('--dtype applies to --format gguf only (a Hugging Face export keeps float32)');
+  const dtype = (values.dtype ?? 'float32') as GgufDtype;
+  if (!GGUF_DTYPES.includes(dtype)) throw new InputError(`--dtype must be one of ${GGUF_DTYPES.join(', ')}; got '${dtype}'`);
+  if (format === 'gguf' && values.adapter) throw new InputError('--adapter writes a PEFT adapter; GGUF export writes the merged model (leave out --adapter)');
   const source = [path.join(checkpoint, 'actor'), checkpoint].find((d) => fs.existsSync(path.join(d, 'config.json')) || isAdapterDir(d));
   if (!source) throw new InputError(`${checkpoint}: neither a checkpoint (actor/) nor a Hugging Face model or PEFT adapter directory`);
   await initEngine('auto', { quiet: true });
+  if (format === 'gguf') {
+    // The merged Hugging Face directory first (the export this command already makes), then one file.
+    fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
+    const staging = fs.mkdtempSync(path.join(path.dirname(path.resolve(out)), '.flowrl-gguf-'));
+    try {
+      exportHuggingFace(source, path.join(staging, 'hf'), false);
+      const written = writeGguf(path.join(staging, 'hf'), out, dtype, source);
+      console.log(`wrote ${out}: GGUF v3, ${written.arch}, ${written.tensors} tensors, ${dtype} (${(written.bytes / 1e6).toFixed(1)} MB)`);
+    } finally {
+      fs.rmSync(staging, { recursive: true, force: true });
+    }
+    return;
+  }
+  console.log(exportHuggingFace(source, out, values.adapter as boolean));
+}
+
+/** The policy in `source` (full weights, or LoRA merged into its base) as a Hugging Face directory, or its PEFT adapter; returns what was written. */
+function exportHuggingFace(source: string, out: string, adapterOnly: boolean): string {
   if (!isAdapterDir(source)) {
-    if (values.adapter) throw new InputError(`${source}: --adapter needs a LoRA checkpoint; this one holds full weights (actor_rollout_ref.model.lora_rank was 0)`);
+    if (adapterOnly) throw new InputError(`${source}: --adapter needs a LoRA checkpoint; this one holds full weights (actor_rollout_ref.model.lora_rank was 0)`);
     const model = loadModel(source);
     saveModel(model, out, { tokenizerDir: source });
     const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
     model.dispose();
-    console.log(`exported ${source} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`);
-    return;
+    return `exported ${source} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`;
   }
   const base = adapterBase(source);
   const model = loadModel(base);
   try {
     const adapters = loadAdapters(model.config, source);
     model.attachAdapters(adapters);
-    if (values.adapter) {
+    if (adapterOnly) {
       writeDirectoryAtomically(out, (tmp) => {
         writeAdapterFiles(tmp, adapters, base);
         for (const name of TOKENIZER_FILES) if (fs.existsSync(path.join(source, name))) fs.copyFileSync(path.join(source, name), path.join(tmp, name));
       });
       const params = [...adapters.params.values()].reduce((n, v) => n + v.size, 0);
-      console.log(`exported the adapter of ${source} to ${out} (PEFT LoRA r ${adapters.settings.rank}, ${params.toLocaleString('en-US')} parameters, base ${base})`);
-    } else {
-      saveModel(model, out, { tokenizerDir: fs.existsSync(path.join(source, 'tokenizer.json')) ? source : base });
-      console.log(`exported ${source} merged into ${base} to ${out} (W + ${adapters.scale} B A)`);
+      return `exported the adapter of ${source} to ${out} (PEFT LoRA r ${adapters.settings.rank}, ${params.toLocaleString('en-US')} parameters, base ${base})`;
     }
+    saveModel(model, out, { tokenizerDir: fs.existsSync(path.join(source, 'tokenizer.json')) ? source : base });
+    return `exported ${source} merged into ${base} to ${out} (W + ${adapters.scale} B A)`;
   } finally {
     model.dispose();
   }
