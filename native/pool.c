@@ -53,10 +53,11 @@ static int64_t now_ns(void) {
 }
 
 // Takes tasks until none is left. The task count is read after the number is taken: a number taken
-// from an open job was handed out after that job's fields were written (acquire on `next`).
+// from an open job was handed out after that job's fields were written (acquire on `next`);
+// sequentially consistent, so a worker that entered after the caller saw `inside` empty reads `next` closed.
 static void take_tasks(void) {
   for (;;) {
-    const int task = atomic_fetch_add_explicit(&pool.next, 1, memory_order_acq_rel);
+    const int task = atomic_fetch_add_explicit(&pool.next, 1, memory_order_seq_cst);
     const int tasks = atomic_load_explicit(&pool.tasks, memory_order_relaxed);
     if (task >= tasks) return;
     pool.run(pool.ctx, task, tasks);

@@ -116,6 +116,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const m = gguf.metadata;
       expect(gguf.version).to.equal(3);
       expect(m.get('general.architecture')).to.equal('llama');
+      expect(m.get('general.name')).to.equal(path.basename(BASE));
       expect(m.get('general.file_type')).to.equal(dtype === 'float32' ? 0 : 32);
       expect(m.get('llama.block_count')).to.equal(config.num_hidden_layers);
       expect(m.get('llama.embedding_length')).to.equal(config.hidden_size);
@@ -210,6 +211,27 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     const bare = await runFlowrl(['export', fixture('tiny-qwen2'), path.join(dir, 'bare.gguf'), '--format', 'gguf']);
     expect(bare.status).to.equal(2);
     expect(bare.stderr).to.include(`${fixture('tiny-qwen2')}: no tokenizer.json`);
+    // An output that is a directory, and tokenizers that are not JSON or not a BPE vocabulary.
+    fs.mkdirSync(path.join(dir, 'as-dir.gguf'));
+    const asDir = await runFlowrl(['export', BASE, path.join(dir, 'as-dir.gguf'), '--format', 'gguf']);
+    expect([asDir.status, asDir.stderr.includes('as-dir.gguf: a directory')]).to.deep.equal([2, true]);
+    fs.rmdirSync(path.join(dir, 'as-dir.gguf'));
+    for (const [content, message] of [
+      ['{"model": ', 'tokenizer.json: not valid JSON'],
+      [JSON.stringify({ model: { type: 'BPE', vocab: { a: 'one' } } }), 'model.vocab["a"] is "one"'],
+      [JSON.stringify({ model: { type: 'BPE', vocab: { a: 0 }, merges: [['a']] } }), 'model.merges[0]'],
+      [JSON.stringify({ model: { type: 'Unigram', vocab: [] } }), 'model.type is "Unigram"'],
+    ]) {
+      const broken = path.join(dir, 'broken');
+      fs.cpSync(BASE, broken, { recursive: true });
+      fs.writeFileSync(path.join(broken, 'tokenizer.json'), content);
+      const run = await runFlowrl(['export', broken, path.join(dir, 'broken.gguf'), '--format', 'gguf']);
+      expect(run.status, content).to.equal(2);
+      // Named as the user's file, not the export's staging copy.
+      expect(run.stderr, content).to.include(`${path.join(broken, 'tokenizer.json')}: `);
+      expect(run.stderr, content).to.include(message);
+      fs.rmSync(broken, { recursive: true });
+    }
     // A config with rope scaling: llama.cpp needs keys and a tensor this export does not write yet.
     const scaled = path.join(dir, 'scaled');
     fs.cpSync(BASE, scaled, { recursive: true });

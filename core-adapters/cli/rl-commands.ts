@@ -250,6 +250,7 @@ export async function exportCommand(argv: string[]): Promise<void> {
   if (!source) throw new InputError(`${checkpoint}: neither a checkpoint (actor/) nor a Hugging Face model or PEFT adapter directory`);
   await initEngine('auto', { quiet: true });
   if (format === 'gguf') {
+    if (fs.existsSync(out) && fs.statSync(out).isDirectory()) throw new InputError(`${out}: a directory; --format gguf writes one file (e.g. ${path.join(out, 'model.gguf')})`);
     // The merged Hugging Face directory first (the export this command already makes), then one file.
     fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
     const staging = fs.mkdtempSync(path.join(path.dirname(path.resolve(out)), '.flowrl-gguf-'));

@@ -9,6 +9,7 @@ import { toBfloat16 } from '../engine/frozen.js';
 import { InputError } from '../errors.js';
 import { readWeights } from './checkpoint.js';
 import { readModelConfig, type ModelConfig } from './config.js';
+import { readJsonFile } from './files.js';
 
 export const GGUF_DTYPES = ['float32', 'bfloat16'] as const;
 export type GgufDtype = (typeof GGUF_DTYPES)[number];
@@ -17,7 +18,7 @@ const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian uint32
 const GGUF_VERSION = 3;
 const ALIGNMENT = 32;
 // gguf-py's GGUFValueType and GGMLQuantizationType.
-const enum ValueType { UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8, ARRAY = 9 }
+const enum ValueType { UINT32 = 4, INT32 = 5, FLOAT32 = 6, STRING = 8, ARRAY = 9 }
 const enum TensorType { F32 = 0, BF16 = 30 }
 // LlamaFileType: ALL_F32 0, MOSTLY_BF16 32 (1-D tensors stay float32, as convert_hf_to_gguf writes them).
 const FILE_TYPE: Record<GgufDtype, number> = { float32: 0, bfloat16: 32 };
@@ -27,7 +28,7 @@ const TOKEN_CONTROL = 3;
 const TOKEN_USER_DEFINED = 4;
 const TOKEN_UNUSED = 5;
 
-type Value = { type: ValueType.UINT32 | ValueType.INT32 | ValueType.FLOAT32; value: number } | { type: ValueType.BOOL; value: boolean } | { type: ValueType.STRING; value: string } | { type: ValueType.ARRAY; items: ValueType.STRING | ValueType.INT32; values: (string | number)[] };
+type Value = { type: ValueType.UINT32 | ValueType.INT32 | ValueType.FLOAT32; value: number } | { type: ValueType.STRING; value: string } | { type: ValueType.ARRAY; items: ValueType.STRING | ValueType.INT32; values: (string | number)[] };
 
 const u32 = (value: number): Value => ({ type: ValueType.UINT32, value });
 const f32 = (value: number): Value => ({ type: ValueType.FLOAT32, value });
@@ -41,25 +42,22 @@ class Bytes {
     this.chunks.push(b);
     this.length += b.length;
   }
-  u32(v: number): void {
-    const b = Buffer.alloc(4);
-    b.writeUInt32LE(v);
+  private fixed(size: number, write: (b: Buffer) => unknown): void {
+    const b = Buffer.alloc(size);
+    write(b);
     this.push(b);
+  }
+  u32(v: number): void {
+    this.fixed(4, (b) => b.writeUInt32LE(v));
   }
   i32(v: number): void {
-    const b = Buffer.alloc(4);
-    b.writeInt32LE(v);
-    this.push(b);
+    this.fixed(4, (b) => b.writeInt32LE(v));
   }
   u64(v: number): void {
-    const b = Buffer.alloc(8);
-    b.writeBigUInt64LE(BigInt(v));
-    this.push(b);
+    this.fixed(8, (b) => b.writeBigUInt64LE(BigInt(v)));
   }
   f32(v: number): void {
-    const b = Buffer.alloc(4);
-    b.writeFloatLE(v);
-    this.push(b);
+    this.fixed(4, (b) => b.writeFloatLE(v));
   }
   string(s: string): void {
     const b = Buffer.from(s, 'utf8');
@@ -77,7 +75,6 @@ class Bytes {
       for (const item of v.values) if (v.items === ValueType.STRING) this.string(item as string);
       else this.i32(item as number);
     } else if (v.type === ValueType.STRING) this.string(v.value);
-    else if (v.type === ValueType.BOOL) this.push(Buffer.from([v.value ? 1 : 0]));
     else if (v.type === ValueType.FLOAT32) this.f32(v.value);
     else if (v.type === ValueType.INT32) this.i32(v.value);
     else this.u32(v.value);
@@ -117,18 +114,30 @@ function interleaveRotaryRows(values: Float32Array, heads: number, headDim: numb
 /** The tokenizer keys for a byte-level BPE tokenizer.json (tokens padded to the embedding's rows, as convert_hf_to_gguf pads them). */
 function tokenizerValues(dir: string, config: ModelConfig, arch: 'llama' | 'qwen2', label: string): [string, Value][] {
   const file = path.join(dir, 'tokenizer.json');
+  // Messages name the file the user has (`dir` may be a staging copy).
+  const shown = path.join(label, 'tokenizer.json');
   if (!fs.existsSync(file)) throw new InputError(`${label}: no tokenizer.json (GGUF carries the tokenizer; only Hugging Face fast tokenizers are read)`);
-  const json = JSON.parse(fs.readFileSync(file, 'utf8')) as {
-    model?: { type?: string; vocab?: Record<string, number>; merges?: (string | [string, string])[] };
-    added_tokens?: { id: number; content: string; special?: boolean }[];
+  let json: {
+    model?: { type?: string; vocab?: Record<string, unknown>; merges?: unknown[] };
+    added_tokens?: { id?: unknown; content?: unknown; special?: boolean }[];
     pre_tokenizer?: unknown;
   };
-  if (json.model?.type !== 'BPE' || !json.model.vocab) throw new InputError(`${file}: model.type is ${JSON.stringify(json.model?.type)}; GGUF export writes BPE tokenizers (llama.cpp's "gpt2" type) only`);
+  try {
+    json = readJsonFile(file) as typeof json;
+  } catch (e) {
+    throw e instanceof InputError ? new InputError(e.message.replace(file, shown)) : e;
+  }
+  if (json?.model?.type !== 'BPE' || typeof json.model.vocab !== 'object' || json.model.vocab === null) throw new InputError(`${shown}: model.type is ${JSON.stringify(json?.model?.type)}; GGUF export writes BPE tokenizers (llama.cpp's "gpt2" type) only`);
+  const isId = (id: unknown): id is number => Number.isInteger(id) && (id as number) >= 0;
   const tokens = new Array<string | undefined>(config.vocabSize);
   const types = new Array<number>(config.vocabSize).fill(TOKEN_NORMAL);
-  for (const [token, id] of Object.entries(json.model.vocab)) if (id < config.vocabSize) tokens[id] = token;
+  for (const [token, id] of Object.entries(json.model.vocab)) {
+    if (!isId(id)) throw new InputError(`${shown}: model.vocab[${JSON.stringify(token)}] is ${JSON.stringify(id)}; ids are whole numbers >= 0`);
+    if (id < config.vocabSize) tokens[id] = token;
+  }
   for (const added of json.added_tokens ?? []) {
-    if (added.id >= config.vocabSize) throw new InputError(`${file}: added token ${JSON.stringify(added.content)} has id ${added.id}, past the model's vocab_size ${config.vocabSize}`);
+    if (!isId(added?.id) || typeof added.content !== 'string') throw new InputError(`${shown}: an added_tokens entry needs a whole-number id and a string content`);
+    if (added.id >= config.vocabSize) throw new InputError(`${shown}: added token ${JSON.stringify(added.content)} has id ${added.id}, past the model's vocab_size ${config.vocabSize}`);
     tokens[added.id] = added.content;
     types[added.id] = added.special ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
   }
@@ -138,7 +147,11 @@ function tokenizerValues(dir: string, config: ModelConfig, arch: 'llama' | 'qwen
       types[i] = TOKEN_UNUSED;
     }
   }
-  const merges = (json.model.merges ?? []).map((m) => (Array.isArray(m) ? m.join(' ') : m));
+  const merges = (Array.isArray(json.model.merges) ? json.model.merges : []).map((m, i) => {
+    if (typeof m === 'string') return m;
+    if (Array.isArray(m) && m.length === 2 && m.every((part) => typeof part === 'string')) return m.join(' ');
+    throw new InputError(`${shown}: model.merges[${i}] is neither "a b" nor ["a", "b"]`);
+  });
   // The pre-tokenizer's name: Qwen2's own; a Llama with a split pattern is Llama 3's; else the default.
   const pre = arch === 'qwen2' ? 'qwen2' : json.pre_tokenizer ? 'llama-bpe' : 'default';
   const values: [string, Value][] = [
@@ -185,7 +198,7 @@ export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label 
   const weights = readWeights(dir, config);
   const metadata: [string, Value][] = [
     ['general.architecture', str(arch)],
-    ['general.name', str(path.basename(path.resolve(dir)))],
+    ['general.name', str(path.basename(path.resolve(label)))],
     ['general.file_type', u32(FILE_TYPE[dtype])],
     ['general.alignment', u32(ALIGNMENT)],
     [`${arch}.vocab_size`, u32(config.vocabSize)],
@@ -204,22 +217,21 @@ export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label 
     ...tokenizerValues(dir, config, arch, label),
   ];
 
-  // Each tensor as it goes into the file: GGUF's name, dims fastest first (HF's shape reversed), bytes.
+  // Each tensor as it goes into the file: GGUF's name, dims fastest first (HF's shape reversed), and
+  // its bytes, made one tensor at a time while writing (a model's converted copy never whole in memory).
   const tensors = [...weights].map(([hfName, t]) => {
+    const half = dtype === 'bfloat16' && t.shape.length === 2;
+    return { hfName, t, half, name: ggufTensorName(hfName), dims: [...t.shape].reverse(), type: half ? TensorType.BF16 : TensorType.F32, size: t.data.length * (half ? 2 : 4) };
+  });
+  const bytesOf = ({ hfName, t, half }: (typeof tensors)[number]): Buffer => {
     let values = t.data;
     if (arch === 'llama' && /\.self_attn\.q_proj\.weight$/.test(hfName)) values = interleaveRotaryRows(values, config.numHeads, config.headDim, t.shape[1]);
     if (arch === 'llama' && /\.self_attn\.k_proj\.weight$/.test(hfName)) values = interleaveRotaryRows(values, config.numKVHeads, config.headDim, t.shape[1]);
-    const half = dtype === 'bfloat16' && t.shape.length === 2;
-    let data: Buffer;
-    if (half) {
-      const bits = new Uint16Array(values.length);
-      toBfloat16(values, bits);
-      data = Buffer.from(bits.buffer, bits.byteOffset, bits.byteLength);
-    } else {
-      data = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
-    }
-    return { name: ggufTensorName(hfName), dims: [...t.shape].reverse(), type: half ? TensorType.BF16 : TensorType.F32, data };
-  });
+    if (!half) return Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+    const bits = new Uint16Array(values.length);
+    toBfloat16(values, bits);
+    return Buffer.from(bits.buffer, bits.byteOffset, bits.byteLength);
+  };
 
   const head = new Bytes();
   head.u32(GGUF_MAGIC);
@@ -237,24 +249,26 @@ export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label 
     for (const d of t.dims) head.u64(d);
     head.u32(t.type);
     head.u64(offset);
-    offset += t.data.length + padTo(t.data.length, ALIGNMENT);
+    offset += t.size + padTo(t.size, ALIGNMENT);
   }
   head.zeros(padTo(head.length, ALIGNMENT));
 
   const tmp = `${outFile}.tmp-${process.pid}`;
   fs.mkdirSync(path.dirname(path.resolve(outFile)), { recursive: true });
-  const fd = fs.openSync(tmp, 'w');
   try {
-    fs.writeSync(fd, head.buffer());
-    for (const t of tensors) {
-      fs.writeSync(fd, t.data);
-      const pad = padTo(t.data.length, ALIGNMENT);
-      if (pad) fs.writeSync(fd, Buffer.alloc(pad));
+    const fd = fs.openSync(tmp, 'w');
+    try {
+      fs.writeSync(fd, head.buffer());
+      for (const t of tensors) {
+        fs.writeSync(fd, bytesOf(t));
+        const pad = padTo(t.size, ALIGNMENT);
+        if (pad) fs.writeSync(fd, Buffer.alloc(pad));
+      }
+    } finally {
+      fs.closeSync(fd);
     }
-    fs.closeSync(fd);
     fs.renameSync(tmp, outFile);
   } catch (error) {
-    fs.closeSync(fd);
     fs.rmSync(tmp, { force: true });
     throw error;
   }
