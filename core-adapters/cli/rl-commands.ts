@@ -17,7 +17,7 @@ import { passAtJs } from '../trainer/pass-at-k.js';
 import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import type { RankWorld } from '../engine/mpi.js';
-import { configDifference } from '../workers/ranks.js';
+import { configDifference, gatherValues } from '../workers/ranks.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
 import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
 import { GGUF_DTYPES, writeGguf, type GgufDtype } from '../model/gguf.js';
@@ -91,13 +91,12 @@ function evalTable(metrics: Metrics): string[] {
  * ending the job (SIGTERM to every rank, SIGKILL soon after) but forwards SIGUSR1 to every rank.
  * Exit codes follow the convention 128 + the signal's number.
  */
-function stopOnSignals(trainer: Trainer, underMpirun = false): { received?: string; exitCode: number; remove(): void } {
-  const state: { received?: string; exitCode: number; remove(): void } = { exitCode: 0, remove: () => undefined };
+function stopOnSignals(trainer: Trainer, underMpirun = false): { received?: string; remove(): void } {
+  const state: { received?: string; remove(): void } = { remove: () => undefined };
   const handler = (signal: NodeJS.Signals) => {
     const code = 128 + os.constants.signals[signal];
     if (state.received || !trainer.requestStop) process.exit(code);
     state.received = signal;
-    state.exitCode = code;
     console.error(`[flowrl] ${signal}: finishing this step and saving a checkpoint (${signal} again stops at once)`);
     trainer.requestStop();
   };
@@ -135,14 +134,19 @@ export async function trainCommand(argv: string[]): Promise<void> {
     trainer.dispose();
   }
   const runDir = config.trainer.default_local_dir!;
+  let stopSignal = signals.received;
   if (ranks.size > 1) {
+    // mpirun's forwarded signal may reach the ranks at different times; they stopped after the same
+    // step, and every rank names the signal one of them received.
+    stopSignal = gatherValues(ranks, signals.received ?? '').find(Boolean) || undefined;
     // Rank 0 has written its last checkpoint before the others leave.
     ranks.barrier();
     ranks.finalize();
     if (ranks.rank > 0) return;
   }
   if (trainer.stoppedAt !== undefined) {
-    throw new RunStopped(`stopped by ${signals.received} after step ${trainer.stoppedAt}, with a checkpoint in ${path.join(runDir, 'checkpoints')}; run the same command to resume`, signals.exitCode);
+    const code = stopSignal ? 128 + os.constants.signals[stopSignal as NodeJS.Signals] : 1;
+    throw new RunStopped(`stopped by ${stopSignal ?? 'a stop request'} after step ${trainer.stoppedAt}, with a checkpoint in ${path.join(runDir, 'checkpoints')}; run the same command to resume`, code);
   }
   const report = await writeReport([runDir], path.join(runDir, REPORT_FILE), { title: `${config.trainer.experiment_name} (${config.algorithm.name})` });
   console.log(summaryTable(validationSummary(runDir)).join('\n'));
