@@ -3,19 +3,19 @@
 // file decoded by llama.cpp itself (node-llama-cpp's prebuilt CPU build, installed on first use)
 // to the same greedy tokens as flowrl.
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { toBfloat16 } from '../core-adapters/engine/frozen.js';
+import { frozenBaseAvailable, toBfloat16 } from '../core-adapters/engine/frozen.js';
 import { loadModel } from '../core-adapters/model/checkpoint.js';
 import { generate } from '../core-adapters/model/generate.js';
 import { writeGguf, type GgufDtype } from '../core-adapters/model/gguf.js';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
-import { fixture, ROOT, runFlowrl, tempDir } from './helpers.js';
+import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
+import { fixture, nodeLlamaCppForTests, runFlowrl, tempDir } from './helpers.js';
 
 const BASE = fixture('countdown', 'base-model');
-const LLAMA_CPP_VERSION = '3.21.1';
 
 /** The part of node-llama-cpp's API used here (an optional package, not a dependency). */
 interface Llama {
@@ -243,24 +243,40 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     expect(fs.readdirSync(dir).filter((f) => f.endsWith('.gguf') || f.startsWith('.flowrl-gguf-'))).to.deep.equal([]);
   });
 
-  describe(`decoded by llama.cpp (node-llama-cpp ${LLAMA_CPP_VERSION}, prebuilt CPU build)`, function () {
-    const cache = path.join(ROOT, 'node_modules', '.cache', `flowrl-node-llama-cpp-${LLAMA_CPP_VERSION}`);
-    const entry = path.join(cache, 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
+  describe(`decoded by llama.cpp (node-llama-cpp ${NODE_LLAMA_CPP_VERSION}, prebuilt CPU build)`, function () {
+    let entry = '';
 
     before(function () {
-      if (process.platform !== 'linux' || process.arch !== 'x64') {
-        console.warn(`    skipped, llama.cpp decoding: node-llama-cpp's linux-x64 build is what this test installs (this is ${process.platform}-${process.arch})`);
+      const found = nodeLlamaCppForTests();
+      if (!found.dir) {
+        console.warn(`    skipped, llama.cpp decoding: ${found.skip}`);
         return this.skip();
       }
-      if (fs.existsSync(entry)) return;
-      // Its CPU build alone: npm would also fetch every CUDA and Vulkan build as optional dependencies.
-      fs.mkdirSync(cache, { recursive: true });
-      fs.writeFileSync(path.join(cache, 'package.json'), JSON.stringify({ name: 'flowrl-llama-cpp-check', private: true }));
-      const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--ignore-scripts', '--omit=optional', `node-llama-cpp@${LLAMA_CPP_VERSION}`, `@node-llama-cpp/linux-x64@${LLAMA_CPP_VERSION}`], { cwd: cache, encoding: 'utf8', timeout: 180_000 });
-      if (install.status !== 0 || !fs.existsSync(entry)) {
-        console.warn(`    skipped, llama.cpp decoding: installing node-llama-cpp ${LLAMA_CPP_VERSION} failed: ${(install.stderr || String(install.error)).trim().split('\n').slice(-2).join(' | ')}`);
-        return this.skip();
-      }
+      entry = path.join(found.dir, 'dist', 'index.js');
+    });
+
+    it('flowrl bench --compare-llama-cpp runs llama.cpp on the model bench\'s sampling job (the same shape, dtype and prompts) and reports both with their ratios; without node-llama-cpp it says how to install it', async () => {
+      const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', ...(frozenBaseAvailable() ? ['--base-dtype', 'bfloat16'] : []), '--batch', '2', '--seq', '16', '--sample-prompts', '3', '--sample-tokens', '5', '--steps', '1', '--limits-mb', '8', '--matrix', '128', '--json', '--compare-llama-cpp'];
+      const run = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.dirname(path.dirname(entry)) });
+      expect(run.status, run.stderr).to.equal(0);
+      const result = JSON.parse(run.stdout) as Record<string, unknown> & { llama_cpp: Record<string, unknown> };
+      expect(result.llama_cpp_error).to.equal(undefined);
+      expect(result.llama_cpp.node_llama_cpp).to.equal(NODE_LLAMA_CPP_VERSION);
+      expect(result.llama_cpp.dtype).to.equal(result.base_dtype === 'heap' ? 'float32' : result.base_dtype);
+      for (const key of ['prefill_s', 'decode_step_ms', 'sample_tokens_per_s', 'threads']) expect(result.llama_cpp[key], key).to.be.a('number').and.to.be.greaterThan(0);
+      expect(result.prefill_ratio_vs_llama_cpp).to.be.closeTo((result.prefill_s as number) / (result.llama_cpp.prefill_s as number), 1e-3);
+      expect(result.decode_ratio_vs_llama_cpp).to.be.closeTo((result.decode_step_ms as number) / (result.llama_cpp.decode_step_ms as number), 1e-3);
+      // No temporary GGUF left behind.
+      expect(fs.readdirSync(os.tmpdir()).filter((f) => f.startsWith('flowrl-llama-cpp-bench-'))).to.deep.equal([]);
+
+      const missing = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.join(tempDir(), 'no-such-package') });
+      expect(missing.status, missing.stderr).to.equal(0);
+      const skipped = JSON.parse(missing.stdout) as Record<string, unknown>;
+      expect(skipped.llama_cpp).to.equal(null);
+      expect(skipped.llama_cpp_error).to.include(`npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`);
+      const wrong = await runFlowrl(['bench', '--compare-llama-cpp', '--steps', '1']);
+      expect(wrong.status).to.equal(2);
+      expect(wrong.stderr).to.include('--compare-llama-cpp applies to the model bench');
     });
 
     it('greedy tokens of the exported float32 and bfloat16 files equal flowrl\'s for the same weights, prompt for prompt (Llama, and Qwen2 with its biases and rotary order)', async () => {

@@ -2,7 +2,8 @@
 import { expect } from 'chai';
 import { initEngine, InputError } from '../core-adapters/index.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
-import { spawn } from 'node:child_process';
+import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -293,4 +294,24 @@ export function worldReadableSandboxDir(prefix: string, files: Record<string, st
   for (const [name, text] of Object.entries({ ...files, 'package.json': '{"type": "module"}\n' })) fs.writeFileSync(path.join(dir, name), text);
   for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', ...Object.keys(files), 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
   return dir;
+}
+
+/**
+ * node-llama-cpp's package directory for the llama.cpp checks (an optional peer, not a dependency):
+ * its prebuilt linux-x64 CPU build installed on first use into node_modules/.cache; or why not
+ * (another platform, no registry), for the caller to skip with.
+ */
+export function nodeLlamaCppForTests(): { dir?: string; skip?: string } {
+  if (process.platform !== 'linux' || process.arch !== 'x64') return { skip: `node-llama-cpp's linux-x64 build is what the tests install (this is ${process.platform}-${process.arch})` };
+  const cache = path.join(ROOT, 'node_modules', '.cache', `flowrl-node-llama-cpp-${NODE_LLAMA_CPP_VERSION}`);
+  const dir = path.join(cache, 'node_modules', 'node-llama-cpp');
+  if (fs.existsSync(path.join(dir, 'dist', 'index.js'))) return { dir };
+  // Its CPU build alone: npm would also fetch every CUDA and Vulkan build as optional dependencies.
+  fs.mkdirSync(cache, { recursive: true });
+  fs.writeFileSync(path.join(cache, 'package.json'), JSON.stringify({ name: 'flowrl-llama-cpp-check', private: true }));
+  const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--ignore-scripts', '--omit=optional', `node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`, `@node-llama-cpp/linux-x64@${NODE_LLAMA_CPP_VERSION}`], { cwd: cache, encoding: 'utf8', timeout: 180_000 });
+  if (install.status !== 0 || !fs.existsSync(path.join(dir, 'dist', 'index.js'))) {
+    return { skip: `installing node-llama-cpp ${NODE_LLAMA_CPP_VERSION} failed: ${(install.stderr || String(install.error)).trim().split('\n').slice(-2).join(' | ')}` };
+  }
+  return { dir };
 }

@@ -1,6 +1,7 @@
 // flowrl bench: one training step (forward, backward, AdamW) and KV-cache sampling of a tiny Llama,
 // timed on the chosen backend. --compare-torch runs scripts/torch_bench.py (the same model in
-// PyTorch) alternately with ours and reports the ratios.
+// PyTorch) alternately with ours and reports the ratios; the model bench's --compare-llama-cpp runs
+// llama.cpp on its sampling job (llama-cpp-bench.ts).
 import * as tf from '@tensorflow/tfjs';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,6 +23,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits, type Limits } from './limits.js';
+import { runLlamaCppBench } from './llama-cpp-bench.js';
 import { benchModel, formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
@@ -399,6 +401,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   const { values } = parseFlags('bench', argv, {
     json: { type: 'boolean', default: false },
     'compare-torch': { type: 'boolean', default: false },
+    'compare-llama-cpp': { type: 'boolean', default: false },
     steps: { type: 'string' },
     rounds: { type: 'string' },
     native: { type: 'string' },
@@ -426,6 +429,9 @@ export async function benchCommand(argv: string[]): Promise<void> {
   });
   if (values.contend !== undefined && (values['model-config'] !== undefined || values.limits || values.sandbox || values['compare-torch'])) {
     throw new InputError('--contend applies to the tiny bench alone (not with --model-config, --limits, --sandbox or --compare-torch)');
+  }
+  if (values['compare-llama-cpp'] && (values['model-config'] === undefined || values['rl-step'])) {
+    throw new InputError('--compare-llama-cpp applies to the model bench (--model-config FILE.json, without --rl-step): it compares sampling');
   }
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
   if (values.limits) {
@@ -533,8 +539,26 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   };
   const ours = await runModelBench(options);
   const torch = values['compare-torch'] ? runTorchModelBench(options) : undefined;
+  // llama.cpp has no LoRA on the way: its file holds the base in the bench's dtype.
+  const llama = values['compare-llama-cpp']
+    ? await runLlamaCppBench({ configFile, dtype: ours.base_dtype === 'heap' ? 'float32' : ours.base_dtype, samplePrompts: options.samplePrompts, sampleTokens: options.sampleTokens, promptTokens: options.promptTokens })
+    : undefined;
   if (values.json) {
-    console.log(JSON.stringify({ ...ours, torch: torch?.result ?? null, torch_error: torch?.error, train_ratio_vs_torch: torch?.result ? round3(ours.train_step_ms / torch.result.train_step_ms) : null, sample_ratio_vs_torch: torch?.result ? round3(ours.sample_tokens_per_s / torch.result.sample_tokens_per_s) : null }));
+    console.log(
+      JSON.stringify({
+        ...ours,
+        torch: torch?.result ?? null,
+        torch_error: torch?.error,
+        train_ratio_vs_torch: torch?.result ? round3(ours.train_step_ms / torch.result.train_step_ms) : null,
+        sample_ratio_vs_torch: torch?.result ? round3(ours.sample_tokens_per_s / torch.result.sample_tokens_per_s) : null,
+        ...(llama && {
+          llama_cpp: llama.result ?? null,
+          llama_cpp_error: llama.error,
+          prefill_ratio_vs_llama_cpp: llama.result ? round3(ours.prefill_s / llama.result.prefill_s) : null,
+          decode_ratio_vs_llama_cpp: llama.result ? round3(ours.decode_step_ms / llama.result.decode_step_ms) : null,
+        }),
+      }),
+    );
     return;
   }
   const what = ours.lora_rank ? `LoRA r ${ours.lora_rank} on all seven projections, base ${ours.base_dtype === 'heap' ? 'on the wasm heap' : `${ours.base_dtype} outside the wasm heap`}` : 'full fine-tuning';
@@ -545,16 +569,22 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   console.log(`    prefill         ${ours.prefill_s.toFixed(2)} s, ${ours.prefill_gflop_s} GFLOP/s: ${(100 * ours.prefill_fraction_of_sgemm).toFixed(0)} % of the sgemm peak (${sgemm.toFixed(0)} GFLOP/s)`);
   console.log(`    decode step     ${ours.decode_step_ms.toFixed(1)} ms at batch ${options.samplePrompts}, reading ${ours.weights_read_mb} MB: ${ours.decode_gb_s.toFixed(1)} GB/s, ${(100 * ours.decode_fraction_of_bandwidth).toFixed(0)} % of the read bandwidth (${ours.limits.read_gb_s.toFixed(1)} GB/s); ${ours.decode_gflop_s} GFLOP/s, ${(100 * ours.decode_fraction_of_sgemm).toFixed(0)} % of the sgemm peak`);
   console.log(`  memory            peak RSS ${ours.peak_rss_mb} MB; wasm heap ${ours.wasm_heap_mb} MB; frozen base outside it ${ours.base_outside_heap_mb} MB; built in ${ours.load_s} s`);
-  if (!torch) return;
-  if (!torch.result) {
-    console.log(`  PyTorch comparison skipped: ${torch.error}`);
-    return;
+  if (torch && !torch.result) console.log(`  PyTorch comparison skipped: ${torch.error}`);
+  if (torch?.result) {
+    const t = torch.result;
+    console.log(`PyTorch ${t.torch} (${t.threads} threads), the same model and LoRA, eager`);
+    console.log(`  train step        ${(t.train_step_ms / 1000).toFixed(2)} s   ratio ours/torch ${(ours.train_step_ms / t.train_step_ms).toFixed(2)} (goal <= 1)`);
+    console.log(`  KV-cache sampling ${t.sample_tokens_per_s} new tokens/s   ratio ours/torch ${(ours.sample_tokens_per_s / t.sample_tokens_per_s).toFixed(2)} (goal >= 1)`);
+    console.log(`  memory            peak RSS ${t.peak_rss_mb} MB`);
   }
-  const t = torch.result;
-  console.log(`PyTorch ${t.torch} (${t.threads} threads), the same model and LoRA, eager`);
-  console.log(`  train step        ${(t.train_step_ms / 1000).toFixed(2)} s   ratio ours/torch ${(ours.train_step_ms / t.train_step_ms).toFixed(2)} (goal <= 1)`);
-  console.log(`  KV-cache sampling ${t.sample_tokens_per_s} new tokens/s   ratio ours/torch ${(ours.sample_tokens_per_s / t.sample_tokens_per_s).toFixed(2)} (goal >= 1)`);
-  console.log(`  memory            peak RSS ${t.peak_rss_mb} MB`);
+  if (llama && !llama.result) console.log(`  llama.cpp comparison skipped: ${llama.error}`);
+  if (llama?.result) {
+    const l = llama.result;
+    console.log(`llama.cpp (node-llama-cpp ${l.node_llama_cpp}, CPU, ${l.threads} thread${l.threads > 1 ? 's' : ''}), the same shape in ${l.dtype} (${l.gguf_mb} MB of GGUF), greedy, no LoRA`);
+    console.log(`  KV-cache sampling ${l.sample_tokens_per_s} new tokens/s   ratio ours/llama.cpp ${(ours.sample_tokens_per_s / l.sample_tokens_per_s).toFixed(2)} (goal >= 1)`);
+    console.log(`    prefill         ${l.prefill_s.toFixed(2)} s   ratio ours/llama.cpp ${(ours.prefill_s / l.prefill_s).toFixed(2)} (goal <= 1)`);
+    console.log(`    decode step     ${l.decode_step_ms.toFixed(1)} ms   ratio ours/llama.cpp ${(ours.decode_step_ms / l.decode_step_ms).toFixed(2)} (goal <= 1)`);
+  }
 }
 
 export const TORCH_MODEL_SCRIPT = path.join(PACKAGE_ROOT, 'scripts', 'torch_model_bench.py');

@@ -87,7 +87,7 @@ class Bytes {
 const padTo = (n: number, align: number) => (align - (n % align)) % align;
 
 /** GGUF's architecture name for a config, with what llama.cpp's loader of it needs. */
-function architecture(config: ModelConfig, label: string): 'llama' | 'qwen2' {
+export function ggufArchitecture(config: ModelConfig, label: string): 'llama' | 'qwen2' {
   if (config.ropeScaling) throw new InputError(`${path.join(label, 'config.json')}: rope_scaling is not written to GGUF yet (llama.cpp needs its own rope keys and a rope_freqs tensor); export the Hugging Face directory instead`);
   return config.modelType === 'qwen2' ? 'qwen2' : 'llama';
 }
@@ -188,17 +188,52 @@ function ggufTensorName(hfName: string): string {
 }
 
 /**
+ * The 256 byte-level tokens of GPT-2's BPE (each byte as the printable character its tokenizer
+ * maps it to), the rest padding: a tokenizer for models with random weights (benchmarks), where
+ * only token ids matter.
+ */
+export function byteLevelTokenizerValues(config: ModelConfig, arch: 'llama' | 'qwen2'): [string, Value][] {
+  const printable = (b: number) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+  const tokens: string[] = [];
+  const types: number[] = [];
+  let shifted = 0;
+  for (let b = 0; b < 256 && b < config.vocabSize; b++) {
+    tokens.push(String.fromCodePoint(printable(b) ? b : 256 + shifted++));
+    types.push(TOKEN_NORMAL);
+  }
+  for (let i = tokens.length; i < config.vocabSize; i++) {
+    tokens.push(`[PAD${i}]`);
+    types.push(TOKEN_UNUSED);
+  }
+  return [
+    ['tokenizer.ggml.model', str('gpt2')],
+    ['tokenizer.ggml.pre', str(arch === 'qwen2' ? 'qwen2' : 'default')],
+    ['tokenizer.ggml.tokens', { type: ValueType.ARRAY, items: ValueType.STRING, values: tokens }],
+    ['tokenizer.ggml.token_type', { type: ValueType.ARRAY, items: ValueType.INT32, values: types }],
+    ['tokenizer.ggml.merges', { type: ValueType.ARRAY, items: ValueType.STRING, values: [] }],
+  ];
+}
+
+/**
  * Writes `dir` (config.json, the safetensors weights, tokenizer.json) as one GGUF file at `outFile`,
  * 2-D weights in `dtype`, norms and biases in float32. The file appears whole or not at all.
  * Messages name `label` (the directory the user gave, when `dir` is a staging copy).
  */
 export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label = dir): { tensors: number; bytes: number; arch: string } {
   const config = readModelConfig(path.join(dir, 'config.json'));
-  const arch = architecture(config, label);
-  const weights = readWeights(dir, config);
+  const arch = ggufArchitecture(config, label);
+  return writeGgufWeights(outFile, { config, weights: readWeights(dir, config), tokenizer: tokenizerValues(dir, config, arch, label), name: path.basename(path.resolve(label)), dtype });
+}
+
+/** One GGUF file from a config and HF-named weights in memory, with the tokenizer keys given. */
+export function writeGgufWeights(
+  outFile: string,
+  { config, weights, tokenizer, name, dtype }: { config: ModelConfig; weights: Map<string, { shape: number[]; data: Float32Array }>; tokenizer: [string, Value][]; name: string; dtype: GgufDtype },
+): { tensors: number; bytes: number; arch: string } {
+  const arch = ggufArchitecture(config, name);
   const metadata: [string, Value][] = [
     ['general.architecture', str(arch)],
-    ['general.name', str(path.basename(path.resolve(label)))],
+    ['general.name', str(name)],
     ['general.file_type', u32(FILE_TYPE[dtype])],
     ['general.alignment', u32(ALIGNMENT)],
     [`${arch}.vocab_size`, u32(config.vocabSize)],
@@ -214,7 +249,7 @@ export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label 
     ...(config.headDim * config.numHeads !== config.hiddenSize
       ? ([[`${arch}.attention.key_length`, u32(config.headDim)], [`${arch}.attention.value_length`, u32(config.headDim)]] as [string, Value][])
       : []),
-    ...tokenizerValues(dir, config, arch, label),
+    ...tokenizer,
   ];
 
   // Each tensor as it goes into the file: GGUF's name, dims fastest first (HF's shape reversed), and
