@@ -19,8 +19,12 @@
 #endif
 
 enum {
-  // Floats of W converted from bfloat16 per BLAS call (1 MiB: stays in cache).
+  // Floats of W converted from bfloat16 per BLAS call: 1 MiB stays in cache; from BF16_WIDE_ROWS
+  // rows of X on, 16 MiB, since the BLAS packs X again for every call (at down_proj's K = 4864 a
+  // 1 MiB panel is 53 rows of W, and the product ran at 0.5-0.6 of float32's rate; measured).
   BF16_PANEL_FLOATS = 1 << 18,
+  BF16_WIDE_PANEL_FLOATS = 1 << 22,
+  BF16_WIDE_ROWS = 256,
   // Below this many weights a product stays on one thread.
   SPLIT_MIN_WORK = 1 << 16,
   // A split product's tasks: up to this many per thread, of at least TASK_MIN_ROWS rows of W.
@@ -249,6 +253,13 @@ static void small_rows(isa_level level, int M, int K, const float *x, const void
 }
 #endif
 
+// Rows of W converted per BLAS call for M rows of X, at most `rows`.
+static int64_t bf16_panel_rows(int M, int K, int64_t rows) {
+  int64_t panel = (M >= BF16_WIDE_ROWS ? BF16_WIDE_PANEL_FLOATS : BF16_PANEL_FLOATS) / K;
+  if (panel < 1) panel = 1;
+  return panel < rows ? panel : rows;
+}
+
 static void bf16_rows_to_f32(const uint16_t *src, size_t count, float *dst) {
   uint32_t *out = (uint32_t *)dst;
   for (size_t i = 0; i < count; i++) out[i] = (uint32_t)src[i] << 16;
@@ -350,9 +361,7 @@ static int forward_panels(const forward_job *j, int64_t n0, int64_t n1) {
   int64_t panel = n1 - n0;
   float *scratch = NULL;
   if (j->bf16) {
-    panel = BF16_PANEL_FLOATS / K;
-    if (panel < 1) panel = 1;
-    if (panel > n1 - n0) panel = n1 - n0;
+    panel = bf16_panel_rows(M, K, n1 - n0);
     scratch = malloc(sizeof(float) * (size_t)(panel * K));
     if (!scratch) return -1;
   }
@@ -421,9 +430,7 @@ int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int 
   int64_t panel = N;
   float *scratch = NULL;
   if (bf16) {
-    panel = BF16_PANEL_FLOATS / K;
-    if (panel < 1) panel = 1;
-    if (panel > N) panel = N;
+    panel = bf16_panel_rows(M, K, N);
     scratch = malloc(sizeof(float) * (size_t)(panel * K));
     if (!scratch) return -1;
   }

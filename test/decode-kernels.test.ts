@@ -87,6 +87,41 @@ describe('decoding kernels', function () {
         }
       }));
 
+    it(`bfloat16 products of 256 rows and more (a prefill, a training backward: W converted in wide panels, several a product) equal the float64 products (${enginePath})`, () =>
+      onEnginePath(enginePath, () => {
+        loadNativeKernels().kernels!.setThreads(1);
+        const random = randoms(13);
+        // 16,384 columns: a wide panel holds 256 of W's 301 rows, so each product takes two, the second partial.
+        const [M, N, K] = [256, 301, 16384];
+        const w = FrozenMatrix.fromFloat32(Float32Array.from({ length: N * K }, random), N, K, 'bfloat16');
+        const exact = w.rowsFloat32();
+        const x = Float32Array.from({ length: M * K }, random);
+        const dy = Float32Array.from({ length: M * N }, random);
+        // Rows of the results checked in float64 (each row crosses every panel; all 256 would take a minute).
+        const rows = [0, 1, 128, 255];
+        const pick = (all: Float32Array | Int32Array | Uint8Array, width: number) => rows.flatMap((m) => Array.from(all.subarray(m * width, (m + 1) * width)));
+        const forward = reference(Float32Array.from(pick(x, K)), rows.length, exact, N, K);
+        // dy W: each checked row of dy times W.
+        const backward = new Float64Array(rows.length * K);
+        rows.forEach((m, i) => {
+          for (let n = 0; n < N; n++) {
+            const d = dy[m * N + n];
+            for (let k = 0; k < K; k++) backward[i * K + k] += d * exact[n * K + k];
+          }
+        });
+        const tolerance = 2e-6 * K;
+        // Read outside tidy: tidy walks a returned array element by element looking for tensors.
+        const values = (product: () => tf.Tensor) => {
+          const y = tf.tidy(product);
+          const out = y.dataSync();
+          y.dispose();
+          return out;
+        };
+        expectClose(pick(values(() => w.product(tf.tensor2d(x, [M, K]))), N), Array.from(forward), tolerance, 'forward');
+        expectClose(pick(splitFrozenProducts(() => values(() => w.product(tf.tensor2d(x, [M, K])))), N), Array.from(forward), tolerance, 'forward split');
+        expectClose(pick(values(() => w.productTransposed(tf.tensor2d(dy, [M, N]))), K), Array.from(backward), 2e-6 * N, 'backward');
+      }));
+
     it(`LoRA deltas added inside a frozen product equal x W^T + ((x A) * scale) B in float64 (${enginePath})`, () =>
       onEnginePath(enginePath, () => {
         const random = randoms(11);

@@ -149,7 +149,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   kernels?.setThreads(os.availableParallelism());
   const seq = packSequences(rows, sampled);
   const micro = Array.from({ length: Math.ceil(seq.batch / o.microBatch) }, (_, i) => sliceSequences(seq, i * o.microBatch, Math.min(seq.batch, (i + 1) * o.microBatch)));
-  const logProbs = () => micro.forEach((m) => tf.tidy(() => scoreResponses(model, m).logProbs.dataSync()));
+  const logProbs = () => micro.forEach((m) => tf.tidy(() => void scoreResponses(model, m).logProbs.dataSync()));
   const [, oldS] = timed('old log-probs', logProbs);
   const [, refS] = timed('reference log-probs', () => model.withoutAdapters(logProbs));
   const optimizer = new AdamW({ lr: 1e-6, weightDecay: 0.01 });
