@@ -232,14 +232,15 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       expect(run.stderr, content).to.include(message);
       fs.rmSync(broken, { recursive: true });
     }
-    // A config with rope scaling: llama.cpp needs keys and a tensor this export does not write yet.
+    // Llama 3's rope scaling on a Qwen2: llama.cpp's qwen2 graph reads no rope_freqs tensor.
     const scaled = path.join(dir, 'scaled');
-    fs.cpSync(BASE, scaled, { recursive: true });
-    const config = JSON.parse(fs.readFileSync(path.join(scaled, 'config.json'), 'utf8'));
-    fs.writeFileSync(path.join(scaled, 'config.json'), JSON.stringify({ ...config, rope_scaling: { rope_type: 'linear', factor: 2 } }));
+    const config = JSON.parse(fs.readFileSync(path.join(BASE, 'config.json'), 'utf8'));
+    fs.writeFileSync(path.join(dir, 'scaled-config.json'), JSON.stringify({ ...config, model_type: 'qwen2', rope_scaling: { rope_type: 'llama3', factor: 8 } }));
+    const init = await runFlowrl(['init-model', '--config', path.join(dir, 'scaled-config.json'), '--tokenizer', BASE, '--out', scaled, '--seed', '3']);
+    expect(init.status, init.stderr).to.equal(0);
     const run = await runFlowrl(['export', scaled, path.join(dir, 'scaled.gguf'), '--format', 'gguf']);
     expect(run.status).to.equal(2);
-    expect(run.stderr).to.include('rope_scaling');
+    expect(run.stderr).to.include('rope_scaling llama3 on a Qwen2 model');
     expect(fs.readdirSync(dir).filter((f) => f.endsWith('.gguf') || f.startsWith('.flowrl-gguf-'))).to.deep.equal([]);
   });
 
@@ -294,9 +295,19 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const config = JSON.parse(fs.readFileSync(path.join(BASE, 'config.json'), 'utf8'));
       const { getLlama } = (await import(entry)) as { getLlama(options: object): Promise<Llama> };
       const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' });
-      for (const [arch, source, dtype] of [['llama', BASE, 'float32'], ['llama', BASE, 'bfloat16'], ['qwen2', qwen, 'float32']]) {
+      // The same Llama with rotary scaling: linear (two keys) and Llama 3's (a rope_freqs tensor);
+      // an original context of 16 puts every frequency of these 16-wide heads in the scaled or smoothed range.
+      const scaledCopy = (name: string, ropeScaling: object) => {
+        const out = path.join(dir, name);
+        fs.cpSync(BASE, out, { recursive: true });
+        fs.writeFileSync(path.join(out, 'config.json'), JSON.stringify({ ...base, rope_scaling: ropeScaling }));
+        return out;
+      };
+      const linear = scaledCopy('llama-linear', { rope_type: 'linear', factor: 4 });
+      const llama3 = scaledCopy('llama-llama3', { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 });
+      for (const [arch, source, dtype] of [['llama', BASE, 'float32'], ['llama', BASE, 'bfloat16'], ['qwen2', qwen, 'float32'], ['llama', linear, 'float32'], ['llama', llama3, 'float32']]) {
         // flowrl's side holds the same weights: bfloat16-rounded matrices for the bfloat16 file.
-        const ours = path.join(dir, `ours-${arch}-${dtype}`);
+        const ours = path.join(dir, `ours-${path.basename(source)}-${dtype}`);
         fs.cpSync(source, ours, { recursive: true });
         if (dtype === 'bfloat16') {
           const tensors = readTensors(path.join(source, 'model.safetensors'));
@@ -312,7 +323,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
         const expected = generate(model, prompts, { maxNewTokens: 16, greedy: true, stopTokenIds: [config.eos_token_id] }).tokens;
         model.dispose();
 
-        const file = path.join(dir, `${arch}-${dtype}.gguf`);
+        const file = path.join(dir, `${path.basename(source)}-${dtype}.gguf`);
         expect(writeGguf(source, file, dtype as GgufDtype).arch).to.equal(arch);
         const gguf = await llama.loadModel({ modelPath: file });
         // One thread: llama.cpp's threads spin at their barriers, and beside a busy core a tiny model's
@@ -328,7 +339,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
               if (got.length === 16) break;
             }
             const want = expected[i].filter((t, j) => !(t === config.eos_token_id && j === expected[i].length - 1));
-            expect(got, `${arch} ${dtype} prompt ${i}`).to.deep.equal(want);
+            expect(got, `${path.basename(source)} ${dtype} prompt ${i}`).to.deep.equal(want);
             sequence.dispose();
           }
         } finally {

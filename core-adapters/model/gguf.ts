@@ -88,8 +88,29 @@ const padTo = (n: number, align: number) => (align - (n % align)) % align;
 
 /** GGUF's architecture name for a config, with what llama.cpp's loader of it needs. */
 export function ggufArchitecture(config: ModelConfig, label: string): 'llama' | 'qwen2' {
-  if (config.ropeScaling) throw new InputError(`${path.join(label, 'config.json')}: rope_scaling is not written to GGUF yet (llama.cpp needs its own rope keys and a rope_freqs tensor); export the Hugging Face directory instead`);
-  return config.modelType === 'qwen2' ? 'qwen2' : 'llama';
+  const arch = config.modelType === 'qwen2' ? 'qwen2' : 'llama';
+  // llama.cpp reads llama3's scaling from a rope_freqs tensor its llama graph loads and its qwen2 graph does not.
+  if (arch === 'qwen2' && config.ropeScaling?.type === 'llama3') throw new InputError(`${path.join(label, 'config.json')}: rope_scaling llama3 on a Qwen2 model cannot be written to GGUF (llama.cpp's qwen2 graph reads no rope_freqs tensor); export the Hugging Face directory instead`);
+  return arch;
+}
+
+/**
+ * Llama 3's rotary scaling as llama.cpp takes it (conversion/llama.py): one divisor per frequency,
+ * 1 for short wavelengths, `factor` for long ones, interpolated between; HF scales the inverse
+ * frequencies by the same amounts.
+ */
+function llama3RopeFactors(config: ModelConfig): Float32Array {
+  const rs = config.ropeScaling!;
+  const half = config.headDim / 2;
+  const lowWavelen = rs.originalMaxPositions / rs.lowFreqFactor;
+  const highWavelen = rs.originalMaxPositions / rs.highFreqFactor;
+  return Float32Array.from({ length: half }, (_, i) => {
+    const wavelen = (2 * Math.PI) / (1 / config.ropeTheta ** ((2 * i) / config.headDim));
+    if (wavelen < highWavelen) return 1;
+    if (wavelen > lowWavelen) return rs.factor;
+    const smooth = (rs.originalMaxPositions / wavelen - rs.lowFreqFactor) / (rs.highFreqFactor - rs.lowFreqFactor);
+    return 1 / ((1 - smooth) / rs.factor + smooth);
+  });
 }
 
 /**
@@ -169,7 +190,7 @@ function tokenizerValues(dir: string, config: ModelConfig, arch: 'llama' | 'qwen
 
 /** GGUF's tensor name for an HF one (gguf-py's TENSOR_NAMES for LLAMA and QWEN2). */
 function ggufTensorName(hfName: string): string {
-  const fixed: Record<string, string> = { 'model.embed_tokens.weight': 'token_embd.weight', 'model.norm.weight': 'output_norm.weight', 'lm_head.weight': 'output.weight' };
+  const fixed: Record<string, string> = { 'model.embed_tokens.weight': 'token_embd.weight', 'model.norm.weight': 'output_norm.weight', 'lm_head.weight': 'output.weight', 'rope_freqs.weight': 'rope_freqs.weight' };
   if (fixed[hfName]) return fixed[hfName];
   const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(hfName);
   const parts: Record<string, string> = {
@@ -249,12 +270,18 @@ export function writeGgufWeights(
     ...(config.headDim * config.numHeads !== config.hiddenSize
       ? ([[`${arch}.attention.key_length`, u32(config.headDim)], [`${arch}.attention.value_length`, u32(config.headDim)]] as [string, Value][])
       : []),
+    ...(config.ropeScaling?.type === 'linear' ? ([[`${arch}.rope.scaling.type`, str('linear')], [`${arch}.rope.scaling.factor`, f32(config.ropeScaling.factor)]] as [string, Value][]) : []),
     ...tokenizer,
   ];
 
   // Each tensor as it goes into the file: GGUF's name, dims fastest first (HF's shape reversed), and
   // its bytes, made one tensor at a time while writing (a model's converted copy never whole in memory).
-  const tensors = [...weights].map(([hfName, t]) => {
+  const named = [...weights];
+  if (config.ropeScaling?.type === 'llama3') {
+    const factors = llama3RopeFactors(config);
+    named.push(['rope_freqs.weight', { shape: [factors.length], data: factors }]);
+  }
+  const tensors = named.map(([hfName, t]) => {
     const half = dtype === 'bfloat16' && t.shape.length === 2;
     return { hfName, t, half, name: ggufTensorName(hfName), dims: [...t.shape].reverse(), type: half ? TensorType.BF16 : TensorType.F32, size: t.data.length * (half ? 2 : 4) };
   });
