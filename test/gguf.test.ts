@@ -221,6 +221,9 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       [JSON.stringify({ model: { type: 'BPE', vocab: { a: 'one' } } }), 'model.vocab["a"] is "one"'],
       [JSON.stringify({ model: { type: 'BPE', vocab: { a: 0 }, merges: [['a']] } }), 'model.merges[0]'],
       [JSON.stringify({ model: { type: 'Unigram', vocab: [] } }), 'model.type is "Unigram"'],
+      // Llama 2's kind: BPE over SentencePiece pieces, which llama.cpp reads as its "llama" type.
+      [JSON.stringify({ model: { type: 'BPE', vocab: { a: 0 }, merges: [], byte_fallback: true } }), 'SentencePiece-style'],
+      [JSON.stringify({ model: { type: 'BPE', vocab: { a: 0 }, merges: [] }, pre_tokenizer: { type: 'Metaspace', replacement: '\u2581' } }), 'SentencePiece-style'],
     ]) {
       const broken = path.join(dir, 'broken');
       fs.cpSync(BASE, broken, { recursive: true });

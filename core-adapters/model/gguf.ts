@@ -139,9 +139,11 @@ function tokenizerValues(dir: string, config: ModelConfig, arch: 'llama' | 'qwen
   const shown = path.join(label, 'tokenizer.json');
   if (!fs.existsSync(file)) throw new InputError(`${label}: no tokenizer.json (GGUF carries the tokenizer; only Hugging Face fast tokenizers are read)`);
   let json: {
-    model?: { type?: string; vocab?: Record<string, unknown>; merges?: unknown[] };
+    model?: { type?: string; vocab?: Record<string, unknown>; merges?: unknown[]; byte_fallback?: boolean };
     added_tokens?: { id?: unknown; content?: unknown; special?: boolean }[];
     pre_tokenizer?: unknown;
+    normalizer?: unknown;
+    decoder?: unknown;
   };
   try {
     json = readJsonFile(file) as typeof json;
@@ -149,6 +151,10 @@ function tokenizerValues(dir: string, config: ModelConfig, arch: 'llama' | 'qwen
     throw e instanceof InputError ? new InputError(e.message.replace(file, shown)) : e;
   }
   if (json?.model?.type !== 'BPE' || typeof json.model.vocab !== 'object' || json.model.vocab === null) throw new InputError(`${shown}: model.type is ${JSON.stringify(json?.model?.type)}; GGUF export writes BPE tokenizers (llama.cpp's "gpt2" type) only`);
+  // Llama 2's kind (byte fallback, "▁" for spaces) is llama.cpp's "llama" type, which needs SentencePiece's scores.
+  if (json.model.byte_fallback === true || /"Metaspace"/.test(JSON.stringify([json.pre_tokenizer ?? null, json.normalizer ?? null, json.decoder ?? null]))) {
+    throw new InputError(`${shown}: a SentencePiece-style tokenizer (byte_fallback or Metaspace), llama.cpp's "llama" type, which GGUF export does not write yet (only byte-level BPE); export the Hugging Face directory and convert it with llama.cpp's convert_hf_to_gguf.py`);
+  }
   const isId = (id: unknown): id is number => Number.isInteger(id) && (id as number) >= 0;
   const tokens = new Array<string | undefined>(config.vocabSize);
   const types = new Array<number>(config.vocabSize).fill(TOKEN_NORMAL);
