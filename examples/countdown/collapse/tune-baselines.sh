@@ -4,7 +4,9 @@
 # validated once at the end (64 samples at temperature 1.0), as flowrl-matching's keys were chosen
 # (docs/flowrl.md, "Why it collapses"). The rule, fixed before any trial ran: among trials whose
 # accuracy is at least 0.94, the lowest KL to the reference over correct answers (val/matching/kl);
-# the winner's keys go into its yaml and are then reported on fresh seeds (compare.sh).
+# where none reaches 0.94, the lowest KL within 0.03 of the grid's best accuracy (added after eight
+# trials, none of which had). The winner's keys go into its yaml and are then reported on fresh
+# seeds (compare.sh).
 #   sh examples/countdown/collapse/tune-baselines.sh kl-reward   # or: replay
 #   npx tsx examples/countdown/collapse/tune-table.ts runs/collapse-tune
 # A finished trial (its step-150 checkpoint exists) is skipped, so the script resumes.

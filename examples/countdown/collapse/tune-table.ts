@@ -1,6 +1,8 @@
 // The trials tune-baselines.sh leaves, one table per baseline, and the winner by the rule fixed
 // before they ran: among trials with accuracy >= 0.94, the lowest KL to the reference over correct
-// answers (ties: the higher entropy over them).
+// answers (ties: the higher entropy over them). Added after eight grpo-kl-reward trials, none of
+// which reached 0.94: where no trial does, the lowest KL among trials within 0.03 of the grid's
+// best accuracy.
 //   npx tsx examples/countdown/collapse/tune-table.ts [RUNS_DIR]
 import fs from 'node:fs';
 import path from 'node:path';
@@ -38,8 +40,11 @@ if (!trials.length) throw new Error(`${runs}: no finished trial (run tune-baseli
 for (const [prefix, baseline] of Object.entries(GRIDS)) {
   const grid = trials.filter((t) => t.name.startsWith(prefix));
   if (!grid.length) continue;
-  const eligible = grid.filter((t) => t.accuracy >= MIN_ACCURACY).sort((a, b) => a.kl - b.kl || b.entropy - a.entropy);
-  console.log(`\n${baseline}: ${grid.length} of 22 trials finished (seed 1, step ${STEPS}); winner: ${eligible[0]?.name ?? `none reaches accuracy ${MIN_ACCURACY}`}\n`);
+  const best = Math.max(...grid.map((t) => t.accuracy));
+  const floor = grid.some((t) => t.accuracy >= MIN_ACCURACY) ? MIN_ACCURACY : best - 0.03;
+  const eligible = grid.filter((t) => t.accuracy >= floor).sort((a, b) => a.kl - b.kl || b.entropy - a.entropy);
+  const why = floor === MIN_ACCURACY ? `accuracy >= ${MIN_ACCURACY}` : `no trial reaches ${MIN_ACCURACY}; within 0.03 of the best, ${best.toFixed(3)}`;
+  console.log(`\n${baseline}: ${grid.length} of 22 trials finished (seed 1, step ${STEPS}); chosen (${why}, then the lowest KL): ${eligible[0].name}\n`);
   console.log('| trial | accuracy | entropy over correct | KL to the reference over correct | TV | distinct correct of 64 |');
   console.log('|---|---|---|---|---|---|');
   for (const t of grid) {
