@@ -13,7 +13,7 @@ import { writeGguf, type GgufDtype } from '../core-adapters/model/gguf.js';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
-import { fixture, nodeLlamaCppForTests, runFlowrl, tempDir } from './helpers.js';
+import { fixture, flowrlInProcess, nodeLlamaCppForTests, runFlowrl, tempDir } from './helpers.js';
 
 const BASE = fixture('countdown', 'base-model');
 
@@ -203,17 +203,17 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       [['--format', 'gguf', '--adapter'], 'GGUF export writes the merged model'],
     ];
     for (const [flags, message] of cases) {
-      const run = await runFlowrl(['export', BASE, path.join(dir, 'out.gguf'), ...flags]);
+      const run = await flowrlInProcess(['export', BASE, path.join(dir, 'out.gguf'), ...flags]);
       expect(run.status, flags.join(' ')).to.equal(2);
       expect(run.stderr).to.include(message);
     }
     // No tokenizer.json: named by the directory the user gave, not the export's staging copy.
-    const bare = await runFlowrl(['export', fixture('tiny-qwen2'), path.join(dir, 'bare.gguf'), '--format', 'gguf']);
+    const bare = await flowrlInProcess(['export', fixture('tiny-qwen2'), path.join(dir, 'bare.gguf'), '--format', 'gguf']);
     expect(bare.status).to.equal(2);
     expect(bare.stderr).to.include(`${fixture('tiny-qwen2')}: no tokenizer.json`);
     // An output that is a directory, and tokenizers that are not JSON or not a BPE vocabulary.
     fs.mkdirSync(path.join(dir, 'as-dir.gguf'));
-    const asDir = await runFlowrl(['export', BASE, path.join(dir, 'as-dir.gguf'), '--format', 'gguf']);
+    const asDir = await flowrlInProcess(['export', BASE, path.join(dir, 'as-dir.gguf'), '--format', 'gguf']);
     expect([asDir.status, asDir.stderr.includes('as-dir.gguf: a directory')]).to.deep.equal([2, true]);
     fs.rmdirSync(path.join(dir, 'as-dir.gguf'));
     for (const [content, message] of [
@@ -228,7 +228,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const broken = path.join(dir, 'broken');
       fs.cpSync(BASE, broken, { recursive: true });
       fs.writeFileSync(path.join(broken, 'tokenizer.json'), content);
-      const run = await runFlowrl(['export', broken, path.join(dir, 'broken.gguf'), '--format', 'gguf']);
+      const run = await flowrlInProcess(['export', broken, path.join(dir, 'broken.gguf'), '--format', 'gguf']);
       expect(run.status, content).to.equal(2);
       // Named as the user's file, not the export's staging copy.
       expect(run.stderr, content).to.include(`${path.join(broken, 'tokenizer.json')}: `);
@@ -239,9 +239,9 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     const scaled = path.join(dir, 'scaled');
     const config = JSON.parse(fs.readFileSync(path.join(BASE, 'config.json'), 'utf8'));
     fs.writeFileSync(path.join(dir, 'scaled-config.json'), JSON.stringify({ ...config, model_type: 'qwen2', rope_scaling: { rope_type: 'llama3', factor: 8 } }));
-    const init = await runFlowrl(['init-model', '--config', path.join(dir, 'scaled-config.json'), '--tokenizer', BASE, '--out', scaled, '--seed', '3']);
+    const init = await flowrlInProcess(['init-model', '--config', path.join(dir, 'scaled-config.json'), '--tokenizer', BASE, '--out', scaled, '--seed', '3']);
     expect(init.status, init.stderr).to.equal(0);
-    const run = await runFlowrl(['export', scaled, path.join(dir, 'scaled.gguf'), '--format', 'gguf']);
+    const run = await flowrlInProcess(['export', scaled, path.join(dir, 'scaled.gguf'), '--format', 'gguf']);
     expect(run.status).to.equal(2);
     expect(run.stderr).to.include('rope_scaling llama3 on a Qwen2 model');
     expect(fs.readdirSync(dir).filter((f) => f.endsWith('.gguf') || f.startsWith('.flowrl-gguf-'))).to.deep.equal([]);
