@@ -4,7 +4,6 @@
 // to the same greedy tokens as flowrl.
 import { expect } from 'chai';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { frozenBaseAvailable, toBfloat16 } from '../core-adapters/engine/frozen.js';
 import { loadModel } from '../core-adapters/model/checkpoint.js';
@@ -261,7 +260,9 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
 
     it('flowrl bench --compare-llama-cpp runs llama.cpp on the model bench\'s sampling job (the same shape, dtype and prompts) and reports both with their ratios; without node-llama-cpp it says how to install it', async () => {
       const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', ...(frozenBaseAvailable() ? ['--base-dtype', 'bfloat16'] : []), '--batch', '2', '--seq', '16', '--sample-prompts', '3', '--sample-tokens', '5', '--steps', '1', '--limits-mb', '8', '--matrix', '128', '--json', '--compare-llama-cpp'];
-      const run = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.dirname(path.dirname(entry)) });
+      // Its own temporary directory, so what the bench leaves there is what this run left.
+      const tmp = tempDir();
+      const run = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.dirname(path.dirname(entry)), TMPDIR: tmp });
       expect(run.status, run.stderr).to.equal(0);
       const result = JSON.parse(run.stdout) as Record<string, unknown> & { llama_cpp: Record<string, unknown> };
       expect(result.llama_cpp_error).to.equal(undefined);
@@ -271,13 +272,19 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       expect(result.prefill_ratio_vs_llama_cpp).to.be.closeTo((result.prefill_s as number) / (result.llama_cpp.prefill_s as number), 1e-3);
       expect(result.decode_ratio_vs_llama_cpp).to.be.closeTo((result.decode_step_ms as number) / (result.llama_cpp.decode_step_ms as number), 1e-3);
       // No temporary GGUF left behind.
-      expect(fs.readdirSync(os.tmpdir()).filter((f) => f.startsWith('flowrl-llama-cpp-bench-'))).to.deep.equal([]);
+      expect(fs.readdirSync(tmp).filter((f) => f.startsWith('flowrl-llama-cpp-bench-'))).to.deep.equal([]);
 
       const missing = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.join(tempDir(), 'no-such-package') });
       expect(missing.status, missing.stderr).to.equal(0);
       const skipped = JSON.parse(missing.stdout) as Record<string, unknown>;
       expect(skipped.llama_cpp).to.equal(null);
       expect(skipped.llama_cpp_error).to.include(`npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`);
+      // A shape llama.cpp cannot take as written is refused before either bench runs.
+      const scaled = path.join(tempDir(), 'qwen2-llama3.json');
+      fs.writeFileSync(scaled, JSON.stringify({ ...JSON.parse(fs.readFileSync(fixture('tiny-qwen2', 'config.json'), 'utf8')), rope_scaling: { rope_type: 'llama3', factor: 8 } }));
+      const refused = await flowrlInProcess(['bench', '--model-config', scaled, '--compare-llama-cpp']);
+      expect(refused.status).to.equal(2);
+      expect(refused.stderr).to.include(`--compare-llama-cpp: ${scaled}: rope_scaling llama3 on a Qwen2 model`);
       const wrong = await runFlowrl(['bench', '--compare-llama-cpp', '--steps', '1']);
       expect(wrong.status).to.equal(2);
       expect(wrong.stderr).to.include('--compare-llama-cpp applies to the model bench');

@@ -23,7 +23,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits, type Limits } from './limits.js';
-import { runLlamaCppBench } from './llama-cpp-bench.js';
+import { llamaCppRefusal, runLlamaCppBench } from './llama-cpp-bench.js';
 import { benchModel, formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
@@ -433,6 +433,10 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (values['compare-llama-cpp'] && (values['model-config'] === undefined || values['rl-step'])) {
     throw new InputError('--compare-llama-cpp applies to the model bench (--model-config FILE.json, without --rl-step): it compares sampling');
   }
+  if (values['compare-llama-cpp']) {
+    const refusal = llamaCppRefusal(values['model-config'] as string);
+    if (refusal) throw new InputError(`--compare-llama-cpp: ${refusal}`);
+  }
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
   if (values.limits) {
     const limits = await measureLimits({
@@ -555,7 +559,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
           llama_cpp: llama.result ?? null,
           llama_cpp_error: llama.error,
           prefill_ratio_vs_llama_cpp: llama.result ? round3(ours.prefill_s / llama.result.prefill_s) : null,
-          decode_ratio_vs_llama_cpp: llama.result ? round3(ours.decode_step_ms / llama.result.decode_step_ms) : null,
+          decode_ratio_vs_llama_cpp: llama.result?.decode_step_ms ? round3(ours.decode_step_ms / llama.result.decode_step_ms) : null,
         }),
       }),
     );
@@ -583,7 +587,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
     console.log(`llama.cpp (node-llama-cpp ${l.node_llama_cpp}, CPU, ${l.threads} thread${l.threads > 1 ? 's' : ''}), the same shape in ${l.dtype} (${l.gguf_mb} MB of GGUF), greedy, no LoRA`);
     console.log(`  KV-cache sampling ${l.sample_tokens_per_s} new tokens/s   ratio ours/llama.cpp ${(ours.sample_tokens_per_s / l.sample_tokens_per_s).toFixed(2)} (goal >= 1)`);
     console.log(`    prefill         ${l.prefill_s.toFixed(2)} s   ratio ours/llama.cpp ${(ours.prefill_s / l.prefill_s).toFixed(2)} (goal <= 1)`);
-    console.log(`    decode step     ${l.decode_step_ms.toFixed(1)} ms   ratio ours/llama.cpp ${(ours.decode_step_ms / l.decode_step_ms).toFixed(2)} (goal <= 1)`);
+    if (l.decode_step_ms) console.log(`    decode step     ${l.decode_step_ms.toFixed(1)} ms   ratio ours/llama.cpp ${(ours.decode_step_ms / l.decode_step_ms).toFixed(2)} (goal <= 1)`);
   }
 }
 

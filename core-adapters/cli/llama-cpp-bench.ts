@@ -18,10 +18,11 @@ export const NODE_LLAMA_CPP_VERSION = '3.21.1';
 
 /** The part of node-llama-cpp's API used here. */
 interface NodeLlamaCpp {
-  getLlama(options: { gpu: false; build: 'never'; logLevel: string }): Promise<{
+  getLlama(options: { gpu: false; build: 'never'; logLevel: string; maxThreads: number }): Promise<{
     loadModel(options: { modelPath: string; gpuLayers: number }): Promise<{
       createContext(options: { contextSize: number; sequences: number; batchSize: number; threads: { ideal: number; min: number } }): Promise<{
         getSequence(): { evaluate(tokens: number[], options: { temperature: number; yieldEogToken: boolean }): AsyncGenerator<number>; clearHistory(): Promise<void>; dispose(): void };
+        readonly currentThreads: number;
         dispose(): Promise<void>;
       }>;
       dispose(): Promise<void>;
@@ -56,7 +57,7 @@ export async function importNodeLlamaCpp(): Promise<{ module?: NodeLlamaCpp; ver
     return { module: (await import(pathToFileURL(entry).href)) as NodeLlamaCpp, version };
   } catch (e) {
     const what = named ? `FLOWRL_NODE_LLAMA_CPP=${named} does not load (${(e as Error).message.split('\n')[0]})` : 'node-llama-cpp is not installed';
-    return { error: `${what}; install it beside flowrl: npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION} (add --omit=optional for its CPU build alone)` };
+    return { error: `${what}; install it beside flowrl: npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}` };
   }
 }
 
@@ -70,25 +71,44 @@ export interface LlamaCppBenchOptions {
   threads?: number;
 }
 
+/** Where --compare-llama-cpp cannot write the config's shape as GGUF: checked before either bench runs. */
+export function llamaCppRefusal(configFile: string): string | undefined {
+  try {
+    ggufArchitecture(readModelConfig(configFile), configFile);
+    return undefined;
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+type Loaded<T> = T extends Promise<infer U> ? U : never;
+type Llama = Loaded<ReturnType<NodeLlamaCpp['getLlama']>>;
+type LlamaModel = Loaded<ReturnType<Llama['loadModel']>>;
+type LlamaContext = Loaded<ReturnType<LlamaModel['createContext']>>;
+
 /** llama.cpp on the model bench's sampling job, or why it cannot run. */
 export async function runLlamaCppBench(options: LlamaCppBenchOptions): Promise<{ result?: LlamaCppResult; error?: string }> {
   const loaded = await importNodeLlamaCpp();
   if (!loaded.module) return { error: loaded.error };
   const config = readModelConfig(options.configFile);
-  const arch = ggufArchitecture(config, options.configFile);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-llama-cpp-bench-'));
   const file = path.join(dir, 'bench.gguf');
   const threads = options.threads ?? coresForThisRank();
+  let llama: Llama | undefined;
+  let model: LlamaModel | undefined;
+  let context: LlamaContext | undefined;
   try {
+    const arch = ggufArchitecture(config, options.configFile);
     const written = writeGgufWeights(file, { config, weights: initWeights(config, 0), tokenizer: byteLevelTokenizerValues(config, arch), name: path.basename(options.configFile), dtype: options.dtype });
-    const llama = await loaded.module.getLlama({ gpu: false, build: 'never', logLevel: 'error' });
-    const model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
+    // maxThreads: node-llama-cpp otherwise caps a CPU context at its count of physical cores.
+    llama = await loaded.module.getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: threads });
+    model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
     const { samplePrompts: P, promptTokens, sampleTokens } = options;
     // The prompts go in one batch, as flowrl's prefill takes them.
-    const context = await model.createContext({ contextSize: promptTokens + sampleTokens + 1, sequences: P, batchSize: P * promptTokens, threads: { ideal: threads, min: threads } });
+    context = await model.createContext({ contextSize: promptTokens + sampleTokens + 1, sequences: P, batchSize: P * promptTokens, threads: { ideal: threads, min: threads } });
     const rng = new Rng(1);
     const prompts = Array.from({ length: P }, () => Array.from({ length: promptTokens }, () => rng.int(config.vocabSize)));
-    const sequences = Array.from({ length: P }, () => context.getSequence());
+    const sequences = Array.from({ length: P }, () => context!.getSequence());
     // Each sequence's first token and its last, timed; every sequence generates alongside the others,
     // node-llama-cpp gathering their tokens into one batch per step.
     const round = async (tokens: number) => {
@@ -110,18 +130,16 @@ export async function runLlamaCppBench(options: LlamaCppBenchOptions): Promise<{
     };
     await round(2); // warm-up: llama.cpp sizes its compute buffers on the first batches
     const { prefillMs, decodeMs } = await round(sampleTokens);
+    const usedThreads = context.currentThreads;
     for (const sequence of sequences) sequence.dispose();
-    await context.dispose();
-    await model.dispose();
-    await llama.dispose();
-    const steps = Math.max(1, sampleTokens - 1);
     return {
       result: {
         node_llama_cpp: loaded.version ?? 'unknown',
-        threads,
+        threads: usedThreads,
         dtype: options.dtype,
         prefill_s: Math.round(prefillMs) / 1000,
-        decode_step_ms: Math.round((decodeMs / steps) * 10) / 10,
+        // With one new token there is no decode step to time.
+        decode_step_ms: sampleTokens > 1 ? Math.round((decodeMs / (sampleTokens - 1)) * 10) / 10 : 0,
         sample_tokens_per_s: Math.round(((P * sampleTokens * 1000) / (prefillMs + decodeMs)) * 10) / 10,
         gguf_mb: Math.round(written.bytes / 2 ** 20),
       },
@@ -129,6 +147,10 @@ export async function runLlamaCppBench(options: LlamaCppBenchOptions): Promise<{
   } catch (e) {
     return { error: `llama.cpp failed: ${(e as Error).message.split('\n')[0]}` };
   } finally {
+    // Released before the file goes: llama.cpp maps it.
+    await context?.dispose().catch(() => undefined);
+    await model?.dispose().catch(() => undefined);
+    await llama?.dispose().catch(() => undefined);
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -87,10 +87,10 @@ class Bytes {
 const padTo = (n: number, align: number) => (align - (n % align)) % align;
 
 /** GGUF's architecture name for a config, with what llama.cpp's loader of it needs. */
-export function ggufArchitecture(config: ModelConfig, label: string): 'llama' | 'qwen2' {
+export function ggufArchitecture(config: ModelConfig, configFile: string): 'llama' | 'qwen2' {
   const arch = config.modelType === 'qwen2' ? 'qwen2' : 'llama';
   // llama.cpp reads llama3's scaling from a rope_freqs tensor its llama graph loads and its qwen2 graph does not.
-  if (arch === 'qwen2' && config.ropeScaling?.type === 'llama3') throw new InputError(`${path.join(label, 'config.json')}: rope_scaling llama3 on a Qwen2 model cannot be written to GGUF (llama.cpp's qwen2 graph reads no rope_freqs tensor); export the Hugging Face directory instead`);
+  if (arch === 'qwen2' && config.ropeScaling?.type === 'llama3') throw new InputError(`${configFile}: rope_scaling llama3 on a Qwen2 model cannot be written to GGUF (llama.cpp's qwen2 graph reads no rope_freqs tensor); export the Hugging Face directory instead`);
   return arch;
 }
 
@@ -248,7 +248,7 @@ export function byteLevelTokenizerValues(config: ModelConfig, arch: 'llama' | 'q
  */
 export function writeGguf(dir: string, outFile: string, dtype: GgufDtype, label = dir): { tensors: number; bytes: number; arch: string } {
   const config = readModelConfig(path.join(dir, 'config.json'));
-  const arch = ggufArchitecture(config, label);
+  const arch = ggufArchitecture(config, path.join(label, 'config.json'));
   return writeGgufWeights(outFile, { config, weights: readWeights(dir, config), tokenizer: tokenizerValues(dir, config, arch, label), name: path.basename(path.resolve(label)), dtype });
 }
 
