@@ -8,7 +8,8 @@
 # hot, and "temperature 2 on every prompt" has no key any more, so it is not rerun.
 #   sh examples/countdown/collapse/ablations.sh [SEEDS]        # default: 1 2 3
 #   npx tsx examples/countdown/collapse/ablation-table.ts runs/collapse-ablations
-# A finished run (its step-150 checkpoint exists) is skipped, so the script resumes.
+# A finished run (its step-150 checkpoint exists) is skipped, so the script resumes; each run is one
+# collapse/train-run.sh.
 set -eu
 here=$(dirname "$0")
 configs=$(dirname "$here")
@@ -50,17 +51,7 @@ a24-v1-beta10-temp1.5-ref1|flowrl|$v1 flowrl.beta=10 flowrl.explore_temperature=
 for seed in $seeds; do
   echo "$rows" | while IFS='|' read -r name config overrides; do
     [ -n "$name" ] || continue
-    dir="$out/$name-seed$seed"
-    if [ -d "$dir/checkpoints/global_step_150" ]; then echo "[ablations] $name seed $seed done"; continue; fi
-    rm -rf "$dir"
-    echo "[ablations] $name seed $seed: $overrides"
     # shellcheck disable=SC2086 # the overrides are words
-    npx flowrl train "$configs/$config.yaml" \
-      data.train_files="$here/prompts.jsonl" data.val_files="$here/prompts.jsonl" \
-      actor_rollout_ref.rollout.val_kwargs.n=64 actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
-      actor_rollout_ref.rollout.val_kwargs.top_p=1.0 \
-      trainer.total_training_steps=150 trainer.test_freq=150 trainer.save_freq=150 trainer.val_before_train=false \
-      engine.workers=1 trainer.seed="$seed" trainer.default_local_dir="$dir" trainer.experiment_name="$name-seed$seed" \
-      $overrides </dev/null
+    sh "$here/train-run.sh" "$configs/$config.yaml" "$seed" "$out/$name-seed$seed" $overrides
   done
 done

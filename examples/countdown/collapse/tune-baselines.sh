@@ -9,7 +9,8 @@
 # seeds (compare.sh).
 #   sh examples/countdown/collapse/tune-baselines.sh kl-reward   # or: replay
 #   npx tsx examples/countdown/collapse/tune-table.ts runs/collapse-tune
-# A finished trial (its step-150 checkpoint exists) is skipped, so the script resumes.
+# A finished trial (its step-150 checkpoint exists) is skipped, so the script resumes; each trial is
+# one collapse/train-run.sh.
 set -eu
 here=$(dirname "$0")
 configs=$(dirname "$here")
@@ -87,17 +88,6 @@ esac
 
 echo "$trials" | while IFS='|' read -r name overrides; do
   [ -n "$name" ] || continue
-  dir="$out/$name"
-  if [ -d "$dir/checkpoints/global_step_150" ]; then echo "[tune] $name done"; continue; fi
-  rm -rf "$dir"
-  echo "[tune] $name: $overrides"
   # shellcheck disable=SC2086 # the overrides are words
-  npx flowrl train "$config" \
-    data.train_files="$here/prompts.jsonl" data.val_files="$here/prompts.jsonl" \
-    actor_rollout_ref.rollout.val_kwargs.n=64 actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
-    actor_rollout_ref.rollout.val_kwargs.top_p=1.0 \
-    trainer.total_training_steps=150 trainer.test_freq=150 trainer.save_freq=150 trainer.val_before_train=false \
-    engine.workers=1 \
-    trainer.seed=1 trainer.default_local_dir="$dir" trainer.experiment_name="$name" \
-    $overrides </dev/null
+  sh "$here/train-run.sh" "$config" 1 "$out/$name" $overrides
 done
