@@ -266,7 +266,8 @@ describe('examples/countdown: the main job', function () {
 describe('examples/countdown: every algorithm of the comparison (compare-algorithms.sh)', function () {
   const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
   // What an algorithm may change: its own keys, the run name, and DAPO's generation batch.
-  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^flowrl\.(replay_samples|explore_temperature)$/, /^trainer\.experiment_name$/];
+  // The training rollouts' temperature is a tuned baseline's exploration, as flowrl.explore_temperature is flowrl-matching's.
+  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^flowrl\.(replay_samples|explore_temperature)$/, /^trainer\.experiment_name$/, /^actor_rollout_ref\.rollout\.temperature$/];
   const leaves = (tree: unknown, prefix = ''): Map<string, unknown> =>
     new Map(
       typeof tree === 'object' && tree !== null && !Array.isArray(tree)
@@ -279,7 +280,7 @@ describe('examples/countdown: every algorithm of the comparison (compare-algorit
     const names = [...script.matchAll(/\$here\/([\w-]+)\.yaml/g)].map((m) => m[1]);
     expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay']);
     const grpo = leaves(YAML.parse(fs.readFileSync(path.join(COUNTDOWN, 'grpo.yaml'), 'utf8')));
-    for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay']) {
+    for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay', 'grpo-kl-reward-tuned', 'grpo-replay-tuned']) {
       const file = path.join(COUNTDOWN, `${name}.yaml`);
       const other = leaves(YAML.parse(fs.readFileSync(file, 'utf8')));
       const changed = [...new Set([...grpo.keys(), ...other.keys()])].filter((k) => grpo.get(k) !== other.get(k));
