@@ -267,7 +267,7 @@ describe('examples/countdown: every algorithm of the comparison (compare-algorit
   const COUNTDOWN = path.join(ROOT, 'examples', 'countdown');
   // What an algorithm may change: its own keys, the run name, and DAPO's generation batch.
   // The training rollouts' temperature is a tuned baseline's exploration, as flowrl.explore_temperature is flowrl-matching's.
-  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^flowrl\.(replay_samples|explore_temperature)$/, /^trainer\.experiment_name$/, /^actor_rollout_ref\.rollout\.temperature$/];
+  const algorithmPaths = [/^actor_rollout_ref\.actor\.(policy_loss\..*|clip_ratio.*|loss_agg_mode)$/, /^algorithm\./, /^reward_model\./, /^data\.gen_batch_size$/, /^flowrl\.(replay_samples|explore_temperature|reference_samples)$/, /^trainer\.experiment_name$/, /^actor_rollout_ref\.rollout\.temperature$/];
   const leaves = (tree: unknown, prefix = ''): Map<string, unknown> =>
     new Map(
       typeof tree === 'object' && tree !== null && !Array.isArray(tree)
