@@ -1,6 +1,6 @@
 #!/bin/sh
 # The collapse experiment (README.md, "Does FlowRL match the reward distribution?"): every algorithm
-# of compare-algorithms.sh trains 150 steps on the 24 prompts of prompts.jsonl (each has 16-18
+# of compare-algorithms.sh (and the two baselines as tune-baselines.sh tuned them) trains 150 steps on the 24 prompts of prompts.jsonl (each has 16-18
 # correct answers) and is validated on the same prompts with 64 samples at temperature 1.0, paired
 # against grpo. Seeds 11-15: flowrl-matching's keys were chosen on seeds 1-5 of these prompts, so
 # the report uses others (--first-seed 1 gives the seeds they were chosen on). One thread a run.
@@ -17,6 +17,7 @@ exec npx flowrl compare \
   "$configs/grpo.yaml" "$configs/ppo.yaml" "$configs/flowrl.yaml" "$configs/flowrl-matching.yaml" \
   "$configs/grpo-kl-reward.yaml" "$configs/grpo-replay.yaml" "$configs/gspo.yaml" \
   "$configs/cispo.yaml" "$configs/gmpo.yaml" "$configs/reinforce_plus_plus.yaml" \
+  "$configs/grpo-kl-reward-tuned.yaml" "$configs/grpo-replay-tuned.yaml" \
   --seeds 5 --first-seed 11 --baseline grpo --out runs/collapse \
   data.train_files="$here/prompts.jsonl" data.val_files="$here/prompts.jsonl" \
   actor_rollout_ref.rollout.val_kwargs.n=64 actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
