@@ -81,10 +81,9 @@ export function llamaCppRefusal(configFile: string): string | undefined {
   }
 }
 
-type Loaded<T> = T extends Promise<infer U> ? U : never;
-type Llama = Loaded<ReturnType<NodeLlamaCpp['getLlama']>>;
-type LlamaModel = Loaded<ReturnType<Llama['loadModel']>>;
-type LlamaContext = Loaded<ReturnType<LlamaModel['createContext']>>;
+type Llama = Awaited<ReturnType<NodeLlamaCpp['getLlama']>>;
+type LlamaModel = Awaited<ReturnType<Llama['loadModel']>>;
+type LlamaContext = Awaited<ReturnType<LlamaModel['createContext']>>;
 
 /** llama.cpp on the model bench's sampling job, or why it cannot run. */
 export async function runLlamaCppBench(options: LlamaCppBenchOptions): Promise<{ result?: LlamaCppResult; error?: string }> {
@@ -125,6 +124,7 @@ export async function runLlamaCppBench(options: LlamaCppBenchOptions): Promise<{
         }),
       );
       const ended = performance.now();
+      if (firsts.length < P) throw new Error(`${P - firsts.length} of ${P} prompts got no token`);
       for (const sequence of sequences) await sequence.clearHistory();
       return { prefillMs: Math.max(...firsts) - started, decodeMs: ended - Math.max(...firsts) };
     };
