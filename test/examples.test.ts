@@ -278,7 +278,7 @@ describe('examples/countdown: every algorithm of the comparison (compare-algorit
   it('each config differs from grpo.yaml only in its algorithm keys, and is a valid config', async () => {
     const script = fs.readFileSync(path.join(COUNTDOWN, 'compare-algorithms.sh'), 'utf8');
     const names = [...script.matchAll(/\$here\/([\w-]+)\.yaml/g)].map((m) => m[1]);
-    expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay']);
+    expect(names).to.include.members(['grpo', 'dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay', 'grpo-kl-reward-tuned', 'grpo-replay-tuned']);
     const grpo = leaves(YAML.parse(fs.readFileSync(path.join(COUNTDOWN, 'grpo.yaml'), 'utf8')));
     for (const name of ['dapo', 'gspo', 'cispo', 'gmpo', 'grpo-kl-reward', 'grpo-replay', 'grpo-kl-reward-tuned', 'grpo-replay-tuned']) {
       const file = path.join(COUNTDOWN, `${name}.yaml`);
