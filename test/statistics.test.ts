@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { compareRuns, comparisonText } from '../core-adapters/report/comparison.js';
+import { compareRuns, comparisonMarkdown, comparisonText } from '../core-adapters/report/comparison.js';
 import { crossedBootstrap, mean, percentileInterval, quantileSorted, sampleStd, tCdf, tInterval, tQuantile } from '../core-adapters/report/statistics.js';
 import { Rng } from '../core-adapters/random.js';
 import { passAtK } from '../core-adapters/trainer/pass-at-k.js';
@@ -198,6 +198,30 @@ describe('compareRuns', () => {
     expect(entropy.difference).to.be.closeTo((Math.LN2 / 4 - Math.LN2 / 3 + Math.LN2 / 4) / 2, 1e-12);
     // The same for the same seed: deterministic.
     expect(compareRuns([group('a'), group('b')], { resamples: 2000 }).pairs[0].metrics[0].bootstrap).to.deep.equal(accuracy.bootstrap);
+  });
+
+  it('as Markdown (compare --markdown): the largest pass@j only, the base row from the baseline, bold where significant', () => {
+    const c = compareRuns([group('a'), group('b')], { resamples: 2000 });
+    const md = comparisonMarkdown(c);
+    expect(md[0]).to.equal('|  | seeds | Avg@4 (accuracy) | pass@4 | distinct correct | correct entropy |');
+    expect(md[2]).to.equal('| a | 2 | 0.406 [0.009, 0.803] | ' + md[2].split(' | ').slice(3).join(' | '));
+    expect(md[4]).to.match(/^\| base policy \(step 0\) \| 2 \| 0\.250 \[0\.250, 0\.250\] \| /);
+    const accuracy = c.pairs[0].metrics[0];
+    const f = (v: number) => (v < 0 ? '−' : '+') + Math.abs(v).toFixed(3);
+    expect(md[6]).to.equal('| config − a | Avg@4 (accuracy) | pass@4 | distinct correct | correct entropy |');
+    expect(md[8].split(' | ')[1]).to.equal(`${f(accuracy.difference)} [${f(accuracy.bootstrap.low)}, ${f(accuracy.bootstrap.high)}] [${f(accuracy.t.low!)}, ${f(accuracy.t.high!)}]`);
+    expect(md[8]).to.match(/^\| b \(seeds 1, 2\) \| /);
+    // A significant difference is bold; one seed has no t interval.
+    const dir = tempDir('flowrl-compare-md-');
+    const groups = ['a', 'b'].map((name) => ({ name, dirs: [] as string[] }));
+    for (const seed of [1, 2, 3]) {
+      const base = Array.from({ length: 40 }, (_, p) => p % 4);
+      groups[0].dirs.push(writeRun(path.join(dir, `a-${seed}`), seed, counts(base)));
+      groups[1].dirs.push(writeRun(path.join(dir, `b-${seed}`), seed, counts(base.map((k, p) => k + (p % (seed + 1) === 0 ? 1 : 0)))));
+    }
+    expect(comparisonMarkdown(compareRuns(groups, { baseline: 'b' })).at(-1)).to.match(/^\| a \(seeds 1, 2, 3\) \| \*\*−0\.\d{3}\*\* \[−0\.\d{3}, −0\.\d{3}\] \[−0\.\d{3}, −0\.\d{3}\] \| /);
+    const one = compareRuns([{ name: 'a', dirs: [groups[0].dirs[0]] }, { name: 'b', dirs: [groups[1].dirs[0]] }]);
+    expect(comparisonMarkdown(one).at(-1)).to.match(/\] n\/a \| /);
   });
 
   it('with one seed and two prompts, the bootstrap interval spans the two prompt differences', () => {

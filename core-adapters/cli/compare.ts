@@ -1,4 +1,4 @@
-// flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [key=value ...]: every
+// flowrl compare CONFIG... [--seeds N] [--baseline NAME] [--out DIR] [--resume] [--markdown] [key=value ...]: every
 // config trained with the same seeds and budget, one after another, then one report and the final
 // validation metrics per config (mean, 95 % t interval over seeds) with paired comparisons against
 // the baseline config (see report/comparison.ts).
@@ -6,15 +6,15 @@ import path from 'node:path';
 import type { Trainer } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { createHost } from '../composition.js';
-import { compareRuns, comparisonText, type CompareGroup } from '../report/comparison.js';
+import { compareRuns, comparisonMarkdown, comparisonText, type CompareGroup } from '../report/comparison.js';
 import { writeReport } from '../report/report.js';
 import { TOKENS } from '../tokens.js';
 import { numberFlag, parseFlags } from './args.js';
 
-const USAGE = 'usage: flowrl compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]';
+const USAGE = 'usage: flowrl compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [--markdown] [key=value ...]';
 
 export async function compareCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, 'first-seed': { type: 'string' }, out: { type: 'string' }, baseline: { type: 'string' }, resume: { type: 'boolean' } });
+  const { values, positionals } = parseFlags('compare', argv, { seeds: { type: 'string' }, 'first-seed': { type: 'string' }, out: { type: 'string' }, baseline: { type: 'string' }, resume: { type: 'boolean' }, markdown: { type: 'boolean' } });
   const seeds = numberFlag('compare', values, 'seeds', 3, { integer: true, min: 1 });
   // Fresh seeds for a report (keys chosen on seeds 1-5 are then reported on others).
   const firstSeed = numberFlag('compare', values, 'first-seed', 1, { integer: true, min: 0 });
@@ -54,6 +54,6 @@ export async function compareCommand(argv: string[]): Promise<void> {
   const comparison = compareRuns(rows, { baseline });
   const reportFile = path.join(out, 'report.html');
   await writeReport(runDirs, reportFile, { title: `flowrl compare (${seeds} seeds)`, comparison });
-  console.log(comparisonText(comparison).join('\n'));
+  console.log((values.markdown ? comparisonMarkdown(comparison) : comparisonText(comparison)).join('\n'));
   console.log(`runs: ${out}\nreport: ${reportFile}`);
 }

@@ -261,3 +261,38 @@ export function comparisonText(c: Comparison): string[] {
   }
   return lines;
 }
+
+/**
+ * The comparison as two Markdown tables (flowrl compare --markdown), as the examples' READMEs show
+ * them: per config the mean with its interval over seeds, the baseline's step-0 validation as the
+ * base policy's row, then each config minus the baseline (bootstrap interval, then paired t;
+ * bold where significant). Of the pass@j only the largest j is shown; Avg@k is pass@1.
+ */
+export function comparisonMarkdown(c: Comparison): string[] {
+  const passes = c.metrics.filter((m) => m.key.startsWith('val/pass@'));
+  const shown = c.metrics.filter((m) => !passes.includes(m) || m === passes.at(-1));
+  const signed = (v: number) => formatSigned(v).replace('-', '−');
+  const cell = (i: Interval | undefined) => (!i ? '–' : i.low === null ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`);
+  const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+  const lines = [row(['', 'seeds', ...shown.map((m) => m.label)]), row(['---', '---', ...shown.map(() => '---')])];
+  for (const g of c.groups) lines.push(row([g.name, g.runs, ...shown.map((m) => cell(g.final.get(m.key)))]));
+  const baseline = c.groups.find((g) => g.name === c.pairs[0]?.baseline) ?? c.groups[0];
+  if (baseline?.before.size) lines.push(row(['base policy (step 0)', baseline.runs, ...shown.map((m) => cell(baseline.before.get(m.key)))]));
+  if (!c.pairs.length) return lines;
+  lines.push('', row([`config − ${c.pairs[0].baseline}`, ...shown.map((m) => m.label)]), row(['---', ...shown.map(() => '---')]));
+  for (const p of c.pairs) {
+    if (p.skipped) {
+      lines.push(row([p.name, `no paired comparison (${p.skipped})`, ...shown.slice(1).map(() => '')]));
+      continue;
+    }
+    const cells = shown.map((m) => {
+      const d = p.metrics.find((x) => x.key === m.key);
+      if (!d) return '–';
+      const value = d.significant ? `**${signed(d.difference)}**` : signed(d.difference);
+      const t = d.t.low === null ? 'n/a' : `[${signed(d.t.low)}, ${signed(d.t.high!)}]`;
+      return `${value} [${signed(d.bootstrap.low)}, ${signed(d.bootstrap.high)}] ${t}`;
+    });
+    lines.push(row([`${p.name} (seeds ${p.seeds.join(', ')})`, ...cells]));
+  }
+  return lines;
+}
