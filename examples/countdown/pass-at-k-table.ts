@@ -1,11 +1,14 @@
 // Means with 95 % t intervals over seeds of the flowrl eval results in a directory: one JSON file
 // per run, named CONFIG-seedN.json (pass-at-k.sh and collapse/held-out.sh write them).
-//   npx tsx examples/countdown/pass-at-k-table.ts runs/compare-algorithms/pass-at-128-p128
+// --markdown: the README's table instead, one row per config (the base first), a few pass@j columns.
+//   npx tsx examples/countdown/pass-at-k-table.ts runs/compare-algorithms/pass-at-128-p128 [--markdown]
 import fs from 'node:fs';
 import path from 'node:path';
 import { formatInterval, tInterval } from '../../core-adapters/index.js';
 
-const dir = process.argv[2] ?? 'runs/compare-algorithms/pass-at-128-p128';
+const args = process.argv.slice(2);
+const markdown = args.includes('--markdown');
+const dir = args.find((a) => a !== '--markdown') ?? 'runs/compare-algorithms/pass-at-128-p128';
 const byConfig = new Map<string, Record<string, number>[]>();
 for (const file of fs.readdirSync(dir).filter((f) => /-seed\d+\.json$/.test(f)).sort()) {
   const config = file.replace(/-seed\d+\.json$/, '');
@@ -27,6 +30,20 @@ const rows: [string, string][] = [
   // Over every correct answer (trainer.val_matching), when the evaluations logged it.
   ...(['val/matching/entropy', 'val/matching/kl'] as const).filter((key) => key in first).map((key): [string, string] => [key === 'val/matching/kl' ? 'KL to ref (correct)' : 'entropy, all correct', key]),
 ];
+if (markdown) {
+  const k = first['val/k'];
+  const wanted = new Set([`Avg@${k}`, 'pass@8', 'pass@32', `pass@${k}`, 'distinct correct', 'entropy, all correct', 'KL to ref (correct)']);
+  const columns = rows.filter(([label]) => wanted.has(label));
+  const configs = [...byConfig].sort(([a], [b]) => Number(b === 'base') - Number(a === 'base'));
+  const cell = (values: number[]) => {
+    const i = tInterval(values);
+    return i.low === null ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`;
+  };
+  console.log(`| | seeds | ${columns.map(([label]) => label).join(' | ')} |`);
+  console.log(`|---|---|${columns.map(() => '---').join('|')}|`);
+  for (const [config, runs] of configs) console.log(`| ${config === 'base' ? 'base policy' : config} | ${runs.length} | ${columns.map(([, key]) => cell(runs.map((m) => m[key]))).join(' | ')} |`);
+  process.exit(0);
+}
 const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
 const column = Math.max(24, ...headers.map((h) => h.length + 2));
 console.log(['metric'.padEnd(22), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
