@@ -350,6 +350,15 @@ describe('examples/countdown/pass-at-k-table.ts', function () {
     // grpo's pass@2: mean 0.4, half-width t(0.975, 1) · s/√2 with s = 0.1414: 12.706 · 0.1 = 1.271.
     expect(lines.find((l) => l.startsWith('pass@2 '))).to.match(/^pass@2\s+0\.200 \(CI n\/a\)\s+0\.400 \[-0\.871, 1\.671\]$/);
     expect(lines.map((l) => l.split(/\s{2,}/)[0])).to.deep.equal(['metric', 'Avg@2', 'pass@1', 'pass@2', 'distinct correct', 'correct entropy']);
+    // --markdown: a row per config, the base first, Avg@k and pass@k (pass@8 and @32 only where logged).
+    const md = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'pass-at-k-table.ts'), dir, '--markdown'], { cwd: ROOT, encoding: 'utf8' });
+    expect(md.status, md.stderr).to.equal(0);
+    expect(md.stdout.trim().split('\n')).to.deep.equal([
+      '| | seeds | Avg@2 | pass@2 | distinct correct |',
+      '|---|---|---|---|---|',
+      '| base policy | 1 | 0.100 | 0.200 | 1.000 |',
+      '| grpo | 2 | 0.300 [-0.971, 1.571] | 0.400 [-0.871, 1.671] | 1.000 [1.000, 1.000] |',
+    ]);
   });
 });
 
