@@ -218,10 +218,14 @@ export function compareRuns(groups: CompareGroup[], options: { baseline?: string
   return { metrics, groups: summaries, pairs, resamples };
 }
 
-/** `mean [low, high]`, `mean (CI n/a)` for one value, or `-` for none. */
-export function formatInterval(i: Interval | undefined, digits = 3): string {
-  if (!i) return '-';
-  return i.low === null ? `${i.mean.toFixed(digits)} (CI n/a)` : `${i.mean.toFixed(digits)} [${i.low.toFixed(digits)}, ${i.high!.toFixed(digits)}]`;
+/**
+ * `mean [low, high]`, `mean (CI n/a)` for one value, or `-` for none; in a Markdown cell
+ * (`markdown`) one value is the bare mean and none is `–`.
+ */
+export function formatInterval(i: Interval | undefined, options: { markdown?: boolean } = {}): string {
+  if (!i) return options.markdown ? '–' : '-';
+  if (i.low === null) return options.markdown ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} (CI n/a)`;
+  return `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`;
 }
 
 export function formatSigned(v: number, digits = 3): string {
@@ -272,7 +276,7 @@ export function comparisonMarkdown(c: Comparison): string[] {
   const passes = c.metrics.filter((m) => m.key.startsWith('val/pass@'));
   const shown = c.metrics.filter((m) => !passes.includes(m) || m === passes.at(-1));
   const signed = (v: number) => formatSigned(v).replace('-', '−');
-  const cell = (i: Interval | undefined) => (!i ? '–' : i.low === null ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`);
+  const cell = (i: Interval | undefined) => formatInterval(i, { markdown: true });
   const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
   const lines = [row(['', 'seeds', ...shown.map((m) => m.label)]), row(['---', '---', ...shown.map(() => '---')])];
   for (const g of c.groups) lines.push(row([g.name, g.runs, ...shown.map((m) => cell(g.final.get(m.key)))]));

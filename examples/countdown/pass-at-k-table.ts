@@ -35,19 +35,16 @@ if (markdown) {
   const wanted = new Set([`Avg@${k}`, 'pass@8', 'pass@32', `pass@${k}`, 'distinct correct', 'entropy, all correct', 'KL to ref (correct)']);
   const columns = rows.filter(([label]) => wanted.has(label));
   const configs = [...byConfig].sort(([a], [b]) => Number(b === 'base') - Number(a === 'base'));
-  const cell = (values: number[]) => {
-    const i = tInterval(values);
-    return i.low === null ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`;
-  };
+  const cell = (values: number[]) => formatInterval(tInterval(values), { markdown: true });
   console.log(`| | seeds | ${columns.map(([label]) => label).join(' | ')} |`);
   console.log(`|---|---|${columns.map(() => '---').join('|')}|`);
   for (const [config, runs] of configs) console.log(`| ${config === 'base' ? 'base policy' : config} | ${runs.length} | ${columns.map(([, key]) => cell(runs.map((m) => m[key]))).join(' | ')} |`);
-  process.exit(0);
-}
-const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
-const column = Math.max(24, ...headers.map((h) => h.length + 2));
-console.log(['metric'.padEnd(22), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
-for (const [label, key] of rows) {
-  const cells = [...byConfig.values()].map((runs) => formatInterval(tInterval(runs.map((m) => m[key]))).padEnd(column));
-  console.log([label.padEnd(22), ...cells].join('').trimEnd());
+} else {
+  const headers = [...byConfig].map(([config, runs]) => `${config} (${runs.length} seeds)`);
+  const column = Math.max(24, ...headers.map((h) => h.length + 2));
+  console.log(['metric'.padEnd(22), ...headers.map((h) => h.padEnd(column))].join('').trimEnd());
+  for (const [label, key] of rows) {
+    const cells = [...byConfig.values()].map((runs) => formatInterval(tInterval(runs.map((m) => m[key]))).padEnd(column));
+    console.log([label.padEnd(22), ...cells].join('').trimEnd());
+  }
 }

@@ -3,7 +3,7 @@
 //   npx tsx examples/countdown/collapse/ablation-table.ts [RUNS_DIR]
 import fs from 'node:fs';
 import path from 'node:path';
-import { tInterval } from '../../../core-adapters/report/statistics.js';
+import { formatInterval, tInterval } from '../../../core-adapters/index.js';
 
 const runs = path.resolve(process.argv[2] ?? 'runs/collapse-ablations');
 const STEPS = 150;
@@ -35,10 +35,7 @@ for (const name of fs.existsSync(runs) ? fs.readdirSync(runs).sort() : []) {
 }
 if (!byRow.size) throw new Error(`${runs}: no finished run (run ablations.sh first)`);
 
-const cell = (values: number[]) => {
-  const i = tInterval(values);
-  return i.low === null ? i.mean.toFixed(3) : `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`;
-};
+const cell = (values: number[]) => formatInterval(tInterval(values), { markdown: true });
 console.log(`| row | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`);
 console.log(`|---|---|${METRICS.map(() => '---|').join('')}`);
 for (const [row, seeds] of byRow) {

@@ -1,8 +1,8 @@
 #!/bin/sh
 # The collapse experiment (README.md, "Does FlowRL match the reward distribution?"): every algorithm
-# of compare-algorithms.sh (and the two baselines as tune-baselines.sh tuned them) trains 150 steps on the 24 prompts of prompts.jsonl (each has 16-18
-# correct answers) and is validated on the same prompts with 64 samples at temperature 1.0, paired
-# against grpo. Seeds 11-15: flowrl-matching's keys were chosen on seeds 1-5 of these prompts, so
+# of compare-algorithms.sh but DAPO (the two tuned baselines of tune-baselines.sh included) trains
+# 150 steps on the 24 prompts of prompts.jsonl (each has 16-18 correct answers) and is validated on
+# the same prompts with 64 samples at temperature 1.0, paired against grpo. Seeds 11-15: flowrl-matching's keys were chosen on seeds 1-5 of these prompts, so
 # the report uses others (--first-seed 1 gives the seeds they were chosen on). One thread a run.
 # DAPO is left out: its dynamic sampling drops every group whose answers are all right, and here
 # once the policy solves nearly every prompt (GRPO reaches 99 % here) no batch can be filled; verl's recipe (and this host) stops the
