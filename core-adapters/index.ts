@@ -125,7 +125,7 @@ export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from '.
 
 // Statistics over seeds, as flowrl compare reports them.
 export { tInterval, type Interval } from './report/statistics.js';
-export { formatInterval } from './report/comparison.js';
+export { formatDifferenceInterval, formatInterval, formatSigned } from './report/comparison.js';
 // Per-prompt validation records (val_prompts.jsonl), with the matching over each prompt's correct set.
 export { readValPrompts, type PromptMatchingRecord, type ValPromptRecord } from './trainer/val-prompts.js';
 

@@ -228,10 +228,12 @@ export function formatInterval(i: Interval | undefined, options: { markdown?: bo
   return `${i.mean.toFixed(3)} [${i.low.toFixed(3)}, ${i.high!.toFixed(3)}]`;
 }
 
+/** A difference with its sign always shown: +0.120, -0.030. */
 export function formatSigned(v: number, digits = 3): string {
   return `${v >= 0 ? '+' : '-'}${Math.abs(v).toFixed(digits)}`;
 }
 
+/** A difference's interval, both ends signed; "n/a (one seed)" where it cannot be computed. */
 export function formatDifferenceInterval(low: number | null, high: number | null): string {
   return low === null || high === null ? 'n/a (one seed)' : `[${formatSigned(low)}, ${formatSigned(high)}]`;
 }

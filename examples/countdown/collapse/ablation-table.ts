@@ -1,11 +1,15 @@
 // The runs ablations.sh leaves: each row's mean over its finished seeds with a 95 % Student-t
-// interval (seed 1 alone: the value), at step 150 on the collapse prompts.
-//   npx tsx examples/countdown/collapse/ablation-table.ts [RUNS_DIR]
+// interval (seed 1 alone: the value), at step 150 on the collapse prompts. --versus A:B[,C:D]
+// prints B minus A instead, paired by seed over the seeds both rows finished: what one change does.
+//   npx tsx examples/countdown/collapse/ablation-table.ts [RUNS_DIR] [--versus A:B,...]
 import fs from 'node:fs';
 import path from 'node:path';
-import { formatInterval, tInterval } from '../../../core-adapters/index.js';
+import { formatDifferenceInterval, formatInterval, formatSigned, tInterval } from '../../../core-adapters/index.js';
 
-const runs = path.resolve(process.argv[2] ?? 'runs/collapse-ablations');
+const args = process.argv.slice(2);
+const versusAt = args.indexOf('--versus');
+const versus = versusAt < 0 ? [] : (args.splice(versusAt, 2)[1] ?? '').split(',').map((pair) => pair.split(':'));
+const runs = path.resolve(args[0] ?? 'runs/collapse-ablations');
 const STEPS = 150;
 const METRICS: [string, string][] = [
   ['val/accuracy', 'accuracy'],
@@ -33,7 +37,32 @@ for (const name of fs.existsSync(runs) ? fs.readdirSync(runs).sort() : []) {
   if (!m || !line) continue;
   byRow.set(m[1], [...(byRow.get(m[1]) ?? []), { seed: Number(m[2]), line }]);
 }
-if (!byRow.size) throw new Error(`${runs}: no finished run (run ablations.sh first)`);
+if (!byRow.size) {
+  console.error(`${runs}: no finished run (run ablations.sh first)`);
+  process.exit(2);
+}
+
+for (const pair of versus) {
+  if (pair.length !== 2 || pair.some((row) => !byRow.has(row))) {
+    console.error(`--versus ${pair.join(':')}: give A:B with two rows of ${runs} (${[...byRow.keys()].join(', ')})`);
+    process.exit(2);
+  }
+}
+
+if (versus.length) {
+  console.log(`| B minus A (paired by seed) | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`);
+  console.log(`|---|---|${METRICS.map(() => '---|').join('')}`);
+  for (const [a, b] of versus) {
+    const bySeed = new Map(byRow.get(a)!.map((s) => [s.seed, s.line]));
+    const both = byRow.get(b)!.filter((s) => bySeed.has(s.seed));
+    const cells = METRICS.map(([key]) => {
+      const i = tInterval(both.map((s) => s.line[key] - bySeed.get(s.seed)![key]));
+      return `${formatSigned(i.mean)} ${formatDifferenceInterval(i.low, i.high)}`;
+    });
+    console.log(`| ${b} − ${a} | ${both.map((s) => s.seed).join(', ')} | ${cells.join(' | ')} |`);
+  }
+  process.exit(0);
+}
 
 const cell = (values: number[]) => formatInterval(tInterval(values), { markdown: true });
 console.log(`| row | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`);
