@@ -28,7 +28,7 @@ import {
 import { initModel } from '../core-adapters/model/checkpoint.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
 import { scoreGsm8k } from '../core-adapters/rewards/gsm8k.js';
-import { expectInputErrorAsync, flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
 
 const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');
 const LOCAL_HF = path.join(ROOT, 'examples', 'local-hf-model');
@@ -365,7 +365,8 @@ describe('examples/countdown/pass-at-k-table.ts', function () {
 describe('examples/countdown/collapse/ablation-table.ts', function () {
   this.timeout(60_000);
 
-  it('prints each row over its finished seeds, and --versus the paired differences by seed', () => {
+  it('prints each row over its finished seeds, and --versus the paired differences by seed', async () => {
+    const { ablationTable } = await import('../examples/countdown/collapse/ablation-table.js');
     const dir = tempDir();
     const run = (name: string, accuracy: number, kl: number, steps = 150) => {
       fs.mkdirSync(path.join(dir, name));
@@ -378,26 +379,20 @@ describe('examples/countdown/collapse/ablation-table.ts', function () {
     run('a02-other-seed1', 0.6, 0.4);
     run('a02-other-seed3', 0.8, 0.6);
     run('a02-other-seed2', 0.1, 0.1, 100); // still training: left out
-    const table = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'collapse', 'ablation-table.ts'), dir, ...args], { cwd: ROOT, encoding: 'utf8' });
-    const rows = table();
-    expect(rows.status, rows.stderr).to.equal(0);
     // a01's accuracy: mean 0.6, s = 0.1, half-width t(0.975, 2) · 0.1/√3 = 4.303 · 0.0577 = 0.248.
-    expect(rows.stdout.trim().split('\n')).to.deep.equal([
+    expect(ablationTable(dir).split('\n')).to.deep.equal([
       '| row | seeds | accuracy | entropy over all correct | KL to the reference over correct | TV |',
       '|---|---|---|---|---|---|',
       '| a01-grpo | 1, 2, 3 | 0.600 [0.352, 0.848] | 0.500 [0.500, 0.500] | 1.100 [0.852, 1.348] | 0.100 [0.100, 0.100] |',
       '| a02-other | 1, 3 | 0.700 [-0.571, 1.971] | 0.500 [0.500, 0.500] | 0.500 [-0.771, 1.771] | 0.100 [0.100, 0.100] |',
     ]);
     // Paired over seeds 1 and 3: accuracy +0.1 and +0.2, KL -0.6 and -0.5 (half-widths 12.706 · 0.05 = 0.635).
-    const paired = table('--versus', 'a01-grpo:a02-other');
-    expect(paired.status, paired.stderr).to.equal(0);
-    expect(paired.stdout.trim().split('\n')[2]).to.equal('| a02-other − a01-grpo | 1, 3 | +0.150 [-0.485, +0.785] | +0.000 [+0.000, +0.000] | -0.550 [-1.185, +0.085] | +0.000 [+0.000, +0.000] |');
-    const unknown = table('--versus', 'a01-grpo:a03');
+    expect(ablationTable(dir, [['a01-grpo', 'a02-other']]).split('\n')[2]).to.equal('| a02-other − a01-grpo | 1, 3 | +0.150 [-0.485, +0.785] | +0.000 [+0.000, +0.000] | -0.550 [-1.185, +0.085] | +0.000 [+0.000, +0.000] |');
+    expectInputError(() => ablationTable(tempDir()), 'no finished run');
+    // From the command line: a pair naming no row exits 2, naming the pair and the rows there are.
+    const unknown = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'collapse', 'ablation-table.ts'), dir, '--versus', 'a01-grpo:a03'], { cwd: ROOT, encoding: 'utf8' });
     expect(unknown.status).to.equal(2);
     expect(unknown.stderr).to.include('--versus a01-grpo:a03').and.include('a01-grpo, a02-other');
-    const empty = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'collapse', 'ablation-table.ts'), tempDir()], { cwd: ROOT, encoding: 'utf8' });
-    expect(empty.status).to.equal(2);
-    expect(empty.stderr).to.include('no finished run');
   });
 });
 

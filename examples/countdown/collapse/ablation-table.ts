@@ -4,12 +4,9 @@
 //   npx tsx examples/countdown/collapse/ablation-table.ts [RUNS_DIR] [--versus A:B,...]
 import fs from 'node:fs';
 import path from 'node:path';
-import { formatDifferenceInterval, formatInterval, formatSigned, tInterval } from '../../../core-adapters/index.js';
+import { pathToFileURL } from 'node:url';
+import { formatDifferenceInterval, formatInterval, formatSigned, InputError, tInterval } from '../../../core-adapters/index.js';
 
-const args = process.argv.slice(2);
-const versusAt = args.indexOf('--versus');
-const versus = versusAt < 0 ? [] : (args.splice(versusAt, 2)[1] ?? '').split(',').map((pair) => pair.split(':'));
-const runs = path.resolve(args[0] ?? 'runs/collapse-ablations');
 const STEPS = 150;
 const METRICS: [string, string][] = [
   ['val/accuracy', 'accuracy'],
@@ -30,43 +27,58 @@ function finalLine(dir: string): Record<string, number> | undefined {
     .find((l) => l.step === STEPS && 'val/accuracy' in l);
 }
 
-const byRow = new Map<string, { seed: number; line: Record<string, number> }[]>();
-for (const name of fs.existsSync(runs) ? fs.readdirSync(runs).sort() : []) {
-  const m = /^(.+)-seed(\d+)$/.exec(name);
-  const line = m && finalLine(path.join(runs, name));
-  if (!m || !line) continue;
-  byRow.set(m[1], [...(byRow.get(m[1]) ?? []), { seed: Number(m[2]), line }]);
-}
-if (!byRow.size) {
-  console.error(`${runs}: no finished run (run ablations.sh first)`);
-  process.exit(2);
+type Seeds = { seed: number; line: Record<string, number> }[];
+
+/** Each row's finished runs in RUNS_DIR (directories ROW-seedN), in name order. */
+function finishedRows(runs: string): Map<string, Seeds> {
+  const byRow = new Map<string, Seeds>();
+  for (const name of fs.existsSync(runs) ? fs.readdirSync(runs).sort() : []) {
+    const m = /^(.+)-seed(\d+)$/.exec(name);
+    const line = m && finalLine(path.join(runs, name));
+    if (!m || !line) continue;
+    byRow.set(m[1], [...(byRow.get(m[1]) ?? []), { seed: Number(m[2]), line }]);
+  }
+  if (!byRow.size) throw new InputError(`${runs}: no finished run (run ablations.sh first)`);
+  return byRow;
 }
 
-for (const pair of versus) {
-  if (pair.length !== 2 || pair.some((row) => !byRow.has(row))) {
-    console.error(`--versus ${pair.join(':')}: give A:B with two rows of ${runs} (${[...byRow.keys()].join(', ')})`);
+const header = (first: string) => [`| ${first} | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`, `|---|---|${METRICS.map(() => '---|').join('')}`];
+
+/**
+ * The Markdown table of RUNS_DIR's rows; with `versus` (pairs [A, B]) the table of B minus A
+ * instead, paired by seed over the seeds both finished.
+ */
+export function ablationTable(runs: string, versus: string[][] = []): string {
+  const byRow = finishedRows(runs);
+  for (const pair of versus) {
+    if (pair.length !== 2 || pair.some((row) => !byRow.has(row))) throw new InputError(`--versus ${pair.join(':')}: give A:B with two rows of ${runs} (${[...byRow.keys()].join(', ')})`);
+  }
+  if (versus.length) {
+    const rows = versus.map(([a, b]) => {
+      const bySeed = new Map(byRow.get(a)!.map((s) => [s.seed, s.line]));
+      const both = byRow.get(b)!.filter((s) => bySeed.has(s.seed));
+      const cells = METRICS.map(([key]) => {
+        const i = tInterval(both.map((s) => s.line[key] - bySeed.get(s.seed)![key]));
+        return `${formatSigned(i.mean)} ${formatDifferenceInterval(i.low, i.high)}`;
+      });
+      return `| ${b} − ${a} | ${both.map((s) => s.seed).join(', ')} | ${cells.join(' | ')} |`;
+    });
+    return [...header('B minus A (paired by seed)'), ...rows].join('\n');
+  }
+  const cell = (values: number[]) => formatInterval(tInterval(values), { markdown: true });
+  const rows = [...byRow].map(([row, seeds]) => `| ${row} | ${seeds.map((s) => s.seed).join(', ')} | ${METRICS.map(([key]) => cell(seeds.map((s) => s.line[key]))).join(' | ')} |`);
+  return [...header('row'), ...rows].join('\n');
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  const args = process.argv.slice(2);
+  const versusAt = args.indexOf('--versus');
+  const versus = versusAt < 0 ? [] : (args.splice(versusAt, 2)[1] ?? '').split(',').map((pair) => pair.split(':'));
+  try {
+    console.log(ablationTable(path.resolve(args[0] ?? 'runs/collapse-ablations'), versus));
+  } catch (e) {
+    if (!(e instanceof InputError)) throw e;
+    console.error(e.message);
     process.exit(2);
   }
-}
-
-if (versus.length) {
-  console.log(`| B minus A (paired by seed) | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`);
-  console.log(`|---|---|${METRICS.map(() => '---|').join('')}`);
-  for (const [a, b] of versus) {
-    const bySeed = new Map(byRow.get(a)!.map((s) => [s.seed, s.line]));
-    const both = byRow.get(b)!.filter((s) => bySeed.has(s.seed));
-    const cells = METRICS.map(([key]) => {
-      const i = tInterval(both.map((s) => s.line[key] - bySeed.get(s.seed)![key]));
-      return `${formatSigned(i.mean)} ${formatDifferenceInterval(i.low, i.high)}`;
-    });
-    console.log(`| ${b} − ${a} | ${both.map((s) => s.seed).join(', ')} | ${cells.join(' | ')} |`);
-  }
-  process.exit(0);
-}
-
-const cell = (values: number[]) => formatInterval(tInterval(values), { markdown: true });
-console.log(`| row | seeds | ${METRICS.map(([, label]) => label).join(' | ')} |`);
-console.log(`|---|---|${METRICS.map(() => '---|').join('')}`);
-for (const [row, seeds] of byRow) {
-  console.log(`| ${row} | ${seeds.map((s) => s.seed).join(', ')} | ${METRICS.map(([key]) => cell(seeds.map((s) => s.line[key]))).join(' | ')} |`);
 }
