@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createHost, Rng, TOKENS, type Trainer } from '../core-adapters/index.js';
-import { expectFreshDist, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const TRIALS = Number(process.env.FLOWRL_CRASH_TRIALS ?? 8);
 const STEPS = 4;
@@ -26,8 +26,7 @@ async function trainInProcess(file: string): Promise<void> {
  * `lines` lines (0: after it has written its config), or leaves it be once it has ended.
  */
 async function killedRun(file: string, runDir: string, lines: number, extraMs: number): Promise<void> {
-  // The built command (dist/, fresh in npm test): it starts in about half tsx's time.
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'flowrl.js'), 'train', file], { cwd: ROOT, stdio: 'ignore' });
+  const child = spawn(process.execPath, [BUILT_CLI, 'train', file], { cwd: ROOT, stdio: 'ignore' });
   const closed = new Promise<void>((resolve) => child.on('close', () => resolve()));
   const written = () => {
     const metrics = path.join(runDir, 'metrics.jsonl');

@@ -9,7 +9,7 @@ import { coresForThisRank, launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK }
 import { createHost, TOKENS, type RLTrainer } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { gatherValues, mergeRowMetrics } from '../core-adapters/workers/ranks.js';
-import { CLI_MAIN, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
 const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectives.ts');
@@ -17,10 +17,10 @@ const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectiv
 /** What every mpirun here runs with: root allowed (as CI runs), TCP between the ranks. */
 const MPI_ENV = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1', OMPI_MCA_btl: 'self,tcp' };
 
-/** `mpirun -np N node --import tsx FILE` (root allowed, as CI runs), with `env` added. */
-function mpirun(ranks: number, args: string[], env: Record<string, string> = {}, timeoutMs = 90_000) {
+/** `mpirun -np N node ...nodeArgs` (root allowed, as CI runs), with `env` added. */
+function mpirun(ranks: number, nodeArgs: string[], env: Record<string, string> = {}, timeoutMs = 90_000) {
   const started = Date.now();
-  const result = spawnSync('mpirun', ['-np', String(ranks), '--oversubscribe', process.execPath, '--import', 'tsx', ...args], {
+  const result = spawnSync('mpirun', ['-np', String(ranks), '--oversubscribe', process.execPath, ...nodeArgs], {
     encoding: 'utf8',
     timeout: timeoutMs,
     env: { ...MPI_ENV, ...env },
@@ -30,7 +30,7 @@ function mpirun(ranks: number, args: string[], env: Record<string, string> = {},
 
 /** Two ranks training `config` under mpirun in the background, once its first step is logged in `runDir`. */
 async function trainingStarted(config: string, runDir: string) {
-  const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config], { env: MPI_ENV, stdio: ['ignore', 'pipe', 'pipe'] });
+  const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, BUILT_CLI, 'train', config], { env: MPI_ENV, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
   const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
@@ -91,10 +91,11 @@ describe('data-parallel ranks over MPI', function () {
         console.warn(`    skipped, two ranks under mpirun: ${why}`);
         this.skip();
       }
+      expectFreshDist(); // the ranks run the built command
     });
 
     it('sums float32 and float64 buffers in place, gathers uneven bytes in rank order, and meets at a barrier', () => {
-      const run = mpirun(2, [COLLECTIVES]);
+      const run = mpirun(2, ['--import', 'tsx', COLLECTIVES]);
       expect(run.status, run.stderr).to.equal(0);
       const lines = run.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { rank: number; size: number; single: number[]; double: number[]; gathered: string[] });
       expect(lines.map((l) => l.rank).sort()).to.deep.equal([0, 1]);
@@ -119,7 +120,7 @@ describe('data-parallel ranks over MPI', function () {
       for (const name of ['threads', 'ranks']) fs.mkdirSync(path.join(dir, name));
       const threads = await runFlowrl(['train', config('threads', 2)], 240_000);
       expect(threads.status, threads.stderr).to.equal(0);
-      const ranks = mpirun(2, [CLI_MAIN, 'train', config('ranks', 1)], {}, 240_000);
+      const ranks = mpirun(2, [BUILT_CLI, 'train', config('ranks', 1)], {}, 240_000);
       expect(ranks.status, ranks.stderr).to.equal(0);
       return { threads: path.join(dir, 'threads', 'run'), ranks: path.join(dir, 'ranks', 'run'), output: ranks };
     }
@@ -177,7 +178,7 @@ describe('data-parallel ranks over MPI', function () {
       const dir = tempDir();
       const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 1 } });
       // mpirun's colon syntax: rank 1 is started with another seed.
-      const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, ':', '-np', '1', process.execPath, '--import', 'tsx', CLI_MAIN, 'train', config, 'trainer.seed=4'], {
+      const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, BUILT_CLI, 'train', config, ':', '-np', '1', process.execPath, BUILT_CLI, 'train', config, 'trainer.seed=4'], {
         encoding: 'utf8',
         timeout: 120_000,
         env: MPI_ENV,
@@ -201,7 +202,7 @@ describe('data-parallel ranks over MPI', function () {
       expect(stderr()).to.match(/exited on signal 9|killed/i);
       const saved = fs.readdirSync(path.join(dir, 'run', 'checkpoints')).filter((d) => d.startsWith('global_step_'));
       expect(saved.length).to.be.at.least(1);
-      const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
+      const resumed = mpirun(2, [BUILT_CLI, 'train', config], {}, 240_000);
       expect(resumed.status, resumed.stderr).to.equal(0);
       expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4]);
     });
@@ -218,19 +219,19 @@ describe('data-parallel ranks over MPI', function () {
       const step = Number(stopped![1]);
       expect(step).to.be.below(6);
       expect(fs.readdirSync(path.join(dir, 'run', 'checkpoints'))).to.include(`global_step_${step}`);
-      const resumed = mpirun(2, [CLI_MAIN, 'train', config], {}, 240_000);
+      const resumed = mpirun(2, [BUILT_CLI, 'train', config], {}, 240_000);
       expect(resumed.status, resumed.stderr).to.equal(0);
       expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4, 5, 6]);
     });
 
     it('another command under mpirun stops with one message (only training splits over ranks)', () => {
-      const run = mpirun(2, [CLI_MAIN, 'eval', writeCountdownConfig(tempDir())], {}, 60_000);
+      const run = mpirun(2, [BUILT_CLI, 'eval', writeCountdownConfig(tempDir())], {}, 60_000);
       expect(run.status).to.not.equal(0);
       expect(run.stderr).to.contain('only flowrl train runs as data-parallel ranks; run eval as one process');
     });
 
     it('a rank that stops answering ends every rank within the deadline, with a message naming the collective', () => {
-      const run = mpirun(2, [COLLECTIVES], { STUCK_RANK: '1', TIMEOUT_S: '2' });
+      const run = mpirun(2, ['--import', 'tsx', COLLECTIVES], { STUCK_RANK: '1', TIMEOUT_S: '2' });
       expect(run.status).to.not.equal(0);
       expect(run.stderr).to.contain('[flowrl] rank 0: mpi: allreduce: another rank did not take part within 2 s; stopping every rank');
       expect(run.seconds).to.be.below(30);

@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { installFaults } from '../core-adapters/rollout/serve-faults.js';
 import { main } from '../core-adapters/cli/commands.js';
-import { CLI_MAIN, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 const BASE_MODEL = path.join(fixture('countdown'), 'base-model');
 const FLOWRL = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } };
@@ -35,7 +35,8 @@ async function withTwoServers(test: (started: { servers: FlowrlServer[]; urls: s
 /** A `flowrl serve` process (faults enabled) on `port` (0: a free one); resolves once it listens. */
 function spawnServe(port = 0): Promise<{ url: string; child: ChildProcess }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults', '--enable-admin', '--weights-root', os.tmpdir()], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    expectFreshDist(); // runs the built command
+    const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults', '--enable-admin', '--weights-root', os.tmpdir()], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout!.on('data', (d: Buffer) => {

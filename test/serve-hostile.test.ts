@@ -12,7 +12,7 @@ import net from 'node:net';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { SglangClient, VllmClient } from '../core-adapters/rollout/clients.js';
 import { FlowrlServer } from '../core-adapters/rollout/serve.js';
-import { CLI_MAIN, flowrlInProcess, ROOT, tempDir } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, flowrlInProcess, ROOT, tempDir } from './helpers.js';
 import { call, callError, expectError, PROMPTS, sample, serveOptions, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 type Started = Awaited<ReturnType<typeof startServer>>;
@@ -333,7 +333,8 @@ describe('flowrl serve under hostile clients', () => {
 describe('flowrl serve (the process) under signals and faults', () => {
   /** Starts `flowrl serve` with `args`; resolves with its URL, its exit and its stderr. */
   function serve(args: string[]) {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--no-experimental-require-module', CLI_MAIN, 'serve', '--model', TINY, '--port', '0', ...args], { cwd: ROOT });
+    expectFreshDist(); // runs the built command
+    const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', TINY, '--port', '0', ...args], { cwd: ROOT });
     let stdout = '';
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));

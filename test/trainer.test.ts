@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { CLI_MAIN, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
@@ -171,7 +171,8 @@ describe('the core trainer on a tiny countdown task', function () {
     const dir = tempDir();
     const file = writeConfig(dir, { data: { val_files: null }, trainer: { total_training_steps: 200, save_freq: -1, val_before_train: false } });
     const runDir = path.join(dir, 'run');
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI_MAIN, 'train', file], { cwd: ROOT });
+    expectFreshDist(); // runs the built command
+    const child = spawn(process.execPath, [BUILT_CLI, 'train', file], { cwd: ROOT });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
