@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
-import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runFlowrl, tempDir, worldReadableSandboxDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runBuiltFlowrl, tempDir, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 const isSandboxUid = (uid: number) => uid >= SANDBOX_UIDS.first && uid < SANDBOX_UIDS.first + SANDBOX_UIDS.count;
@@ -431,7 +431,7 @@ describe('code rewards', function () {
       // From the command line: a malformed test specification is exit 2 naming the file and row.
       write(rows, [row('apps', { inputs: ['1'], outputs: ['1'] }), row('apps', { inputs: ['1', '2'], outputs: ['1'] })]);
       write(responses, answers(['print(1)', 'print(1)']));
-      const bad = await runFlowrl(['reward', rows, '--responses', responses]);
+      const bad = await runBuiltFlowrl(['reward', rows, '--responses', responses]);
       expect(bad.status).to.equal(2);
       expect(bad.stderr).to.include(`${rows} row 2: reward_model.ground_truth has 2 inputs but 1 outputs`);
     });

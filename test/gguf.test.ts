@@ -12,7 +12,7 @@ import { writeGguf, type GgufDtype } from '../core-adapters/model/gguf.js';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
-import { fixture, flowrlInProcess, nodeLlamaCppForTests, runFlowrl, tempDir } from './helpers.js';
+import { fixture, flowrlInProcess, nodeLlamaCppForTests, runBuiltFlowrl, tempDir } from './helpers.js';
 
 const BASE = fixture('countdown', 'base-model');
 
@@ -104,7 +104,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     const dir = tempDir();
     for (const dtype of ['float32', 'bfloat16']) {
       const file = path.join(dir, `${dtype}.gguf`);
-      const run = await runFlowrl(['export', BASE, file, '--format', 'gguf', '--dtype', dtype]);
+      const run = await runBuiltFlowrl(['export', BASE, file, '--format', 'gguf', '--dtype', dtype]);
       expect(run.status, run.stderr).to.equal(0);
       const config = JSON.parse(fs.readFileSync(path.join(BASE, 'config.json'), 'utf8'));
       // The embedding and final norm, then two norms and seven projections a layer (tied head).
@@ -178,7 +178,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     const lora = path.join(dir, 'lora-tiny-qwen2');
     fs.cpSync(fixture('lora-tiny-qwen2'), lora, { recursive: true });
     for (const args of [[path.join(dir, 'merged')], [path.join(dir, 'model.gguf'), '--format', 'gguf']]) {
-      const run = await runFlowrl(['export', lora, ...args]);
+      const run = await runBuiltFlowrl(['export', lora, ...args]);
       expect(run.status, run.stderr).to.equal(0);
     }
     const merged = readTensors(path.join(dir, 'merged', 'model.safetensors'));
@@ -262,7 +262,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const args = ['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', ...(frozenBaseAvailable() ? ['--base-dtype', 'bfloat16'] : []), '--batch', '2', '--seq', '16', '--sample-prompts', '3', '--sample-tokens', '5', '--steps', '1', '--limits-mb', '8', '--matrix', '128', '--json', '--compare-llama-cpp'];
       // Its own temporary directory, so what the bench leaves there is what this run left.
       const tmp = tempDir();
-      const run = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.dirname(path.dirname(entry)), TMPDIR: tmp });
+      const run = await runBuiltFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.dirname(path.dirname(entry)), TMPDIR: tmp });
       expect(run.status, run.stderr).to.equal(0);
       const result = JSON.parse(run.stdout) as Record<string, unknown> & { llama_cpp: Record<string, unknown> };
       expect(result.llama_cpp_error).to.equal(undefined);
@@ -274,7 +274,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       // No temporary GGUF left behind.
       expect(fs.readdirSync(tmp).filter((f) => f.startsWith('flowrl-llama-cpp-bench-'))).to.deep.equal([]);
 
-      const missing = await runFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.join(tempDir(), 'no-such-package') });
+      const missing = await runBuiltFlowrl(args, 180_000, { FLOWRL_NODE_LLAMA_CPP: path.join(tempDir(), 'no-such-package') });
       expect(missing.status, missing.stderr).to.equal(0);
       const skipped = JSON.parse(missing.stdout) as Record<string, unknown>;
       expect(skipped.llama_cpp).to.equal(null);
@@ -285,7 +285,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const refused = await flowrlInProcess(['bench', '--model-config', scaled, '--compare-llama-cpp']);
       expect(refused.status).to.equal(2);
       expect(refused.stderr).to.include(`--compare-llama-cpp: ${scaled}: rope_scaling llama3 on a Qwen2 model`);
-      const wrong = await runFlowrl(['bench', '--compare-llama-cpp', '--steps', '1']);
+      const wrong = await runBuiltFlowrl(['bench', '--compare-llama-cpp', '--steps', '1']);
       expect(wrong.status).to.equal(2);
       expect(wrong.stderr).to.include('--compare-llama-cpp applies to the model bench');
     });
@@ -297,7 +297,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       const base = JSON.parse(fs.readFileSync(path.join(BASE, 'config.json'), 'utf8'));
       fs.writeFileSync(qwenConfig, JSON.stringify({ ...base, model_type: 'qwen2', architectures: ['Qwen2ForCausalLM'] }));
       const qwen = path.join(dir, 'qwen2');
-      const init = await runFlowrl(['init-model', '--config', qwenConfig, '--tokenizer', BASE, '--out', qwen, '--seed', '5']);
+      const init = await runBuiltFlowrl(['init-model', '--config', qwenConfig, '--tokenizer', BASE, '--out', qwen, '--seed', '5']);
       expect(init.status, init.stderr).to.equal(0);
       const tokenizer = TextTokenizer.load(BASE);
       const rows = fs.readFileSync(fixture('countdown', 'data', 'val.jsonl'), 'utf8').trim().split('\n').slice(0, 8);

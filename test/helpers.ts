@@ -92,6 +92,12 @@ export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<strin
   return runNode(['--import', 'tsx', CLI_MAIN, ...args], timeoutMs, env);
 }
 
+/** Runs `flowrl ...args` as users do, from the built command (dist/ must be fresh: npm test builds it). */
+export function runBuiltFlowrl(args: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
+  expectFreshDist();
+  return runNode([BUILT_CLI, ...args], timeoutMs, env);
+}
+
 /** Runs `node ...nodeArgs` in the repository root, capturing what it prints. */
 export function runNode(nodeArgs: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
   return runCommand(process.execPath, nodeArgs, ROOT, timeoutMs, env);

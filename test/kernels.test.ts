@@ -8,7 +8,7 @@ import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
 import { formatRlStep, type RlStepResult, type TorchRlStep } from '../core-adapters/cli/rl-step-bench.js';
 import type { ContendedBench } from '../core-adapters/cli/bench.js';
 import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
-import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runFlowrl, type EnginePath } from './helpers.js';
+import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runBuiltFlowrl, type EnginePath } from './helpers.js';
 
 /** Kernel sets: none replaced (stock), the TypeScript overrides, and the two native paths. */
 type Mode = 'stock' | 'typescript' | 'native-loop' | 'native-blas';
@@ -310,7 +310,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
 
   it('flowrl bench --limits measures read bandwidth and sgemm peaks with the engine threads; without a BLAS it says so', async () => {
     const args = ['bench', '--limits', '--limits-mb', '8', '--matrix', '128', '--rounds', '1', '--json'];
-    const [withBlas, noBlas] = await Promise.all([runFlowrl(args, 60000), runFlowrl(args, 60000, { FLOWRL_BLAS: 'none' })]);
+    const [withBlas, noBlas] = await Promise.all([runBuiltFlowrl(args, 60000), runBuiltFlowrl(args, 60000, { FLOWRL_BLAS: 'none' })]);
     for (const run of [withBlas, noBlas]) {
       expect(run.status, run.stderr).to.equal(0);
       const limits = JSON.parse(run.stdout) as Record<string, number | string | null>;
@@ -327,8 +327,8 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
   it('says so when the addon cannot load, and when no optimised BLAS is found (what it costs and how to install one)', async () => {
     const generateArgs = ['generate', '--model', 'test/fixtures/countdown/base-model', '--prompt', '3, 4, 5 -> 12=', '--greedy', '--max-new-tokens', '4'];
     const [missing, noBlas] = await Promise.all([
-      runFlowrl(generateArgs, 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' }),
-      runFlowrl(generateArgs, 60000, { FLOWRL_BLAS: '/nonexistent/libopenblas.so.0', FLOWRL_NATIVE: 'auto' }),
+      runBuiltFlowrl(generateArgs, 60000, { FLOWRL_NATIVE_ADDON: '/nonexistent/flowrl_blas.node', FLOWRL_NATIVE: 'auto' }),
+      runBuiltFlowrl(generateArgs, 60000, { FLOWRL_BLAS: '/nonexistent/libopenblas.so.0', FLOWRL_NATIVE: 'auto' }),
     ]);
     expect(missing.status, missing.stderr).to.equal(0);
     expect(missing.stderr).to.match(/native kernels unavailable/);

@@ -9,7 +9,7 @@ import { coresForThisRank, launchedRanks, mpiAddonPath, rankWorld, SINGLE_RANK }
 import { createHost, TOKENS, type RLTrainer } from '../core-adapters/index.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { gatherValues, mergeRowMetrics } from '../core-adapters/workers/ranks.js';
-import { BUILT_CLI, expectFreshDist, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, runBuiltFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 const hasMpirun = spawnSync('sh', ['-c', 'command -v mpirun'], { stdio: 'ignore' }).status === 0;
 const COLLECTIVES = path.join(import.meta.dirname, 'fixtures', 'mpi', 'collectives.ts');
@@ -118,7 +118,7 @@ describe('data-parallel ranks over MPI', function () {
       const config = (name: string, workers: number) =>
         writeCountdownConfig(path.join(dir, name), { trainer: { total_training_steps: steps, test_freq: 0, save_freq: 0, val_before_train: false, default_local_dir: path.join(dir, name, 'run') }, engine: { workers }, ...extra });
       for (const name of ['threads', 'ranks']) fs.mkdirSync(path.join(dir, name));
-      const threads = await runFlowrl(['train', config('threads', 2)], 240_000);
+      const threads = await runBuiltFlowrl(['train', config('threads', 2)], 240_000);
       expect(threads.status, threads.stderr).to.equal(0);
       const ranks = mpirun(2, [BUILT_CLI, 'train', config('ranks', 1)], {}, 240_000);
       expect(ranks.status, ranks.stderr).to.equal(0);

@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
 import { compareRuns } from '../core-adapters/report/comparison.js';
 import { buildReport, writeReport } from '../core-adapters/report/report.js';
-import { expectInputErrorAsync, runFlowrl, tempDir } from './helpers.js';
+import { expectInputErrorAsync, runBuiltFlowrl, tempDir } from './helpers.js';
 
 type Metrics = Record<string, number>;
 
@@ -313,7 +313,7 @@ describe('flowrl report', () => {
   describe('the CLI', () => {
     it('writes report.html into the first run directory and prints its path; a missing run directory exits 2', async () => {
       const missing = path.join(root, 'does-not-exist');
-      const [ok, bad] = await Promise.all([runFlowrl(['report', ...runs]), runFlowrl(['report', missing, '--out', path.join(root, 'x.html')])]);
+      const [ok, bad] = await Promise.all([runBuiltFlowrl(['report', ...runs]), runBuiltFlowrl(['report', missing, '--out', path.join(root, 'x.html')])]);
       expect(ok.status, ok.stderr).to.equal(0);
       const out = path.join(runs[0], 'report.html');
       expect(ok.stdout.trim()).to.equal(out);

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { BUILT_CLI, expectFreshDist, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, expectFreshDist, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runBuiltFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
@@ -161,7 +161,7 @@ describe('the core trainer on a tiny countdown task', function () {
   it('flowrl train exits 2 naming a missing data file', async () => {
     const dir = tempDir();
     const file = writeConfig(dir, { data: { train_files: 'nowhere/train.jsonl' } });
-    const run = await runFlowrl(['train', file, 'engine.backend=wasm']);
+    const run = await runBuiltFlowrl(['train', file, 'engine.backend=wasm']);
     expect(run.status).to.equal(2);
     expect(run.stderr).to.include(path.join(dir, 'nowhere/train.jsonl'));
     expect(run.stderr).to.not.match(/\n\s+at /);
