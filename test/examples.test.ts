@@ -389,6 +389,8 @@ describe('examples/countdown/collapse/ablation-table.ts', function () {
     // Paired over seeds 1 and 3: accuracy +0.1 and +0.2, KL -0.6 and -0.5 (half-widths 12.706 · 0.05 = 0.635).
     expect(ablationTable(dir, [['a01-grpo', 'a02-other']]).split('\n')[2]).to.equal('| a02-other − a01-grpo | 1, 3 | +0.150 [-0.485, +0.785] | +0.000 [+0.000, +0.000] | -0.550 [-1.185, +0.085] | +0.000 [+0.000, +0.000] |');
     expectInputError(() => ablationTable(tempDir()), 'no finished run');
+    run('a03-late-seed4', 0.5, 0.5);
+    expectInputError(() => ablationTable(dir, [['a01-grpo', 'a03-late']]), '--versus a01-grpo:a03-late: no seed has finished both');
     // From the command line: a pair naming no row exits 2, naming the pair and the rows there are.
     const unknown = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'examples', 'countdown', 'collapse', 'ablation-table.ts'), dir, '--versus', 'a01-grpo:a03'], { cwd: ROOT, encoding: 'utf8' });
     expect(unknown.status).to.equal(2);

@@ -3,7 +3,7 @@ import { expect } from 'chai';
 import { initEngine, InputError } from '../core-adapters/index.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -96,6 +96,12 @@ export function runFlowrl(args: string[], timeoutMs = 120_000, env: Record<strin
 export function runBuiltFlowrl(args: string[], timeoutMs = 120_000, env: Record<string, string> = {}): Promise<CliResult> {
   expectFreshDist();
   return runNode([BUILT_CLI, ...args], timeoutMs, env);
+}
+
+/** Starts `flowrl ...args` from the built command in the repository root, its three streams piped. */
+export function spawnBuiltFlowrl(args: string[]): ChildProcessWithoutNullStreams {
+  expectFreshDist();
+  return spawn(process.execPath, [BUILT_CLI, ...args], { cwd: ROOT });
 }
 
 /** Runs `node ...nodeArgs` in the repository root, capturing what it prints. */

@@ -8,7 +8,6 @@
 // weights; the weight-loading checks leave it on FLOWRL_SERVER_WEIGHTS_DIR's (restart it to rerun).
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { CausalLM } from '../core-adapters/model/causal-lm.js';
@@ -19,7 +18,7 @@ import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from '../core-adapters/rollout/clients.js';
 import type { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import type { SampleSpec } from '../core-adapters/rollout/serving-engine.js';
-import { BUILT_CLI, expectFreshDist, expectClose, fixture, flowrlInProcess, ROOT, tempDir } from './helpers.js';
+import { expectClose, fixture, flowrlInProcess, spawnBuiltFlowrl, tempDir } from './helpers.js';
 import { call, callError, expectError, maxDiff, PROMPTS, sample, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type ChatAnswer, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 /** An HF directory with tiny-qwen2's architecture and perturbed weights (another policy version). */
@@ -528,8 +527,7 @@ describe('flowrl serve: the HTTP server', () => {
 
 describe('flowrl serve (the command)', () => {
   it('runs as a process: prints its URL, answers /generate, exits 0 on SIGTERM', async () => {
-    expectFreshDist(); // runs the built command
-    const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', TINY, '--port', '0'], { cwd: ROOT });
+    const child = spawnBuiltFlowrl(['serve', '--model', TINY, '--port', '0']);
     const closed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
     let stdout = '';
     let stderr = '';

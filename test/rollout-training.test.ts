@@ -1,7 +1,7 @@
 // Training with rollouts on inference servers (rollout.name sglang | vllm) against `flowrl serve`:
 // learning, logprob parity, weight versions, a killed server, all servers gone and back, a skewed
 // server, a server that lost its weights, and LoRA adapters per version.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { installFaults } from '../core-adapters/rollout/serve-faults.js';
 import { main } from '../core-adapters/cli/commands.js';
-import { BUILT_CLI, expectFreshDist, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { fixture, readRunMetrics, ROOT, spawnBuiltFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 const BASE_MODEL = path.join(fixture('countdown'), 'base-model');
 const FLOWRL = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } };
@@ -35,8 +35,7 @@ async function withTwoServers(test: (started: { servers: FlowrlServer[]; urls: s
 /** A `flowrl serve` process (faults enabled) on `port` (0: a free one); resolves once it listens. */
 function spawnServe(port = 0): Promise<{ url: string; child: ChildProcess }> {
   return new Promise((resolve, reject) => {
-    expectFreshDist(); // runs the built command
-    const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults', '--enable-admin', '--weights-root', os.tmpdir()], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnBuiltFlowrl(['serve', '--model', BASE_MODEL, '--port', String(port), '--test-faults', '--enable-admin', '--weights-root', os.tmpdir()]);
     let out = '';
     let err = '';
     child.stdout!.on('data', (d: Buffer) => {

@@ -5,14 +5,13 @@
 // correctly and end within a memory bound.
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import net from 'node:net';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { SglangClient, VllmClient } from '../core-adapters/rollout/clients.js';
 import { FlowrlServer } from '../core-adapters/rollout/serve.js';
-import { BUILT_CLI, expectFreshDist, flowrlInProcess, ROOT, tempDir } from './helpers.js';
+import { flowrlInProcess, spawnBuiltFlowrl, tempDir } from './helpers.js';
 import { call, callError, expectError, PROMPTS, sample, serveOptions, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 type Started = Awaited<ReturnType<typeof startServer>>;
@@ -333,8 +332,7 @@ describe('flowrl serve under hostile clients', () => {
 describe('flowrl serve (the process) under signals and faults', () => {
   /** Starts `flowrl serve` with `args`; resolves with its URL, its exit and its stderr. */
   function serve(args: string[]) {
-    expectFreshDist(); // runs the built command
-    const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', TINY, '--port', '0', ...args], { cwd: ROOT });
+    const child = spawnBuiltFlowrl(['serve', '--model', TINY, '--port', '0', ...args]);
     let stdout = '';
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
-import { BUILT_CLI, expectFreshDist, ROOT, tempDir } from './helpers.js';
+import { ROOT, spawnBuiltFlowrl, tempDir } from './helpers.js';
 import { call, expectError, waitFor, type SglangItem } from './serve-helpers.js';
 
 const MODEL = path.join(ROOT, 'examples', 'countdown', 'base-model');
@@ -43,8 +43,7 @@ describe('flowrl serve: no one request crashes, hangs or splits it (the countdow
   const load = (dir: string, version = 'v-bad') => call(url, '/update_weights_from_disk', { model_path: dir, weight_version: version });
 
   before(async () => {
-    expectFreshDist(); // runs the built command
-    child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', MODEL, '--port', '0', '--enable-admin', '--weights-root', root, '--max-batch', '4', '--max-queue', '256'], { cwd: ROOT });
+    child = spawnBuiltFlowrl(['serve', '--model', MODEL, '--port', '0', '--enable-admin', '--weights-root', root, '--max-batch', '4', '--max-queue', '256']);
     child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     exited = new Promise((resolve) => child.on('close', (code) => resolve(code)));
     url = await new Promise<string>((resolve, reject) => {

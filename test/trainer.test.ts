@@ -1,10 +1,10 @@
 import { expect } from 'chai';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createHost, LocalCheckpointStore, RLTrainer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
-import { BUILT_CLI, expectFreshDist, enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, ROOT, runBuiltFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { enginePaths, expectInputErrorAsync, onEnginePath, readRunMetrics, runBuiltFlowrl, spawnBuiltFlowrl, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
 /** The countdown fixture (see its README) with a critic for ppo. */
 function writeConfig(dir: string, extra: Record<string, unknown> = {}): string {
@@ -171,8 +171,7 @@ describe('the core trainer on a tiny countdown task', function () {
     const dir = tempDir();
     const file = writeConfig(dir, { data: { val_files: null }, trainer: { total_training_steps: 200, save_freq: -1, val_before_train: false } });
     const runDir = path.join(dir, 'run');
-    expectFreshDist(); // runs the built command
-    const child = spawn(process.execPath, [BUILT_CLI, 'train', file], { cwd: ROOT });
+    const child = spawnBuiltFlowrl(['train', file]);
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));

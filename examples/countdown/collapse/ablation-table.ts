@@ -57,6 +57,7 @@ export function ablationTable(runs: string, versus: string[][] = []): string {
     const rows = versus.map(([a, b]) => {
       const bySeed = new Map(byRow.get(a)!.map((s) => [s.seed, s.line]));
       const both = byRow.get(b)!.filter((s) => bySeed.has(s.seed));
+      if (!both.length) throw new InputError(`--versus ${a}:${b}: no seed has finished both`);
       const cells = METRICS.map(([key]) => {
         const i = tInterval(both.map((s) => s.line[key] - bySeed.get(s.seed)![key]));
         return `${formatSigned(i.mean)} ${formatDifferenceInterval(i.low, i.high)}`;
