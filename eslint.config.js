@@ -1,4 +1,6 @@
-// Flat config: typescript-eslint's recommended rules on the project's TypeScript.
+// Flat config: typescript-eslint's recommended rules on the project's TypeScript, plus the
+// type-aware promise rules: reads are asynchronous (a GPU backend reads only that way), so an
+// un-awaited step, save or sample is a bug the compiler alone does not catch.
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
@@ -8,6 +10,16 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/no-non-null-assertion': 'off',
+    },
+  },
+  {
+    // The files tsconfig.json compiles (scripts/ are run by tsx, outside the project).
+    files: ['core-adapters/**/*.ts', 'plugin/**/*.ts', 'test/**/*.ts', 'examples/**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
     },
   },
 );

@@ -36,17 +36,17 @@ export async function createActorReplica(args: { config: ConfigTree; frozenBases
   const actor = host.container.get<PPOActor>(TOKENS.Actor);
   return {
     params: worker.module.params,
-    run(task) {
+    async run(task) {
       const t = task as ActorTask;
       switch (t.kind) {
         case 'generate':
-          return { result: generate(worker.module.lm, t.prompts, t.options) };
+          return { result: await generate(worker.module.lm, t.prompts, t.options) };
         case 'log-prob':
-          return { result: actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy, withSumPiSquared: t.withSumPiSquared }) };
+          return { result: await actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy, withSumPiSquared: t.withSumPiSquared }) };
         case 'ref-log-prob':
-          return { result: worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
+          return { result: await worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
         case 'actor-grads': {
-          const { grads, metrics } = actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
+          const { grads, metrics } = await actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
           return { grads, result: metrics };
         }
       }

@@ -40,3 +40,16 @@ export class RolloutUnavailable extends Error {
     this.name = 'RolloutUnavailable';
   }
 }
+
+/**
+ * The GPU reported an error (validation, out of memory, internal, device lost) under a run: its
+ * results since the last readback are not trustworthy. The CLI prints the message, which names
+ * the operation, and exits with code 1.
+ */
+export class GpuDeviceError extends Error {
+  readonly exitCode = 1;
+  constructor(message: string) {
+    super(message);
+    this.name = 'GpuDeviceError';
+  }
+}

@@ -4,7 +4,7 @@
 import 'reflect-metadata';
 
 // Errors: bad input (config, files, rows) is an InputError; the CLI prints it and exits 2.
-export { InputError, RolloutUnavailable } from './errors.js';
+export { GpuDeviceError, InputError, RolloutUnavailable } from './errors.js';
 
 // Bindings: one token per role and contribution point; a manifest declares the ones it overrides.
 export { TOKENS, OVERRIDABLE_BINDINGS, type TokenName } from './tokens.js';
@@ -48,6 +48,8 @@ export { readConfigFile, resolveConfig, writeConfig, type Config } from './confi
 export { createHost } from './composition.js';
 export type { Host, HostOptions } from './host.js';
 export { initEngine, type EngineInfo } from './engine/backend.js';
+// Reads are asynchronous (a GPU backend has no other kind); a loss's metrics are kept scalars.
+export { keepMetrics, readAllFloat32, readFloat32, readScalar, type PendingMetrics } from './engine/readback.js';
 export type { BackendChoice, NativeChoice } from './config/choices.js';
 
 // Base roles, meant for subclassing (verl's recipe style): override a method, rebind the token.

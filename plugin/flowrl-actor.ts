@@ -15,6 +15,7 @@ import {
   type Batch,
   type Metrics,
   type MicroBatchShare,
+  type PendingMetrics,
 } from '../core-adapters/index.js';
 import { flowrlConfig } from './config.js';
 import { computeFlowRLLoss } from './objective.js';
@@ -73,7 +74,7 @@ export class FlowRLActor extends PPOActor {
     return out;
   }
 
-  override updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
+  override updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {
     if (flowrlConfig(this.config).log_z === 'group') batch.set(GROUP_LOG_Z, { shape: [batch.size], data: this.groupLogZ(batch) });
     return super.updatePolicy(batch, listeners);
   }
@@ -118,7 +119,7 @@ export class FlowRLActor extends PPOActor {
   }
 
   /** The FlowRL loss is a plain mean over sequences, so a micro-batch weighs by its share of rows. */
-  protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
+  protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: PendingMetrics) => void): tf.Scalar {
     const flowrl = flowrlConfig(this.config);
     const seq = sequenceBatch(micro);
     const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });

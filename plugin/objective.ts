@@ -8,7 +8,7 @@
 // min(exp(sum_t (log pi_old - log pi_rollout)), tis_cap); 1 for local sampling). With
 // lengthNormalize false the two log-prob terms are sums over tokens (trajectory balance itself).
 import * as tf from '@tensorflow/tfjs';
-import { stopGradient } from '../core-adapters/index.js';
+import { keepMetrics, stopGradient, type PendingMetrics } from '../core-adapters/index.js';
 
 export interface FlowRLInputs {
   /** Current policy token log-probs [B, T] (differentiated). */
@@ -46,7 +46,8 @@ export interface FlowRLOptions {
 
 export interface FlowRLResult {
   loss: tf.Scalar;
-  metrics: Record<string, number>;
+  /** Scalars kept past the loss's tidy; readMetrics reads them once the gradients are taken. */
+  metrics: PendingMetrics;
 }
 
 const EPS = 1e-8;
@@ -91,7 +92,7 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
   const useWeights = options.importanceSampling ?? true;
   const reduce = (options.lengthNormalize ?? true) ? rowMean : rowSum;
   const { logProb, oldLogProb, refLogProb, advantages, responseMask: mask, logZ } = inputs;
-  let metrics: Record<string, number> = {};
+  let metrics: PendingMetrics = {};
   // tidy frees the intermediates; tfjs keeps what the backward pass needs on its own.
   const loss = tf.tidy(() => {
     const delta = tf.sub(tf.sub(tf.add(logZ, reduce(logProb, mask)), tf.mul(rowMean(advantages, mask), beta)), reduce(refLogProb, mask));
@@ -101,8 +102,7 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
     // The engine factor is reduced as w is (exp of a summed log ratio, truncated), so w * c chains pi/pi_old and pi_old/pi_rollout per sequence.
     const applied = inputs.rolloutWeights ? tf.mul(weight, inputs.rolloutWeights) : weight;
     const value = tf.mean(tf.mul(applied, tf.square(delta))) as tf.Scalar;
-    const stats = tf
-      .stack([
+    const stats = [
         tf.mean(logZ),
         batchMean(logProb, mask),
         batchMean(oldLogProb, mask),
@@ -115,9 +115,8 @@ export function computeFlowRLLoss(inputs: FlowRLInputs, options: FlowRLOptions =
         tf.mean(tf.sub(logZ, delta)),
         tf.mean(delta),
         useWeights ? tf.mean(tf.cast(tf.notEqual(clippedLogW, logW), 'float32')) : tf.scalar(0),
-      ])
-      .dataSync();
-    metrics = Object.fromEntries(METRIC_NAMES.map((n, i) => [n, stats[i]]));
+      ];
+    metrics = keepMetrics(Object.fromEntries(METRIC_NAMES.map((n, i) => [n, stats[i]])));
     return value;
   });
   return { loss, metrics };

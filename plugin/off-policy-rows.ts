@@ -21,7 +21,7 @@ export class OffPolicyRowsWorker extends ActorRolloutRefWorker {
   private warnedNoRows = false;
 
   /** With flowrl.replay_samples (or explore_temperature, which reads which prompts are solved), the batch's correct answers join the replay before the update. */
-  override updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
+  override updateActor(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {
     const flowrl = flowrlConfig(this.config);
     // OffPolicyRowsTrainer marks every row's source; a Trainer another plugin bound (one that extends this one) makes no rows.
     if (usesOffPolicyRows(flowrl) && !batch.has('source') && !this.warnedNoRows) {
@@ -36,15 +36,15 @@ export class OffPolicyRowsWorker extends ActorRolloutRefWorker {
    * Samples prompts with the reference policy (flowrl.reference_samples), in this thread: the frozen
    * initial weights, or with LoRA the base with its adapters off.
    */
-  sampleReference(prompts: Batch, sampling: SamplingSettings): Batch {
+  sampleReference(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     this.loadReference();
     const lm = this.module.lm.adapters ? this.module.lm : this.reference!;
-    const policy = { module: { ...this.module, lm, pool: undefined }, stopTokenIds: this.stopTokenIds(), padTokenId: this.padTokenId, writeWeights: () => ({ adapter: false }) };
+    const policy = { module: { ...this.module, lm, pool: undefined }, stopTokenIds: this.stopTokenIds(), padTokenId: this.padTokenId, writeWeights: async () => ({ adapter: false }) };
     return lm.withoutAdapters(() => samplePolicy(policy, prompts, sampling, this.config.actor_rollout_ref.rollout.generation_batch_size));
   }
 
-  override saveCheckpoint(dir: string): void {
-    super.saveCheckpoint(dir);
+  override async saveCheckpoint(dir: string): Promise<void> {
+    await super.saveCheckpoint(dir);
     if (usesReplay(flowrlConfig(this.config))) this.replay.save(dir);
   }
 
@@ -100,7 +100,7 @@ export class OffPolicyRowsTrainer extends RLTrainer {
       sampled.dispose();
     };
     const referenceRows = rowsOf('reference');
-    if (referenceRows.length) fill(referenceRows, worker.sampleReference(prompts.selectRows(referenceRows), { ...sampling, seed: sampling.seed + 0x3c6ef372 }));
+    if (referenceRows.length) fill(referenceRows, await worker.sampleReference(prompts.selectRows(referenceRows), { ...sampling, seed: sampling.seed + 0x3c6ef372 }));
     let meta: Record<string, unknown> | undefined;
     for (const [from, settings] of [
       ['policy', sampling],

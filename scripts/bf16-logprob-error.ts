@@ -110,8 +110,8 @@ for (const spec of positionals) {
   let meanLogProb = 0;
   for (let p = 0; p < probes; p++) {
     const ids = Array.from({ length }, () => Math.floor(rand() * V));
-    const a = responseLogProbs(f32, [ids.slice(0, 1)], [ids.slice(1)], 1)[0];
-    const b = responseLogProbs(bf16, [ids.slice(0, 1)], [ids.slice(1)], 1)[0];
+    const a = (await responseLogProbs(f32, [ids.slice(0, 1)], [ids.slice(1)], 1))[0];
+    const b = (await responseLogProbs(bf16, [ids.slice(0, 1)], [ids.slice(1)], 1))[0];
     const d = a.reduce((s, v, i) => s + Math.abs(v - b[i]), 0) / a.length;
     diffs.push(d);
     maxDiff = Math.max(maxDiff, ...a.map((v, i) => Math.abs(v - b[i])));

@@ -6,6 +6,11 @@
 // the run stops here with the command to run, before any test can fail for want of them.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import { prepareLavapipe } from './lavapipe.mjs';
+
+// The webgpu engine path runs on a software Vulkan driver here (skipped, named, where it cannot).
+const lavapipe = prepareLavapipe();
+if (lavapipe.skipped) console.log(`flowrl test: the webgpu tests will be skipped: ${lavapipe.skipped}`);
 
 // Debian's chromium, or Ubuntu's chromium-browser (test/report.test.ts looks in the same places).
 const chromiumPaths = process.env.FLOWRL_CHROMIUM ? [process.env.FLOWRL_CHROMIUM] : ['/usr/bin/chromium', '/usr/bin/chromium-browser'];

@@ -17,6 +17,7 @@ import {
 } from '../core-adapters/algorithms/index.js';
 import { AlgorithmRegistry, runRequirements } from '../core-adapters/plugins/algorithms.js';
 import type { KlPenaltyType, LossAggMode } from '../core-adapters/config/choices.js';
+import { disposeMetrics, readMetrics, type PendingMetrics } from '../core-adapters/engine/readback.js';
 
 const estimators = new AdvantageEstimatorRegistry();
 const losses = new PolicyLossRegistry();
@@ -325,20 +326,21 @@ describe('vanilla policy loss', () => {
   const options = (mode: LossAggMode): PolicyLossOptions => ({ clipRatioLow: p.clip_ratio_low, clipRatioHigh: p.clip_ratio_high, clipRatioC: p.clip_ratio_c, lossAggMode: mode });
 
   for (const mode of MODES) {
-    it(`${mode}: value, gradient w.r.t. logProb and metrics match the reference`, () => {
+    it(`${mode}: value, gradient w.r.t. logProb and metrics match the reference`, async () => {
       const loss = getPolicyLoss('vanilla');
       const old = t2(p.old_log_prob, p.batch, p.length);
       const adv = t2(p.advantages, p.batch, p.length);
       const mask = t2(p.mask, p.batch, p.length);
       const lp = t2(p.log_prob, p.batch, p.length);
-      let metrics: Record<string, number> = {};
+      let pending: PendingMetrics = {};
       let value = NaN;
       const grad = tf.grad((x: tf.Tensor) => {
         const r = loss({ logProb: x as tf.Tensor2D, oldLogProb: old, advantages: adv, responseMask: mask }, options(mode));
-        metrics = r.metrics;
+        pending = r.metrics;
         value = r.loss.dataSync()[0];
         return r.loss;
       })(lp);
+      const metrics = await readMetrics(pending, 'vanilla metrics');
       const factor = v090Factor(mode, p.mask, p.length);
       expect(value).to.be.closeTo(p.modes[mode].loss * factor, 1e-5);
       expectClose(grad.dataSync(), p.modes[mode].grad_log_prob.map((g) => g * factor), 1e-4, 'grad');
@@ -347,28 +349,30 @@ describe('vanilla policy loss', () => {
     });
   }
 
-  it('hand cases: ratio 1 gives -mean(A); a large ratio with A < 0 is capped by the dual clip', () => {
-    const run = (lp: number[], old: number[], adv: number[]) =>
-      tf.tidy(() => {
+  it('hand cases: ratio 1 gives -mean(A); a large ratio with A < 0 is capped by the dual clip', async () => {
+    const run = async (lp: number[], old: number[], adv: number[]) => {
+      const { loss, metrics } = tf.tidy(() => {
         const r = getPolicyLoss('vanilla')(
           { logProb: tf.tensor2d([lp]), oldLogProb: tf.tensor2d([old]), advantages: tf.tensor2d([adv]), responseMask: tf.ones([1, lp.length]) as tf.Tensor2D },
           { clipRatioLow: 0.2, clipRatioHigh: 0.2, clipRatioC: 3, lossAggMode: 'token-mean' },
         );
         return { loss: r.loss.dataSync()[0], metrics: r.metrics };
       });
+      return { loss, metrics: await readMetrics(metrics, 'vanilla hand case') };
+    };
     // ratio 1 everywhere: loss = -(1 - 3) / 2 = 1, nothing clipped, kl 0.
-    const same = run([-1, -2], [-1, -2], [1, -3]);
+    const same = await run([-1, -2], [-1, -2], [1, -3]);
     expect(same.loss).to.be.closeTo(1, 1e-6);
     expect(same.metrics).to.deep.equal({ 'actor/pg_clipfrac': 0, 'actor/ppo_kl': 0, 'actor/pg_clipfrac_lower': 0 });
     // ratio e^1.5 = 4.48 with A = -1: max(4.48, 1.2) = 4.48, capped at -A c = 3; the lower-clip fraction is 1,
     // and pg_clipfrac is 0 because the clipped surrogate 1.2 is below the unclipped 4.48.
-    const dual = run([0.5], [-1], [-1]);
+    const dual = await run([0.5], [-1], [-1]);
     expect(dual.loss).to.be.closeTo(3, 1e-6);
     expect(dual.metrics['actor/pg_clipfrac_lower']).to.be.closeTo(1, 1e-6);
     expect(dual.metrics['actor/pg_clipfrac']).to.equal(0);
     expect(dual.metrics['actor/ppo_kl']).to.be.closeTo(-1.5, 1e-6);
     // ratio e^0.5 = 1.65 with A = 1: min objective clips to 1.2 -> loss -1.2, clipfrac 1.
-    const upper = run([0.5], [0], [1]);
+    const upper = await run([0.5], [0], [1]);
     expect(upper.loss).to.be.closeTo(-1.2, 1e-6);
     expect(upper.metrics['actor/pg_clipfrac']).to.be.closeTo(1, 1e-6);
     throwsWith(
@@ -453,14 +457,16 @@ describe('value loss', () => {
   for (const mode of MODES) {
     it(`${mode}: value, gradient w.r.t. vpreds and clipfrac match the reference`, () => {
       const [returns, values, mask, vpreds] = [v.returns, v.values, v.mask, v.vpreds].map((x) => t2(x, ...v.shape));
-      let clipfrac = NaN;
+      let clipfracScalar: tf.Scalar | undefined;
       let value = NaN;
       const grad = tf.grad((x: tf.Tensor) => {
         const r = computeValueLoss(x as tf.Tensor2D, returns, values, mask, v.clip_range_value, mode);
-        clipfrac = r.clipfrac;
+        clipfracScalar = r.clipfrac;
         value = r.loss.dataSync()[0];
         return r.loss;
       })(vpreds);
+      const clipfrac = clipfracScalar!.dataSync()[0];
+      clipfracScalar!.dispose();
       const factor = v090Factor(mode, v.mask, v.shape[1]);
       expect(value).to.be.closeTo(v.modes[mode].loss * factor, 1e-5);
       expect(clipfrac).to.be.closeTo(v.modes[mode].clipfrac, 1e-6);
@@ -514,19 +520,40 @@ describe('no tensor leaks', () => {
     const before = tf.memory().numTensors;
     for (const mode of MODES) {
       const opts = { clipRatioLow: 0.2, clipRatioHigh: 0.28, clipRatioC: 3, lossAggMode: mode };
-      const loss = tf.tidy(() => getPolicyLoss('vanilla')({ logProb: lp, oldLogProb: old, advantages: adv, responseMask: mask }, opts).loss);
+      // The metrics (and the value loss's clipfrac) are scalars the caller owns: disposed here unread.
+      const loss = tf.tidy(() => {
+        const r = getPolicyLoss('vanilla')({ logProb: lp, oldLogProb: old, advantages: adv, responseMask: mask }, opts);
+        disposeMetrics(r.metrics);
+        return r.loss;
+      });
       loss.dispose();
-      const gv = tf.grad((x: tf.Tensor) => computeValueLoss(x as tf.Tensor2D, adv, old, mask, 0.2, mode).loss)(lp);
+      let clipfrac: tf.Scalar | undefined;
+      const gv = tf.grad((x: tf.Tensor) => {
+        const r = computeValueLoss(x as tf.Tensor2D, adv, old, mask, 0.2, mode);
+        clipfrac = r.clipfrac;
+        return r.loss;
+      })(lp);
       gv.dispose();
-      const g = tf.grad((x: tf.Tensor) => getPolicyLoss('vanilla')({ logProb: x as tf.Tensor2D, oldLogProb: old, advantages: adv, responseMask: mask }, opts).loss)(lp);
+      clipfrac!.dispose();
+      let pending: PendingMetrics = {};
+      const g = tf.grad((x: tf.Tensor) => {
+        const r = getPolicyLoss('vanilla')({ logProb: x as tf.Tensor2D, oldLogProb: old, advantages: adv, responseMask: mask }, opts);
+        pending = r.metrics;
+        return r.loss;
+      })(lp);
       g.dispose();
+      disposeMetrics(pending);
       tf.tidy(() => aggregateLoss(tf.tensor2d([[1]]), tf.tensor2d([[1]]), mode)).dispose();
       // Outside any tidy: the functions free their own intermediates.
-      const bare = getPolicyLoss('vanilla')({ logProb: lp, oldLogProb: old, advantages: adv, responseMask: mask }, opts).loss;
+      const bareResult = getPolicyLoss('vanilla')({ logProb: lp, oldLogProb: old, advantages: adv, responseMask: mask }, opts);
+      disposeMetrics(bareResult.metrics);
+      const bare = bareResult.loss;
       bare.dispose();
       const kl = klPenalty(lp, old, 'low_var_kl');
       kl.dispose();
-      const vl = computeValueLoss(lp, adv, old, mask, 0.2, mode).loss;
+      const vlResult = computeValueLoss(lp, adv, old, mask, 0.2, mode);
+      vlResult.clipfrac.dispose();
+      const vl = vlResult.loss;
       vl.dispose();
     }
     expect(tf.memory().numTensors).to.equal(before);

@@ -222,8 +222,9 @@ describe('import boundaries', () => {
         if (!source[line - 1]?.trim().endsWith('*/')) undocumented.push(`${name} (${from})`);
       }
     }
-    // 170: the budget grew by the tool API (issue 34); raise it only for a capability, not a helper.
-    expect(exports).to.be.within(60, 170);
+    // 170: the budget grew by the tool API (issue 34); 173: by the asynchronous reads a GPU needs
+    // (issue 47). Raise it only for a capability, not a helper.
+    expect(exports).to.be.within(60, 173);
     expect(undocumented).to.deep.equal([]);
   });
 

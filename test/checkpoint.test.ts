@@ -32,6 +32,27 @@ function withModel<T>(make: () => CausalLM, fn: (model: CausalLM) => T): T {
   }
 }
 
+/** withModel for an asynchronous fn (a save): the model is disposed once fn's promise settles. */
+async function withModelAsync<T>(make: () => CausalLM, fn: (model: CausalLM) => Promise<T>): Promise<T> {
+  const model = make();
+  try {
+    return await fn(model);
+  } finally {
+    model.dispose();
+  }
+}
+
+/** Awaits `promise` and fails unless it rejects (the asynchronous form of expect(fn).to.throw()). */
+async function expectRejection(promise: Promise<unknown>): Promise<void> {
+  let rejected = false;
+  try {
+    await promise;
+  } catch {
+    rejected = true;
+  }
+  expect(rejected, 'the promise rejects').to.equal(true);
+}
+
 function snapshotOf(make: () => CausalLM): Snapshot {
   return withModel(make, snapshot);
 }
@@ -66,13 +87,13 @@ for (const name of ['tiny-qwen2', 'tiny-llama-bf16'] as const) {
     let saved: string;
     let reloaded: Snapshot;
     let config: CausalLM['config'];
-    before(() => {
+    before(async () => {
       saved = path.join(scratch(), 'saved');
-      original = withModel(
+      original = await withModelAsync(
         () => loadModel(source),
-        (model) => {
+        async (model) => {
           config = model.config;
-          saveModel(model, saved);
+          await saveModel(model, saved);
           return snapshot(model);
         },
       );
@@ -115,9 +136,9 @@ for (const name of ['tiny-qwen2', 'tiny-llama-bf16'] as const) {
       expect(header.metadata.format).to.equal('pt');
     });
 
-    it('is bit exact over a second save → load', () => {
+    it('is bit exact over a second save → load', async () => {
       const again = path.join(scratch(), 'again');
-      withModel(
+      await withModelAsync(
         () => loadModel(saved),
         (model) => saveModel(model, again),
       );
@@ -152,11 +173,11 @@ describe('checkpoint: sharded weights', () => {
 });
 
 describe('checkpoint: tokenizer files', () => {
-  it('saveModel with tokenizerDir copies tokenizer.json and tokenizer_config.json', () => {
+  it('saveModel with tokenizerDir copies tokenizer.json and tokenizer_config.json', async () => {
     const tokDir = path.join(scratch(), 'tok');
     buildTokenizer({ characters: 'abc 123', chatTemplate: '{{ messages[0].content }}' }).save(tokDir);
     const out = path.join(scratch(), 'with-tok');
-    withModel(
+    await withModelAsync(
       () => loadModel(fixture('tiny-qwen2')),
       (model) => saveModel(model, out, { tokenizerDir: tokDir }),
     );
@@ -166,12 +187,12 @@ describe('checkpoint: tokenizer files', () => {
     }
   });
 
-  it('saving a loaded model back over its own directory keeps its tokenizer files', () => {
+  it('saving a loaded model back over its own directory keeps its tokenizer files', async () => {
     const dir = path.join(scratch(), 'self');
     fs.cpSync(fixture('tiny-qwen2'), dir, { recursive: true });
     buildTokenizer({ characters: 'xyz' }).save(dir);
     const tokenizerBytes = fs.readFileSync(path.join(dir, 'tokenizer.json'));
-    withModel(
+    await withModelAsync(
       () => loadModel(dir),
       (model) => saveModel(model, dir, { tokenizerDir: dir }),
     );
@@ -270,17 +291,17 @@ describe('checkpoint: bad model directories are InputErrors naming the file and 
 describe('checkpoint: atomic saving', () => {
   const raw = readJson<Json>(fixture('tiny-qwen2', 'config.json'));
 
-  it('saving over an existing directory leaves no .tmp- siblings and replaces the weights', () => {
+  it('saving over an existing directory leaves no .tmp- siblings and replaces the weights', async () => {
     const parent = scratch();
     const dir = path.join(parent, 'model');
-    withModel(
+    await withModelAsync(
       () => loadModel(fixture('tiny-qwen2')),
       (model) => saveModel(model, dir),
     );
-    const second = withModel(
+    const second = await withModelAsync(
       () => initModel(raw, 5),
-      (model) => {
-        saveModel(model, dir);
+      async (model) => {
+        await saveModel(model, dir);
         return snapshot(model);
       },
     );
@@ -289,29 +310,29 @@ describe('checkpoint: atomic saving', () => {
     expectSameParams(snapshotOf(() => loadModel(dir)), second);
   });
 
-  it('a save that fails midway leaves the existing directory untouched and no .tmp- siblings', () => {
+  it('a save that fails midway leaves the existing directory untouched and no .tmp- siblings', async () => {
     const parent = scratch();
     const dir = path.join(parent, 'model');
     // A tokenizer.json that is a directory makes the copy step, after the weights are written, throw.
     const badTokDir = path.join(parent, 'bad-tok');
     fs.mkdirSync(path.join(badTokDir, 'tokenizer.json'), { recursive: true });
-    withModel(
+    await withModelAsync(
       () => loadModel(fixture('tiny-qwen2')),
       (model) => saveModel(model, dir),
     );
     const before = fs.readFileSync(path.join(dir, 'model.safetensors'));
-    withModel(
+    await withModelAsync(
       () => initModel(raw, 9),
-      (model) => expect(() => saveModel(model, dir, { tokenizerDir: badTokDir })).to.throw(),
+      (model) => expectRejection(saveModel(model, dir, { tokenizerDir: badTokDir })),
     );
     expect(fs.readFileSync(path.join(dir, 'model.safetensors')).equals(before)).to.equal(true);
     expect(fs.readdirSync(dir).sort()).to.deep.equal(['config.json', 'model.safetensors']);
     expect(tmpSiblings(parent)).to.deep.equal([]);
   });
 
-  it('creates missing parent directories', () => {
+  it('creates missing parent directories', async () => {
     const dir = path.join(scratch(), 'a', 'b', 'model');
-    withModel(
+    await withModelAsync(
       () => initModel(raw, 1),
       (model) => saveModel(model, dir),
     );

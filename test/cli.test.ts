@@ -177,7 +177,7 @@ describe('flowrl CLI', function () {
       for (const lp of out.logprobs) expect(lp).to.be.below(0);
       const model = loadModel(modelDir);
       try {
-        const want = responseLogProbs(model, [out.prompt_ids], [out.response_ids])[0];
+        const want = (await responseLogProbs(model, [out.prompt_ids], [out.response_ids]))[0];
         expectClose(out.logprobs, want, 1e-5, 'logprobs');
       } finally {
         model.dispose();
@@ -206,12 +206,14 @@ describe('flowrl CLI', function () {
       const tokenizer = TextTokenizer.load(modelDir);
       const model = loadModel(modelDir);
       try {
-        const want = generate(model, [a.prompt_ids], {
-          maxNewTokens: 5,
-          greedy: true,
-          stopTokenIds: [2],
-          padTokenId: tokenizer.padTokenId,
-        }).tokens[0];
+        const want = (
+          await generate(model, [a.prompt_ids], {
+            maxNewTokens: 5,
+            greedy: true,
+            stopTokenIds: [2],
+            padTokenId: tokenizer.padTokenId,
+          })
+        ).tokens[0];
         expect(a.response_ids).to.deep.equal(want);
       } finally {
         model.dispose();

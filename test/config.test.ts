@@ -172,7 +172,7 @@ describe('config', () => {
         'seq-mean-token-max',
         'allowed: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm',
       );
-      expectInputError(() => resolveConfig({ user: { engine: { backend: 'gpu' } }, userFile: file }), "'engine.backend'", "'gpu'", 'allowed: auto, tensorflow, wasm, cpu');
+      expectInputError(() => resolveConfig({ user: { engine: { backend: 'gpu' } }, userFile: file }), "'engine.backend'", "'gpu'", 'allowed: auto, tensorflow, webgpu, wasm, cpu');
       expectInputError(
         () => resolveConfig({ user: {}, userFile: file, overrides: ['algorithm.kl_ctrl.type=sometimes'] }),
         'command line',

@@ -172,7 +172,7 @@ describe('decoding kernels', function () {
 
   for (const enginePath of nativePaths) {
     it(`decoding with the attention kernel (rotary, cache written in place, grouped heads, left padding) samples what recomputing every step samples, log-probs within 1e-4 (${enginePath})`, () =>
-      onEnginePath(enginePath, () => {
+      onEnginePath(enginePath, async () => {
         const kernels = enginePath === 'native-loop' ? loadNativeKernels().loopOnly! : loadNativeKernels().kernels!;
         const attend = kernels.decodeAttention!;
         let calls = 0;
@@ -187,9 +187,9 @@ describe('decoding kernels', function () {
           const prompts = [[5, 9, 17, 3, 44, 2, 8], [12, 7], [30, 31, 32, 33]];
           for (const topP of [1, 0.9]) {
             const options = { maxNewTokens: 8, temperature: 0.9, topP, seed: 21, withLogProbs: true };
-            const cached = splitFrozenProducts(() => generate(model, prompts, options));
+            const cached = await splitFrozenProducts(() => generate(model, prompts, options));
             const before = calls;
-            const recomputed = generate(model, prompts, { ...options, noCache: true });
+            const recomputed = await generate(model, prompts, { ...options, noCache: true });
             expect(calls, 'recomputing never runs the decode kernel').to.equal(before);
             expect(cached.tokens).to.deep.equal(recomputed.tokens);
             cached.logProbs!.forEach((row, b) => expectClose(row, recomputed.logProbs![b], 1e-4, `top-p ${topP} row ${b}`));
@@ -272,7 +272,7 @@ describe('decoding kernels', function () {
     }));
 
   it('no logits and no temperature crash a sampler: NaN or infinite logits are a NonFiniteLogits (native, split or not, and JavaScript); a denormal temperature samples greedily', () =>
-    onEnginePath(nativePaths[0], () => {
+    onEnginePath(nativePaths[0], async () => {
       const V = 5000;
       const random = randoms(5);
       const good = Float32Array.from({ length: V }, () => random() * 4);
@@ -305,8 +305,8 @@ describe('decoding kernels', function () {
       const model = loadModel(fixture('tiny-qwen2'));
       try {
         const prompts = [[5, 9, 17], [12, 7]];
-        const greedy = generate(model, prompts, { maxNewTokens: 6, greedy: true, withLogProbs: true });
-        expect(generate(model, prompts, { maxNewTokens: 6, temperature: 1e-308, topP: 0.9, seed: 3, withLogProbs: true })).to.deep.equal(greedy);
+        const greedy = await generate(model, prompts, { maxNewTokens: 6, greedy: true, withLogProbs: true });
+        expect(await generate(model, prompts, { maxNewTokens: 6, temperature: 1e-308, topP: 0.9, seed: 3, withLogProbs: true })).to.deep.equal(greedy);
       } finally {
         model.dispose();
       }

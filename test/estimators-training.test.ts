@@ -46,8 +46,8 @@ describe('every verl estimator trains a countdown step', function () {
       const generate = worker.generateSequences.bind(worker);
       worker.generateSequences = (prompts: Batch, sampling: SamplingSettings) => (sampled.push({ rows: prompts.size, greedy: sampling.greedy }), generate(prompts, sampling));
       const logProb = worker.computeLogProb.bind(worker);
-      worker.computeLogProb = (batch, options) => {
-        const out = logProb(batch, options);
+      worker.computeLogProb = async (batch, options) => {
+        const out = await logProb(batch, options);
         if (out.sumPiSquared) sums.push(out.sumPiSquared);
         return out;
       };

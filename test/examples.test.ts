@@ -194,8 +194,11 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
     for (const file of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(QWEN_TOKENIZER, file), path.join(tokenizerDir, file));
     const modelDir = path.join(dir, 'Qwen2.5-tiny');
     const model = initModel(TINY_QWEN25, 11);
-    saveModel(model, modelDir, { tokenizerDir });
-    model.dispose();
+    try {
+      await saveModel(model, modelDir, { tokenizerDir });
+    } finally {
+      model.dispose();
+    }
 
     const runDir = path.join(dir, 'run');
     const host = await train(config, [

@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions } from '../plugin/objective.js';
 import { ProjZ } from '../plugin/proj-z.js';
 import { Rng } from '../core-adapters/index.js';
+import { disposeMetrics, readMetrics, type PendingMetrics } from '../core-adapters/engine/readback.js';
 import { expectClose, fixture, readJson } from './helpers.js';
 
 type Matrix = number[][];
@@ -100,11 +101,13 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
   });
 
   for (const c of ref.objective.cases) {
-    it(`${c.name}: loss, d loss / d logProb, d loss / d logZ and every metric`, () => {
+    it(`${c.name}: loss, d loss / d logProb, d loss / d logZ and every metric`, async () => {
       const t = objectiveTensors(c);
       try {
-        const { loss, metrics } = computeFlowRLLoss(t, c.options);
+        const { loss, metrics: pending } = computeFlowRLLoss(t, c.options);
         const lossValue = loss.dataSync()[0];
+        // The metrics are kept scalars (actor/final_loss is the loss itself), read and disposed here.
+        const metrics = await readMetrics(pending, `${c.name} metrics`);
         loss.dispose();
         expectFinite([lossValue], 'loss');
         expectCloseScaled([lossValue], [c.expected.loss], 1e-5, `${c.name} loss`);
@@ -116,9 +119,13 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
         }
         for (const [name, value] of Object.entries(metrics)) expectFinite([value], `${c.name} ${name}`);
 
-        const [gLp, gLz] = tf.grads((lp: tf.Tensor, lz: tf.Tensor) =>
-          computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options).loss,
-        )([t.logProb, t.logZ]);
+        let gradMetrics: PendingMetrics = {};
+        const [gLp, gLz] = tf.grads((lp: tf.Tensor, lz: tf.Tensor) => {
+          const r = computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options);
+          gradMetrics = r.metrics;
+          return r.loss;
+        })([t.logProb, t.logZ]);
+        disposeMetrics(gradMetrics);
         expect(gLp.shape).to.deep.equal([c.batch, c.length]);
         expect(gLz.shape).to.deep.equal([c.batch]);
         const gLpValues = gLp.dataSync();
@@ -138,7 +145,13 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
     for (const c of ref.objective.cases.filter((x) => x.options.importanceSampling)) {
       const t = objectiveTensors(c);
       try {
-        const g = tf.grad((old: tf.Tensor) => computeFlowRLLoss({ ...t, oldLogProb: old as tf.Tensor2D }, c.options).loss)(t.oldLogProb);
+        let pending: PendingMetrics = {};
+        const g = tf.grad((old: tf.Tensor) => {
+          const r = computeFlowRLLoss({ ...t, oldLogProb: old as tf.Tensor2D }, c.options);
+          pending = r.metrics;
+          return r.loss;
+        })(t.oldLogProb);
+        disposeMetrics(pending);
         const values = g.dataSync();
         g.dispose();
         expectFinite(values, `${c.name} grad oldLogProb`);
@@ -149,7 +162,7 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
     }
   });
 
-  it("importanceWeightClip 'ppo' (the paper's text) clamps w to [1 - low, 1 + high] and reports the share clamped; 'cap' (the recipe) ignores those bounds", () => {
+  it("importanceWeightClip 'ppo' (the paper's text) clamps w to [1 - low, 1 + high] and reports the share clamped; 'cap' (the recipe) ignores those bounds", async () => {
     for (const c of ref.objective.cases.filter((x) => x.options.importanceSampling)) {
       const t = objectiveTensors(c);
       try {
@@ -158,10 +171,12 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
         const expected = clamped.reduce((sum, w, b) => sum + w * c.expected.delta[b] ** 2, 0) / clamped.length;
         const ppo = computeFlowRLLoss(t, { ...c.options, importanceWeightClip: 'ppo', clipRatioLow: low, clipRatioHigh: high });
         expectCloseScaled([ppo.loss.dataSync()[0]], [expected], 1e-5, `${c.name} ppo loss`);
+        const ppoMetrics = await readMetrics(ppo.metrics, `${c.name} ppo metrics`);
         const share = c.expected.log_w.filter((lw) => Math.exp(lw) < 1 - low || Math.exp(lw) > 1 + high).length / c.expected.log_w.length;
-        expect(ppo.metrics['actor/importance_weight_clipfrac'], c.name).to.be.closeTo(share, 1e-6);
+        expect(ppoMetrics['actor/importance_weight_clipfrac'], c.name).to.be.closeTo(share, 1e-6);
         const cap = computeFlowRLLoss(t, { ...c.options, importanceWeightClip: 'cap', clipRatioLow: low, clipRatioHigh: high });
         expectCloseScaled([cap.loss.dataSync()[0]], [c.expected.loss], 1e-5, `${c.name} cap loss`);
+        disposeMetrics(cap.metrics);
         tf.dispose([ppo.loss, cap.loss]);
       } finally {
         disposeAll(t);
@@ -174,7 +189,12 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
     expect(c.options).to.deep.equal({ beta: 15, importanceWeightMax: 10, importanceSampling: true });
     const t = objectiveTensors(c);
     try {
-      const value = tf.tidy(() => computeFlowRLLoss(t).loss.dataSync()[0]);
+      const value = tf.tidy(() => {
+        const r = computeFlowRLLoss(t);
+        const v = r.loss.dataSync()[0];
+        disposeMetrics(r.metrics);
+        return v;
+      });
       expectCloseScaled([value], [c.expected.loss], 1e-5, 'default-options loss');
     } finally {
       disposeAll(t);
@@ -186,12 +206,23 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
     const before = tf.memory().numTensors;
     ref.objective.cases.forEach((c, k) => {
       const t = all[k];
-      const loss = tf.tidy(() => computeFlowRLLoss(t, c.options).loss);
+      // The metrics are kept scalars the caller owns (actor/final_loss is the loss itself): disposed unread.
+      let metrics: PendingMetrics = {};
+      const loss = tf.tidy(() => {
+        const r = computeFlowRLLoss(t, c.options);
+        metrics = r.metrics;
+        return r.loss;
+      });
       loss.dispose();
-      const grads = tf.grads((lp: tf.Tensor, lz: tf.Tensor) =>
-        computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options).loss,
-      )([t.logProb, t.logZ]);
+      disposeMetrics(metrics);
+      let pending: PendingMetrics = {};
+      const grads = tf.grads((lp: tf.Tensor, lz: tf.Tensor) => {
+        const r = computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options);
+        pending = r.metrics;
+        return r.loss;
+      })([t.logProb, t.logZ]);
       tf.dispose(grads);
+      disposeMetrics(pending);
     });
     expect(tf.memory().numTensors).to.equal(before);
     all.forEach(disposeAll);

@@ -330,7 +330,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
           writeSafetensors(path.join(ours, 'model.safetensors'), tensors);
         }
         const model = loadModel(ours);
-        const expected = generate(model, prompts, { maxNewTokens: 16, greedy: true, stopTokenIds: [config.eos_token_id] }).tokens;
+        const expected = (await generate(model, prompts, { maxNewTokens: 16, greedy: true, stopTokenIds: [config.eos_token_id] })).tokens;
         model.dispose();
 
         const file = path.join(dir, `${path.basename(source)}-${dtype}.gguf`);

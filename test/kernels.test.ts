@@ -84,6 +84,9 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     if (tf.getBackend() !== 'wasm') this.skip();
   });
 
+  /** 1e-3, or 1e-5 of the largest value where that is more (OpenBLAS's order of summation differs from XNNPACK's). */
+  const gradientTolerance = (values: ArrayLike<number>) => Math.max(1e-3, 1e-5 * Array.from(values).reduce((m, v) => Math.max(m, Math.abs(v)), 0));
+
   it(`matMul forward and gradients equal the stock kernels (${modes.join(', ')})`, () => {
     const rng = new Rng(5);
     for (const c of [...CASES, ...BROADCAST]) {
@@ -106,8 +109,9 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
         const label = `${mode} ${JSON.stringify(c)}`;
         expect(got.shape, label).to.deep.equal(reference.shape);
         expectClose(got.y, reference.y, 1e-4, label);
-        expectClose(got.ga, reference.ga, 1e-3, `${label} dA`);
-        expectClose(got.gb, reference.gb, 1e-3, `${label} dB`);
+        // Gradients reach |139| here: float32 sums in another order differ by ~1e-5 of the largest.
+        expectClose(got.ga, reference.ga, gradientTolerance(reference.ga), `${label} dA`);
+        expectClose(got.gb, reference.gb, gradientTolerance(reference.gb), `${label} dB`);
       }
       tf.dispose([a, b]);
     }
@@ -195,13 +199,13 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     });
   });
 
-  it('KV-cache sampling writes its preallocated cache in place and leaks nothing', () => {
+  it('KV-cache sampling writes its preallocated cache in place and leaks nothing', async () => {
     const model = loadModel(fixture('countdown', 'base-model'));
     const prompts = [[5, 6, 7], [8, 4]];
-    const sample = () => generate(model, prompts, { maxNewTokens: 6, temperature: 1, seed: 3 }).tokens;
-    const first = sample();
+    const sample = async () => (await generate(model, prompts, { maxNewTokens: 6, temperature: 1, seed: 3 })).tokens;
+    const first = await sample();
     const before = { tensors: tf.memory().numTensors, blocks: (tf.backend() as unknown as { numDataIds(): number }).numDataIds() };
-    expect(sample()).to.deep.equal(first);
+    expect(await sample()).to.deep.equal(first);
     expect(tf.memory().numTensors).to.equal(before.tensors);
     expect((tf.backend() as unknown as { numDataIds(): number }).numDataIds()).to.equal(before.blocks);
     // Written in place: the cache returned by a decoding step is the buffer it was given.
@@ -225,7 +229,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
         expect(banner[0], enginePath).to.include(expected[enginePath]);
         // Chosen paths stay quiet about speed; only auto without a BLAS says what it costs.
         expect(banner, enginePath).to.have.length(1);
-        answers.add(JSON.stringify(generate(model, [[5, 6, 7, 4]], { maxNewTokens: 6, greedy: true }).tokens));
+        answers.add(JSON.stringify((await generate(model, [[5, 6, 7, 4]], { maxNewTokens: 6, greedy: true })).tokens));
       });
     }
     expect([...answers], 'greedy answers on every path').to.have.length(1);

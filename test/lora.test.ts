@@ -36,11 +36,11 @@ function adapterGradients(model: CausalLM, prompts: number[][], responses: numbe
 
 describe('LoRA', () => {
   for (const name of ['tiny-qwen2', 'tiny-llama-bf16']) {
-    it(`a PEFT adapter on ${name} gives the float64 merged model's log-probs`, () => {
+    it(`a PEFT adapter on ${name} gives the float64 merged model's log-probs`, async () => {
       const model = loadModel(fixture(name));
       model.attachAdapters(loadAdapters(model.config, fixture(`lora-${name}`)));
       const cases = reference[name];
-      const got = responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
+      const got = await responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
       cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} case ${i}`));
       model.dispose();
     });
@@ -48,7 +48,7 @@ describe('LoRA', () => {
 
   for (const enginePath of enginePaths()) {
     it(`a frozen base outside the heap gives the same log-probs (float32, and bfloat16 of a bfloat16 checkpoint) and adapter gradients (${enginePath})`, () =>
-      onEnginePath(enginePath, () => {
+      onEnginePath(enginePath, async () => {
         if (enginePath === 'stock') return expect(frozenBaseAvailable()).to.equal(false);
         expect(frozenBaseAvailable()).to.equal(true);
         for (const [name, dtypes] of [['tiny-qwen2', ['float32']], ['tiny-llama-bf16', ['float32', 'bfloat16']]] as const) {
@@ -62,10 +62,10 @@ describe('LoRA', () => {
             const model = loadModel(fixture(name), { frozenBase });
             model.attachAdapters(loadAdapters(model.config, fixture(`lora-${name}`)));
             expect(model.params.has('model.embed_tokens.weight')).to.equal(false);
-            const got = responseLogProbs(model, prompts, responses);
+            const got = await responseLogProbs(model, prompts, responses);
             cases.forEach((c, i) => expectClose(got[i], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i}`));
             // One sequence at a time: at most 16 rows, the decoding-sized products.
-            cases.forEach((c, i) => expectClose(responseLogProbs(model, [c.prompt_ids], [c.response_ids])[0], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i} alone`));
+            for (const [i, c] of cases.entries()) expectClose((await responseLogProbs(model, [c.prompt_ids], [c.response_ids]))[0], c.logprobs_t1, 1e-4, `${name} ${frozenBase} case ${i} alone`);
             const grads = adapterGradients(model, prompts, responses);
             for (const [n, g] of heapGrads) expectClose(grads.get(n)!, g, 1e-4 * Math.max(1, ...g.map(Math.abs)), `${name} ${frozenBase} d${n}`);
             model.dispose();
@@ -135,17 +135,18 @@ describe('LoRA', () => {
     model.dispose();
   });
 
-  it('fresh adapters (B = 0) give exactly the base log-probs, and turning them off gives the base after training moves them', () => {
+  it('fresh adapters (B = 0) give exactly the base log-probs, and turning them off gives the base after training moves them', async () => {
     const model = loadModel(fixture('tiny-qwen2'));
     const cases = reference['tiny-qwen2'];
     const prompts = cases.map((c) => c.prompt_ids);
     const responses = cases.map((c) => c.response_ids);
-    const base = responseLogProbs(model, prompts, responses);
+    const base = await responseLogProbs(model, prompts, responses);
     model.attachAdapters(createAdapters(model.config, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 3));
-    expect(responseLogProbs(model, prompts, responses)).to.deep.equal(base);
+    expect(await responseLogProbs(model, prompts, responses)).to.deep.equal(base);
     for (const [n, v] of model.adapters!.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.1, 'float32', 1));
-    expect(responseLogProbs(model, prompts, responses)).not.to.deep.equal(base);
-    expect(model.withoutAdapters(() => responseLogProbs(model, prompts, responses))).to.deep.equal(base);
+    expect(await responseLogProbs(model, prompts, responses)).not.to.deep.equal(base);
+    // responseLogProbs computes synchronously (only its read is awaited), so the adapters are off for the whole forward.
+    expect(await model.withoutAdapters(() => responseLogProbs(model, prompts, responses))).to.deep.equal(base);
     model.dispose();
   });
 
@@ -163,12 +164,12 @@ describe('LoRA', () => {
     model.dispose();
   });
 
-  it('writes PEFT files that load back bit-exactly, with PEFT names and [r, in] / [out, r] shapes', () => {
+  it('writes PEFT files that load back bit-exactly, with PEFT names and [r, in] / [out, r] shapes', async () => {
     const model = loadModel(fixture('tiny-llama-bf16'));
     const adapters = loadAdapters(model.config, fixture('lora-tiny-llama-bf16'));
     model.attachAdapters(adapters);
     const dir = tempDir();
-    writeAdapterFiles(dir, adapters, fixture('tiny-llama-bf16'));
+    await writeAdapterFiles(dir, adapters, fixture('tiny-llama-bf16'));
     const written = readTensors(path.join(dir, 'adapter_model.safetensors'));
     const q = written.get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')!;
     expect(q.shape).to.deep.equal([8, model.config.hiddenSize]);
@@ -206,7 +207,7 @@ describe('LoRA', () => {
     expectSameBits(got.get('model.norm.weight')!.data, base.get('model.norm.weight')!.data, 'norm unchanged');
     const cases = reference['tiny-qwen2'];
     const model = loadModel(path.join(out, 'merged'));
-    const lp = responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
+    const lp = await responseLogProbs(model, cases.map((c) => c.prompt_ids), cases.map((c) => c.response_ids));
     cases.forEach((c, i) => expectClose(lp[i], c.logprobs_t1, 1e-4, `merged case ${i}`));
     model.dispose();
 
@@ -224,14 +225,14 @@ describe('LoRA', () => {
     const adapters = createAdapters(model.config, { rank: 2, alpha: 4, targetModules: ['v_proj'] }, 0);
     for (const [n, v] of adapters.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.5, 'float32', 2));
     model.attachAdapters(adapters);
-    writeAdapterFiles(dir, adapters, modelDir);
+    await writeAdapterFiles(dir, adapters, modelDir);
     const plain = await flowrlInProcess(['score', '--model', modelDir, '--prompt', '1 2', '--response', '3', '--json']);
     const adapted = await flowrlInProcess(['score', '--model', modelDir, '--prompt', '1 2', '--response', '3', '--json', '--adapter', dir]);
     expect(adapted.status, adapted.stderr).to.equal(0);
     const a = JSON.parse(adapted.stdout);
     const p = JSON.parse(plain.stdout);
     expect(a.logprobs[0]).not.to.equal(p.logprobs[0]);
-    expectClose(a.logprobs, responseLogProbs(model, [a.prompt_ids], [a.response_ids])[0], 1e-6, 'score --adapter');
+    expectClose(a.logprobs, (await responseLogProbs(model, [a.prompt_ids], [a.response_ids]))[0], 1e-6, 'score --adapter');
     model.dispose();
   });
 

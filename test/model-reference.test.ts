@@ -36,15 +36,15 @@ for (const [name, dir] of [
       expectClose(ropeInverseFrequencies(model.config), reference.rope_inv_freq[name], 1e-12, 'inv_freq');
     });
 
-    it('gives each sequence alone the reference log-probs (temperature 1 and 0.7)', () => {
+    it('gives each sequence alone the reference log-probs (temperature 1 and 0.7)', async () => {
       for (const c of cases) {
-        expectClose(responseLogProbs(model, [c.prompt_ids], [c.response_ids])[0], c.logprobs_t1, 1e-4, 't=1');
-        expectClose(responseLogProbs(model, [c.prompt_ids], [c.response_ids], 0.7)[0], c.logprobs_t07, 1e-4, 't=0.7');
+        expectClose((await responseLogProbs(model, [c.prompt_ids], [c.response_ids]))[0], c.logprobs_t1, 1e-4, 't=1');
+        expectClose((await responseLogProbs(model, [c.prompt_ids], [c.response_ids], 0.7))[0], c.logprobs_t07, 1e-4, 't=0.7');
       }
     });
 
-    it('gives a left-padded batch the same log-probs as each sequence alone', () => {
-      const batched = responseLogProbs(
+    it('gives a left-padded batch the same log-probs as each sequence alone', async () => {
+      const batched = await responseLogProbs(
         model,
         cases.map((c) => c.prompt_ids),
         cases.map((c) => c.response_ids),
@@ -67,10 +67,10 @@ for (const [name, dir] of [
       tf.dispose([hidden, ...layerOutputs]);
     });
 
-    it('decodes greedily like the reference, with and without the KV cache', () => {
+    it('decodes greedily like the reference, with and without the KV cache', async () => {
       const c = cases[0];
-      const cached = generate(model, [c.prompt_ids], { maxNewTokens: 8, greedy: true });
-      const uncached = generate(model, [c.prompt_ids], { maxNewTokens: 8, greedy: true, noCache: true });
+      const cached = await generate(model, [c.prompt_ids], { maxNewTokens: 8, greedy: true });
+      const uncached = await generate(model, [c.prompt_ids], { maxNewTokens: 8, greedy: true, noCache: true });
       expect(cached.tokens[0]).to.deep.equal(c.greedy);
       expect(uncached.tokens[0]).to.deep.equal(c.greedy);
     });

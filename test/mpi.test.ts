@@ -79,7 +79,7 @@ describe('data-parallel ranks over MPI', function () {
 
   it('ranks refuse rollout servers (every rank would push weights; one step off would interleave their gathers)', async () => {
     const host = await createHost(writeCountdownConfig(tempDir(), { actor_rollout_ref: { rollout: { name: 'vllm', server: { urls: ['http://127.0.0.1:9'] } } } }), { skipEngine: true });
-    await host.container.unbind(TOKENS.Ranks);
+    host.container.unbind(TOKENS.Ranks);
     host.container.bind(TOKENS.Ranks).toConstantValue({ ...SINGLE_RANK, size: 2 });
     await expectInputErrorAsync(host.container.get<RLTrainer>(TOKENS.Trainer).setup(), 'actor_rollout_ref.rollout.name vllm: data-parallel ranks (mpirun) sample on the ranks themselves');
   });

@@ -264,11 +264,11 @@ describe('multi-turn rollouts: the agent loop', function () {
 });
 
 /** A small chat model (random weights) with the tokenizer above, and countdown rows for tool_agent. */
-function writeChatTask(dir: string): { model: string; tools: string; data: string } {
+async function writeChatTask(dir: string): Promise<{ model: string; tools: string; data: string }> {
   const tokenizer = chatTokenizer();
   const model = path.join(dir, 'model');
   const raw = { architectures: ['LlamaForCausalLM'], model_type: 'llama', vocab_size: tokenizer.vocabSize, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 512, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: true, bos_token_id: tokenizer.tokenId('<s>'), eos_token_id: tokenizer.eosTokenId, pad_token_id: tokenizer.padTokenId };
-  saveModel(initModel(raw, 7), model, { tokenizer });
+  await saveModel(initModel(raw, 7), model, { tokenizer });
   const tools = writeToolConfig(dir, [{ class_name: 'Calculator' }]);
   const data = path.join(dir, 'train.jsonl');
   const rows = [[9, 3, 4, 24], [2, 5, 7, 17], [8, 2, 6, 10], [6, 6, 1, 35]].map(([a, b, c, target], i) => ({
@@ -285,8 +285,8 @@ function writeChatTask(dir: string): { model: string; tools: string; data: strin
 describe('multi-turn rollouts: local sampling and training', function () {
   this.timeout(300_000);
 
-  function configFor(dir: string, algorithm: string, extra: Record<string, unknown> = {}) {
-    const task = writeChatTask(dir);
+  async function configFor(dir: string, algorithm: string, extra: Record<string, unknown> = {}) {
+    const task = await writeChatTask(dir);
     return writeCountdownConfig(dir, {
       plugins: [path.join(ROOT, 'plugin.json')],
       algorithm: { name: algorithm },
@@ -314,7 +314,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('local sampling: tool_agent rows become conversations (masks 0 on tool turns, attention on all), single_turn_agent rows one turn; the same seed gives the same trajectories', async () => {
     const dir = tempDir();
-    const host = await createHost(configFor(dir, 'grpo'), { quiet: true });
+    const host = await createHost(await configFor(dir, 'grpo'), { quiet: true });
     const multiTurn = host.container.get(MultiTurn);
     const tokenizer = chatTokenizer();
     forceToolCalls(multiTurn, tokenizer);
@@ -348,7 +348,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
     expect(a.meta.metrics).to.have.property('agent_loop/tool_calls/mean').above(0);
     // Two threads: the pool samples a turn's rows in shards (from 2 x MIN_SAMPLING_ROWS_PER_THREAD rows), each row with its own seed and budget: the same conversations as one thread.
     const many = promptBatch(dataset.train, 'y').repeat(2 * MIN_SAMPLING_ROWS_PER_THREAD / dataset.train.length, true);
-    const pooled = await createHost(configFor(tempDir(), 'grpo'), { overrides: ['engine.workers=2'], quiet: true });
+    const pooled = await createHost(await configFor(tempDir(), 'grpo'), { overrides: ['engine.workers=2'], quiet: true });
     forceToolCalls(pooled.container.get(MultiTurn), tokenizer);
     const pooledWorker = pooled.container.get<Worker>(TOKENS.Worker);
     await pooledWorker.init();
@@ -367,7 +367,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('log-probs of a hand-built conversation: the batch gives each sampled token the log-prob of its own turn given the conversation before it', async () => {
     const dir = tempDir();
-    const host = await createHost(configFor(dir, 'grpo'), { quiet: true });
+    const host = await createHost(await configFor(dir, 'grpo'), { quiet: true });
     const worker = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker);
     await worker.init();
     const tokenizer = chatTokenizer();
@@ -380,17 +380,17 @@ describe('multi-turn rollouts: local sampling and training', function () {
     // Two rows: the conversation, and a shorter one-turn row beside it (padding must not leak).
     const short = tokenizer.encode('24<|im_end|>', false);
     const batch = new Batch({ tensors: sequencesFromSamples([prompt, prompt.slice(3)], [response, short], 160, tokenizer.padTokenId!, [mask, short.map(() => 1)]) });
-    const logProbs = worker.computeLogProb(batch).logProbs;
+    const logProbs = (await worker.computeLogProb(batch)).logProbs;
     const R = batch.tensor('responses').shape[1];
     let offset = 0;
-    turns.forEach((ids, i) => {
+    for (const [i, ids] of turns.entries()) {
       if (sampled[i]) {
-        const [own] = responseLogProbs(worker.module.lm, [[...prompt, ...response.slice(0, offset)]], [ids]);
+        const [own] = await responseLogProbs(worker.module.lm, [[...prompt, ...response.slice(0, offset)]], [ids]);
         expectClose(logProbs.subarray(offset, offset + ids.length), own, 2e-5, `turn ${i}`);
       }
       offset += ids.length;
-    });
-    const [alone] = responseLogProbs(worker.module.lm, [prompt.slice(3)], [short]);
+    }
+    const [alone] = await responseLogProbs(worker.module.lm, [prompt.slice(3)], [short]);
     expectClose(logProbs.subarray(R, R + short.length), alone, 2e-5, 'the short row');
     batch.dispose();
     worker.dispose();
@@ -398,7 +398,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('multi-turn SFT (sft.messages_key): a conversation laid out as the agent loop lays it out, the loss over the assistant\'s tokens only, and it falls', async () => {
     const dir = tempDir();
-    const file = configFor(dir, 'grpo');
+    const file = await configFor(dir, 'grpo');
     const tokenizer = chatTokenizer();
     const renderer = new ToolTurnRenderer(tokenizer, [CALCULATOR_SCHEMA]);
     const messages = [{ role: 'user', content: '9, 3, 4 -> 24' }, { role: 'assistant', content: CALL.replace('<|im_end|>', '') }, { role: 'tool', content: '24' }, { role: 'assistant', content: '(9-3)*4' }];
@@ -420,7 +420,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
     const lm = worker.module.lm;
     const seq = packSequences([laid.prompt], [laid.response], 0, [laid.lossMask]);
     const loss = maskedNll(lm, seq);
-    const [all] = responseLogProbs(lm, [laid.prompt], [laid.response]);
+    const [all] = await responseLogProbs(lm, [laid.prompt], [laid.response]);
     const expected = -all.reduce((sum, lp, i) => sum + lp * laid.lossMask[i], 0) / laid.lossMask.reduce((a, b) => a + b, 0);
     expect(loss.dataSync()[0]).to.be.closeTo(expected, 1e-4);
     loss.dispose();
@@ -446,7 +446,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('the same conversations through flowrl serve, SGLang and vLLM routes (token in, per-turn seeds): the tokens local sampling gives, the server\'s log-probs the trainer\'s', async () => {
     const dir = tempDir();
-    const file = configFor(dir, 'grpo');
+    const file = await configFor(dir, 'grpo');
     const server = await startServer({ modelDir: path.join(dir, 'model') });
     const tokenizer = chatTokenizer();
     const sampling = { temperature: 1, topP: 1, topK: -1, greedy: false, maxNewTokens: 160, seed: 9 };
@@ -470,7 +470,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
       expect(Math.max(...remote.batch.column<number>('num_turns'))).to.be.at.least(4);
       // Every sampled token's engine log-prob against the trainer's (the forced turns are NaN and skipped; tool turns are 0 and masked).
       const served = remote.batch.tensor('rollout_log_probs').data;
-      const trainer = remote.worker.computeLogProb(remote.batch).logProbs;
+      const trainer = (await remote.worker.computeLogProb(remote.batch)).logProbs;
       const mask = remote.batch.tensor('response_mask').data;
       let compared = 0;
       for (let i = 0; i < mask.length; i++) {
@@ -495,7 +495,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('one step off on flowrl serve: conversations of step t+1 sampled while step t trains, one update stale', async () => {
     const dir = tempDir();
-    const file = configFor(dir, 'grpo', { trainer: { total_training_steps: 3, test_freq: -1, val_before_train: false } });
+    const file = await configFor(dir, 'grpo', { trainer: { total_training_steps: 3, test_freq: -1, val_before_train: false } });
     const server = await startServer({ modelDir: path.join(dir, 'model') });
     try {
       const overrides = ['actor_rollout_ref.rollout.name=sglang', `actor_rollout_ref.rollout.server.urls=[${server.url}]`, 'actor_rollout_ref.rollout.server.max_staleness=1', 'trainer.one_step_off_policy=true'];
@@ -515,7 +515,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
   for (const algorithm of ['grpo', 'flowrl']) {
     it(`${algorithm} trains on conversations with tool turns: the loop's metrics logged, every update finite`, async () => {
       const dir = tempDir();
-      const host = await createHost(configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: 2, val_before_train: false } }), { quiet: true });
+      const host = await createHost(await configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: 2, val_before_train: false } }), { quiet: true });
       // Every row calls on its first turn (validation samples one per prompt, and half are tool rows).
       forceToolCalls(host.container.get(MultiTurn), chatTokenizer(), () => true);
       const trainer = host.container.get<Trainer>(TOKENS.Trainer);
@@ -541,7 +541,7 @@ describe('multi-turn rollouts: local sampling and training', function () {
 
   it('config errors name the key: tool_agent without enable, enable without tools, a missing tool config, off-policy rows', async () => {
     const dir = tempDir();
-    const file = configFor(dir, 'grpo');
+    const file = await configFor(dir, 'grpo');
     const cases: [string[], string][] = [
       [['actor_rollout_ref.rollout.multi_turn.enable=false'], 'agent_name tool_agent needs actor_rollout_ref.rollout.multi_turn.enable: true'],
       [['actor_rollout_ref.rollout.multi_turn.enable=false', 'actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent'], 'default_agent_loop is tool_agent but actor_rollout_ref.rollout.multi_turn.enable is false'],

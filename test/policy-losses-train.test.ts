@@ -39,7 +39,7 @@ describe('every registered policy loss trains a countdown step', function () {
   });
   after(() => lm.dispose());
 
-  it('one actor update per loss: a finite loss and gradient norm, and the weights move (each from the same start)', () => {
+  it('one actor update per loss: a finite loss and gradient norm, and the weights move (each from the same start)', async () => {
     const userFile = path.join(tempDir('flowrl-losses-'), 'run.yaml');
     const start = new Map([...lm.trainableParams()].map(([name, v]) => [name, tf.clone(v)]));
     // 4 countdown-like prompts x 2 responses of token ids (the vocabulary has 24), ragged.
@@ -69,13 +69,13 @@ describe('every registered policy loss trains a countdown step', function () {
       const batch = new Batch({ tensors: sequencesFromSamples(prompts, responses, R, 0) });
       const B = batch.size;
       const mask = batch.tensor('response_mask').data;
-      const old = actor.computeLogProbHere(batch, { withEntropy: false }).logProbs;
+      const old = (await actor.computeLogProbHere(batch, { withEntropy: false })).logProbs;
       // Rows alternate good and bad answers; the reference sits a little below the policy.
       batch.set('old_log_probs', { shape: [B, R], data: old });
       batch.set('ref_log_prob', { shape: [B, R], data: old.map((v) => v - 0.1) });
       batch.set('advantages', { shape: [B, R], data: Float32Array.from(mask, (m, i) => m * (Math.floor(i / R) % 2 ? -1 : 1)) });
       const before = tf.memory().numTensors;
-      const metrics = actor.updatePolicy(batch);
+      const metrics = await actor.updatePolicy(batch);
       module.optimizer.dispose();
       expect(tf.memory().numTensors, `${name}: tensors kept besides AdamW's`).to.equal(before);
       for (const key of ['actor/pg_loss', 'actor/grad_norm', 'actor/kl_loss']) expect(Number.isFinite(metrics[key]), `${name}: ${key} = ${metrics[key]}`).to.equal(true);

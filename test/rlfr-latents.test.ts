@@ -21,11 +21,11 @@ describe('RLFR latents and deviations', () => {
     expect(Array.from(contextRows(1, 3, 'identity'))).to.deep.equal([0, 1, 2]);
   });
 
-  it('with v = 0 the deviation is w(t) * mean_d (x1 - eps)^2, and t/(1-t) = 4 at t = 0.8', () => {
+  it('with v = 0 the deviation is w(t) * mean_d (x1 - eps)^2, and t/(1-t) = 4 at t = 0.8', async () => {
     const field = new VelocityField({ latentSize: 3, width: 4, depth: 1, eps: 1e-6, seed: 1 });
     const x1 = tf.tensor2d([1, 2, 3, -1, 0, 2], [2, 3]);
     const context = tf.zerosLike(x1) as tf.Tensor2D;
-    const deviation = flowDeviation(field, x1, context, 0.5, new Rng(7));
+    const deviation = await flowDeviation(field, x1, context, 0.5, new Rng(7));
     const rng = new Rng(7);
     const eps = Array.from({ length: 6 }, () => rng.normal());
     const x = [1, 2, 3, -1, 0, 2];

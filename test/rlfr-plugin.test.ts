@@ -81,21 +81,21 @@ describe('RLFR flow rewards in the host', function () {
     const rng = new Rng(11);
     // Shuffle each response's tokens before its stop token (an answer-shaped but unnatural sequence).
     const shuffled = examples.map((e) => ({ prompt: e.prompt, response: [...rng.shuffle(e.response.slice(0, -1)), e.response.at(-1)!] }));
-    const meanDeviation = (set: typeof examples) => {
+    const meanDeviation = async (set: typeof examples) => {
       const seq = packSequences(set.map((e) => e.prompt), set.map((e) => e.response), tokenizer.padTokenId ?? 0);
       const select = new Float32Array(seq.batch * seq.responseLength);
       set.forEach((e, b) => select.fill(1, b * seq.responseLength, b * seq.responseLength + e.response.length));
-      const latents = responseLatents(lm, seq, model.layers, 'token_post', select, 64);
+      const latents = await responseLatents(lm, seq, model.layers, 'token_post', select, 64);
       let total = 0;
-      model.layerIds.forEach((id, l) => {
+      for (const [l, id] of model.layerIds.entries()) {
         const [x1, ctx] = [tf.tensor2d(latents.targets[l], [latents.rows, latents.size]), tf.tensor2d(latents.contexts[l], [latents.rows, latents.size])];
-        total += flowDeviation(model.field, x1, ctx, id, new Rng(3)).reduce((a, b) => a + b, 0) / latents.rows;
+        total += (await flowDeviation(model.field, x1, ctx, id, new Rng(3))).reduce((a, b) => a + b, 0) / latents.rows;
         tf.dispose([x1, ctx]);
-      });
+      }
       return total / model.layers.length;
     };
-    const real = meanDeviation(examples);
-    const mixed = meanDeviation(shuffled);
+    const real = await meanDeviation(examples);
+    const mixed = await meanDeviation(shuffled);
     expect(real, `reference ${real}, shuffled ${mixed}`).to.be.lessThan(0.9 * mixed);
     model.dispose();
     lm.dispose();
@@ -129,16 +129,16 @@ describe('RLFR flow rewards in the host', function () {
     const batch = await halfCorrectBatch(worker);
     const [B, R] = batch.tensor('responses').shape;
     const shaping = new Float32Array(B * R);
-    const metrics = shaper.shape(batch, shaping);
+    const metrics = await shaper.shape(batch, shaping);
     expect(shaping.every((x) => x === 0)).to.equal(true);
     expect(metrics).to.deep.include({ 'flow/kept_tokens': 0, 'flow/reward_mean': 0, 'flow/correct_fraction': 0.5 });
-    expect(shaper.onActorStep(batch), 'training_step ignores actor steps').to.deep.equal({});
-    const update = shaper.afterUpdate();
+    expect(await shaper.onActorStep(batch), 'training_step ignores actor steps').to.deep.equal({});
+    const update = await shaper.afterUpdate();
     expect(update['flow/update_sequences']).to.equal(8);
     expect(update['flow/loss']).to.be.greaterThan(0);
     expect(shaper.flowModel.trained).to.equal(true);
     const after = new Float32Array(B * R);
-    const next = shaper.shape(batch, after);
+    const next = await shaper.shape(batch, after);
     expect(next['flow/kept_tokens']).to.be.greaterThan(0);
     expect(after.some((x) => x < 0)).to.equal(true);
     // Padding never gets a reward.
@@ -148,19 +148,19 @@ describe('RLFR flow rewards in the host', function () {
     // The reference's cadence: a step per actor mini-batch, the same latents (the same weights), and
     // the loss over all 16 sequences instead of the 8 correct ones: half of training_step's.
     const reference = await freshShaper([]);
-    expect(reference.shaper.shape(batch, new Float32Array(B * R))['flow/kept_tokens']).to.equal(0);
-    expect(reference.shaper.afterUpdate(), 'actor_step ignores the end of the update').to.deep.equal({});
-    const step = reference.shaper.onActorStep(batch);
+    expect((await reference.shaper.shape(batch, new Float32Array(B * R)))['flow/kept_tokens']).to.equal(0);
+    expect(await reference.shaper.afterUpdate(), 'actor_step ignores the end of the update').to.deep.equal({});
+    const step = await reference.shaper.onActorStep(batch);
     expect(step['flow/update_sequences']).to.equal(8);
     expect(step['flow/loss']).to.be.closeTo(0.5 * update['flow/loss'], 1e-6 * update['flow/loss']);
     expect(reference.shaper.flowModel.trained).to.equal(true);
 
     // A warm-up's first step runs at lr 0: it changes nothing, so the field does not start rewarding.
     const warming = await freshShaper(['reward.flow.online.warmup_ratio=0.5']);
-    expect(warming.shaper.onActorStep(batch)).to.include({ 'flow/lr': 0, 'flow/update_sequences': 8 });
+    expect(await warming.shaper.onActorStep(batch)).to.include({ 'flow/lr': 0, 'flow/update_sequences': 8 });
     expect(warming.shaper.flowModel.trained).to.equal(false);
-    expect(warming.shaper.shape(batch, new Float32Array(B * R))['flow/kept_tokens']).to.equal(0);
-    expect(warming.shaper.onActorStep(batch)['flow/lr']).to.be.greaterThan(0);
+    expect((await warming.shaper.shape(batch, new Float32Array(B * R)))['flow/kept_tokens']).to.equal(0);
+    expect((await warming.shaper.onActorStep(batch))['flow/lr']).to.be.greaterThan(0);
     expect(warming.shaper.flowModel.trained).to.equal(true);
     batch.dispose();
     for (const { shaper: s, worker: w } of [{ shaper, worker }, reference, warming]) {

@@ -26,6 +26,7 @@ import { miniBatchDenominators, vanillaPolicyLoss } from '../core-adapters/algor
 import { sequencesFromSamples } from '../core-adapters/workers/sequences.js';
 import { FlowRLActor, PROJ_Z } from '../plugin/flowrl-actor.js';
 import { computeFlowRLLoss } from '../plugin/objective.js';
+import { disposeMetrics, type PendingMetrics } from '../core-adapters/engine/readback.js';
 import { ProjZ } from '../plugin/proj-z.js';
 import { expectClose, expectInputError, expectSameBits, fixture, ROOT, tempDir } from './helpers.js';
 
@@ -108,12 +109,16 @@ describe('rollout correction (TIS)', () => {
 
   it('the vanilla policy loss multiplies each token loss by its weight before aggregation', () => {
     // Ratio 1: token losses -A = [-1, 3]; weighted [-2, 1.5]; token-mean -0.25.
-    const value = tf.tidy(() =>
-      vanillaPolicyLoss(
+    const value = tf.tidy(() => {
+      const r = vanillaPolicyLoss(
         { logProb: tf.tensor2d([[-1, -2]]), oldLogProb: tf.tensor2d([[-1, -2]]), advantages: tf.tensor2d([[1, -3]]), responseMask: tf.ones([1, 2]) as tf.Tensor2D, tokenWeights: tf.tensor2d([[2, 0.5]]) },
         { clipRatioLow: 0.2, clipRatioHigh: 0.2, clipRatioC: 3, lossAggMode: 'token-mean' },
-      ).loss.dataSync()[0],
-    );
+      );
+      const v = r.loss.dataSync()[0];
+      // The loss's metrics are kept scalars (actor/final_loss is the loss itself): disposed after reading it.
+      disposeMetrics(r.metrics);
+      return v;
+    });
     expect(value).to.be.closeTo(-0.25, 1e-7);
   });
 
@@ -157,12 +162,25 @@ describe('rollout correction (TIS)', () => {
       logZ: tf.tensor1d([0.5, -0.2]),
       rolloutWeights: tf.tensor1d(engine.weights),
     });
-    const value = tf.tidy(() => computeFlowRLLoss(inputs(), { beta }).loss.dataSync()[0]);
+    const value = tf.tidy(() => {
+      const r = computeFlowRLLoss(inputs(), { beta });
+      const v = r.loss.dataSync()[0];
+      // The loss's metrics are kept scalars (actor/final_loss is the loss itself): disposed after reading it.
+      disposeMetrics(r.metrics);
+      return v;
+    });
     expect(value).to.be.closeTo(expected, 1e-5 * expected);
     // The factor is a constant: d loss / d logZ_b = w_b c_b delta_b (2 / B).
     const grad = tf.tidy(() => {
       const t = inputs();
-      return tf.grad((z: tf.Tensor) => computeFlowRLLoss({ ...t, logZ: z as tf.Tensor1D }, { beta }).loss)(t.logZ).dataSync() as Float32Array;
+      let pending: PendingMetrics = {};
+      const g = tf.grad((z: tf.Tensor) => {
+        const r = computeFlowRLLoss({ ...t, logZ: z as tf.Tensor1D }, { beta });
+        pending = r.metrics;
+        return r.loss;
+      })(t.logZ);
+      disposeMetrics(pending);
+      return g.dataSync() as Float32Array;
     });
     expectClose(grad, [own[0] * Math.exp(0.5) * deltas[0], own[1] * 2 * deltas[1]], 1e-5 * Math.abs(deltas[1]) * 2, 'd loss / d logZ');
   });
@@ -188,12 +206,12 @@ describe('rollout correction (TIS)', () => {
     }
 
     /** Prompts with sampled responses, the actor's own old log-probs, per-row advantages (and ref = old). */
-    function rollouts(actor: PPOActor, responses: number[][]): Batch {
+    async function rollouts(actor: PPOActor, responses: number[][]): Promise<Batch> {
       const R = 4;
       const batch = new Batch({ tensors: sequencesFromSamples([[5, 6, 7], [8, 9]], responses, R, 0) });
       const B = batch.size;
       const m = batch.tensor('response_mask').data;
-      const oldLp = actor.computeLogProbHere(batch, { withEntropy: false }).logProbs;
+      const oldLp = (await actor.computeLogProbHere(batch, { withEntropy: false })).logProbs;
       const advantages = Float32Array.from(m, (v, i) => v * (i < R ? 0.7 : -1.2));
       batch.set('old_log_probs', { shape: [B, R], data: oldLp });
       batch.set('ref_log_prob', { shape: [B, R], data: Float32Array.from(oldLp) });
@@ -210,9 +228,9 @@ describe('rollout correction (TIS)', () => {
       return out;
     }
 
-    function lossAndGrads(actor: PPOActor, batch: Batch): { metrics: Metrics; grads: Map<string, Float32Array> } {
+    async function lossAndGrads(actor: PPOActor, batch: Batch): Promise<{ metrics: Metrics; grads: Map<string, Float32Array> }> {
       const part: MicroBatchShare = { global: miniBatchDenominators(batch.tensor('response_mask')), share: 1, step: 0, onPolicy: false, firstRow: 0 };
-      const { grads, metrics } = actor.microBatchGradients(batch, part);
+      const { grads, metrics } = await actor.microBatchGradients(batch, part);
       const plain = new Map([...grads].map(([name, g]) => [name, Float32Array.from(g.dataSync() as Float32Array)]));
       tf.dispose([...grads.values()]);
       expect(metrics).to.have.length(1);
@@ -226,80 +244,80 @@ describe('rollout correction (TIS)', () => {
       }
     }
 
-    it('PPO: rollout_log_probs equal to old_log_probs leaves loss and gradients bit for bit; a constant shift scales them by min(exp(shift), C)', () => {
+    it('PPO: rollout_log_probs equal to old_log_probs leaves loss and gradients bit for bit; a constant shift scales them by min(exp(shift), C)', async () => {
       const actor = new PPOActor(config({ algorithm: { name: 'ppo' } }), vanillaPolicyLoss);
       actor.attach(policyModule());
-      const batch = rollouts(actor, [[10, 11, 12, 13], [14, 15]]);
-      const base = lossAndGrads(actor, batch);
+      const batch = await rollouts(actor, [[10, 11, 12, 13], [14, 15]]);
+      const base = await lossAndGrads(actor, batch);
       expect(base.metrics['actor/pg_loss']).to.not.equal(0);
 
-      const same = lossAndGrads(actor, withRollout(batch, 0));
+      const same = await lossAndGrads(actor, withRollout(batch, 0));
       expect(same.metrics['actor/pg_loss']).to.equal(base.metrics['actor/pg_loss']);
       for (const [name, g] of base.grads) expectSameBits(same.grads.get(name)!, g, name);
 
       // Engine log-probs 0.3 below the trainer's: every weight is exp(0.3) = 1.35 < 2.
-      const up = lossAndGrads(actor, withRollout(batch, 0.3));
+      const up = await lossAndGrads(actor, withRollout(batch, 0.3));
       expect(up.metrics['actor/pg_loss']).to.be.closeTo(Math.exp(0.3) * base.metrics['actor/pg_loss'], 1e-6 * Math.abs(base.metrics['actor/pg_loss']));
       expectScaled(up.grads, base.grads, Math.exp(0.3));
       // 0.5 above: exp(-0.5); 1 below: exp(1) truncated at 2.
-      const down = lossAndGrads(actor, withRollout(batch, -0.5));
+      const down = await lossAndGrads(actor, withRollout(batch, -0.5));
       expect(down.metrics['actor/pg_loss']).to.be.closeTo(Math.exp(-0.5) * base.metrics['actor/pg_loss'], 1e-6 * Math.abs(base.metrics['actor/pg_loss']));
-      const capped = lossAndGrads(actor, withRollout(batch, 1));
+      const capped = await lossAndGrads(actor, withRollout(batch, 1));
       expect(capped.metrics['actor/pg_loss']).to.be.closeTo(2 * base.metrics['actor/pg_loss'], 1e-6 * Math.abs(base.metrics['actor/pg_loss']));
       expectScaled(capped.grads, base.grads, 2);
       // The PPO clip statistics are about pi / pi_old and do not move.
       expect(capped.metrics['actor/ppo_kl']).to.equal(base.metrics['actor/ppo_kl']);
       // The per-micro-batch weights tensor is released with the loss's other tensors.
       const tensors = tf.memory().numTensors;
-      lossAndGrads(actor, withRollout(batch, 0.3));
+      await lossAndGrads(actor, withRollout(batch, 0.3));
       expect(tf.memory().numTensors).to.equal(tensors);
     });
 
-    it('PPO: tis_cap null trains as local sampling does; updatePolicy reports the metrics whenever rollout_log_probs exists', () => {
+    it('PPO: tis_cap null trains as local sampling does; updatePolicy reports the metrics whenever rollout_log_probs exists', async () => {
       const off = new PPOActor(config({ algorithm: { name: 'ppo', rollout_correction: { tis_cap: null } } }), vanillaPolicyLoss);
       off.attach(policyModule());
-      const batch = rollouts(off, [[10, 11, 12, 13], [14, 15]]);
-      const base = lossAndGrads(off, batch);
-      const skewed = lossAndGrads(off, withRollout(batch, 1));
+      const batch = await rollouts(off, [[10, 11, 12, 13], [14, 15]]);
+      const base = await lossAndGrads(off, batch);
+      const skewed = await lossAndGrads(off, withRollout(batch, 1));
       expect(skewed.metrics['actor/pg_loss']).to.equal(base.metrics['actor/pg_loss']);
       for (const [name, g] of base.grads) expectSameBits(skewed.grads.get(name)!, g, name);
 
-      const local = off.updatePolicy(batch);
+      const local = await off.updatePolicy(batch);
       expect(Object.keys(local).filter((k) => k.startsWith('rollout/'))).to.deep.equal([]);
-      const metricsOff = off.updatePolicy(withRollout(batch, 1));
+      const metricsOff = await off.updatePolicy(withRollout(batch, 1));
       expect(metricsOff['rollout/logprob_diff_mean']).to.be.closeTo(1, 1e-6);
       expect(metricsOff['rollout/tis_clipfrac']).to.equal(0);
 
       const on = new PPOActor(config({ algorithm: { name: 'ppo' } }), vanillaPolicyLoss);
       on.attach(policyModule());
-      const metricsOn = on.updatePolicy(withRollout(batch, 1));
+      const metricsOn = await on.updatePolicy(withRollout(batch, 1));
       expect(metricsOn['rollout/logprob_diff_mean']).to.be.closeTo(1, 1e-6);
       expect(metricsOn['rollout/logprob_diff_max']).to.be.closeTo(1, 1e-6);
       expect(metricsOn['rollout/tis_clipfrac']).to.equal(1);
     });
 
-    it('FlowRL: the engine factor is exp of the summed mismatch truncated at C, multiplied into the sequence weight', () => {
+    it('FlowRL: the engine factor is exp of the summed mismatch truncated at C, multiplied into the sequence weight', async () => {
       const actor = new FlowRLActor(config({ algorithm: { name: 'flowrl' } }), vanillaPolicyLoss);
       const head = new ProjZ(lm.config.hiddenSize, { layers: 2, dropout: 0.1, seed: 3 });
       try {
         actor.attach(policyModule(new Map([[PROJ_Z, head]])));
         // Equal lengths (4 tokens), so a constant shift gives every row the same factor.
-        const batch = rollouts(actor, [[10, 11, 12, 13], [14, 15, 16, 17]]);
-        const base = lossAndGrads(actor, batch);
-        const same = lossAndGrads(actor, withRollout(batch, 0));
+        const batch = await rollouts(actor, [[10, 11, 12, 13], [14, 15, 16, 17]]);
+        const base = await lossAndGrads(actor, batch);
+        const same = await lossAndGrads(actor, withRollout(batch, 0));
         expect(same.metrics['actor/final_loss']).to.equal(base.metrics['actor/final_loss']);
         for (const [name, g] of base.grads) expectSameBits(same.grads.get(name)!, g, name);
 
         // Shift 0.1 per token: exp(0.4) = 1.49 per row; shift 0.3: exp(1.2) = 3.3, truncated at 2.
-        const up = lossAndGrads(actor, withRollout(batch, 0.1));
+        const up = await lossAndGrads(actor, withRollout(batch, 0.1));
         expect(up.metrics['actor/final_loss']).to.be.closeTo(Math.exp(0.4) * base.metrics['actor/final_loss'], 1e-5 * base.metrics['actor/final_loss']);
         expectScaled(up.grads, base.grads, Math.exp(0.4));
-        const capped = lossAndGrads(actor, withRollout(batch, 0.3));
+        const capped = await lossAndGrads(actor, withRollout(batch, 0.3));
         expect(capped.metrics['actor/final_loss']).to.be.closeTo(2 * base.metrics['actor/final_loss'], 1e-5 * base.metrics['actor/final_loss']);
         // FlowRL's own importance weight (pi / pi_old) is reported as before.
         expect(capped.metrics['actor/importance_weight']).to.equal(base.metrics['actor/importance_weight']);
 
-        const metrics = actor.updatePolicy(withRollout(batch, 0.3));
+        const metrics = await actor.updatePolicy(withRollout(batch, 0.3));
         expect(metrics['rollout/logprob_diff_mean']).to.be.closeTo(0.3, 1e-6);
         expect(metrics['rollout/tis_clipfrac']).to.equal(0);
         expect(metrics['rollout/tis_seq_clipfrac']).to.equal(1);

@@ -65,7 +65,7 @@ describe('rollout checks of the engine behind the routes (vLLM v0.20.2, SGLang v
       module: { lm: base } as unknown as PolicyModule,
       stopTokenIds: [],
       padTokenId: 0,
-      writeWeights: (to) => {
+      writeWeights: async (to) => {
         fs.cpSync(weights, to, { recursive: true });
         return { adapter: false };
       },

@@ -22,19 +22,19 @@ import { expectClose, fixture, flowrlInProcess, spawnBuiltFlowrl, tempDir } from
 import { call, callError, expectError, maxDiff, PROMPTS, sample, startServer, TINY, TINY_ADAPTER, waitFor, waiting, type ChatAnswer, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 /** An HF directory with tiny-qwen2's architecture and perturbed weights (another policy version). */
-function writePerturbedModel(dir: string): void {
+async function writePerturbedModel(dir: string): Promise<void> {
   const model = loadModel(TINY);
   for (const v of model.params.values()) v.assign(tf.tidy(() => tf.add(v, tf.randomNormal(v.shape, 0, 0.05, 'float32', 7))));
-  saveModel(model, dir);
+  await saveModel(model, dir);
   model.dispose();
 }
 
 let perturbed: string | undefined;
 /** The perturbed model's directory, written on first use (not in a root hook: other files' runs skip it). */
-function perturbedDir(): string {
+async function perturbedDir(): Promise<string> {
   if (!perturbed) {
     perturbed = path.join(tempDir(), 'v7');
-    writePerturbedModel(perturbed);
+    await writePerturbedModel(perturbed);
   }
   return perturbed;
 }
@@ -86,8 +86,8 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       if (r.finish === 'stop' && eos) expect(eos).to.include(r.outputIds.at(-1));
     };
     /** Engine logprobs equal the trainer's log-probs of the same ids at `temperature`. */
-    const expectParity = (r: SampleResult, prompt: number[], m: CausalLM, temperature: number, label: string) => {
-      expectClose(r.logProbs, responseLogProbs(m, [prompt], [r.outputIds], temperature)[0], 1e-4, label);
+    const expectParity = async (r: SampleResult, prompt: number[], m: CausalLM, temperature: number, label: string) => {
+      expectClose(r.logProbs, (await responseLogProbs(m, [prompt], [r.outputIds], temperature))[0], 1e-4, label);
     };
 
     before(async () => {
@@ -140,15 +140,15 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       const m = model(t.modelDir!);
       for (const [i, prompt] of PROMPTS.entries()) {
         const r = await t.client.generate(sample({ inputIds: prompt, maxNewTokens: 12, seed: 30 + i }));
-        expectParity(r, prompt, m, 1, `prompt ${i}`);
+        await expectParity(r, prompt, m, 1, `prompt ${i}`);
       }
     });
 
     (info.flowrl ? it : it.skip)('parity at T = 0.7: the processed logprobs are the trainer log-probs at T = 0.7, not at T = 1', async () => {
       const m = model(t.modelDir!);
       const r = await t.client.generate(sample({ inputIds: PROMPTS[2], maxNewTokens: 12, temperature: 0.7, seed: 5 }));
-      expectParity(r, PROMPTS[2], m, 0.7, 'T 0.7');
-      expect(maxDiff(r.logProbs, responseLogProbs(m, [PROMPTS[2]], [r.outputIds], 1)[0])).to.be.above(1e-2);
+      await expectParity(r, PROMPTS[2], m, 0.7, 'T 0.7');
+      expect(maxDiff(r.logProbs, (await responseLogProbs(m, [PROMPTS[2]], [r.outputIds], 1))[0])).to.be.above(1e-2);
     });
 
     (info.adapter ? it : it.skip)("loadWeights(adapter, 'v1', true): requests naming v1 sample from base + adapter, others from the base; an unknown adapter is lost weights (retried after a resync)", async () => {
@@ -157,10 +157,10 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       expectFinish(adapted, 12);
       const plain = await t.client.generate(sample({ maxNewTokens: 12 }));
       if (info.model) {
-        expectParity(adapted, PROMPTS[0], model(t.modelDir!, t.adapterDir), 1, 'with the adapter');
-        expectParity(plain, PROMPTS[0], model(t.modelDir!), 1, 'without the adapter');
+        await expectParity(adapted, PROMPTS[0], model(t.modelDir!, t.adapterDir), 1, 'with the adapter');
+        await expectParity(plain, PROMPTS[0], model(t.modelDir!), 1, 'without the adapter');
         // The adapter changes the scores, so the parity above tells the two apart.
-        expect(maxDiff(adapted.logProbs, responseLogProbs(model(t.modelDir!), [PROMPTS[0]], [adapted.outputIds])[0])).to.be.above(1e-3);
+        expect(maxDiff(adapted.logProbs, (await responseLogProbs(model(t.modelDir!), [PROMPTS[0]], [adapted.outputIds]))[0])).to.be.above(1e-3);
       }
       // An adapter the server does not have: it lost our weights (a restart), so the rollout resyncs it.
       const e = await callError(t.client.generate(sample({ adapter: 'no-such-adapter' })));
@@ -183,15 +183,15 @@ function contractSuite(title: string, info: TargetInfo, open: () => Promise<Targ
       // Not left paused: generation goes on, from the old weights.
       const r = await t.client.generate(sample({ maxNewTokens: 8 }));
       expectFinish(r, 8);
-      if (info.model) expectParity(r, PROMPTS[0], model(t.modelDir!), 1, 'old weights');
+      if (info.model) await expectParity(r, PROMPTS[0], model(t.modelDir!), 1, 'old weights');
     });
 
     (info.weights ? it : it.skip)('loadWeights of another HF directory serves its weights under the new version', async () => {
       await t.client.loadWeights(t.weightsDir!, 'v7', false);
       const r = await t.client.generate(sample({ inputIds: PROMPTS[1], maxNewTokens: 12, seed: 4 }));
       expectFinish(r, 12);
-      expectParity(r, PROMPTS[1], model(t.weightsDir!), 1, 'new weights');
-      if (info.model) expect(maxDiff(r.logProbs, responseLogProbs(model(t.modelDir!), [PROMPTS[1]], [r.outputIds])[0])).to.be.above(1e-3);
+      await expectParity(r, PROMPTS[1], model(t.weightsDir!), 1, 'new weights');
+      if (info.model) expect(maxDiff(r.logProbs, (await responseLogProbs(model(t.modelDir!), [PROMPTS[1]], [r.outputIds]))[0])).to.be.above(1e-3);
       const version = await t.version();
       if (version !== undefined) expect(version).to.equal('v7');
       // SGLang tags each sample with the version that drew it.
@@ -207,7 +207,7 @@ for (const dialect of ['sglang', 'vllm'] as const) {
     const client = dialect === 'sglang' ? new SglangClient(url, { timeoutMs: 10_000, retryDelayMs: 5 }) : new VllmClient(url, { timeoutMs: 10_000, retryDelayMs: 5 });
     // SGLang reports it at /model_info; vLLM reports none.
     const version = async () => (dialect === 'sglang' ? ((await call(url, '/model_info')).body as { weight_version: string }).weight_version : undefined);
-    return { client, server, modelDir: TINY, weightsDir: perturbedDir(), adapterDir: TINY_ADAPTER, version };
+    return { client, server, modelDir: TINY, weightsDir: await perturbedDir(), adapterDir: TINY_ADAPTER, version };
   });
 }
 
@@ -309,18 +309,19 @@ describe('flowrl serve: the HTTP server', () => {
   });
 
   it("pause 'wait' (vLLM's, before a weight update) first runs the samples already submitted, on the current weights", async () => {
+    const weights = await perturbedDir();
     const engine = main.server.engine;
     const version = engine.weightVersion;
     const spec = (seed: number): SampleSpec => ({ inputIds: PROMPTS[0], maxNewTokens: 6, temperature: 1, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed });
     // Submitted, not yet started (batches start a macrotask later), then the update runs.
     const pending = [engine.submit(spec(1)), engine.submit(spec(2))];
     await engine.pause('wait');
-    await engine.loadWeights(perturbedDir(), 'after-wait');
+    await engine.loadWeights(weights, 'after-wait');
     engine.resume();
     try {
       for (const out of await Promise.all(pending)) {
         expect([out.finish, out.weightVersion]).to.deep.equal(['length', version]);
-        expectClose(out.logProbs, responseLogProbs(base, [PROMPTS[0]], [out.outputIds])[0], 1e-4, 'old weights');
+        expectClose(out.logProbs, (await responseLogProbs(base, [PROMPTS[0]], [out.outputIds]))[0], 1e-4, 'old weights');
       }
     } finally {
       await engine.restartToBase();
@@ -362,7 +363,7 @@ describe('flowrl serve: the HTTP server', () => {
     expect(new Set(single.map((s) => s.output_ids.join(' '))).size).to.equal(3);
     const batch = (await call(main.url, '/generate', generateBody({ input_ids: [PROMPTS[0], PROMPTS[1]] }, { n: 2 }))).body as SglangItem[];
     expect(batch).to.be.an('array').with.length(4);
-    batch.forEach((item, i) => expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), responseLogProbs(base, [PROMPTS[Math.floor(i / 2)]], [item.output_ids])[0], 1e-4, `item ${i}`));
+    for (const [i, item] of batch.entries()) expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), (await responseLogProbs(base, [PROMPTS[Math.floor(i / 2)]], [item.output_ids]))[0], 1e-4, `item ${i}`);
     // A one-prompt list is still a list.
     expect((await call(main.url, '/generate', generateBody({ input_ids: [PROMPTS[0]] }))).body).to.be.an('array').with.length(1);
     const vllm = (await call(main.url, '/v1/completions', { prompt: PROMPTS[0], n: 3, max_tokens: 4, seed: 3, logprobs: 0, return_token_ids: true })).body as VllmAnswer;
@@ -378,13 +379,13 @@ describe('flowrl serve: the HTTP server', () => {
       const body = { prompt: PROMPTS[0], max_tokens: 10, temperature: 2, seed: 3, logprobs: 0, return_token_ids: true };
       const choice = ((await call(raw.url, '/v1/completions', body)).body as VllmAnswer).choices[0];
       const got = choice.logprobs.token_logprobs;
-      expectClose(got, responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 1)[0], 1e-4, 'raw');
-      expect(maxDiff(got, responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 2)[0])).to.be.above(1e-2);
+      expectClose(got, (await responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 1))[0], 1e-4, 'raw');
+      expect(maxDiff(got, (await responseLogProbs(base, [PROMPTS[0]], [choice.token_ids], 2))[0])).to.be.above(1e-2);
       // The ids are still drawn at T = 2: the processed server draws the same ones.
       expect(((await call(main.url, '/v1/completions', body)).body as VllmAnswer).choices[0].token_ids).to.deep.equal(choice.token_ids);
       // The SGLang dialect of the same server reports after temperature.
       const item = (await call(raw.url, '/generate', generateBody({}, { temperature: 2, max_new_tokens: 10 }))).body as SglangItem;
-      expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 2)[0], 1e-4, 'SGLang at T');
+      expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), (await responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 2))[0], 1e-4, 'SGLang at T');
     } finally {
       await raw.server.close();
     }
@@ -440,14 +441,14 @@ describe('flowrl serve: the HTTP server', () => {
     });
 
     it('restart serves the base weights again under version "0"', async () => {
-      const loaded = await call(main.url, '/update_weights_from_disk', { model_path: perturbedDir(), weight_version: '9' });
+      const loaded = await call(main.url, '/update_weights_from_disk', { model_path: await perturbedDir(), weight_version: '9' });
       expect(loaded.body).to.include({ success: true });
       expect((await call(main.url, '/model_info')).body).to.include({ weight_version: '9' });
       expect(((await faults({ restart: true })).body as { weight_version: string }).weight_version).to.equal('0');
       expect((await call(main.url, '/model_info')).body).to.include({ weight_version: '0' });
       const r = await new SglangClient(main.url, { timeoutMs: 10_000 }).generate(sample({ maxNewTokens: 10 }));
       expect(r.weightVersion).to.equal('0');
-      expectClose(r.logProbs, responseLogProbs(base, [PROMPTS[0]], [r.outputIds])[0], 1e-4, 'base weights');
+      expectClose(r.logProbs, (await responseLogProbs(base, [PROMPTS[0]], [r.outputIds]))[0], 1e-4, 'base weights');
     });
 
     it('logprob_skew shifts every returned logprob by exactly that amount, until reset', async () => {

@@ -96,7 +96,7 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
 
     it("prompt_logprobs are the trainer's log-probs at T = 1 (what the rollout checks a server's weights with)", async () => {
       const got = await new VllmClient(s.url, { timeoutMs: 10_000 }).promptLogProbs(PROMPTS[2]);
-      expectClose(got, responseLogProbs(base, [PROMPTS[2].slice(0, 1)], [PROMPTS[2].slice(1)], 1)[0], 1e-5, 'prompt logprobs');
+      expectClose(got, (await responseLogProbs(base, [PROMPTS[2].slice(0, 1)], [PROMPTS[2].slice(1)], 1))[0], 1e-5, 'prompt logprobs');
     });
 
     it("sampling fields a request omits come from the model's generation_config.json; the client sends every one, so its samples are the trainer's distribution", async () => {
@@ -113,7 +113,7 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
         const plain = await new VllmClient(s.url, { timeoutMs: 10_000 }).generate(sample({ maxNewTokens: 10, seed: 4 }));
         const viaClient = await new VllmClient(tuned.url, { timeoutMs: 10_000 }).generate(sample({ maxNewTokens: 10, seed: 4 }));
         expect(viaClient).to.deep.equal(plain);
-        expectClose(viaClient.logProbs, responseLogProbs(base, [PROMPTS[0]], [viaClient.outputIds], 1)[0], 1e-4, 'full distribution');
+        expectClose(viaClient.logProbs, (await responseLogProbs(base, [PROMPTS[0]], [viaClient.outputIds], 1))[0], 1e-4, 'full distribution');
         // SGLang's /generate does not read generation_config.json.
         const sglang = (await call(tuned.url, '/generate', { input_ids: PROMPTS[0], sampling_params: { max_new_tokens: 10, sampling_seed: 4, ignore_eos: true } })).body as SglangItem;
         expect(sglang.output_ids).to.deep.equal(plain.outputIds);
@@ -138,14 +138,15 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
         const sglang = (await call(s.url, '/generate', { input_ids: PROMPTS[1], sampling_params: { max_new_tokens: 8, sampling_seed: 2, temperature: 0.8, ignore_eos: true, ...filter }, return_logprob: true })).body as SglangItem;
         const vllm = ((await call(s.url, '/v1/completions', { prompt: PROMPTS[1], max_tokens: 8, seed: 2, temperature: 0.8, ignore_eos: true, logprobs: 0, return_token_ids: true, ...filter })).body as VllmAnswer).choices[0];
         expect(vllm.token_ids, JSON.stringify(filter)).to.deep.equal(sglang.output_ids);
-        const full = responseLogProbs(base, [PROMPTS[1]], [sglang.output_ids], 0.8)[0];
+        const full = (await responseLogProbs(base, [PROMPTS[1]], [sglang.output_ids], 0.8))[0];
         const before = sglang.meta_info.output_token_logprobs.map((p) => p[0]);
         expectClose(before, full, 1e-4, `SGLang ${JSON.stringify(filter)}`);
         // Independently: each position's whole distribution at T, its kept set, renormalised.
-        const expected = sglang.output_ids.map((id, t) => {
+        const expected: number[] = [];
+        for (const [t, id] of sglang.output_ids.entries()) {
           const prefix = sglang.output_ids.slice(0, t);
           const V = base.config.vocabSize;
-          const probs = responseLogProbs(base, Array.from({ length: V }, () => PROMPTS[1]), Array.from({ length: V }, (_, c) => [...prefix, c]), 0.8).map((lps) => Math.exp(lps[t]));
+          const probs = (await responseLogProbs(base, Array.from({ length: V }, () => PROMPTS[1]), Array.from({ length: V }, (_, c) => [...prefix, c]), 0.8)).map((lps) => Math.exp(lps[t]));
           const order = probs.map((_, c) => c).sort((a, b) => probs[b] - probs[a]);
           let kept = order;
           if (filter.top_k) kept = order.slice(0, filter.top_k);
@@ -154,8 +155,8 @@ describe('engine contracts: SGLang v0.5.18 and vLLM v0.20.2 as flowrl serve mirr
             kept = order.filter((c) => (mass += probs[c]) - probs[c] < filter.top_p * probs.reduce((a, b) => a + b, 0));
           }
           expect(kept, `position ${t}`).to.include(id);
-          return Math.log(probs[id]) - Math.log(kept.reduce((sum, c) => sum + probs[c], 0));
-        });
+          expected.push(Math.log(probs[id]) - Math.log(kept.reduce((sum, c) => sum + probs[c], 0)));
+        }
         expectClose(vllm.logprobs.token_logprobs, expected, 1e-4, `vLLM ${JSON.stringify(filter)}`);
         if (filter.top_k === 1) vllm.logprobs.token_logprobs.forEach((v) => expect(v).to.be.closeTo(0, 1e-6));
       }

@@ -45,9 +45,9 @@ describe('data-parallel workers (engine.workers)', function () {
           const optimizer = new AdamW({ lr: 1e-2 });
           const pool = threads > 1 ? await ThreadPool.create({ size: threads, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' }) : undefined;
           pool?.publish(model.params);
-          const losses = [languageModelStep(model, optimizer, seq, 1, pool)];
+          const losses = [await languageModelStep(model, optimizer, seq, 1, pool)];
           const tensors = tf.memory().numTensors;
-          for (let i = 0; i < 3; i++) losses.push(languageModelStep(model, optimizer, seq, 1, pool));
+          for (let i = 0; i < 3; i++) losses.push(await languageModelStep(model, optimizer, seq, 1, pool));
           expect(tf.memory().numTensors, `${threads} threads`).to.equal(tensors);
           const params = new Map([...model.params].map(([name, v]) => [name, Float32Array.from(v.dataSync())]));
           await pool?.close();
@@ -70,7 +70,7 @@ describe('data-parallel workers (engine.workers)', function () {
         const pool = await ThreadPool.create({ size: 2, spec: languageModelReplicaSpec(model), params: model.params, native: 'auto' });
         pool.publish(model.params);
         for (const options of [{ maxNewTokens: 8, greedy: true }, { maxNewTokens: 8, temperature: 1, seed: 7 }]) {
-          expect(generateOnPool(model, prompts, options, pool, 1).tokens).to.deep.equal(generate(model, prompts, options).tokens);
+          expect((await generateOnPool(model, prompts, options, pool, 1)).tokens).to.deep.equal((await generate(model, prompts, options)).tokens);
         }
         await pool.close();
         model.dispose();

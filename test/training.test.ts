@@ -35,10 +35,11 @@ describe('training and sampling on a tiny Llama', () => {
 
   for (const enginePath of enginePaths()) {
     it(`learns: the loss on a fixed batch falls well below its start (${enginePath})`, () =>
-      onEnginePath(enginePath, () => {
+      onEnginePath(enginePath, async () => {
         const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0 });
         const seq = patternBatch();
-        const losses = Array.from({ length: 40 }, () => languageModelStep(model, optimizer, seq));
+        const losses: number[] = [];
+        for (let i = 0; i < 40; i++) losses.push(await languageModelStep(model, optimizer, seq));
         expect(losses[0]).to.be.closeTo(Math.log(16), 0.3);
         expect(losses.at(-1)!).to.be.below(0.3 * losses[0]);
         optimizer.dispose();
@@ -75,44 +76,44 @@ describe('training and sampling on a tiny Llama', () => {
       }));
   }
 
-  it('leaks no tensors across training and sampling steps', () => {
+  it('leaks no tensors across training and sampling steps', async () => {
     const optimizer = new AdamW({ lr: 1e-3 });
     const seq = patternBatch();
     const prompts = [[1, 2], [3], [4, 5, 6]];
     // The first step creates the optimizer's moment slots; every later step must leave the count alone.
-    languageModelStep(model, optimizer, seq);
-    generate(model, prompts, { maxNewTokens: 6, seed: 1 });
+    await languageModelStep(model, optimizer, seq);
+    await generate(model, prompts, { maxNewTokens: 6, seed: 1 });
     const after1 = tf.memory().numTensors;
     for (let i = 0; i < 4; i++) {
-      languageModelStep(model, optimizer, seq);
-      generate(model, prompts, { maxNewTokens: 6, seed: i, topK: 5, topP: 0.9, stopTokenIds: [2] });
+      await languageModelStep(model, optimizer, seq);
+      await generate(model, prompts, { maxNewTokens: 6, seed: i, topK: 5, topP: 0.9, stopTokenIds: [2] });
     }
     expect(tf.memory().numTensors).to.equal(after1);
     optimizer.dispose();
   });
 
-  it('samples reproducibly by seed and stops rows at their stop token', () => {
+  it('samples reproducibly by seed and stops rows at their stop token', async () => {
     const prompts = [[1, 2], [3], [4, 5, 6]];
-    const a = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
-    const b = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
-    const c = generate(model, prompts, { maxNewTokens: 12, seed: 6, temperature: 1.5 });
+    const a = await generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
+    const b = await generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5 });
+    const c = await generate(model, prompts, { maxNewTokens: 12, seed: 6, temperature: 1.5 });
     expect(a.tokens).to.deep.equal(b.tokens);
     expect(a.tokens).to.not.deep.equal(c.tokens);
     a.tokens.forEach((row) => expect(row).to.have.length(12));
     // Stop on whatever the first row sampled third: that row ends there, the others continue.
     const stopToken = a.tokens[0][2];
-    const stopped = generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5, stopTokenIds: [stopToken] });
+    const stopped = await generate(model, prompts, { maxNewTokens: 12, seed: 5, temperature: 1.5, stopTokenIds: [stopToken] });
     const firstStop = a.tokens[0].indexOf(stopToken);
     expect(stopped.tokens[0]).to.deep.equal(a.tokens[0].slice(0, firstStop + 1));
     expect(stopped.stopped[0]).to.equal(true);
   });
 
-  it('greedy KV-cache decoding of a left-padded batch equals each prompt decoded alone without a cache', () => {
+  it('greedy KV-cache decoding of a left-padded batch equals each prompt decoded alone without a cache', async () => {
     const prompts = [[1, 2, 3, 4, 5], [6], [7, 8]];
-    const batched = generate(model, prompts, { maxNewTokens: 10, greedy: true });
-    prompts.forEach((p, i) => {
-      expect(generate(model, [p], { maxNewTokens: 10, greedy: true, noCache: true }).tokens[0]).to.deep.equal(batched.tokens[i]);
-    });
+    const batched = await generate(model, prompts, { maxNewTokens: 10, greedy: true });
+    for (const [i, p] of prompts.entries()) {
+      expect((await generate(model, [p], { maxNewTokens: 10, greedy: true, noCache: true })).tokens[0]).to.deep.equal(batched.tokens[i]);
+    }
   });
 });
 

@@ -26,6 +26,7 @@ import {
 } from '../core-adapters/algorithms/index.js';
 import { KL_PENALTY_TYPES, LOSS_AGG_MODES, type KlPenaltyType, type LossAggMode } from '../core-adapters/config/choices.js';
 import { InputError } from '../core-adapters/errors.js';
+import { disposeMetrics, readMetrics, type PendingMetrics } from '../core-adapters/engine/readback.js';
 import { fixture, readJson } from './helpers.js';
 
 type Num = number | 'NaN' | 'Infinity' | '-Infinity';
@@ -158,31 +159,40 @@ function optionsOf(c: PolicyCase): PolicyLossOptions {
   };
 }
 
-/** One loss on one case: its value, gradient with respect to logProb and metrics (or the error it throws). */
-function runPolicyCase(fn: PolicyLoss, c: PolicyCase, options: PolicyLossOptions): { value: number; grad: Float32Array; metrics: Record<string, number> } {
+/** One loss on one case: its value, gradient with respect to logProb and pending metrics (or the error it throws). */
+function gradPolicyCase(fn: PolicyLoss, c: PolicyCase, options: PolicyLossOptions): { value: number; grad: Float32Array; pending: PendingMetrics } {
   const inputs = policy.inputs[c.input];
   const [logProb, oldLogProb, advantages, responseMask] = [inputs.log_prob, inputs.old_log_prob, inputs.advantages, inputs.response_mask].map(t2) as tf.Tensor2D[];
   const tokenWeights = c.rollout_is_weights ? (t2(inputs.rollout_is_weights) as tf.Tensor2D) : undefined;
   let value = NaN;
-  let metrics: Record<string, number> = {};
+  let pending: PendingMetrics = {};
   try {
     const grad = tf.grad((x: tf.Tensor) => {
       const r = fn({ logProb: x as tf.Tensor2D, oldLogProb, advantages, responseMask, tokenWeights }, options);
       value = r.loss.dataSync()[0];
-      metrics = r.metrics;
+      pending = r.metrics;
       return r.loss;
     })(logProb);
     const data = grad.dataSync() as Float32Array;
     grad.dispose();
-    return { value, grad: data, metrics };
+    return { value, grad: data, pending };
+  } catch (error) {
+    disposeMetrics(pending);
+    throw error;
   } finally {
     tf.dispose([logProb, oldLogProb, advantages, responseMask, ...(tokenWeights ? [tokenWeights] : [])]);
   }
 }
 
+/** One loss on one case: its value, gradient with respect to logProb and metrics, read after the gradient. */
+async function runPolicyCase(fn: PolicyLoss, c: PolicyCase, options: PolicyLossOptions): Promise<{ value: number; grad: Float32Array; metrics: Record<string, number> }> {
+  const { value, grad, pending } = gradPolicyCase(fn, c, options);
+  return { value, grad, metrics: await readMetrics(pending, `${c.name} metrics`) };
+}
+
 /** Checks a case's value, gradient and metrics (verl's metric names; the deprecated function's without 'actor/'). */
-function checkPolicyCase(misses: Misses, fn: PolicyLoss, c: PolicyCase, options = optionsOf(c)): void {
-  const out = runPolicyCase(fn, c, options);
+async function checkPolicyCase(misses: Misses, fn: PolicyLoss, c: PolicyCase, options = optionsOf(c)): Promise<void> {
+  const out = await runPolicyCase(fn, c, options);
   const valueTolerance = c.loss_agg_mode === 'token-sum' ? SUM_TOLERANCE : TOLERANCE;
   misses.check(`${c.name} loss`, [out.value], [num(c.loss!)], valueTolerance);
   misses.check(`${c.name} d loss / d log_prob`, out.grad, flat(c.grad_log_prob!), TOLERANCE);
@@ -204,7 +214,7 @@ describe("verl v0.9.0's policy losses (values, gradients and metrics from its ow
   });
 
   for (const mode of modes) {
-    it(mode, () => {
+    it(mode, async () => {
       const misses = new Misses();
       const cases = policy.cases.filter((c) => c.loss_mode === mode);
       for (const c of cases) {
@@ -213,7 +223,7 @@ describe("verl v0.9.0's policy losses (values, gradients and metrics from its ow
         if (c.error) {
           // verl raises (dro without a positive dro_beta); ours refuses with the key's name, before and during a run.
           expect(() => registry.check(mode, options), c.name).to.throw(InputError, 'policy_loss.dro_beta');
-          expect(() => runPolicyCase(fn, c, options), c.name).to.throw(InputError, 'policy_loss.dro_beta');
+          expect(() => gradPolicyCase(fn, c, options), c.name).to.throw(InputError, 'policy_loss.dro_beta');
           continue;
         }
         if (c.clip_cov_selected) {
@@ -226,15 +236,15 @@ describe("verl v0.9.0's policy losses (values, gradients and metrics from its ow
             return c.clip_cov_selected!.map(flatIndex);
           };
         }
-        checkPolicyCase(misses, fn, c, options);
+        await checkPolicyCase(misses, fn, c, options);
       }
       misses.done();
     });
   }
 
-  it("compute_policy_loss_reinforce (bypass_mode's reinforce) and the deprecated compute_policy_loss (vanilla without weights)", () => {
+  it("compute_policy_loss_reinforce (bypass_mode's reinforce) and the deprecated compute_policy_loss (vanilla without weights)", async () => {
     const misses = new Misses();
-    for (const c of policy.other_functions) checkPolicyCase(misses, c.function === 'compute_policy_loss_reinforce' ? reinforcePolicyLoss : vanillaPolicyLoss, c);
+    for (const c of policy.other_functions) await checkPolicyCase(misses, c.function === 'compute_policy_loss_reinforce' ? reinforcePolicyLoss : vanillaPolicyLoss, c);
     misses.done();
   });
 
@@ -336,12 +346,14 @@ describe("verl v0.9.0's compute_value_loss (the critic's, through the same aggre
     for (const c of misc.value_loss) {
       const [vpreds, returns, values, mask] = [v.vpreds, v.returns, v.values, v.response_mask].map(t2) as tf.Tensor2D[];
       let value = NaN;
-      let clipfrac = NaN;
+      let clipfracScalar: tf.Scalar | undefined;
       const grad = tf.grad((x: tf.Tensor) => {
         const out = computeValueLoss(x as tf.Tensor2D, returns, values, mask, c.cliprange_value, c.loss_agg_mode, batchInfo(c.kwargs));
-        [value, clipfrac] = [out.loss.dataSync()[0], out.clipfrac];
+        [value, clipfracScalar] = [out.loss.dataSync()[0], out.clipfrac];
         return out.loss;
       })(vpreds);
+      const clipfrac = clipfracScalar!.dataSync()[0];
+      clipfracScalar!.dispose();
       misses.check(`${c.name} vf_loss`, [value], [num(c.vf_loss)], c.loss_agg_mode === 'token-sum' ? SUM_TOLERANCE : TOLERANCE);
       misses.check(`${c.name} vf_clipfrac`, [clipfrac], [num(c.vf_clipfrac)], TOLERANCE);
       misses.check(`${c.name} d vf_loss / d vpreds`, grad.dataSync(), flat(c.grad_vpreds), TOLERANCE);

@@ -19,6 +19,7 @@ import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 import { gatherValues, rankRows, sumGradientsOverRanks } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
+import { disposeMetrics, readAllFloat32, readMetrics, type PendingMetrics } from '../engine/readback.js';
 
 /**
  * A micro-batch's place in its mini-batch: verl's global denominators (valid tokens and non-empty
@@ -60,11 +61,11 @@ export class PPOActor implements Actor {
     return this.config.actor_rollout_ref.rollout.temperature || 1;
   }
 
-  computeLogProb(batch: Batch, options: LogProbOptions): LogProbResult {
+  async computeLogProb(batch: Batch, options: LogProbOptions): Promise<LogProbResult> {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeLogProbHere(batch, options);
     // Rows split across the worker threads; each shard is scored whole, so the result is the same.
-    const parts = pool.runOnRowShards(
+    const parts = await pool.runOnRowShards(
       batch.size,
       (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared === true }),
       (a, b) => this.computeLogProbHere(batch.slice(a, b), options),
@@ -77,7 +78,7 @@ export class PPOActor implements Actor {
   }
 
   /** computeLogProb on this thread, in log_prob_micro_batch_size pieces. */
-  computeLogProbHere(batch: Batch, options: LogProbOptions): LogProbResult {
+  async computeLogProbHere(batch: Batch, options: LogProbOptions): Promise<LogProbResult> {
     const micro = this.config.actor_rollout_ref.rollout.log_prob_micro_batch_size;
     const logProbs: Float32Array[] = [];
     const entropies: Float32Array[] = [];
@@ -87,10 +88,14 @@ export class PPOActor implements Actor {
         const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: this.temperature, withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared });
         return [out.logProbs, out.entropy ?? tf.zeros([0]), out.sumPiSquared ?? tf.zeros([0])];
       });
-      logProbs.push(lp.dataSync() as Float32Array);
-      entropies.push(ent.dataSync() as Float32Array);
-      sums.push(sq.dataSync() as Float32Array);
-      tf.dispose([lp, ent, sq]);
+      try {
+        const [lpValues, entValues, sqValues] = await readAllFloat32([lp, ent, sq], 'log-probs');
+        logProbs.push(lpValues);
+        entropies.push(entValues);
+        sums.push(sqValues);
+      } finally {
+        tf.dispose([lp, ent, sq]);
+      }
     }
     return {
       logProbs: concatFloat32(logProbs),
@@ -135,9 +140,10 @@ export class PPOActor implements Actor {
   /**
    * The loss of one micro-batch as its part of the mini-batch loss, with its metrics recorded. PPO:
    * clipped surrogate (times the TIS weights for rollouts from another engine), optional KL loss to
-   * the reference, entropy bonus, each aggregated with the mini-batch's denominators.
+   * the reference, entropy bonus, each aggregated with the mini-batch's denominators. Metrics are
+   * recorded as scalars (a GPU cannot read inside the gradient closure), read after the gradients.
    */
-  protected microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: Metrics) => void): tf.Scalar {
+  protected microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: PendingMetrics) => void): tf.Scalar {
     const cfg = this.actorConfig;
     const mode = cfg.loss_agg_mode;
     const withEntropy = cfg.entropy_coeff !== 0;
@@ -157,15 +163,16 @@ export class PPOActor implements Actor {
     );
     let loss: tf.Scalar = pg.loss;
     // Metrics are per micro-batch on its own scale (the loss carries the mini-batch's).
-    const metrics: Metrics = { 'actor/pg_loss': pg.loss.dataSync()[0] / Math.max(part.share, 1e-12), ...pg.metrics };
+    const ownScale = (t: tf.Scalar) => tf.keep(tf.div(t, Math.max(part.share, 1e-12)) as tf.Scalar);
+    const metrics: PendingMetrics = { 'actor/pg_loss': ownScale(pg.loss), ...pg.metrics };
     if (withEntropy) {
       const entropy = aggregateLoss(out.entropy!, mask, mode, options.globalBatchInfo);
-      metrics['actor/entropy_loss'] = entropy.dataSync()[0] / Math.max(part.share, 1e-12);
+      metrics['actor/entropy_loss'] = ownScale(entropy);
       loss = tf.sub(loss, tf.mul(entropy, cfg.entropy_coeff));
     }
     if (cfg.use_kl_loss) {
       const kl = aggregateLoss(klPenalty(out.logProbs, this.floatTensor(micro, 'ref_log_prob'), cfg.kl_loss_type) as tf.Tensor2D, mask, mode, options.globalBatchInfo);
-      metrics['actor/kl_loss'] = kl.dataSync()[0] / Math.max(part.share, 1e-12);
+      metrics['actor/kl_loss'] = ownScale(kl);
       metrics['actor/kl_coef'] = cfg.kl_loss_coef;
       loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));
     }
@@ -175,11 +182,24 @@ export class PPOActor implements Actor {
 
 
   /** One micro-batch's (or shard's) gradients and the metrics its loss recorded; worker replicas run this too. */
-  microBatchGradients(micro: Batch, part: MicroBatchShare): { grads: Map<string, tf.Tensor>; metrics: Metrics[] } {
+  async microBatchGradients(micro: Batch, part: MicroBatchShare): Promise<{ grads: Map<string, tf.Tensor>; metrics: Metrics[] }> {
+    const pending: PendingMetrics[] = [];
+    let computed: { loss: tf.Scalar; grads: Map<string, tf.Tensor> };
+    try {
+      computed = lossAndGradients(() => this.microBatchLoss(micro, part, (m) => pending.push(m)), this.module.params);
+    } catch (e) {
+      pending.forEach(disposeMetrics);
+      throw e;
+    }
+    computed.loss.dispose();
     const metrics: Metrics[] = [];
-    const { loss, grads } = lossAndGradients(() => this.microBatchLoss(micro, part, (m) => metrics.push(m)), this.module.params);
-    loss.dispose();
-    return { grads, metrics };
+    try {
+      for (const m of pending) metrics.push(await readMetrics(m, 'actor loss metrics'));
+    } catch (e) {
+      tf.dispose([...computed.grads.values()]);
+      throw e;
+    }
+    return { grads: computed.grads, metrics };
   }
 
   /**
@@ -188,19 +208,19 @@ export class PPOActor implements Actor {
    * a rank's rows are split across the threads. Each piece's loss is its part of the mini-batch
    * loss, so the sum over pieces, threads and ranks is the same.
    */
-  protected accumulateMicroBatch(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, averages: MetricAverager): void {
+  protected async accumulateMicroBatch(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, averages: MetricAverager): Promise<void> {
     if (this.ranks.size === 1) return this.accumulateRows(micro, part, mini, grads, (m) => averages.add(m));
     const [a, b] = rankRows(this.ranks, micro.size);
     const mine: Metrics[] = [];
-    if (b > a) this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m) => mine.push(m));
+    if (b > a) await this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m) => mine.push(m));
     for (const m of gatherValues(this.ranks, mine).flat()) averages.add(m);
   }
 
   /** Gradients of rows of a micro-batch on this rank, split across the pool's threads when it has one. */
-  private accumulateRows(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, record: (metrics: Metrics) => void): void {
+  private async accumulateRows(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, record: (metrics: Metrics) => void): Promise<void> {
     const pool = this.module.pool;
     if (!pool || micro.size < 2) {
-      const local = this.microBatchGradients(micro, part);
+      const local = await this.microBatchGradients(micro, part);
       accumulateGradients(grads, local.grads);
       local.metrics.forEach(record);
       return;
@@ -208,7 +228,7 @@ export class PPOActor implements Actor {
     const ranges = shardRanges(micro.size, pool.size);
     const parts = ranges.map(([a, b]) => ({ ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }));
     const [mine, ...theirs] = ranges.map(([a, b]) => micro.slice(a, b));
-    const { local, results } = pool.run(
+    const { local, results } = await pool.run(
       theirs.map((shard, i) => ({ kind: 'actor-grads', batch: shard.toPlain(), part: parts[i + 1] })),
       () => this.microBatchGradients(mine, parts[0]),
       grads,
@@ -217,20 +237,22 @@ export class PPOActor implements Actor {
     for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach(record);
   }
 
-  updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
+  async updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {
     const cfg = this.actorConfig;
     const onPolicy = batch.size <= this.miniBatchSize && cfg.ppo_epochs === 1;
     let denominators: { mini: Batch; global: AggregateLossOptions } | undefined;
-    const metrics = runUpdateLoop<Batch>({
+    const metrics = await runUpdateLoop<Batch>({
       miniBatches: batch.split(this.miniBatchSize),
       epochs: cfg.ppo_epochs,
       microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
       rows: (micro) => micro.size,
-      accumulate: (micro, { mini, firstRow, step }, grads, averages) => {
+      accumulate: async (micro, { mini, firstRow, step }, grads, averages) => {
         if (denominators?.mini !== mini) denominators = { mini, global: miniBatchDenominators(mini.tensor('response_mask')) };
-        this.accumulateMicroBatch(micro, { global: denominators.global, share: micro.size / mini.size, step, onPolicy, firstRow }, mini, grads, averages);
+        await this.accumulateMicroBatch(micro, { global: denominators.global, share: micro.size / mini.size, step, onPolicy, firstRow }, mini, grads, averages);
       },
-      beforeStep: (mini, averages) => listeners.forEach((listener) => averages.add(listener.onActorStep(mini))),
+      beforeStep: async (mini, averages) => {
+        for (const listener of listeners) averages.add(await listener.onActorStep(mini));
+      },
       sumGradients: this.ranks.size > 1 ? (grads) => sumGradientsOverRanks(this.ranks, grads, this.module.params) : undefined,
       afterStep: (_mini, applied) => applied && this.module.pool?.publish(this.module.params),
       optimizer: this.module.optimizer,

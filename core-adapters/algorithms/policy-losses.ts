@@ -1,13 +1,14 @@
 // The policy losses of verl v0.9.0 (verl/trainer/ppo/core_algos.py, each @register_policy_loss
 // function), as differentiable tfjs graphs over [B, R] tensors. Each follows its verl function's
 // arithmetic step for step, including where it clamps, detaches and which aggregation it forces;
-// metrics are read back as plain numbers. Departures are stated on the loss they concern.
+// metrics are scalars read after the gradients (readMetrics). Departures are stated on the loss they concern.
 import * as tf from '@tensorflow/tfjs';
 import { InputError } from '../errors.js';
 import type { LossAggMode } from '../config/choices.js';
-import { stopGradient } from '../engine/ops.js';
+import { constantFrom, stopGradient } from '../engine/ops.js';
+import { keepMetrics, readsSynchronously, type PendingMetrics } from '../engine/readback.js';
 import { Rng } from '../random.js';
-import { constantOf, signOf, torchAbs, torchMaximum, torchMinimum } from './torch-ops.js';
+import { signOf, torchAbs, torchMaximum, torchMinimum } from './torch-ops.js';
 import { aggregateLoss, maskedMeanTensor, type AggregateLossOptions } from './loss-aggregation.js';
 import { checkRolloutCorrection, DEFAULT_ROLLOUT_CORRECTION, rolloutCorrectionAndRejection, type RolloutCorrectionSettings } from './rollout-corr-helper.js';
 
@@ -82,10 +83,13 @@ export interface PolicyLossOptions {
   rowShare?: number;
 }
 
-/** A policy loss value with its metrics (actor/pg_clipfrac, actor/ppo_kl, ... as the verl loss reports them). */
+/**
+ * A policy loss value with its metrics (actor/pg_clipfrac, actor/ppo_kl, ... as the verl loss
+ * reports them): scalars kept past the loss's tidy, read with readMetrics once the gradients are taken.
+ */
 export interface PolicyLossResult {
   loss: tf.Scalar;
-  metrics: Record<string, number>;
+  metrics: PendingMetrics;
 }
 
 /** A policy loss (verl's policy_loss registry entry): log-probs and advantages in, a scalar and metrics out. */
@@ -96,12 +100,17 @@ export function policyLossSettings(options: PolicyLossOptions): PolicyLossSettin
   return { ...DEFAULT_POLICY_LOSS_SETTINGS, ...options.policyLoss };
 }
 
-/** Scalars read back with one sync, by name. */
-function readStats(stats: Record<string, tf.Tensor>): Record<string, number> {
-  const names = Object.keys(stats);
-  if (!names.length) return {};
-  const values = tf.stack(names.map((n) => stats[n])).dataSync();
-  return Object.fromEntries(names.map((n, i) => [n, values[i]]));
+/**
+ * Host values inside the loss, for the losses that choose tokens by the current log-probs. A GPU
+ * backend cannot read there (only asynchronously, after the closure), so those losses are refused on it.
+ */
+function readInsideLoss(mode: string, tensors: tf.Tensor[]): (Float32Array | Int32Array | Uint8Array)[] {
+  if (!readsSynchronously()) {
+    throw new InputError(
+      `actor_rollout_ref.actor.policy_loss.loss_mode: '${mode}' chooses tokens by the current log-probs inside the gradient, which the ${tf.getBackend()} backend cannot read there; use engine.backend=wasm for it, or another loss_mode`,
+    );
+  }
+  return tensors.map((t) => t.dataSync() as Float32Array | Int32Array | Uint8Array);
 }
 
 /** The token losses times the rollout correction's weights, when there are any. */
@@ -116,8 +125,8 @@ const asFloat = (t: tf.Tensor) => tf.cast(t, 'float32');
  * loss stays in the caller's gradient graph (tfjs keeps what the backward pass needs).
  */
 function tidyLoss(body: (report: (stats: Record<string, tf.Tensor>) => void) => tf.Scalar): PolicyLossResult {
-  let metrics: Record<string, number> = {};
-  const loss = tf.tidy(() => body((stats) => (metrics = readStats(stats))));
+  let metrics: PendingMetrics = {};
+  const loss = tf.tidy(() => body((stats) => (metrics = keepMetrics(stats))));
   return { loss, metrics };
 }
 
@@ -171,8 +180,7 @@ function dppoLoss(input: PolicyLossInput, options: PolicyLossOptions, valid: (lo
     const logRatio = tf.clipByValue(tf.sub(logProb, oldLogProb), -20, 20);
     const ratio = tf.exp(logRatio);
     const truncated = stopGradient(tf.minimum(ratio, options.clipRatioC));
-    const fixed = constantOf(logProb);
-    const keep = valid(fixed, tf.exp(fixed), tf.exp(oldLogProb));
+    const keep = constantFrom([logProb, oldLogProb], ([lp, old]) => valid(lp, tf.exp(lp), tf.exp(old)));
     const tokenLosses = tf.mul(tf.mul(tf.mul(tf.neg(advantages), truncated), logProb), keep);
     report({
       'actor/pg_clipfrac': maskedMeanTensor(tf.sub(1, keep), responseMask),
@@ -292,10 +300,10 @@ export const clipCovPolicyLoss: PolicyLoss = (input, options) => {
     const valid = tf.greater(responseMask, 0);
     const cov = tf.mul(tf.sub(advantages, maskedMeanTensor(advantages, responseMask)), tf.sub(logProb, maskedMeanTensor(logProb, responseMask)));
     const candidate = tf.logicalAnd(tf.logicalAnd(valid, tf.logicalNot(tf.greater(clipped, unclipped))), tf.logicalAnd(tf.greater(cov, s.clipCovLb), tf.less(cov, s.clipCovUb)));
-    const flags = candidate.dataSync();
+    const [flags, tokenCount] = readInsideLoss('clip_cov', [candidate, tf.sum(responseMask)]);
     const candidates: number[] = [];
     flags.forEach((f, i) => f && candidates.push(i));
-    const tokens = tf.sum(responseMask).dataSync()[0];
+    const tokens = tokenCount[0];
     const clipCount = Math.max(Math.trunc(s.clipCovRatio * tokens), 1);
     const dropped = new Float32Array(flags.length).fill(1);
     const chosen = candidates.length ? (options.select ?? seededSelection(options.seed ?? 0))(candidates, Math.min(clipCount, candidates.length)) : [];
@@ -334,7 +342,7 @@ export const klCovPolicyLoss: PolicyLoss = (input, options) => {
     const plain = tf.mul(tf.neg(advantages), ratio);
     const penalised = tf.add(plain, tf.mul(absKl, s.ppoKlCoef));
     // The covariance in float32 on the valid tokens, as verl computes it on the CPU.
-    const [maskData, advData, lpData] = [responseMask, advantages, logProb].map((t) => t.dataSync());
+    const [maskData, advData, lpData] = readInsideLoss('kl_cov', [responseMask, advantages, logProb]);
     const valid: number[] = [];
     maskData.forEach((m, i) => m > 0 && valid.push(i));
     const chosen = new Float32Array(maskData.length);
@@ -452,7 +460,8 @@ export const bypassModePolicyLoss: PolicyLoss = (input, options) => {
   const prefix = 'actor_rollout_ref.actor.policy_loss.rollout_correction';
   checkRolloutCorrection(settings, prefix);
   const [B, R] = responseMask.shape;
-  const correction = rolloutCorrectionAndRejection(logProb.dataSync(), oldLogProb.dataSync(), responseMask.dataSync(), B, R, settings, prefix);
+  const [lp, old, maskData] = readInsideLoss('bypass_mode', [logProb, oldLogProb, responseMask]) as Float32Array[];
+  const correction = rolloutCorrectionAndRejection(lp, old, maskData, B, R, settings, prefix);
   const mask = tf.tensor2d(correction.mask, [B, R]);
   const weights = correction.weights ? tf.tensor2d(correction.weights, [B, R]) : undefined;
   const loss = settings.lossType === 'reinforce' ? reinforcePolicyLoss : vanillaPolicyLoss;

@@ -39,7 +39,3 @@ function tieSplit(pick: (a: tf.Tensor, b: tf.Tensor) => tf.Tensor, wins: (a: tf.
 export const torchMaximum = tieSplit(tf.maximum, tf.greater);
 export const torchMinimum = tieSplit(tf.minimum, tf.less);
 
-/** A copy of t that no gradient reaches: masks computed from it keep comparisons off the gradient's path. */
-export function constantOf<T extends tf.Tensor>(t: T): T {
-  return tf.tensor(t.dataSync(), t.shape, t.dtype) as T;
-}

@@ -84,7 +84,7 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const trainTimes: number[] = [];
   for (let i = 0; i < options.steps + 2; i++) {
     const start = performance.now();
-    languageModelStep(model, optimizer, seq, 1, pool);
+    await languageModelStep(model, optimizer, seq, 1, pool);
     if (i >= 2) trainTimes.push(performance.now() - start);
   }
   const prompts = rows.map((r) => r.slice(0, 1));
@@ -92,7 +92,7 @@ export async function runBench(options: { backend: BackendChoice; native?: Nativ
   const sampleTimes: number[] = [];
   for (let i = 0; i < options.steps + 1; i++) {
     const start = performance.now();
-    generateOnPool(model, prompts, { maxNewTokens: newTokens, temperature: 1, seed: i }, pool);
+    await generateOnPool(model, prompts, { maxNewTokens: newTokens, temperature: 1, seed: i }, pool);
     if (i >= 1) sampleTimes.push(performance.now() - start);
   }
   await pool?.close();
@@ -263,7 +263,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   const trainTimes: number[] = [];
   for (let i = 0; i < options.steps + 1; i++) {
     const start = performance.now();
-    languageModelStep(model, optimizer, seq, 1);
+    await languageModelStep(model, optimizer, seq, 1);
     if (i >= 1) trainTimes.push(performance.now() - start);
     if (!options.quiet) process.stderr.write(`[flowrl] bench: train step ${i + 1}/${options.steps + 1} ${((performance.now() - start) / 1000).toFixed(1)} s${i === 0 ? ' (warm-up)' : ''}\n`);
   }
@@ -276,7 +276,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   const decoding = new Decoding(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
   const prefillMs = performance.now() - start;
   let decodeSteps = 0;
-  while (decoding.step()) decodeSteps++;
+  while (await decoding.step()) decodeSteps++;
   const sampleMs = performance.now() - start;
   kernels?.setThreads(os.availableParallelism());
   // Decoding and the prefill against this machine's limits: a decode step reads every weight

@@ -2,7 +2,7 @@
 // message, no stack. (cli/main.ts runs it; tests call main in-process.)
 import { launchedRanks } from '../engine/mpi.js';
 import 'reflect-metadata';
-import { InputError, RolloutUnavailable, RunStopped } from '../errors.js';
+import { GpuDeviceError, InputError, RolloutUnavailable, RunStopped } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
@@ -86,7 +86,8 @@ export async function main(argv: string[]): Promise<number> {
     await run();
     return 0;
   } catch (e) {
-    if (e instanceof InputError || e instanceof RunStopped || e instanceof RolloutUnavailable) {
+    // The GPU failing under a run is not a bug here either: its message names the operation.
+    if (e instanceof InputError || e instanceof RunStopped || e instanceof RolloutUnavailable || e instanceof GpuDeviceError) {
       console.error(`flowrl ${name}: ${e.message}`);
       return e.exitCode;
     }

@@ -20,9 +20,9 @@ function problem(rng: Rng): { prompt: string; answer: string } {
   return { prompt: `${a}+${b}=`, answer: String(a + b) };
 }
 
-function accuracy(model: CausalLM, tokenizer: TextTokenizer, problems: { prompt: string; answer: string }[]): number {
+async function accuracy(model: CausalLM, tokenizer: TextTokenizer, problems: { prompt: string; answer: string }[]): Promise<number> {
   const eos = tokenizer.eosTokenId!;
-  const { tokens } = generate(
+  const { tokens } = await generate(
     model,
     problems.map((p) => tokenizer.encode(p.prompt)),
     { maxNewTokens: 4, greedy: true, stopTokenIds: [eos] },
@@ -58,7 +58,7 @@ export async function demoCommand(argv: string[]): Promise<void> {
   const rng = new Rng(0);
   const heldOut = Array.from({ length: 64 }, () => problem(rng));
   console.log(`two-digit addition with a ${model.trainableVariables().reduce((n, v) => n + v.size, 0).toLocaleString('en-US')}-parameter Llama`);
-  console.log(`accuracy before training: ${(100 * accuracy(model, tokenizer, heldOut)).toFixed(1)}%`);
+  console.log(`accuracy before training: ${(100 * (await accuracy(model, tokenizer, heldOut))).toFixed(1)}%`);
 
   const optimizer = new AdamW({ lr: 3e-3, weightDecay: 0.01 });
   const eos = tokenizer.eosTokenId!;
@@ -70,18 +70,18 @@ export async function demoCommand(argv: string[]): Promise<void> {
       batch.map((p) => [...tokenizer.encode(p.answer), eos]),
       tokenizer.padTokenId,
     );
-    const loss = languageModelStep(model, optimizer, seq);
+    const loss = await languageModelStep(model, optimizer, seq);
     if (step % 25 === 0 || step === steps) {
       const filled = Math.round((20 * step) / steps);
       process.stdout.write(`\r[${'#'.repeat(filled)}${'.'.repeat(20 - filled)}] step ${step}/${steps} loss ${loss.toFixed(3)}`);
     }
   }
   process.stdout.write(`  (${((Date.now() - started) / 1000).toFixed(1)} s)\n`);
-  console.log(`accuracy after training:  ${(100 * accuracy(model, tokenizer, heldOut)).toFixed(1)}%`);
-  const samples = generate(model, heldOut.slice(0, 4).map((p) => tokenizer.encode(p.prompt)), { maxNewTokens: 4, greedy: true, stopTokenIds: [eos] });
+  console.log(`accuracy after training:  ${(100 * (await accuracy(model, tokenizer, heldOut))).toFixed(1)}%`);
+  const samples = await generate(model, heldOut.slice(0, 4).map((p) => tokenizer.encode(p.prompt)), { maxNewTokens: 4, greedy: true, stopTokenIds: [eos] });
   heldOut.slice(0, 4).forEach((p, i) => console.log(`  ${p.prompt}${tokenizer.decode(samples.tokens[i], true)}  (expected ${p.answer})`));
 
-  saveModel(model, out, { tokenizer });
+  await saveModel(model, out, { tokenizer });
   console.log(`saved a Hugging Face checkpoint to ${out}; try: npx flowrl generate --model ${out} --prompt "12+30=" --greedy`);
   optimizer.dispose();
   model.dispose();

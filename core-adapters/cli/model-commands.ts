@@ -57,7 +57,7 @@ export async function generateCommand(argv: string[]): Promise<void> {
   const promptIds = tokenizer.encode(text);
   if (promptIds.length === 0) throw new InputError('flowrl generate: --prompt encodes to no tokens');
   const stops = stopTokenIds(model.config.eosTokenIds, tokenizer);
-  const { tokens } = generate(model, [promptIds], { ...options, stopTokenIds: stops, padTokenId: tokenizer.padTokenId });
+  const { tokens } = await generate(model, [promptIds], { ...options, stopTokenIds: stops, padTokenId: tokenizer.padTokenId });
   const responseIds = tokens[0];
   const completion = tokenizer.decode(responseIds.filter((id) => !stops.includes(id)));
   if (values.json) console.log(JSON.stringify({ prompt_ids: promptIds, response_ids: responseIds, text: completion }));
@@ -83,7 +83,7 @@ export async function scoreCommand(argv: string[]): Promise<void> {
   const responseIds = tokenizer.encode(response);
   if (promptIds.length === 0) throw new InputError('flowrl score: --prompt encodes to no tokens');
   if (responseIds.length === 0) throw new InputError('flowrl score: --response encodes to no tokens');
-  const logprobs = responseLogProbs(model, [promptIds], [responseIds])[0];
+  const logprobs = (await responseLogProbs(model, [promptIds], [responseIds]))[0];
   if (values.json) {
     console.log(JSON.stringify({ prompt_ids: promptIds, response_ids: responseIds, logprobs }));
   } else {
@@ -112,7 +112,7 @@ export async function initModelCommand(argv: string[]): Promise<void> {
   }
   await initEngine(values.backend as BackendChoice, { quiet: true });
   const model = modelFromWeights(config, initWeights(config, seed));
-  saveModel(model, out, { tokenizerDir });
+  await saveModel(model, out, { tokenizerDir });
   const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
   console.log(`wrote ${out}: ${config.modelType}, ${params.toLocaleString('en-US')} parameters, seed ${seed}`);
   model.dispose();

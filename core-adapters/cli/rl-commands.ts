@@ -259,7 +259,7 @@ export async function exportCommand(argv: string[]): Promise<void> {
     fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
     const staging = fs.mkdtempSync(path.join(path.dirname(path.resolve(out)), '.flowrl-gguf-'));
     try {
-      exportHuggingFace(source, path.join(staging, 'hf'), false);
+      await exportHuggingFace(source, path.join(staging, 'hf'), false);
       const written = writeGguf(path.join(staging, 'hf'), out, dtype, source);
       console.log(`wrote ${out}: GGUF v3, ${written.arch}, ${written.tensors} tensors, ${dtype} (${(written.bytes / 1e6).toFixed(1)} MB)`);
     } finally {
@@ -267,15 +267,15 @@ export async function exportCommand(argv: string[]): Promise<void> {
     }
     return;
   }
-  console.log(exportHuggingFace(source, out, values.adapter as boolean));
+  console.log(await exportHuggingFace(source, out, values.adapter as boolean));
 }
 
 /** The policy in `source` (full weights, or LoRA merged into its base) as a Hugging Face directory, or its PEFT adapter; returns what was written. */
-function exportHuggingFace(source: string, out: string, adapterOnly: boolean): string {
+async function exportHuggingFace(source: string, out: string, adapterOnly: boolean): Promise<string> {
   if (!isAdapterDir(source)) {
     if (adapterOnly) throw new InputError(`${source}: --adapter needs a LoRA checkpoint; this one holds full weights (actor_rollout_ref.model.lora_rank was 0)`);
     const model = loadModel(source);
-    saveModel(model, out, { tokenizerDir: source });
+    await saveModel(model, out, { tokenizerDir: source });
     const params = model.trainableVariables().reduce((n, v) => n + v.size, 0);
     model.dispose();
     return `exported ${source} to ${out} (${params.toLocaleString('en-US')} parameters, no plugin heads)`;
@@ -286,14 +286,14 @@ function exportHuggingFace(source: string, out: string, adapterOnly: boolean): s
     const adapters = loadAdapters(model.config, source);
     model.attachAdapters(adapters);
     if (adapterOnly) {
-      writeDirectoryAtomically(out, (tmp) => {
-        writeAdapterFiles(tmp, adapters, base);
+      await writeDirectoryAtomically(out, async (tmp) => {
+        await writeAdapterFiles(tmp, adapters, base);
         for (const name of TOKENIZER_FILES) if (fs.existsSync(path.join(source, name))) fs.copyFileSync(path.join(source, name), path.join(tmp, name));
       });
       const params = [...adapters.params.values()].reduce((n, v) => n + v.size, 0);
       return `exported the adapter of ${source} to ${out} (PEFT LoRA r ${adapters.settings.rank}, ${params.toLocaleString('en-US')} parameters, base ${base})`;
     }
-    saveModel(model, out, { tokenizerDir: fs.existsSync(path.join(source, 'tokenizer.json')) ? source : base });
+    await saveModel(model, out, { tokenizerDir: fs.existsSync(path.join(source, 'tokenizer.json')) ? source : base });
     return `exported ${source} merged into ${base} to ${out} (W + ${adapters.scale} B A)`;
   } finally {
     model.dispose();

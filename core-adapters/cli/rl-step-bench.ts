@@ -28,6 +28,7 @@ import { languageModelGradients, sliceSequences } from '../model/train-step.js';
 import { runUpdateLoop } from '../model/update-loop.js';
 import { Rng } from '../random.js';
 import { measureLimits, type Limits } from './limits.js';
+import { readFloat32 } from '../engine/readback.js';
 
 export interface RlStepOptions {
   configFile: string;
@@ -133,32 +134,38 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const rng = new Rng(1);
   const prompts = Array.from({ length: o.prompts }, () => Array.from({ length: o.promptTokens }, () => rng.int(config.vocabSize)));
   const rows = prompts.flatMap((p) => Array.from({ length: o.samples }, () => p));
-  const timed = <T>(name: string, f: () => T): [T, number] => {
+  const timed = async <T>(name: string, f: () => T | Promise<T>): Promise<[T, number]> => {
     const started = performance.now();
-    const out = f();
+    const out = await f();
     const seconds = (performance.now() - started) / 1000;
     log(`${name} ${seconds.toFixed(1)} s`);
     return [out, seconds];
   };
   // A short warm-up, so first-call compilation is not timed.
-  generate(model, rows.slice(0, 1), { maxNewTokens: 2, temperature: 1, seed: 0, stopTokenIds: [] });
+  await generate(model, rows.slice(0, 1), { maxNewTokens: 2, temperature: 1, seed: 0, stopTokenIds: [] });
   // Sampled as a run samples: the BLAS on its run-time thread count (see bench.ts).
   const kernels = info.backend === 'wasm' ? loadNativeKernels().kernels : undefined;
   kernels?.setThreads(blasThreads());
-  const [sampled, rolloutS] = timed('rollout', () => generate(model, rows, { maxNewTokens: o.responseTokens, temperature: 1, seed: 0, stopTokenIds: [] }).tokens);
+  const [sampled, rolloutS] = await timed('rollout', async () => (await generate(model, rows, { maxNewTokens: o.responseTokens, temperature: 1, seed: 0, stopTokenIds: [] })).tokens);
   kernels?.setThreads(os.availableParallelism());
   const seq = packSequences(rows, sampled);
   const micro = Array.from({ length: Math.ceil(seq.batch / o.microBatch) }, (_, i) => sliceSequences(seq, i * o.microBatch, Math.min(seq.batch, (i + 1) * o.microBatch)));
-  const logProbs = () => micro.forEach((m) => tf.tidy(() => void scoreResponses(model, m).logProbs.dataSync()));
-  const [, oldS] = timed('old log-probs', logProbs);
-  const [, refS] = timed('reference log-probs', () => model.withoutAdapters(logProbs));
+  const logProbs = async () => {
+    for (const m of micro) {
+      const lp = tf.tidy(() => scoreResponses(model, m).logProbs);
+      await readFloat32(lp, 'bench log-probs');
+      lp.dispose();
+    }
+  };
+  const [, oldS] = await timed('old log-probs', logProbs);
+  const [, refS] = await timed('reference log-probs', () => model.withoutAdapters(logProbs));
   const optimizer = new AdamW({ lr: 1e-6, weightDecay: 0.01 });
-  const [, updateS] = timed('update', () =>
+  const [, updateS] = await timed('update', () =>
     runUpdateLoop({
       miniBatches: [seq],
       microBatches: () => micro,
       rows: (s) => s.batch,
-      accumulate: (m, _place, grads) => languageModelGradients(model, m, grads),
+      accumulate: async (m, _place, grads) => void (await languageModelGradients(model, m, grads)),
       optimizer,
       params: model.trainableParams(),
       maxGradNorm: 1,

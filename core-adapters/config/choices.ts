@@ -2,9 +2,9 @@
 // validation reads them here, and the modules that act on each choice (engine, model, algorithms)
 // import them from here, so reading a config never loads tfjs.
 
-/** engine.backend: auto, tensorflow, wasm or cpu. */
-export const BACKEND_CHOICES = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
-/** engine.backend: auto, tensorflow, wasm or cpu. */
+/** engine.backend: auto, tensorflow, webgpu, wasm or cpu. */
+export const BACKEND_CHOICES = ['auto', 'tensorflow', 'webgpu', 'wasm', 'cpu'] as const;
+/** engine.backend: auto, tensorflow, webgpu, wasm or cpu. */
 export type BackendChoice = (typeof BACKEND_CHOICES)[number];
 
 /**

@@ -78,7 +78,7 @@ function optimSpec(lr: number, role: string) {
 export const CORE_SPEC = {
   plugins: key([] as string[], "Plugin manifests: plugin.json files, directories holding one, or installed package names (relative to the config file).", { stringOrList: true }),
   engine: {
-    backend: key<(typeof BACKEND_CHOICES)[number]>('auto', "The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then wasm, then cpu), or one by name.", { choices: BACKEND_CHOICES }),
+    backend: key<(typeof BACKEND_CHOICES)[number]>('auto', "The tfjs backend: auto (tfjs-node-gpu, then tfjs-node, then webgpu on a hardware GPU, then wasm, then cpu), or one by name; FLOWRL_BACKEND overrides it.", { choices: BACKEND_CHOICES }),
     native: key<(typeof NATIVE_CHOICES)[number]>('auto', "The engine path on wasm: auto (the native addon, with an optimised BLAS when one is found), loop (the addon's compiled loop; FLOWRL_BLAS=none), off (stock kernels; FLOWRL_NATIVE=off).", { choices: NATIVE_CHOICES }),
     workers: key('auto' as string | number, "Data-parallel threads for actor updates and sampling: auto (the cores, FLOWRL_WORKERS overrides) or a whole number (1: none).", { autoOrCount: true }),
     rank_timeout_s: key(600, "Data-parallel ranks (mpirun -np N): seconds a rank waits for the others in a gather or sum before every rank stops (the slowest rank's step must fit).", { min: 0, exclusiveMin: true }),

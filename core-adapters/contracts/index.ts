@@ -49,12 +49,12 @@ export interface Actor {
   /** Receives the module the worker built; called once before any other method. */
   attach(module: PolicyModule): void;
   /** Per-token log-probs of the batch's responses (and entropies, sum pi^2) without gradients. */
-  computeLogProb(batch: Batch, options: LogProbOptions): LogProbResult;
+  computeLogProb(batch: Batch, options: LogProbOptions): Promise<LogProbResult>;
   /**
    * Mini-batches x epochs of updates on a batch holding advantages and old log-probs. Each listener
    * sees every mini-batch just before its optimizer step; their metrics join the actor's averages.
    */
-  updatePolicy(batch: Batch, listeners?: ActorStepListener[]): Metrics;
+  updatePolicy(batch: Batch, listeners?: ActorStepListener[]): Promise<Metrics>;
 }
 
 /**
@@ -62,7 +62,7 @@ export interface Actor {
  * still has the weights whose forward gave the step's gradients (RLFR's online field trains here).
  */
 export interface ActorStepListener {
-  onActorStep(miniBatch: Batch): Metrics;
+  onActorStep(miniBatch: Batch): Metrics | Promise<Metrics>;
 }
 
 /** What the worker hands the rollout: the policy and how its samples stop and are padded. */
@@ -74,7 +74,7 @@ export interface RolloutPolicy {
    * Writes the policy's current weights as a server loads them: a Hugging Face directory, or with
    * LoRA the PEFT adapter alone. Returns whether it wrote an adapter.
    */
-  writeWeights(dir: string): { adapter: boolean };
+  writeWeights(dir: string): Promise<{ adapter: boolean }>;
 }
 
 /**
@@ -110,15 +110,15 @@ export interface Worker {
   /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
   rolloutDispatched(): Promise<void>;
   /** The old policy's log-probs and entropies; with withSumPiSquared, also sum pi^2 (optimal_token_baseline). */
-  computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean }): { logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array };
+  computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean }): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }>;
   /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
-  computeRefLogProb(batch: Batch): Float32Array;
-  updateActor(batch: Batch, listeners?: ActorStepListener[]): Metrics;
+  computeRefLogProb(batch: Batch): Promise<Float32Array>;
+  updateActor(batch: Batch, listeners?: ActorStepListener[]): Promise<Metrics>;
   /** Writes the actor (HF directory), its heads and optimizer state into dir. */
-  saveCheckpoint(dir: string): void;
+  saveCheckpoint(dir: string): Promise<void>;
   loadCheckpoint(dir: string): void;
   /** Writes a plain HF directory of the policy, without any plugin head. */
-  exportModel(dir: string): void;
+  exportModel(dir: string): Promise<void>;
   dispose(): void;
 }
 
@@ -137,9 +137,9 @@ export interface SamplingSettings {
 /** A value model (verl's critic). */
 export interface Critic {
   init(): Promise<void>;
-  computeValues(batch: Batch): Float32Array;
-  updateCritic(batch: Batch): Metrics;
-  saveCheckpoint(dir: string): void;
+  computeValues(batch: Batch): Promise<Float32Array>;
+  updateCritic(batch: Batch): Promise<Metrics>;
+  saveCheckpoint(dir: string): Promise<void>;
   loadCheckpoint(dir: string): void;
   dispose(): void;
 }
@@ -185,13 +185,13 @@ export interface RewardShaper {
    * Adds this shaper's reward per response token into `shaping` ([B, R], row-major; padding must
    * stay 0). The batch holds the rollouts and their token_level_scores.
    */
-  shape(batch: Batch, shaping: Float32Array): Metrics;
+  shape(batch: Batch, shaping: Float32Array): Metrics | Promise<Metrics>;
   /** Called after each actor update with the same batch (for online-trained shapers). */
-  afterUpdate?(batch: Batch): Metrics;
+  afterUpdate?(batch: Batch): Metrics | Promise<Metrics>;
   /** Present when the shaper also follows each actor optimizer step (see ActorStepListener). */
-  onActorStep?(miniBatch: Batch): Metrics;
+  onActorStep?(miniBatch: Batch): Metrics | Promise<Metrics>;
   /** State to keep in checkpoints, as files written into dir. */
-  saveCheckpoint?(dir: string): void;
+  saveCheckpoint?(dir: string): void | Promise<void>;
   loadCheckpoint?(dir: string): void;
   dispose?(): void;
 }
@@ -227,7 +227,7 @@ export interface CheckpointInfo {
 /** Where checkpoints go: atomic saves, the latest complete one, and the one to resume from. */
 export interface CheckpointStore {
   /** Writes global_step_N atomically through `write(tmpDir)`. */
-  save(step: number, write: (dir: string) => void): CheckpointInfo;
+  save(step: number, write: (dir: string) => void | Promise<void>): Promise<CheckpointInfo>;
   /** The newest complete checkpoint, if any. */
   latest(): CheckpointInfo | undefined;
   /** The checkpoint resume_mode asks for (auto: latest; disable: none; else a path). */

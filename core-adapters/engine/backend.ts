@@ -8,6 +8,7 @@ import { InputError } from '../errors.js';
 import { registerFusedKernels } from './fused.js';
 import { installWasmKernelOverrides } from './kernels.js';
 import { blasDisabledByEnv, loadNativeKernels } from './native.js';
+import { describeAdapter, probeGpu, registerWebgpuBackend, type GpuAdapterReport } from './webgpu.js';
 import { BACKEND_CHOICES, NATIVE_CHOICES, type BackendChoice, type NativeChoice } from '../config/choices.js';
 
 
@@ -25,8 +26,12 @@ export function defaultNativeChoice(): NativeChoice {
 
 /** The tfjs backend in use and its accelerations. */
 export interface EngineInfo {
-  /** The tfjs backend name now active: tensorflow, wasm or cpu. */
+  /** The tfjs backend name now active: tensorflow, webgpu, wasm or cpu. */
   backend: string;
+  /** The GPU adapter, when webgpu is active or was considered. */
+  gpu?: GpuAdapterReport;
+  /** Why `auto` did not choose webgpu (no package, no adapter, a software adapter). */
+  gpuNotChosen?: string;
   /** Where the tensorflow backend came from (tfjs-node-gpu or tfjs-node), when it is used. */
   binding?: string;
   simd?: boolean;
@@ -68,6 +73,8 @@ export function engineBanner(info: EngineInfo): string[] {
   const extra = info.accelerations.length ? `; ${info.accelerations.join('; ')}` : '';
   const missing = info.nativeUnavailable ? `; native kernels unavailable (${info.nativeUnavailable})` : '';
   const lines = [`[flowrl] tfjs backend: ${info.backend}${detail}${extra}${missing}`];
+  if (info.backend === 'webgpu' && info.gpu) lines.push(`[flowrl] GPU: ${describeAdapter(info.gpu)}`);
+  else if (info.gpuNotChosen) lines.push(`[flowrl] webgpu not chosen: ${info.gpuNotChosen}`);
   if (info.blasMissing) lines.push(`[flowrl] ${NO_BLAS_HINT}`);
   return lines;
 }
@@ -101,13 +108,42 @@ async function tryWasm(): Promise<boolean> {
 }
 
 /**
- * Selects and initialises the tfjs backend once per process and prints the choice once.
- * `auto` tries tfjs-node-gpu, tfjs-node, wasm, then cpu.
+ * webgpu when asked for, or for `auto` on a hardware adapter; otherwise undefined with the reason
+ * (a software adapter such as lavapipe is correct but slower than the CPU path, so auto passes it by).
  */
-export async function initEngine(choice: BackendChoice = 'auto', options: { quiet?: boolean; native?: NativeChoice } = {}): Promise<EngineInfo> {
-  if (!BACKEND_CHOICES.includes(choice)) {
-    throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(choice)}'`);
+async function tryWebgpu(choice: BackendChoice): Promise<{ info?: EngineInfo; gpu?: GpuAdapterReport; reason: string }> {
+  const probe = await probeGpu();
+  if ('unavailable' in probe) {
+    if (choice === 'webgpu') throw new InputError(`engine.backend is 'webgpu' but ${probe.unavailable} (install the optional dependency webgpu, or use auto)`);
+    return { reason: probe.unavailable };
   }
+  if (choice === 'auto' && probe.report.software) return { gpu: probe.report, reason: `the adapter is a software one (${probe.report.description}); engine.backend=webgpu uses it anyway` };
+  await registerWebgpuBackend(probe.adapter);
+  if (!(await tf.setBackend('webgpu'))) {
+    if (choice === 'webgpu') throw new InputError(`engine.backend is 'webgpu' but the webgpu backend failed to initialise on ${probe.report.description} (use auto or wasm)`);
+    return { gpu: probe.report, reason: `the webgpu backend failed to initialise on ${probe.report.description}` };
+  }
+  return { info: { backend: 'webgpu', gpu: probe.report, accelerations: [] }, reason: '' };
+}
+
+/** FLOWRL_BACKEND, when set, replaces the configured backend choice. */
+export function backendChoiceFromEnv(choice: BackendChoice): BackendChoice {
+  const env = process.env.FLOWRL_BACKEND;
+  if (!env) return choice;
+  if (!BACKEND_CHOICES.includes(env as BackendChoice)) throw new InputError(`FLOWRL_BACKEND must be one of ${BACKEND_CHOICES.join(', ')}; got '${env}'`);
+  return env as BackendChoice;
+}
+
+/**
+ * Selects and initialises the tfjs backend once per process and prints the choice once.
+ * `auto` tries tfjs-node-gpu, tfjs-node, webgpu on a hardware GPU, wasm, then cpu. FLOWRL_BACKEND
+ * replaces the choice unless `exact` (worker threads, which must run what their parent runs).
+ */
+export async function initEngine(requested: BackendChoice = 'auto', options: { quiet?: boolean; native?: NativeChoice; exact?: boolean } = {}): Promise<EngineInfo> {
+  if (!BACKEND_CHOICES.includes(requested)) {
+    throw new InputError(`backend must be one of ${BACKEND_CHOICES.join(', ')}; got '${String(requested)}'`);
+  }
+  const choice = options.exact ? requested : backendChoiceFromEnv(requested);
   const native = resolveNativeChoice(options.native ?? 'auto');
   if (!NATIVE_CHOICES.includes(native)) throw new InputError(`engine.native must be one of ${NATIVE_CHOICES.join(', ')}; got '${String(native)}'`);
   if (active && (choice === 'auto' || choice === active.backend)) {
@@ -123,6 +159,12 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
       throw new InputError(`engine.backend is 'tensorflow' but neither ${NODE_BINDINGS.join(' nor ')} could be loaded (install one, or use auto)`);
     }
   }
+  let gpuNotChosen: { gpu?: GpuAdapterReport; reason: string } | undefined;
+  if (!info && (choice === 'auto' || choice === 'webgpu')) {
+    const gpu = await tryWebgpu(choice);
+    info = gpu.info;
+    if (!info) gpuNotChosen = gpu;
+  }
   if (!info && (choice === 'auto' || choice === 'wasm')) {
     if (await tryWasm()) info = { backend: 'wasm', simd: Boolean(tf.env().getAsync ? await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT') : false), accelerations: [] };
     else if (choice === 'wasm') throw new InputError("engine.backend is 'wasm' but the wasm backend failed to initialise (use auto or cpu)");
@@ -132,6 +174,7 @@ export async function initEngine(choice: BackendChoice = 'auto', options: { quie
     info = { backend: 'cpu', accelerations: [] };
   }
   await tf.ready();
+  if (gpuNotChosen && choice === 'auto') Object.assign(info, { gpu: gpuNotChosen.gpu, gpuNotChosen: gpuNotChosen.reason });
   if (info.backend === 'wasm') accelerate(info, native);
   active = info;
   if (!announced && !options.quiet) for (const line of engineBanner(info)) process.stderr.write(`${line}\n`);

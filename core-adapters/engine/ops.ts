@@ -38,6 +38,14 @@ export function stopGradient<T extends tf.Tensor>(x: T): T {
   })) as T;
 }
 
+/**
+ * f(inputs) as a constant: its ops (comparisons too, which tfjs cannot differentiate through) stay
+ * off the gradient tape, and no gradient reaches the inputs through it.
+ */
+export function constantFrom<T extends tf.Tensor>(inputs: tf.Tensor[], f: (inputs: tf.Tensor[]) => T): T {
+  return withGradient(inputs, (xs) => ({ value: f(xs), gradFunc: () => xs.map((x) => tf.zerosLike(x)) })) as T;
+}
+
 /** Column sums of x[N,H] as a [H] vector, computed as ones[1,N] @ x (a reduction over the leading axis). */
 export function sumRows(x: tf.Tensor2D): tf.Tensor1D {
   return tf.matMul(tf.ones([1, x.shape[0]]), x).reshape([x.shape[1]]);

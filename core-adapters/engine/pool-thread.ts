@@ -24,7 +24,7 @@ const taskSlot = 1 + 2 * init.index;
 const doneSlot = 2 + 2 * init.index;
 
 async function main(): Promise<void> {
-  await initEngine('wasm', { quiet: true, native: init.native });
+  await initEngine('wasm', { quiet: true, native: init.native, exact: true });
   // One BLAS thread per worker: the workers themselves fill the cores.
   loadNativeKernels().kernels?.setThreads(1);
   const module = (await import(init.spec.module)) as Record<string, (args: unknown) => Promise<Replica> | Replica>;
@@ -51,7 +51,7 @@ async function main(): Promise<void> {
         }
         version = current;
       }
-      const out = replica.run(message.task);
+      const out = await replica.run(message.task);
       let gradNames: string[] | undefined;
       if (out.grads) {
         gradNames = [];

@@ -14,6 +14,12 @@ export interface ReplicaSpec {
 export interface Replica {
   params: Map<string, tf.Variable>;
   /** Runs one task; gradients (if any) are returned as tensors the pool frees after copying. */
-  run(task: unknown): { grads?: Map<string, tf.Tensor>; result?: unknown };
+  run(task: unknown): ReplicaResult | Promise<ReplicaResult>;
+}
+
+/** A task's gradients (freed by the pool after copying) and its result. */
+export interface ReplicaResult {
+  grads?: Map<string, tf.Tensor>;
+  result?: unknown;
 }
 

@@ -163,7 +163,7 @@ export class ThreadPool {
    * Runs tasks[w] on worker w (tasks.length <= size - 1) while `local` runs here; returns the local
    * value and each worker's result. Worker gradients are added into `grads` (created where absent).
    */
-  run<T>(tasks: unknown[], local: () => T, grads?: Map<string, tf.Tensor>): { local: T; results: unknown[] } {
+  async run<T>(tasks: unknown[], local: () => T | Promise<T>, grads?: Map<string, tf.Tensor>): Promise<{ local: T; results: unknown[] }> {
     if (tasks.length > this.size - 1) throw new Error(`ThreadPool.run: ${tasks.length} tasks for ${this.size - 1} workers`);
     const seq = ++this.sequence;
     tasks.forEach((task, w) => {
@@ -173,7 +173,7 @@ export class ThreadPool {
     });
     let value: T;
     try {
-      value = local();
+      value = await local();
     } catch (e) {
       // Collect every worker's reply even so, so that the next run starts clean.
       tasks.forEach((_, w) => this.awaitReply(w, seq));
@@ -193,9 +193,9 @@ export class ThreadPool {
    * Rows [0, rows) split into `parts` contiguous shards: this thread runs `local` on the first,
    * worker w the task built for shard w + 1. Returns each shard's result in row order.
    */
-  runOnRowShards<T>(rows: number, task: (start: number, end: number) => unknown, local: (start: number, end: number) => T, parts = this.size): T[] {
+  async runOnRowShards<T>(rows: number, task: (start: number, end: number) => unknown, local: (start: number, end: number) => T | Promise<T>, parts = this.size): Promise<T[]> {
     const [mine, ...theirs] = shardRanges(rows, Math.min(parts, this.size));
-    const out = this.run(
+    const out = await this.run(
       theirs.map(([a, b]) => task(a, b)),
       () => local(mine[0], mine[1]),
     );

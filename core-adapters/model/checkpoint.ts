@@ -14,6 +14,7 @@ import { fileInDirectory, OPERATOR_FILES, readJsonFile, type FileAccess } from '
 import type { TextTokenizer } from './tokenizer.js';
 import type { AdamW, LrScheduler } from './optim.js';
 import { uniqueVariableName } from './variables.js';
+import { readFloat32 } from '../engine/readback.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -156,13 +157,12 @@ export function loadModel(dir: string, memory: ModelMemory = {}): CausalLM {
 }
 
 /** HF-layout copies of the model's weights, with LoRA adapters merged in (W + scale * B A). */
-export function exportWeights(model: CausalLM): Map<string, HostTensor> {
-  const held = new Map<string, HostTensor>();
-  for (const [name, variable] of model.params) held.set(name, { shape: [...variable.shape], data: Float32Array.from(variable.dataSync()) });
+export async function exportWeights(model: CausalLM): Promise<Map<string, HostTensor>> {
+  const held = await readParameters(model.params);
   const weights = toHfLayout(model.config, held);
   const frozen = frozenBaseToHf(model.config, model.frozen.keys(), (name, start, count) => model.frozen.get(name)!.rowsFloat32(start, count));
   for (const [name, t] of frozen) weights.set(name, t);
-  for (const [name, delta] of model.adapters?.mergedDeltas() ?? []) {
+  for (const [name, delta] of (await model.adapters?.mergedDeltas()) ?? []) {
     const w = weights.get(name)!.data;
     for (let i = 0; i < w.length; i++) w[i] += delta.data[i];
   }
@@ -173,13 +173,13 @@ export function exportWeights(model: CausalLM): Map<string, HostTensor> {
  * Writes `files` (name -> writer) into `dir` atomically: everything goes to a sibling temporary
  * directory that replaces `dir` only once complete.
  */
-export function writeDirectoryAtomically(dir: string, write: (tmp: string) => void): void {
+export async function writeDirectoryAtomically(dir: string, write: (tmp: string) => void | Promise<void>): Promise<void> {
   const parent = path.dirname(path.resolve(dir));
   fs.mkdirSync(parent, { recursive: true });
   const tmp = fs.mkdtempSync(path.join(parent, `.${path.basename(dir)}.tmp-`));
   const old = `${tmp}.old`;
   try {
-    write(tmp);
+    await write(tmp);
     if (fs.existsSync(dir)) fs.renameSync(dir, old);
     fs.renameSync(tmp, dir);
   } catch (e) {
@@ -199,9 +199,9 @@ export interface SaveOptions {
 }
 
 /** Saves a valid HF directory: config.json (torch_dtype float32), model.safetensors, tokenizer files. */
-export function saveModel(model: CausalLM, dir: string, options: SaveOptions = {}): void {
-  const weights = exportWeights(model);
-  writeDirectoryAtomically(dir, (tmp) => {
+export async function saveModel(model: CausalLM, dir: string, options: SaveOptions = {}): Promise<void> {
+  const weights = await exportWeights(model);
+  await writeDirectoryAtomically(dir, (tmp) => {
     const config = { ...model.config.raw, torch_dtype: 'float32' };
     fs.writeFileSync(path.join(tmp, 'config.json'), JSON.stringify(config, null, 2) + '\n');
     writeSafetensors(path.join(tmp, WEIGHTS_FILE), weights);
@@ -244,10 +244,15 @@ export function loadWeightsInto(model: CausalLM, dir: string): void {
 }
 
 /** Writes named parameters (a plugin head, a value head) to one safetensors file. */
-export function saveParameters(file: string, params: Map<string, tf.Variable>): void {
-  const tensors = new Map<string, HostTensor>();
-  for (const [name, v] of params) tensors.set(name, { shape: [...v.shape], data: Float32Array.from(v.dataSync()) });
-  writeSafetensors(file, tensors);
+export async function saveParameters(file: string, params: Map<string, tf.Variable>): Promise<void> {
+  writeSafetensors(file, await readParameters(params));
+}
+
+/** Host copies of named parameters, read one at a time (a GPU holds them; the host needs one copy). */
+export async function readParameters(params: Map<string, tf.Variable>): Promise<Map<string, HostTensor>> {
+  const held = new Map<string, HostTensor>();
+  for (const [name, v] of params) held.set(name, { shape: [...v.shape], data: Float32Array.from(await readFloat32(v, `the parameter ${name}`)) });
+  return held;
 }
 
 /** Loads a file written by saveParameters into existing variables; names and shapes must match. */
@@ -267,8 +272,8 @@ export const OPTIMIZER_FILE = 'optimizer.safetensors';
  * AdamW moments and step count as one safetensors file (m/<name>, v/<name>; the step in metadata),
  * with the lr scheduler's step when there is one.
  */
-export function saveOptimizerState(file: string, optimizer: AdamW, scheduler?: LrScheduler): void {
-  const state = optimizer.getState();
+export async function saveOptimizerState(file: string, optimizer: AdamW, scheduler?: LrScheduler): Promise<void> {
+  const state = await optimizer.getState();
   const tensors = new Map<string, HostTensor>();
   for (const [name, { m, v, shape }] of state.moments) {
     tensors.set(`m/${name}`, { shape, data: m });

@@ -2,6 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { canWriteInPlace, sampleRowsNatively, type RowSamples } from '../engine/kernels.js';
 import { splitFrozenProducts } from '../engine/native.js';
+import { readFloat32 } from '../engine/readback.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
@@ -308,14 +309,16 @@ export class Decoding {
   }
 
   /** Samples one token per live row and, unless every row has ended, runs the next decode step; false once finished. */
-  step(): boolean {
+  async step(): Promise<boolean> {
     const logits = this.logits;
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
     const V = logits.shape[1];
     const drawn = this.drawNatively(logits);
     // Top logprobs read every row's logits even when the addon drew the tokens.
-    const values = drawn && !this.alternatives ? undefined : (logits.dataSync() as Float32Array);
+    const values = drawn && !this.alternatives ? undefined : await readFloat32(logits, 'sampling (the next-token logits)');
+    // Disposed while the read was pending (an aborted request): nothing more to do.
+    if (this.logits !== logits) return false;
     const next = new Int32Array(batch);
     const kept: KeptMass | undefined = this.keptLogMass ? { logMass: 0 } : undefined;
     for (let b = 0; b < batch; b++) {
@@ -413,10 +416,10 @@ export class Decoding {
 }
 
 /** Samples up to maxNewTokens per prompt. Prompts are token ids without padding. */
-export function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Generation {
+export async function generate(model: CausalLM, prompts: number[][], options: SamplingOptions): Promise<Generation> {
   const decoding = new Decoding(model, prompts, options);
   try {
-    while (decoding.step());
+    while (await decoding.step());
     return decoding.result();
   } finally {
     decoding.dispose();
@@ -435,12 +438,12 @@ export const MIN_SAMPLING_ROWS_PER_THREAD = 128;
  * keeps its own random stream, so the samples match a single-thread run up to float rounding).
  * The replicas must hold the model's current weights (ThreadPool.publish).
  */
-export function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: ThreadPool, minRowsPerThread = MIN_SAMPLING_ROWS_PER_THREAD): Generation {
+export async function generateOnPool(model: CausalLM, prompts: number[][], options: SamplingOptions, pool?: ThreadPool, minRowsPerThread = MIN_SAMPLING_ROWS_PER_THREAD): Promise<Generation> {
   const threads = pool ? Math.min(pool.size, Math.floor(prompts.length / Math.max(1, minRowsPerThread))) : 1;
   if (!pool || threads < 2) return generate(model, prompts, options);
   const first = options.firstRow ?? 0;
   const shard = (a: number, b: number): SamplingOptions => ({ ...options, firstRow: first + a, rowSeeds: options.rowSeeds?.slice(a, b), rowMaxNewTokens: options.rowMaxNewTokens?.slice(a, b) });
-  const parts = pool.runOnRowShards(
+  const parts = await pool.runOnRowShards(
     prompts.length,
     (a, b) => ({ kind: 'generate', prompts: prompts.slice(a, b), options: shard(a, b) }),
     (a, b) => generate(model, prompts.slice(a, b), shard(a, b)),

@@ -8,6 +8,7 @@ import { generate, type SamplingOptions } from './generate.js';
 import type { SequenceBatch } from './logprobs.js';
 import { lossAndGradients } from './optim.js';
 import { maskedNllOver } from './train-step.js';
+import { readScalar } from '../engine/readback.js';
 
 /** A worker's replica for language-model training and sampling (see engine/thread-pool.ts). */
 export function createLanguageModelReplica(args: { modelConfig: Record<string, unknown> }): Replica {
@@ -15,13 +16,15 @@ export function createLanguageModelReplica(args: { modelConfig: Record<string, u
   const model = modelFromWeights(config, initWeights(config, 0));
   return {
     params: model.params,
-    run(task) {
+    async run(task) {
       const t = task as { kind: 'lm-grads'; seq: SequenceBatch; denominator: number } | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
-      if (t.kind === 'generate') return { result: generate(model, t.prompts, t.options) };
+      if (t.kind === 'generate') return { result: await generate(model, t.prompts, t.options) };
       const { loss, grads } = lossAndGradients(() => maskedNllOver(model, t.seq, t.denominator), model.params);
-      const value = loss.dataSync()[0];
-      loss.dispose();
-      return { grads, result: value };
+      try {
+        return { grads, result: await readScalar(loss, 'a replica loss') };
+      } finally {
+        loss.dispose();
+      }
     },
   };
 }

@@ -2,6 +2,7 @@
 // prompt followed by a right-padded response, and logits are divided by the sampling temperature.
 import * as tf from '@tensorflow/tfjs';
 import { headLogProbs } from '../engine/ops.js';
+import { readFloat32 } from '../engine/readback.js';
 import { positionsFromMask, type CausalLM } from './causal-lm.js';
 
 /** A batch of prompt+response sequences, row-major. */
@@ -116,10 +117,14 @@ export function packSequences(prompts: number[][], responses: number[][], padId 
 }
 
 /** Log-probs of each response token as plain arrays (unpadded), for CLIs and tests. */
-export function responseLogProbs(model: CausalLM, prompts: number[][], responses: number[][], temperature = 1): number[][] {
+export async function responseLogProbs(model: CausalLM, prompts: number[][], responses: number[][], temperature = 1): Promise<number[][]> {
   const seq = packSequences(prompts, responses);
   const logProbs = tf.tidy(() => scoreResponses(model, seq, { temperature }).logProbs);
-  const values = logProbs.arraySync();
-  logProbs.dispose();
-  return values.map((row, b) => row.slice(0, responses[b].length));
+  try {
+    const values = await readFloat32(logProbs, 'response log-probs');
+    const R = seq.responseLength;
+    return responses.map((r, b) => Array.from(values.subarray(b * R, b * R + r.length)));
+  } finally {
+    logProbs.dispose();
+  }
 }

@@ -14,6 +14,7 @@ import type { ModelConfig } from './config.js';
 import type { HostTensor } from './layout.js';
 import { checkFiniteWeights, readTensors, writeSafetensors } from './safetensors.js';
 import { OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
+import { readAllFloat32, readFloat32 } from '../engine/readback.js';
 
 /** The linear modules of a decoder layer that can carry an adapter (PEFT's all-linear: every one). */
 export const LORA_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
@@ -129,23 +130,28 @@ export class LoraAdapters {
     return tf.matMul(tf.mul(tf.matMul(x, p.A), this.scale), p.B) as tf.Tensor2D;
   }
 
-  /** Runs fn with the adapters off (the base model), restoring their state after. */
+  /** Runs fn with the adapters off (the base model), restoring their state after (after it settles, when fn is async). */
   withoutAdapters<T>(fn: () => T): T {
     const was = this.enabled;
     this.enabled = false;
+    let result: T;
     try {
-      return fn();
-    } finally {
+      result = fn();
+    } catch (e) {
       this.enabled = was;
+      throw e;
     }
+    if (result instanceof Promise) return result.finally(() => (this.enabled = was)) as T;
+    this.enabled = was;
+    return result;
   }
 
   /** PEFT tensors: names under base_model.model., A [r, in], B [out, r]. */
-  toPeft(): Map<string, HostTensor> {
+  async toPeft(): Promise<Map<string, HostTensor>> {
     const out = new Map<string, HostTensor>();
     for (const [name, v] of this.params) {
       const [rows, cols] = v.shape as [number, number];
-      const data = v.dataSync() as Float32Array;
+      const data = await readFloat32(v, `the LoRA factor ${name}`);
       const t = new Float32Array(data.length);
       for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) t[c * rows + r] = data[r * cols + c];
       out.set(`${PEFT_PREFIX}${name}.weight`, { shape: [cols, rows], data: t });
@@ -173,13 +179,12 @@ export class LoraAdapters {
    * scale * B A per adapted HF weight, in HF's [out, in] layout (to add to the base for a merged
    * model), as float64 sums rounded once.
    */
-  mergedDeltas(): Map<string, HostTensor> {
+  async mergedDeltas(): Promise<Map<string, HostTensor>> {
     const out = new Map<string, HostTensor>();
     for (let layer = 0; layer < this.config.numLayers; layer++) {
       for (const module of this.settings.targetModules) {
         const base = modulePath(layer, module);
-        const A = this.params.get(`${base}.lora_A`)!.dataSync();
-        const B = this.params.get(`${base}.lora_B`)!.dataSync();
+        const [A, B] = await readAllFloat32([this.params.get(`${base}.lora_A`)!, this.params.get(`${base}.lora_B`)!], `the LoRA factors of ${base}`);
         const [inputs, outputs] = moduleShape(this.config, module);
         const r = this.settings.rank;
         const delta = new Float32Array(outputs * inputs);
@@ -288,7 +293,8 @@ export function checkAdapterTensors(files: AdapterFiles, config: ModelConfig): v
 }
 
 /** Writes a PEFT directory (atomically by the caller's choice of directory) for these adapters. */
-export function writeAdapterFiles(dir: string, adapters: LoraAdapters, baseModel?: string): void {
+export async function writeAdapterFiles(dir: string, adapters: LoraAdapters, baseModel?: string): Promise<void> {
+  const tensors = await adapters.toPeft();
   const s = adapters.settings;
   const config = {
     peft_type: 'LORA',
@@ -307,7 +313,7 @@ export function writeAdapterFiles(dir: string, adapters: LoraAdapters, baseModel
     inference_mode: true,
   };
   fs.writeFileSync(path.join(dir, ADAPTER_CONFIG_FILE), JSON.stringify(config, null, 2) + '\n');
-  writeSafetensors(path.join(dir, ADAPTER_WEIGHTS_FILE), adapters.toPeft(), { format: 'pt' });
+  writeSafetensors(path.join(dir, ADAPTER_WEIGHTS_FILE), tensors, { format: 'pt' });
 }
 
 /** Whether a directory holds a PEFT adapter. */

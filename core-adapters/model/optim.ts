@@ -1,6 +1,7 @@
 // AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW) and global-norm gradient clipping
 // (torch.nn.utils.clip_grad_norm_); tfjs ships neither.
 import * as tf from '@tensorflow/tfjs';
+import { readAllFloat32, readScalar } from '../engine/readback.js';
 import { fusedAdamW } from '../engine/kernels.js';
 import { InputError } from '../errors.js';
 import { LR_SCHEDULER_TYPES } from '../config/choices.js';
@@ -81,10 +82,11 @@ export class AdamW {
     }
   }
 
-  getState(): AdamWState {
+  async getState(): Promise<AdamWState> {
     const moments = new Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>();
     for (const [name, m] of this.m) {
-      moments.set(name, { m: Float32Array.from(m.dataSync()), v: Float32Array.from(this.v.get(name)!.dataSync()), shape: [...m.shape] });
+      const [mValues, vValues] = await readAllFloat32([m, this.v.get(name)!], `optimizer state of ${name}`);
+      moments.set(name, { m: Float32Array.from(mValues), v: Float32Array.from(vValues), shape: [...m.shape] });
     }
     return { step: this.stepCount, moments };
   }
@@ -193,10 +195,10 @@ export class LrScheduler {
  * no clipping), then apply at `lr` unless the norm is not finite (a skipped step; the caller counts
  * it). Returns the norm before clipping. The caller disposes the gradients.
  */
-export function clippedStep(optimizer: AdamW, params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, maxNorm: number, lr: number): { norm: number; applied: boolean } {
+export async function clippedStep(optimizer: AdamW, params: Map<string, tf.Variable>, grads: Map<string, tf.Tensor>, maxNorm: number, lr: number): Promise<{ norm: number; applied: boolean }> {
   // Nothing to learn from (no tokens reached a parameter): a skipped step, not an error.
   if (grads.size === 0) return { norm: 0, applied: false };
-  const norm = maxNorm > 0 ? clipGradNorm(grads, maxNorm) : globalNorm([...grads.values()]);
+  const norm = maxNorm > 0 ? await clipGradNorm(grads, maxNorm) : await globalNorm([...grads.values()]);
   if (!Number.isFinite(norm)) return { norm, applied: false };
   optimizer.lr = lr;
   optimizer.apply(params, grads);
@@ -216,11 +218,13 @@ export function lossAndGradients(loss: () => tf.Scalar, params: Map<string, tf.V
 }
 
 /** The global L2 norm of a set of gradients. */
-export function globalNorm(grads: tf.Tensor[]): number {
+export async function globalNorm(grads: tf.Tensor[]): Promise<number> {
   const total = tf.tidy(() => tf.sqrt(tf.addN(grads.map((g) => tf.sum(tf.mul(g, g))))));
-  const value = total.dataSync()[0];
-  total.dispose();
-  return value;
+  try {
+    return await readScalar(total, 'the gradient norm');
+  } finally {
+    total.dispose();
+  }
 }
 
 /**
@@ -228,8 +232,8 @@ export function globalNorm(grads: tf.Tensor[]): number {
  * 1e-6), replacing the map's tensors in place and disposing the originals. Returns the norm
  * before clipping; a non-finite norm leaves the gradients alone for the caller to skip the update.
  */
-export function clipGradNorm(grads: Map<string, tf.Tensor>, maxNorm: number): number {
-  const norm = globalNorm([...grads.values()]);
+export async function clipGradNorm(grads: Map<string, tf.Tensor>, maxNorm: number): Promise<number> {
+  const norm = await globalNorm([...grads.values()]);
   if (!Number.isFinite(norm) || !(maxNorm > 0)) return norm;
   const coef = maxNorm / (norm + 1e-6);
   if (coef >= 1) return norm;

@@ -7,6 +7,7 @@ import { lossAndGradients, type AdamW } from './optim.js';
 import { runUpdateLoop } from './update-loop.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { shardRanges } from '../arrays.js';
+import { readScalar } from '../engine/readback.js';
 
 /** Mean negative log-likelihood over the real (unpadded) response tokens. */
 export function maskedNll(model: CausalLM, seq: SequenceBatch): tf.Scalar {
@@ -36,37 +37,41 @@ export function sliceSequences(seq: SequenceBatch, start: number, end: number): 
  * returns the loss. With a pool each thread takes a shard of rows; the shard losses share the
  * batch's token count, so the summed gradients are the whole batch's.
  */
-export function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: ThreadPool): number {
+export async function languageModelGradients(model: CausalLM, seq: SequenceBatch, grads: Map<string, tf.Tensor>, pool?: ThreadPool): Promise<number> {
   if (!pool) {
     const out = lossAndGradients(() => maskedNll(model, seq), model.trainableParams());
     accumulateGradients(grads, out.grads);
-    const value = out.loss.dataSync()[0];
-    out.loss.dispose();
-    return value;
+    try {
+      return await readScalar(out.loss, 'the language-model loss');
+    } finally {
+      out.loss.dispose();
+    }
   }
   const denominator = Math.max(1, validTokens(seq));
   const [mine, ...theirs] = shardRanges(seq.batch, pool.size).map(([a, b]) => sliceSequences(seq, a, b));
-  const { local, results } = pool.run(
+  const { local, results } = await pool.run(
     theirs.map((shard) => ({ kind: 'lm-grads', seq: shard, denominator })),
     () => lossAndGradients(() => maskedNllOver(model, mine, denominator), model.trainableParams()),
     grads,
   );
   accumulateGradients(grads, local.grads);
-  const value = local.loss.dataSync()[0] + (results as number[]).reduce((a, b) => a + b, 0);
-  local.loss.dispose();
-  return value;
+  try {
+    return (await readScalar(local.loss, 'the language-model loss')) + (results as number[]).reduce((a, b) => a + b, 0);
+  } finally {
+    local.loss.dispose();
+  }
 }
 
 /**
  * Mean negative log-likelihood of the response tokens, one clipped AdamW step at the optimizer's
  * lr; returns the loss. A non-finite gradient norm skips the update.
  */
-export function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: ThreadPool): number {
+export async function languageModelStep(model: CausalLM, optimizer: AdamW, seq: SequenceBatch, maxGradNorm = 1, pool?: ThreadPool): Promise<number> {
   let loss = NaN;
-  runUpdateLoop<SequenceBatch>({
+  await runUpdateLoop<SequenceBatch>({
     miniBatches: [seq],
     rows: (s) => s.batch,
-    accumulate: (s, _place, grads) => (loss = languageModelGradients(model, s, grads, pool)),
+    accumulate: async (s, _place, grads) => void (loss = await languageModelGradients(model, s, grads, pool)),
     afterStep: () => pool?.publish(model.trainableParams()),
     optimizer,
     params: model.trainableParams(),

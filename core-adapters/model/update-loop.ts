@@ -45,7 +45,7 @@ export interface UpdateLoop<T> {
   /** Rows of a micro-batch (for firstRow). */
   rows(micro: T): number;
   /** Adds one micro-batch's gradients into grads (its loss is its part of the mini-batch loss). */
-  accumulate(micro: T, place: MicroBatchPlace<T>, grads: Map<string, tf.Tensor>, averages: MetricAverager): void;
+  accumulate(micro: T, place: MicroBatchPlace<T>, grads: Map<string, tf.Tensor>, averages: MetricAverager): void | Promise<void>;
   optimizer: AdamW;
   params: Map<string, tf.Variable>;
   /** Global-norm clip (0: none). */
@@ -53,9 +53,9 @@ export interface UpdateLoop<T> {
   /** The lr of the step about to be taken. */
   lr(step: number): number;
   /** Called with each mini-batch after its gradients, before its step. */
-  beforeStep?(mini: T, averages: MetricAverager): void;
+  beforeStep?(mini: T, averages: MetricAverager): void | Promise<void>;
   /** Data-parallel ranks: the other ranks' gradients added into grads, before the step (all ranks call it every step). */
-  sumGradients?(grads: Map<string, tf.Tensor>): void;
+  sumGradients?(grads: Map<string, tf.Tensor>): void | Promise<void>;
   /** Called after each step, applied or skipped. */
   afterStep?(mini: T, applied: boolean, step: number): void;
   /** Metric prefix of `<prefix>/grad_norm`, `/lr` and `/skipped_updates`. */
@@ -63,7 +63,7 @@ export interface UpdateLoop<T> {
 }
 
 /** Runs the loop; returns the micro-batch metrics averaged, the step metrics, skipped steps and the time summing over ranks. */
-export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
+export async function runUpdateLoop<T>(loop: UpdateLoop<T>): Promise<Metrics> {
   const averages = new MetricAverager();
   let skipped = 0;
   let step = 0;
@@ -73,16 +73,16 @@ export function runUpdateLoop<T>(loop: UpdateLoop<T>): Metrics {
       const grads = new Map<string, tf.Tensor>();
       let firstRow = 0;
       for (const micro of loop.microBatches?.(mini) ?? [mini]) {
-        loop.accumulate(micro, { mini, firstRow, step: loop.optimizer.step, index: step }, grads, averages);
+        await loop.accumulate(micro, { mini, firstRow, step: loop.optimizer.step, index: step }, grads, averages);
         firstRow += loop.rows(micro);
       }
-      loop.beforeStep?.(mini, averages);
+      await loop.beforeStep?.(mini, averages);
       if (loop.sumGradients) {
         const t = performance.now();
-        loop.sumGradients(grads);
+        await loop.sumGradients(grads);
         summing += (performance.now() - t) / 1000;
       }
-      const { norm, applied } = clippedStep(loop.optimizer, loop.params, grads, loop.maxGradNorm, loop.lr(step));
+      const { norm, applied } = await clippedStep(loop.optimizer, loop.params, grads, loop.maxGradNorm, loop.lr(step));
       tf.dispose([...grads.values()]);
       if (applied) averages.add({ [`${loop.prefix}/grad_norm`]: norm, [`${loop.prefix}/lr`]: loop.optimizer.lr });
       else skipped += 1;

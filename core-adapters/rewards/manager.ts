@@ -96,7 +96,7 @@ export class NaiveRewardManager implements RewardManager {
     const correct: boolean[] = [];
     const extraSums = new Map<string, number>();
     const extraInfo: Record<string, number>[] = [];
-    const results = await Promise.all(texts.map((text, b) => this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b])));
+    const results = await Promise.all(texts.map(async (text, b) => this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b])));
     texts.forEach((_, b) => {
       const result = scoreValue(results[b]);
       scores.push(result.score);

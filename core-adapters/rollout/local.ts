@@ -26,7 +26,23 @@ export class LocalRollout implements Rollout {
     this.policy = policy;
   }
 
-  async generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+  /** Sampling in progress: it reads the policy's variables as it goes, so an update must wait for it (dispatched). */
+  private readonly sampling = new Set<Promise<Batch>>();
+
+  generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
+    const running = this.sample(prompts, sampling);
+    this.sampling.add(running);
+    const forget = () => void this.sampling.delete(running);
+    running.then(forget, forget);
+    return running;
+  }
+
+  /** Resolves once every sampling started so far has finished (the weights it reads may then change). */
+  async dispatched(): Promise<void> {
+    await Promise.allSettled([...this.sampling]);
+  }
+
+  private async sample(prompts: Batch, sampling: SamplingSettings): Promise<Batch> {
     const chunk = this.config.actor_rollout_ref.rollout.generation_batch_size;
     if (!this.multiTurn?.enabled) return samplePolicy(this.policy, prompts, sampling, chunk);
     const policy = this.policy;
@@ -37,7 +53,7 @@ export class LocalRollout implements Rollout {
       const tokens: number[][] = [];
       for (let start = 0; start < contexts.length; start += chunk) {
         const end = Math.min(start + chunk, contexts.length);
-        const generation = generateOnPool(
+        const generation = await generateOnPool(
           policy.module.lm,
           contexts.slice(start, end),
           { ...samplingOptions(policy, sampling), maxNewTokens: Math.max(...budgets.slice(start, end)), rowMaxNewTokens: budgets.slice(start, end), rowSeeds: seeds.slice(start, end) },
@@ -58,7 +74,7 @@ export class LocalRollout implements Rollout {
 }
 
 /** Samples `prompts` with the policy in pieces of `chunk` rows (see sampleSeed for each row's stream). */
-export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: SamplingSettings, chunk: number): Batch {
+export async function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: SamplingSettings, chunk: number): Promise<Batch> {
   const promptIds = prompts.column<number[]>('prompt_ids');
   const responses: number[][] = [];
   const first = sampling.firstRow ?? 0;
@@ -66,7 +82,7 @@ export function samplePolicy(policy: RolloutPolicy, prompts: Batch, sampling: Sa
     const end = Math.min(start + chunk, promptIds.length);
     // Rows after the step's first (a rank's share) take the streams those rows have in one process.
     const seeding = first ? { rowSeeds: Array.from({ length: end - start }, (_, i) => sampleSeed(sampling.seed, first + start + i, chunk)) } : { seed: sampling.seed + start };
-    const { tokens } = generateOnPool(policy.module.lm, promptIds.slice(start, end), { ...samplingOptions(policy, sampling), ...seeding }, policy.module.pool);
+    const { tokens } = await generateOnPool(policy.module.lm, promptIds.slice(start, end), { ...samplingOptions(policy, sampling), ...seeding }, policy.module.pool);
     responses.push(...tokens);
   }
   const out = prompts.select([]);

@@ -398,7 +398,7 @@ export class ServerRollout implements Rollout {
     if (!this.expectedProbes.has(version)) {
       // Only the current weights can be scored; an older version unseen so far cannot be checked.
       if (version !== this.version) return { ok: true, diff: 0, ...tolerance, tokens: 0 };
-      this.expectedProbes.set(version, responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1)[0]);
+      this.expectedProbes.set(version, (await responseLogProbs(this.policy.module.lm, [probe.slice(0, 1)], [probe.slice(1)], 1))[0]);
       for (const v of this.expectedProbes.keys()) if (v < version - 1) this.expectedProbes.delete(v);
     }
     const expected = this.expectedProbes.get(version)!;
@@ -469,8 +469,8 @@ export class ServerRollout implements Rollout {
           }
           if (!sample.outputIds.length) return;
           const lm = this.policy.module.lm;
-          const atTemperature = meanAbsDifference(sample.logProbs, responseLogProbs(lm, [probe], [sample.outputIds], temperature)[0]);
-          const atOne = meanAbsDifference(sample.logProbs, responseLogProbs(lm, [probe], [sample.outputIds], 1)[0]);
+          const atTemperature = meanAbsDifference(sample.logProbs, (await responseLogProbs(lm, [probe], [sample.outputIds], temperature))[0]);
+          const atOne = meanAbsDifference(sample.logProbs, (await responseLogProbs(lm, [probe], [sample.outputIds], 1))[0]);
           const { tolerance } = await this.tolerance(server);
           if (atTemperature <= tolerance) {
             server.modeChecked = true;
@@ -569,18 +569,27 @@ export class ServerRollout implements Rollout {
   }
 
   /** Writes the current weights to disk once per version. */
-  private writeCurrent(): void {
-    if (this.pushedVersion === this.version) return;
-    const dir = path.join(this.weightsDir, `v${this.version}`);
-    writeDirectoryAtomically(dir, (tmp) => (this.isAdapter = this.policy.writeWeights(tmp).adapter));
-    this.pushedVersion = this.version;
-    this.pruneVersions();
+  private writeCurrent(): Promise<void> {
+    if (this.pushedVersion === this.version) return Promise.resolve();
+    // Servers pushed at once share one write of a version.
+    if (this.writing?.version === this.version) return this.writing.done;
+    const version = this.version;
+    const dir = path.join(this.weightsDir, `v${version}`);
+    const done = writeDirectoryAtomically(dir, async (tmp) => void (this.isAdapter = (await this.policy.writeWeights(tmp)).adapter)).then(() => {
+      this.pushedVersion = version;
+      this.pruneVersions();
+    });
+    this.writing = { version, done };
+    return done;
   }
+
+  /** The weights being written, while they are. */
+  private writing?: { version: number; done: Promise<void> };
 
   /** Loads the current version on one server (written first if it is new) and records it. */
   private async push(server: ServerState): Promise<void> {
     // A server rejoining while a round sampled for the next step is in flight gets the newest weights.
-    this.writeCurrent();
+    await this.writeCurrent();
     const dir = path.join(this.weightsDir, `v${this.version}`);
     const label = this.label(this.version);
     await server.client.loadWeights(dir, label, this.isAdapter);

@@ -324,13 +324,15 @@ export class ServingEngine {
       );
       for (;;) {
         this.beforeStep?.();
-        if (batch.aborted || !decoding.step()) break;
+        if (batch.aborted || !(await decoding.step())) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
       const { tokens, stopped, logProbs, keptLogMass, alternatives } = decoding.result();
       // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
       const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && !decoding.greedy;
       const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
+      const raw: number[][] = [];
+      if (this.options.logprobsMode === 'raw_logprobs') for (const [b, p] of rows.entries()) raw.push(skew(rescore ? await this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]));
       rows.forEach((p, b) => {
         const finish: FinishReason = batch.aborted ? 'abort' : stopped[b] ? 'stop' : 'length';
         p.resolve({
@@ -338,7 +340,7 @@ export class ServingEngine {
           logProbs: skew(logProbs![b]),
           ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
           ...(alternatives && p.spec.topLogProbs ? { alternatives: alternatives[b] } : {}),
-          ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: skew(rescore ? this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]) } : {}),
+          ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: raw[b] } : {}),
           finish,
           matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
           weightVersion: this.weightVersion,
@@ -363,20 +365,20 @@ export class ServingEngine {
   }
 
   /** vLLM's default logprobs: the sampled ids scored at T = 1 (before temperature). */
-  private rawLogProbs(spec: SampleSpec, ids: number[]): number[] {
-    return ids.length ? responseLogProbs(this.model, [spec.inputIds], [ids], 1)[0] : [];
+  private async rawLogProbs(spec: SampleSpec, ids: number[]): Promise<number[]> {
+    return ids.length ? (await responseLogProbs(this.model, [spec.inputIds], [ids], 1))[0] : [];
   }
 
   /** Log-probs of prompt ids 1.. given the ones before, at T = 1 (vLLM's prompt_logprobs), computed between batches. */
   scorePrompt(ids: number[], adapter?: string): Promise<number[]> {
-    return this.exclusive(() => {
+    return this.exclusive(async () => {
       if (ids.length < 2) return [];
       const adapters = adapter === undefined ? this.model.adapters : this.adapters.get(adapter);
       if (adapter !== undefined && !adapters) throw new RequestRefused(`LoRA adapter '${adapter}' is not loaded`);
       const current = this.model.adapters;
       this.model.adapters = adapters;
       try {
-        return responseLogProbs(this.model, [ids.slice(0, 1)], [ids.slice(1)], 1)[0];
+        return (await responseLogProbs(this.model, [ids.slice(0, 1)], [ids.slice(1)], 1))[0];
       } finally {
         this.model.adapters = current;
       }
@@ -394,7 +396,7 @@ export class ServingEngine {
    * so no request is answered from two weight versions: samples admitted later wait meanwhile. A
    * paused engine's queued samples are not waited for: the client paused them across the update.
    */
-  private async exclusive<T>(change: () => T, abortRunning = false, afterAdmitted = false): Promise<T> {
+  private async exclusive<T>(change: () => T | Promise<T>, abortRunning = false, afterAdmitted = false): Promise<T> {
     const limit = this.admitted;
     if (afterAdmitted) this.barriers.add(limit);
     try {
@@ -406,7 +408,7 @@ export class ServingEngine {
       this.locks += 1;
       try {
         await this.idle();
-        return change();
+        return await change();
       } finally {
         this.locks -= 1;
       }

@@ -104,10 +104,10 @@ export class LocalCheckpointStore implements CheckpointStore {
     return path.join(this.config.trainer.default_local_dir!, 'checkpoints');
   }
 
-  save(step: number, write: (dir: string) => void): CheckpointInfo {
+  async save(step: number, write: (dir: string) => void | Promise<void>): Promise<CheckpointInfo> {
     const dir = path.join(this.root, `global_step_${step}`);
-    writeDirectoryAtomically(dir, (tmp) => {
-      write(tmp);
+    await writeDirectoryAtomically(dir, async (tmp) => {
+      await write(tmp);
       writeCheckpointManifest(tmp);
     });
     this.prune();

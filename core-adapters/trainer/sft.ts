@@ -25,6 +25,7 @@ import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
 import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import * as tf from '@tensorflow/tfjs';
 import { Rng } from '../random.js';
+import { readScalar } from '../engine/readback.js';
 
 /** A tokenized prompt and response for supervised fine-tuning. */
 export interface SftExample {
@@ -134,14 +135,17 @@ function packExamples(examples: SftExample[], pad: number) {
   return packSequences(examples.map((e) => e.prompt), examples.map((e) => e.response), pad, masked ? examples.map((e) => e.lossMask ?? e.response.map(() => 1)) : undefined);
 }
 
-function lossOn(model: CausalLM, examples: SftExample[], pad: number, batchSize: number): number {
+async function lossOn(model: CausalLM, examples: SftExample[], pad: number, batchSize: number): Promise<number> {
   let total = 0;
   for (let start = 0; start < examples.length; start += batchSize) {
     const part = examples.slice(start, start + batchSize);
     const seq = packExamples(part, pad);
     const loss = tf.tidy(() => maskedNll(model, seq));
-    total += loss.dataSync()[0] * part.length;
-    loss.dispose();
+    try {
+      total += (await readScalar(loss, 'the SFT validation loss')) * part.length;
+    } finally {
+      loss.dispose();
+    }
   }
   return total / Math.max(1, examples.length);
 }
@@ -209,11 +213,11 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
   let loss = NaN;
   const started = Date.now();
   log(`sft: ${train.length} examples, ${total} steps of ${sft.batch_size}`);
-  runUpdateLoop<SftExample[]>({
+  await runUpdateLoop<SftExample[]>({
     miniBatches: shuffledBatches(train, sft.batch_size, total, rng),
     rows: (examples) => examples.length,
-    accumulate: (examples, _place, grads) => {
-      loss = languageModelGradients(model, packExamples(examples, pad), grads, pool);
+    accumulate: async (examples, _place, grads) => {
+      loss = await languageModelGradients(model, packExamples(examples, pad), grads, pool);
     },
     afterStep: (_examples, _applied, step) => {
       pool?.publish(model.params);
@@ -226,11 +230,11 @@ export async function runSft(config: Config, log: (line: string) => void = (l) =
     prefix: 'sft',
   });
   await pool?.close();
-  const valLoss = val.length ? lossOn(model, val, pad, sft.batch_size) : undefined;
+  const valLoss = val.length ? await lossOn(model, val, pad, sft.batch_size) : undefined;
   if (valLoss !== undefined) log(`sft validation loss ${valLoss.toFixed(4)}`);
   const outputDir = sft.output_dir ?? path.join(config.trainer.default_local_dir!, 'sft-model');
   fs.mkdirSync(path.dirname(path.resolve(outputDir)), { recursive: true });
-  saveModel(model, outputDir, { tokenizer });
+  await saveModel(model, outputDir, { tokenizer });
   optimizer.dispose();
   model.dispose();
   return { outputDir, steps: total, trainLoss: loss, valLoss };

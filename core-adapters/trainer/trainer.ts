@@ -284,12 +284,12 @@ export class RLTrainer implements Trainer {
     return state;
   }
 
-  protected saveCheckpoint(stepMetrics?: Metrics): void {
+  protected async saveCheckpoint(stepMetrics?: Metrics): Promise<void> {
     if (!this.writes) return;
-    this.checkpoints.save(this.step, (dir) => {
-      this.worker.saveCheckpoint(dir);
-      if (this.requirements.useCritic) this.critic.saveCheckpoint(dir);
-      for (const shaper of this.shapers) shaper.saveCheckpoint?.(dir);
+    await this.checkpoints.save(this.step, async (dir) => {
+      await this.worker.saveCheckpoint(dir);
+      if (this.requirements.useCritic) await this.critic.saveCheckpoint(dir);
+      for (const shaper of this.shapers) await shaper.saveCheckpoint?.(dir);
       writeConfig(path.join(dir, 'config.yaml'), this.config);
       const state: TrainerState = { global_step: this.step, data_position: this.position, kl_coef: this.klController?.value ?? 0, metrics: stepMetrics };
       fs.writeFileSync(path.join(dir, TRAINER_STATE_FILE), JSON.stringify(state, null, 2) + '\n');
@@ -353,7 +353,7 @@ export class RLTrainer implements Trainer {
       try {
         metrics = await this.trainStep();
       } catch (e) {
-        if (e instanceof RolloutUnavailable) throw this.stopWithoutRollouts(e, { before });
+        if (e instanceof RolloutUnavailable) throw await this.stopWithoutRollouts(e, { before });
         throw e;
       }
       const last = this.step === total;
@@ -370,7 +370,7 @@ export class RLTrainer implements Trainer {
           // The step's update is done: keep its line and a checkpoint, without its validation.
           Object.assign(metrics, { 'training/global_step': this.step, 'training/epoch': this.position.epoch });
           this.log(this.step, metrics);
-          throw this.stopWithoutRollouts(e, { finished: metrics });
+          throw await this.stopWithoutRollouts(e, { finished: metrics });
         }
       }
       metrics['training/global_step'] = this.step;
@@ -378,7 +378,7 @@ export class RLTrainer implements Trainer {
       const scheduledSave = (saveFreq > 0 && this.step % saveFreq === 0) || last;
       if (scheduledSave) {
         const t = performance.now();
-        this.saveCheckpoint({ ...metrics, 'timing_s/step': (performance.now() - started) / 1000 });
+        await this.saveCheckpoint({ ...metrics, 'timing_s/step': (performance.now() - started) / 1000 });
         metrics['timing_s/save_checkpoint'] = (performance.now() - t) / 1000;
       }
       metrics['timing_s/step'] = (performance.now() - started) / 1000;
@@ -388,7 +388,7 @@ export class RLTrainer implements Trainer {
       // Ranks stop together: a signal may reach one between two steps and another during one.
       if (this.ranks.size > 1) this.stopRequested = gatherValues(this.ranks, this.stopRequested).some(Boolean);
       if (this.stopRequested && !last) {
-        if (!scheduledSave) this.saveCheckpoint(metrics);
+        if (!scheduledSave) await this.saveCheckpoint(metrics);
         this.stoppedAt = this.step;
         break;
       }
@@ -407,14 +407,14 @@ export class RLTrainer implements Trainer {
    * (`before`: where its prompts started), or keep this one when only its validation was (`finished`:
    * its metrics). Checkpointed (unless that checkpoint exists), so the same command resumes.
    */
-  private stopWithoutRollouts(e: RolloutUnavailable, at: { before: DataPosition } | { finished: Metrics }): RolloutUnavailable {
+  private async stopWithoutRollouts(e: RolloutUnavailable, at: { before: DataPosition } | { finished: Metrics }): Promise<RolloutUnavailable> {
     if ('before' in at) {
       this.step -= 1;
       this.position = at.before;
     }
     for (const sink of this.activeSinks) sink.close();
     if (this.step === 0) return new RolloutUnavailable(`${e.message}; no step finished, so there is no checkpoint; rerun once the servers are back`);
-    if (this.checkpoints.latest()?.step !== this.step) this.saveCheckpoint('finished' in at ? at.finished : undefined);
+    if (this.checkpoints.latest()?.step !== this.step) await this.saveCheckpoint('finished' in at ? at.finished : undefined);
     return new RolloutUnavailable(`${e.message}; stopped after step ${this.step} with a checkpoint in ${path.join(this.runDir, 'checkpoints')}; run the same command to resume once the servers are back`);
   }
 
@@ -513,9 +513,9 @@ export class RLTrainer implements Trainer {
   /** One training step; returns its metrics. */
   protected async trainStep(): Promise<Metrics> {
     const timing: Metrics = {};
-    const timed = <T>(name: string, f: () => T): T => {
+    const timed = async <T>(name: string, f: () => T | Promise<T>): Promise<T> => {
       const t = performance.now();
-      const out = f();
+      const out = await f();
       timing[`timing_s/${name}`] = (performance.now() - t) / 1000;
       return out;
     };
@@ -552,21 +552,21 @@ export class RLTrainer implements Trainer {
     // Bypass mode (verl's apply_bypass_mode): the engine's log-probs are the old ones; no pass, no entropy.
     const old: LogProbResult = this.config.algorithm.rollout_correction.bypass_mode
       ? { logProbs: Float32Array.from(batch.tensor('rollout_log_probs').data) }
-      : timed('old_log_prob', () => this.worker.computeLogProb(batch, { withSumPiSquared }));
+      : await timed('old_log_prob', () => this.worker.computeLogProb(batch, { withSumPiSquared }));
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
     if (old.sumPiSquared) batch.set('sum_pi_squared', { shape: [B, R], data: old.sumPiSquared });
     if (old.entropy) metrics['actor/entropy'] = maskedMean(old.entropy, mask);
     if (this.requirements.useReference) {
-      batch.set('ref_log_prob', { shape: [B, R], data: timed('ref', () => this.worker.computeRefLogProb(batch)) });
+      batch.set('ref_log_prob', { shape: [B, R], data: await timed('ref', () => this.worker.computeRefLogProb(batch)) });
     }
     if (this.requirements.useCritic) {
-      batch.set('values', { shape: [B, R], data: timed('values', () => this.critic.computeValues(batch)) });
+      batch.set('values', { shape: [B, R], data: await timed('values', () => this.critic.computeValues(batch)) });
     }
 
     const shaping = new Float32Array(B * R);
-    for (const shaper of this.shapers) Object.assign(metrics, timed(`shape_${shaper.name}`, () => shaper.shape(batch, shaping)));
+    for (const shaper of this.shapers) Object.assign(metrics, await timed(`shape_${shaper.name}`, () => shaper.shape(batch, shaping)));
     const a = this.config.algorithm;
-    const advantages = timed('adv', () =>
+    const advantages = await timed('adv', () =>
       composeAdvantages({
         estimator: this.estimator,
         estimatorTraits: this.requirements.estimatorTraits,
@@ -592,13 +592,13 @@ export class RLTrainer implements Trainer {
     batch.set('advantages', { shape: [B, R], data: advantages.advantages });
     batch.set('returns', { shape: [B, R], data: advantages.returns });
 
-    if (this.requirements.useCritic) Object.assign(metrics, timed('update_critic', () => this.critic.updateCritic(batch)));
+    if (this.requirements.useCritic) Object.assign(metrics, await timed('update_critic', () => this.critic.updateCritic(batch)));
     if (!this.requirements.useCritic || this.step > this.config.critic.warmup) {
       const listeners = this.shapers.filter((s): s is RewardShaper & ActorStepListener => s.onActorStep !== undefined);
-      Object.assign(metrics, timed('update_actor', () => this.worker.updateActor(batch, listeners)));
+      Object.assign(metrics, await timed('update_actor', () => this.worker.updateActor(batch, listeners)));
       this.actorUpdates += 1;
       // Online shapers follow the policy: they update when it does (not during critic warm-up).
-      for (const shaper of this.shapers) Object.assign(metrics, shaper.afterUpdate?.(batch) ?? {});
+      for (const shaper of this.shapers) Object.assign(metrics, (await shaper.afterUpdate?.(batch)) ?? {});
     }
 
     // verl's response lengths count every response token (attention): tool turns of a conversation too.
@@ -685,7 +685,7 @@ export class RLTrainer implements Trainer {
    * temperature, the distribution the algorithms train); answers longer than
    * data.max_response_length cannot be sampled and are left out.
    */
-  protected correctSetMatching(sampledCorrect: number[][][]): ((CorrectSetMatching & { exact: boolean; texts?: string[] }) | undefined)[] {
+  protected async correctSetMatching(sampledCorrect: number[][][]): Promise<((CorrectSetMatching & { exact: boolean; texts?: string[] }) | undefined)[]> {
     const maxLength = this.config.data.max_response_length;
     const sets = this.dataset.val.map((prompt, p) => {
       // A conversation's probability holds the tools' answers, which neither policy writes: not measured.
@@ -701,8 +701,8 @@ export class RLTrainer implements Trainer {
     const R = Math.max(...responses.map((r) => r.length));
     const batch = new Batch({ tensors: sequencesFromSamples(prompts, responses, R, 0) });
     const mask = batch.tensor('response_mask').data;
-    const policy = rowSums(this.worker.computeLogProb(batch).logProbs, mask, batch.size);
-    const reference = rowSums(this.worker.computeRefLogProb(batch), mask, batch.size);
+    const policy = rowSums((await this.worker.computeLogProb(batch)).logProbs, mask, batch.size);
+    const reference = rowSums(await this.worker.computeRefLogProb(batch), mask, batch.size);
     batch.dispose();
     let row = 0;
     return sets.map((set) => {
@@ -771,7 +771,7 @@ export class RLTrainer implements Trainer {
       const { index, ids: promptIds } = this.dataset.val[i];
       return { prompt: index, hash: promptHash(promptIds), k, correct: p.correct, distinct: p.distinct, entropy: p.entropy };
     });
-    const matching = this.config.trainer.val_matching ? this.correctSetMatching(prompts.map((p) => p.correctResponses)) : [];
+    const matching = this.config.trainer.val_matching ? await this.correctSetMatching(prompts.map((p) => p.correctResponses)) : [];
     matching.forEach((m, p) => m && (perPrompt[p].matching = matchingRecord(m)));
     this.valPrompts?.append(this.step, perPrompt);
     return { ...matchingMetrics(matching.filter((m) => m !== undefined)), ...metrics };

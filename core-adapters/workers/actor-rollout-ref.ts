@@ -2,6 +2,7 @@
 // it hands to the actor (subclasses attach heads here), keeps the frozen reference policy, samples
 // rollouts, and saves and restores all of it.
 import * as tf from '@tensorflow/tfjs';
+import { readFloat32 } from '../engine/readback.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, optional } from 'inversify';
@@ -96,13 +97,13 @@ export class ActorRolloutRefWorker implements Worker {
       module: this.module,
       stopTokenIds: this.stopTokenIds(),
       padTokenId: this.padTokenId,
-      writeWeights: (dir) => {
+      writeWeights: async (dir) => {
         const adapters = this.module.lm.adapters;
         if (adapters) {
-          writeAdapterFiles(dir, adapters, path.resolve(this.modelPath));
+          await writeAdapterFiles(dir, adapters, path.resolve(this.modelPath));
           return { adapter: true };
         }
-        this.exportModel(dir);
+        await this.exportModel(dir);
         return { adapter: false };
       },
     };
@@ -230,23 +231,23 @@ export class ActorRolloutRefWorker implements Worker {
     await this.rollout.dispatched?.();
   }
 
-  computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): { logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array } {
-    return onRankRows(this.ranks, batch, (rows) => {
-      const { logProbs, entropy, sumPiSquared } = this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
+  computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }> {
+    return onRankRows(this.ranks, batch, async (rows) => {
+      const { logProbs, entropy, sumPiSquared } = await this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
       return { logProbs, entropy: entropy!, sumPiSquared };
     });
   }
 
-  computeRefLogProb(whole: Batch): Float32Array {
-    return onRankRows(this.ranks, whole, (batch) => ({ refLogProbs: this.computeRefLogProbOnThreads(batch) })).refLogProbs;
+  async computeRefLogProb(whole: Batch): Promise<Float32Array> {
+    return (await onRankRows(this.ranks, whole, async (batch) => ({ refLogProbs: await this.computeRefLogProbOnThreads(batch) }))).refLogProbs;
   }
 
   /** Reference log-probs of `batch`'s rows on this rank, split across the pool's threads. */
-  private computeRefLogProbOnThreads(batch: Batch): Float32Array {
+  private async computeRefLogProbOnThreads(batch: Batch): Promise<Float32Array> {
     const pool = this.module.pool;
     if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch);
     return concatFloat32(
-      pool.runOnRowShards(
+      await pool.runOnRowShards(
         batch.size,
         (a, b) => ({ kind: 'ref-log-prob', batch: batch.slice(a, b).toPlain() }),
         (a, b) => this.computeRefLogProbHere(batch.slice(a, b)),
@@ -258,7 +259,7 @@ export class ActorRolloutRefWorker implements Worker {
    * Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. A run whose
    * algorithm reads no reference loads it on first use (validation's matching metrics) and keeps it.
    */
-  computeRefLogProbHere(batch: Batch): Float32Array {
+  async computeRefLogProbHere(batch: Batch): Promise<Float32Array> {
     this.loadReference();
     const lm = this.module.lm;
     const reference = lm.adapters ? lm : this.reference!;
@@ -267,31 +268,34 @@ export class ActorRolloutRefWorker implements Worker {
     const parts: Float32Array[] = [];
     for (const part of batch.split(micro)) {
       const lp = tf.tidy(() => reference.withoutAdapters(() => scoreResponses(reference, sequenceBatch(part), { temperature }).logProbs));
-      parts.push(lp.dataSync() as Float32Array);
-      lp.dispose();
+      try {
+        parts.push(await readFloat32(lp, 'reference log-probs'));
+      } finally {
+        lp.dispose();
+      }
     }
     return concatFloat32(parts);
   }
 
   /** The actor's update, then one scheduler step (verl's update_actor). */
-  updateActor(batch: Batch, listeners: ActorStepListener[] = []): Metrics {
-    const metrics = this.actor.updatePolicy(batch, listeners);
+  async updateActor(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {
+    const metrics = await this.actor.updatePolicy(batch, listeners);
     this.module.lrScheduler.step();
     this.rollout.policyChanged();
     return metrics;
   }
 
-  saveCheckpoint(dir: string): void {
+  async saveCheckpoint(dir: string): Promise<void> {
     const actorDir = path.join(dir, 'actor');
     const adapters = this.module.lm.adapters;
     // With LoRA the checkpoint holds the adapter (PEFT's files) and names its base; never the base.
-    if (adapters) writeDirectoryAtomically(actorDir, (tmp) => {
-      writeAdapterFiles(tmp, adapters, path.resolve(this.modelPath));
+    if (adapters) await writeDirectoryAtomically(actorDir, async (tmp) => {
+      await writeAdapterFiles(tmp, adapters, path.resolve(this.modelPath));
       this.tokenizer.save(tmp);
     });
-    else this.exportModel(actorDir);
-    for (const [name, head] of this.module.heads) saveParameters(path.join(actorDir, `${name}.safetensors`), head.params);
-    saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.lrScheduler);
+    else await this.exportModel(actorDir);
+    for (const [name, head] of this.module.heads) await saveParameters(path.join(actorDir, `${name}.safetensors`), head.params);
+    await saveOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.lrScheduler);
   }
 
   loadCheckpoint(dir: string): void {
@@ -305,8 +309,8 @@ export class ActorRolloutRefWorker implements Worker {
     this.rollout.policyChanged();
   }
 
-  exportModel(dir: string): void {
-    saveModel(this.module.lm, dir, { tokenizer: this.tokenizer });
+  async exportModel(dir: string): Promise<void> {
+    await saveModel(this.module.lm, dir, { tokenizer: this.tokenizer });
   }
 
   dispose(): void {

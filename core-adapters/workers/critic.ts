@@ -1,6 +1,7 @@
 // The critic (verl's DataParallelPPOCritic): a copy of the LM trunk with a scalar value head, read at
 // the state before each response token, trained with the clipped value loss.
 import * as tf from '@tensorflow/tfjs';
+import { readFloat32, readMetrics, type PendingMetrics } from '../engine/readback.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, optional } from 'inversify';
@@ -79,31 +80,34 @@ export class ValueCritic implements Critic {
     return v.reshape([batch, R]);
   }
 
-  computeValues(whole: Batch): Float32Array {
-    return onRankRows(this.ranks, whole, (batch) => ({ values: this.computeValuesHere(batch) })).values;
+  async computeValues(whole: Batch): Promise<Float32Array> {
+    return (await onRankRows(this.ranks, whole, async (batch) => ({ values: await this.computeValuesHere(batch) }))).values;
   }
 
   /** Values of `batch`'s rows on this rank, in critic.ppo_micro_batch_size pieces. */
-  private computeValuesHere(batch: Batch): Float32Array {
+  private async computeValuesHere(batch: Batch): Promise<Float32Array> {
     const parts: Float32Array[] = [];
     for (const part of batch.split(this.config.critic.ppo_micro_batch_size)) {
       const v = tf.tidy(() => this.values(sequenceBatch(part)));
-      parts.push(v.dataSync() as Float32Array);
-      v.dispose();
+      try {
+        parts.push(await readFloat32(v, 'critic values'));
+      } finally {
+        v.dispose();
+      }
     }
     return concatFloat32(parts);
   }
 
-  updateCritic(batch: Batch): Metrics {
+  async updateCritic(batch: Batch): Promise<Metrics> {
     const cfg = this.config.critic;
     const tensor = (b: Batch, key: string) => b.toTensor(key).toFloat() as tf.Tensor2D;
     let denominators: { mini: Batch; global: AggregateLossOptions } | undefined;
-    const metrics = runUpdateLoop<Batch>({
+    const metrics = await runUpdateLoop<Batch>({
       miniBatches: batch.split(Math.max(1, cfg.ppo_mini_batch_size * this.config.actor_rollout_ref.rollout.n)),
       epochs: cfg.ppo_epochs,
       microBatches: (mini) => mini.split(cfg.ppo_micro_batch_size),
       rows: (micro) => micro.size,
-      accumulate: (whole, { mini }, grads, averages) => {
+      accumulate: async (whole, { mini }, grads, averages) => {
         if (denominators?.mini !== mini) denominators = { mini, global: miniBatchDenominators(mini.tensor('response_mask')) };
         const global = denominators.global;
         // Under data-parallel ranks each takes its rows (the loss is additive over rows with the mini-batch's denominators).
@@ -111,14 +115,16 @@ export class ValueCritic implements Critic {
         const mine: Metrics[] = [];
         if (b > a) {
           const micro = this.ranks.size === 1 ? whole : whole.slice(a, b);
+          let pending: PendingMetrics = {};
           const { loss, grads: g } = lossAndGradients(() => {
             const vpreds = this.values(sequenceBatch(micro));
             const { loss: vf, clipfrac } = computeValueLoss(vpreds, tensor(micro, 'returns'), tensor(micro, 'values'), tensor(micro, 'response_mask'), cfg.cliprange_value, cfg.loss_agg_mode, global);
-            mine.push({ 'critic/vf_loss': vf.dataSync()[0] * (mini.size / micro.size), 'critic/vf_clipfrac': clipfrac });
+            pending = { 'critic/vf_loss': tf.keep(tf.mul(vf, mini.size / micro.size) as tf.Scalar), 'critic/vf_clipfrac': clipfrac };
             return vf;
           }, this.params);
           loss.dispose();
           accumulateGradients(grads, g);
+          mine.push(await readMetrics(pending, 'critic loss metrics'));
         }
         for (const m of this.ranks.size === 1 ? mine : gatherValues(this.ranks, mine).flat()) averages.add(m);
       },
@@ -134,11 +140,11 @@ export class ValueCritic implements Critic {
     return metrics;
   }
 
-  saveCheckpoint(dir: string): void {
+  async saveCheckpoint(dir: string): Promise<void> {
     const criticDir = path.join(dir, 'critic');
-    saveModel(this.lm, criticDir);
-    saveParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
-    saveOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
+    await saveModel(this.lm, criticDir);
+    await saveParameters(path.join(criticDir, VALUE_HEAD_FILE), this.headParams());
+    await saveOptimizerState(path.join(criticDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
   }
 
   loadCheckpoint(dir: string): void {

@@ -6,6 +6,7 @@ import v8 from 'node:v8';
 import * as tf from '@tensorflow/tfjs-core';
 import { Batch } from '../batch.js';
 import type { RankWorld } from '../engine/mpi.js';
+import { readFloat32 } from '../engine/readback.js';
 import type { Metrics } from '../metrics.js';
 import { concatRollouts } from './sequences.js';
 
@@ -62,11 +63,11 @@ export function gatherValues<T>(ranks: RankWorld, local: T): T[] {
  * `compute` on this rank's rows of `batch`, each array it returns gathered over the ranks (an
  * absent one stays absent). Every rank calls it with the same batch, or the gathers do not meet.
  */
-export function onRankRows<T extends Record<string, Float32Array | undefined>>(ranks: RankWorld, batch: Batch, compute: (part: Batch) => T): T {
+export async function onRankRows<T extends Record<string, Float32Array | undefined>>(ranks: RankWorld, batch: Batch, compute: (part: Batch) => T | Promise<T>): Promise<T> {
   // Fewer rows than ranks (never in a step, whose batch has rollout.n rows a prompt): every rank computes them all.
   if (ranks.size === 1 || batch.size < ranks.size) return compute(batch);
   const [start, end] = rankRows(ranks, batch.size);
-  const local = compute(batch.slice(start, end));
+  const local = await compute(batch.slice(start, end));
   return Object.fromEntries(Object.entries(local).map(([key, value]) => [key, value && gatherFloats(ranks, value)])) as T;
 }
 
@@ -76,7 +77,7 @@ export function onRankRows<T extends Record<string, Float32Array | undefined>>(r
  * parameter, so the sums line up), all-reduced, unpacked; a parameter no rank has a gradient for
  * stays absent, as in one process. Every rank calls it for every optimizer step.
  */
-export function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string, tf.Tensor>, params: Map<string, tf.Variable>): void {
+export async function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string, tf.Tensor>, params: Map<string, tf.Variable>): Promise<void> {
   if (ranks.size === 1) return;
   let total = 0;
   for (const p of params.values()) total += p.size;
@@ -86,7 +87,7 @@ export function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string, tf.Te
   for (const [name, p] of params) {
     const g = grads.get(name);
     if (g) {
-      flat.set(g.dataSync() as Float32Array, offset);
+      flat.set(await readFloat32(g, `the gradient of ${name} for the all-reduce`), offset);
       flat[total + index] = 1;
     }
     offset += p.size;

@@ -89,9 +89,9 @@ export class FlowModel {
     return model;
   }
 
-  save(dir: string): void {
+  async save(dir: string): Promise<void> {
     fs.mkdirSync(dir, { recursive: true });
-    saveParameters(path.join(dir, FLOW_WEIGHTS_FILE), this.field.params);
+    await saveParameters(path.join(dir, FLOW_WEIGHTS_FILE), this.field.params);
     fs.writeFileSync(path.join(dir, FLOW_CONFIG_FILE), JSON.stringify(this.config, null, 2) + '\n');
   }
 

@@ -1,7 +1,7 @@
 // Which latents RLFR's flow reads and how it scores them (README "RLFR flow rewards": latents).
 // Latents are residual-stream outputs of decoder layers (before the final norm), stop-gradient.
 import * as tf from '@tensorflow/tfjs';
-import { positionsFromMask, type CausalLM, type Rng, type SequenceBatch } from '../../core-adapters/index.js';
+import { positionsFromMask, readAllFloat32, readFloat32, type CausalLM, type Rng, type SequenceBatch } from '../../core-adapters/index.js';
 import type { VelocityField } from './velocity-field.js';
 
 export const CONTEXT_MODES = ['token_post', 'token_pre', 'identity'] as const;
@@ -59,14 +59,14 @@ export interface TokenLatents {
  * the neighbouring sequence position (token_post: the previous one, which for the first response
  * token is the last prompt token); it is 0 where that position is padding or outside the sequence.
  */
-export function responseLatents(
+export async function responseLatents(
   lm: CausalLM,
   seq: SequenceBatch,
   layers: number[],
   mode: ContextMode,
   select: ArrayLike<number>,
   microBatch: number,
-): TokenLatents {
+): Promise<TokenLatents> {
   const { batch: B, promptLength: P, responseLength: R } = seq;
   const L = P + R;
   const d = lm.config.hiddenSize;
@@ -84,8 +84,12 @@ export function responseLatents(
     const outputs = tf.tidy(() =>
       lm.forward({ ids: seq.inputIds.subarray(start * L, (start + count) * L), batch: count, attentionMask: mask, positions: positionsFromMask(mask, count), outputLayers: layers }).layerOutputs,
     );
-    const host = outputs.map((t) => t.dataSync() as Float32Array);
-    tf.dispose(outputs);
+    let host: Float32Array[];
+    try {
+      host = await readAllFloat32(outputs, 'RLFR latents');
+    } finally {
+      tf.dispose(outputs);
+    }
     const neighbours = contextRows(count, L, mode);
     while (row < rows && sequence[row] < start + count) {
       const b = sequence[row] - start;
@@ -112,7 +116,7 @@ export function deviationWeight(t: number): number {
  * weights every time by the last one's, which matters only with several). Higher means the latent
  * follows the flow less well. Rows are scored in chunks of `chunk`.
  */
-export function flowDeviation(field: VelocityField, x1: tf.Tensor2D, context: tf.Tensor2D, layer: number, rng: Rng, timesteps: number[] = [0.8], chunk = 4096): Float32Array {
+export async function flowDeviation(field: VelocityField, x1: tf.Tensor2D, context: tf.Tensor2D, layer: number, rng: Rng, timesteps: number[] = [0.8], chunk = 4096): Promise<Float32Array> {
   const [N, d] = x1.shape;
   const out = new Float32Array(N);
   for (let start = 0; start < N; start += chunk) {
@@ -130,8 +134,11 @@ export function flowDeviation(field: VelocityField, x1: tf.Tensor2D, context: tf
       }
       return total;
     });
-    out.set(scores.dataSync() as Float32Array, start);
-    scores.dispose();
+    try {
+      out.set(await readFloat32(scores, 'RLFR flow deviation'), start);
+    } finally {
+      scores.dispose();
+    }
   }
   return out;
 }

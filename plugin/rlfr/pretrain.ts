@@ -8,6 +8,7 @@ import {
   AdamW,
   fileList,
   InputError,
+  readScalar,
   loadModel,
   lossAndGradients,
   packSequences,
@@ -65,38 +66,43 @@ export class FlowPretrainer {
     this.flow = flowRewardConfig(config);
   }
 
-  latents(examples: SftExample[]): TokenLatents {
+  latents(examples: SftExample[]): Promise<TokenLatents> {
     const seq = packSequences(examples.map((e) => e.prompt), examples.map((e) => e.response), this.padId);
     return responseLatents(this.lm, seq, this.model.layers, this.model.config.context_mode, responseMask(seq), this.flow.micro_batch_size);
   }
 
   /** The loss on `examples` with the given noise seed (one draw per token per layer). */
-  loss(examples: SftExample[], seed: number): number {
+  async loss(examples: SftExample[], seed: number): Promise<number> {
     let total = 0;
     let rows = 0;
     for (let start = 0; start < examples.length; start += this.flow.pretrain.batch_size) {
-      const latents = this.latents(examples.slice(start, start + this.flow.pretrain.batch_size));
+      const latents = await this.latents(examples.slice(start, start + this.flow.pretrain.batch_size));
       if (!latents.rows) continue;
       const { x1, context, layer } = stackLatents(latents, this.model.layerIds, 1);
       const loss = tf.tidy(() => flowMatchingLoss(this.model.field, x1, context, layer, new Float32Array(layer.length).fill(1), Rng.derive(seed, start)));
-      total += loss.dataSync()[0] * latents.rows;
+      try {
+        total += (await readScalar(loss, 'the flow pretraining loss')) * latents.rows;
+      } finally {
+        tf.dispose([loss, x1, context]);
+      }
       rows += latents.rows;
-      tf.dispose([loss, x1, context]);
     }
     return rows ? total / rows : 0;
   }
 
   /** Adds the flow loss's gradients on a batch of reference examples into grads; returns the loss (NaN: no tokens). */
-  gradients(examples: SftExample[], rng: Rng, grads: Map<string, tf.Tensor>): number {
-    const latents = this.latents(examples);
+  async gradients(examples: SftExample[], rng: Rng, grads: Map<string, tf.Tensor>): Promise<number> {
+    const latents = await this.latents(examples);
     if (!latents.rows) return NaN;
     const { x1, context, layer } = stackLatents(latents, this.model.layerIds, this.flow.pretrain.batch_mul);
     const mask = new Float32Array(layer.length).fill(1);
     const out = lossAndGradients(() => flowMatchingLoss(this.model.field, x1, context, layer, mask, rng), this.model.field.params);
     for (const [name, g] of out.grads) grads.set(name, g);
-    const value = out.loss.dataSync()[0];
-    tf.dispose([out.loss, x1, context]);
-    return value;
+    try {
+      return await readScalar(out.loss, 'the flow pretraining loss');
+    } finally {
+      tf.dispose([out.loss, x1, context]);
+    }
   }
 
 }
@@ -127,18 +133,18 @@ export async function flowPretrain(config: Config, log: (line: string) => void =
   const optimizer = new AdamW({ lr: p.lr, weightDecay: p.weight_decay });
   const schedule = { lr: p.lr, warmupSteps: Math.floor(p.warmup_ratio * total), totalSteps: total, minLrRatio: p.min_lr_ratio };
   const evalSeed = config.trainer.seed + 7919;
-  const heldOutBefore = trainer.loss(heldOut, evalSeed);
+  const heldOutBefore = await trainer.loss(heldOut, evalSeed);
   log(`flow-pretrain: ${shuffled.length} reference responses (${heldOut.length} held out), layers ${model.layers.join(', ')}, ${total} steps of ${p.batch_size} x ${p.batch_mul}; held-out loss ${heldOutBefore.toFixed(4)}`);
   let recent = 0;
   let count = 0;
   let trainLoss = NaN;
   let loss = NaN;
   const started = Date.now();
-  runUpdateLoop<SftExample[]>({
+  await runUpdateLoop<SftExample[]>({
     miniBatches: shuffledBatches(shuffled, p.batch_size, total, rng),
     rows: (examples) => examples.length,
-    accumulate: (examples, { index }, grads) => {
-      loss = trainer.gradients(examples, Rng.derive(config.trainer.seed, index), grads);
+    accumulate: async (examples, { index }, grads) => {
+      loss = await trainer.gradients(examples, Rng.derive(config.trainer.seed, index), grads);
     },
     afterStep: (_examples, applied, step) => {
       // A non-finite gradient would poison the field for good: the loop skips that step. A step at
@@ -161,9 +167,9 @@ export async function flowPretrain(config: Config, log: (line: string) => void =
     lr: (step) => scheduledLr(schedule, step),
     prefix: 'flow',
   });
-  const heldOutAfter = trainer.loss(heldOut, evalSeed);
+  const heldOutAfter = await trainer.loss(heldOut, evalSeed);
   const outputDir = p.output_dir ?? path.join(config.trainer.default_local_dir!, 'flow-model');
-  writeDirectoryAtomically(outputDir, (tmp) => model.save(tmp));
+  await writeDirectoryAtomically(outputDir, (tmp) => model.save(tmp));
   log(`flow-pretrain: held-out loss ${heldOutBefore.toFixed(4)} -> ${heldOutAfter.toFixed(4)}`);
   optimizer.dispose();
   model.dispose();

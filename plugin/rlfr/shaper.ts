@@ -16,6 +16,7 @@ import {
   OPTIMIZER_FILE,
   lossAndGradients,
   LrScheduler,
+  readScalar,
   Rng,
   saveOptimizerState,
   sequenceBatch,
@@ -133,7 +134,7 @@ export class FlowRewardShaper implements RewardShaper {
     return new LrScheduler({ lr: online.lr, warmupSteps: Math.floor(online.warmup_ratio * total), totalSteps: total, minLrRatio: online.min_lr_ratio });
   }
 
-  shape(batch: Batch, shaping: Float32Array): Metrics {
+  async shape(batch: Batch, shaping: Float32Array): Promise<Metrics> {
     const mask = batch.tensor('response_mask');
     const [B, R] = mask.shape;
     const scores = responseScores(batch);
@@ -142,7 +143,7 @@ export class FlowRewardShaper implements RewardShaper {
     const learning = this.flow.online.enable && !this.perActorStep;
     // An untrained field (v = 0) measures only |x1 - eps|^2, which says nothing about the flow: no reward.
     const select = Float32Array.from(mask.data, (m, i) => (m && (scoring || (learning && correct[Math.floor(i / R)])) ? 1 : 0));
-    const latents = responseLatents(this.worker.module.lm, sequenceBatch(batch), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
+    const latents = await responseLatents(this.worker.module.lm, sequenceBatch(batch), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
     this.pending = learning ? subsetLatents(latents, (b) => correct[b]) : undefined;
     const rng = Rng.derive(this.config.trainer.seed + NOISE_SALT, this.shapeCalls++);
     const metrics: Metrics = { 'flow/trained_steps': this.model.config.trained_steps, 'flow/correct_fraction': correct.filter(Boolean).length / B };
@@ -150,12 +151,15 @@ export class FlowRewardShaper implements RewardShaper {
 
     const deviation = new Float32Array(B * R);
     const d = latents.size;
-    this.model.layerIds.forEach((layerId, l) => {
+    for (const [l, layerId] of this.model.layerIds.entries()) {
       const [x1, ctx] = [tf.tensor2d(latents.targets[l], [latents.rows, d]), tf.tensor2d(latents.contexts[l], [latents.rows, d])];
-      const values = flowDeviation(this.model.field, x1, ctx, layerId, rng, this.flow.rewarding_timesteps);
-      tf.dispose([x1, ctx]);
-      values.forEach((v, r) => (deviation[latents.positions[r]] += v / this.model.layers.length));
-    });
+      try {
+        const values = await flowDeviation(this.model.field, x1, ctx, layerId, rng, this.flow.rewarding_timesteps);
+        values.forEach((v, r) => (deviation[latents.positions[r]] += v / this.model.layers.length));
+      } finally {
+        tf.dispose([x1, ctx]);
+      }
+    }
     const rewards = flowTokenRewards(deviation, mask.data, B, R, this.flow);
     let kept = 0;
     let total = 0;
@@ -174,11 +178,11 @@ export class FlowRewardShaper implements RewardShaper {
   }
 
   /** cadence training_step: one field step on the last batch's correct rollouts, after the actor's update. */
-  afterUpdate(): Metrics {
+  async afterUpdate(): Promise<Metrics> {
     const data = this.pending;
     this.pending = undefined;
     if (this.perActorStep || !this.flow.online.enable) return {};
-    const metrics = !data || data.rows === 0 ? { 'flow/loss': 0, 'flow/update_sequences': 0 } : this.fieldStep(data, new Set(data.sequence).size);
+    const metrics = !data || data.rows === 0 ? { 'flow/loss': 0, 'flow/update_sequences': 0 } : await this.fieldStep(data, new Set(data.sequence).size);
     this.lrScheduler.step();
     return metrics;
   }
@@ -187,7 +191,7 @@ export class FlowRewardShaper implements RewardShaper {
    * cadence actor_step (the reference): one field step per actor optimizer step, on the mini-batch's
    * correct rollouts, read from the policy before the step is applied (the weights of its forward).
    */
-  onActorStep(mini: Batch): Metrics {
+  async onActorStep(mini: Batch): Promise<Metrics> {
     if (!this.perActorStep || !this.flow.online.enable) return {};
     const correct = responseScores(mini).map((s) => s >= this.flow.online.reward_threshold);
     let metrics: Metrics = { 'flow/loss': 0, 'flow/update_sequences': 0 };
@@ -195,8 +199,8 @@ export class FlowRewardShaper implements RewardShaper {
       const mask = mini.tensor('response_mask');
       const R = mask.shape[1];
       const select = Float32Array.from(mask.data, (m, i) => (m && correct[Math.floor(i / R)] ? 1 : 0));
-      const latents = responseLatents(this.worker.module.lm, sequenceBatch(mini), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
-      metrics = this.fieldStep(latents, mini.size);
+      const latents = await responseLatents(this.worker.module.lm, sequenceBatch(mini), this.model.layers, this.model.config.context_mode, select, this.flow.micro_batch_size);
+      metrics = await this.fieldStep(latents, mini.size);
     }
     this.lrScheduler.step();
     return metrics;
@@ -207,7 +211,7 @@ export class FlowRewardShaper implements RewardShaper {
    * times (or logit-normal), a mean over each sequence's tokens, summed over sequences and divided
    * by `sequences`, averaged over layers. Latents are constants, so the policy gets no gradient.
    */
-  private fieldStep(data: TokenLatents, sequences: number): Metrics {
+  private async fieldStep(data: TokenLatents, sequences: number): Promise<Metrics> {
     const perSequence = new Map<number, number>();
     for (const s of data.sequence) perSequence.set(s, (perSequence.get(s) ?? 0) + 1);
     const weights = Float32Array.from(data.sequence, (s) => 1 / (perSequence.get(s)! * sequences));
@@ -222,18 +226,24 @@ export class FlowRewardShaper implements RewardShaper {
     const [x1, ctx] = tf.tidy(() => [tf.concat(data.targets.map((t) => tf.tensor2d(t, [data.rows, d]))), tf.concat(data.contexts.map((c) => tf.tensor2d(c, [data.rows, d])))]);
     const { loss, grads } = lossAndGradients(() => flowMatchingLoss(this.model.field, x1 as tf.Tensor2D, ctx as tf.Tensor2D, layerOfRow, rowWeights, rng, times, layers.length), this.model.field.params);
     // A non-finite gradient would poison the field for good: the step is skipped, as the actor's is.
-    const { norm: gradNorm, applied: finite } = clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.lrScheduler.lr);
+    let value: number;
+    let stepped: { norm: number; applied: boolean };
+    try {
+      stepped = await clippedStep(this.optimizer, this.model.field.params, grads, online.grad_clip, this.lrScheduler.lr);
+      value = await readScalar(loss, 'the RLFR flow loss');
+    } finally {
+      tf.dispose([loss, x1, ctx, ...grads.values()]);
+    }
+    const { norm: gradNorm, applied: finite } = stepped;
     // A step at lr 0 (the first of a warm-up) leaves a fresh field untrained: it must not start rewarding.
     if (finite && this.optimizer.lr > 0) this.model.config.trained_steps += 1;
-    const value = loss.dataSync()[0];
-    tf.dispose([loss, x1, ctx, ...grads.values()]);
     return { 'flow/loss': value, 'flow/lr': this.optimizer.lr, 'flow/grad_norm': gradNorm, 'flow/update_sequences': perSequence.size, 'flow/skipped_updates': finite ? 0 : 1 };
   }
 
-  saveCheckpoint(dir: string): void {
+  async saveCheckpoint(dir: string): Promise<void> {
     const flowDir = path.join(dir, FLOW_CHECKPOINT_DIR);
-    this.model.save(flowDir);
-    saveOptimizerState(path.join(flowDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
+    await this.model.save(flowDir);
+    await saveOptimizerState(path.join(flowDir, OPTIMIZER_FILE), this.optimizer, this.lrScheduler);
     fs.writeFileSync(path.join(flowDir, STATE_FILE), JSON.stringify({ shape_calls: this.shapeCalls }, null, 2) + '\n');
   }
 

@@ -1,0 +1,127 @@
+// Runs the same model work on the wasm and webgpu backends in one process and prints what each
+// produced as JSON, for test/webgpu.test.ts to compare (it starts this with a Vulkan driver in the
+// environment). Not a test file itself: mocha picks up *.test.ts only.
+import 'reflect-metadata';
+import * as tf from '@tensorflow/tfjs';
+import { initEngine, type EngineInfo } from '../core-adapters/engine/backend.js';
+import { readFloat32 } from '../core-adapters/engine/readback.js';
+import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { parseModelConfig } from '../core-adapters/model/config.js';
+import { generate } from '../core-adapters/model/generate.js';
+import { packSequences, scoreResponses } from '../core-adapters/model/logprobs.js';
+import { AdamW, globalNorm } from '../core-adapters/model/optim.js';
+import { languageModelStep } from '../core-adapters/model/train-step.js';
+import { Rng } from '../core-adapters/random.js';
+
+// Small, but with every part of a Llama step: GQA, RoPE, SwiGLU, tied head over a vocabulary past
+// the one-hot embedding path's 4096 (the gather and its segment-sum gradient).
+const MODEL = parseModelConfig(
+  {
+    model_type: 'llama',
+    vocab_size: 5000,
+    hidden_size: 64,
+    intermediate_size: 160,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 64,
+    rms_norm_eps: 1e-5,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+  },
+  'webgpu equivalence model',
+);
+
+/** What one backend produced (printed as JSON). */
+export interface BackendResult {
+  engine: Pick<EngineInfo, 'backend' | 'gpu'>;
+  logProbs: number[];
+  entropy: number[];
+  sampled: number[][];
+  sampledLogProbs: number[][];
+  losses: number[];
+  params: number[];
+  addN: number[];
+  norm: number;
+  /** Products of the shapes a step meets, each transpose, including tfjs's split-K and small-output programs. */
+  products: number[][];
+  tensorsLeaked: number;
+}
+
+const PRODUCTS: [number, number, number, boolean, boolean][] = [
+  [40, 5000, 64, false, true],
+  [40, 5000, 64, true, false],
+  [40, 5000, 64, true, true],
+  [40, 2048, 64, false, false],
+  [128, 5000, 64, false, true],
+  [40, 4097, 64, false, true],
+  [8, 300, 64, false, true],
+  [300, 64, 200, false, false],
+];
+
+async function products(): Promise<number[][]> {
+  const out: number[][] = [];
+  for (const [m, k, n, ta, tb] of PRODUCTS) {
+    const rng = new Rng(m * k + n);
+    const a = tf.tensor2d(Float32Array.from({ length: m * k }, () => rng.normal()), ta ? [k, m] : [m, k]);
+    const b = tf.tensor2d(Float32Array.from({ length: k * n }, () => rng.normal()), tb ? [n, k] : [k, n]);
+    const c = tf.matMul(a, b, ta, tb);
+    out.push(Array.from(await readFloat32(c, 'test product')));
+    tf.dispose([a, b, c]);
+  }
+  return out;
+}
+
+async function runOn(backend: 'wasm' | 'webgpu'): Promise<BackendResult> {
+  const info = await initEngine(backend, { quiet: true });
+  const rng = new Rng(11);
+  const prompts = Array.from({ length: 4 }, (_, b) => Array.from({ length: 5 + b }, () => 3 + rng.int(MODEL.vocabSize - 3)));
+  const responses = Array.from({ length: 4 }, (_, b) => Array.from({ length: 9 - b }, () => 3 + rng.int(MODEL.vocabSize - 3)));
+  const model = modelFromWeights(MODEL, initWeights(MODEL, 7));
+  const before = tf.memory().numTensors;
+
+  const seq = packSequences(prompts, responses);
+  const scored = tf.tidy(() => {
+    const out = scoreResponses(model, seq, { temperature: 0.8, withEntropy: true });
+    return [out.logProbs, out.entropy!];
+  });
+  const [logProbs, entropy] = await Promise.all(scored.map((t) => readFloat32(t, 'test log-probs')));
+  tf.dispose(scored);
+
+  const sample = await generate(model, prompts, { maxNewTokens: 8, temperature: 1, topP: 0.9, seed: 5, withLogProbs: true });
+
+  const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0.01 });
+  const losses: number[] = [];
+  for (let step = 0; step < 3; step++) losses.push(await languageModelStep(model, optimizer, seq, 1));
+  const params = [];
+  for (const v of model.trainableParams().values()) params.push(...(await readFloat32(v, 'test parameters')).subarray(0, 64));
+
+  // More inputs than one program may bind (tfjs binds each; Dawn's default limit is 8 per stage).
+  const parts = Array.from({ length: 18 }, (_, i) => tf.fill([5], i + 1));
+  const summed = tf.addN(parts);
+  const addN = Array.from(await readFloat32(summed, 'test addN'));
+  const norm = await globalNorm(parts);
+  tf.dispose([...parts, summed]);
+  const productValues = await products();
+
+  optimizer.dispose();
+  const leaked = tf.memory().numTensors - before;
+  model.dispose();
+  return {
+    engine: { backend: info.backend, gpu: info.gpu },
+    logProbs: Array.from(logProbs),
+    entropy: Array.from(entropy),
+    sampled: sample.tokens,
+    sampledLogProbs: sample.logProbs!,
+    losses,
+    params,
+    addN,
+    norm,
+    products: productValues,
+    tensorsLeaked: leaked,
+  };
+}
+
+const wasm = await runOn('wasm');
+const webgpu = await runOn('webgpu');
+process.stdout.write(JSON.stringify({ wasm, webgpu }) + '\n');

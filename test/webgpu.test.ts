@@ -1,0 +1,121 @@
+// The webgpu engine path (tfjs's WebGPU backend on Dawn) against the wasm path, on a software Vulkan
+// driver (lavapipe, unpacked by scripts/lavapipe.mjs from test-prerequisites). Everything runs in
+// child processes: the driver is found through environment variables set before Dawn loads.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import path from 'node:path';
+import { readTensors } from '../core-adapters/model/safetensors.js';
+import { lavapipeEnv } from '../scripts/lavapipe.mjs';
+import type { BackendResult } from './webgpu-equivalence.js';
+import { readRunMetrics, ROOT, runBuiltFlowrl, runNode, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).to.equal(b.length);
+  let worst = 0;
+  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]));
+  return worst;
+}
+
+const maxAbs = (values: ArrayLike<number>) => Array.from(values).reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+
+describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm', function () {
+  this.timeout(600_000);
+  const lavapipe = lavapipeEnv();
+  const gpuEnv = 'env' in lavapipe ? (lavapipe.env as Record<string, string>) : {};
+
+  before(function () {
+    if ('skipped' in lavapipe) {
+      console.log(`      (skipped: ${lavapipe.skipped})`);
+      this.skip();
+    }
+  });
+
+  it('log-probs within 1e-5, the same seeded samples, three training steps, addN of 18 tensors and split-K products as wasm; no tensor leaks', async () => {
+    const run = await runNode(['--import', 'tsx', path.join('test', 'webgpu-equivalence.ts')], 300_000, gpuEnv);
+    expect(run.status, run.stderr).to.equal(0);
+    const { wasm, webgpu } = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { wasm: BackendResult; webgpu: BackendResult };
+    expect(wasm.engine.backend).to.equal('wasm');
+    expect(webgpu.engine.backend).to.equal('webgpu');
+    expect(webgpu.engine.gpu?.software, webgpu.engine.gpu?.description).to.equal(true);
+    expect(maxAbsDiff(webgpu.logProbs, wasm.logProbs), 'log-probs').to.be.at.most(1e-5);
+    expect(maxAbsDiff(webgpu.entropy, wasm.entropy), 'entropies').to.be.at.most(1e-4);
+    expect(webgpu.sampled, 'seeded samples').to.deep.equal(wasm.sampled);
+    expect(maxAbsDiff(webgpu.sampledLogProbs.flat(), wasm.sampledLogProbs.flat()), 'sampled log-probs').to.be.at.most(1e-5);
+    // AdamW at lr 1e-2 amplifies float differences; three steps stay within float tolerance.
+    webgpu.losses.forEach((loss, i) => expect(loss, `loss ${i}`).to.be.closeTo(wasm.losses[i], 1e-4 * Math.abs(wasm.losses[i])));
+    expect(maxAbsDiff(webgpu.params, wasm.params), 'parameters after three steps').to.be.at.most(1e-4);
+    expect(webgpu.addN).to.deep.equal(Array(5).fill(171));
+    expect(webgpu.norm).to.be.closeTo(wasm.norm, 1e-4);
+    webgpu.products.forEach((p, i) => expect(maxAbsDiff(p, wasm.products[i]), `product ${i}`).to.be.at.most(2e-6 * Math.max(1, maxAbs(wasm.products[i]))));
+    expect(webgpu.tensorsLeaked, 'tensors left after the work').to.equal(0);
+  });
+
+  /** A tiny run (2 prompts x 4 samples, 2 steps, no validation) on `backend`; returns its directory. */
+  async function tinyRun(dir: string, backend: 'webgpu' | 'wasm', extra: Record<string, unknown>, env: Record<string, string> = {}) {
+    const config = writeCountdownConfig(dir, {
+      data: { train_batch_size: 2 },
+      actor_rollout_ref: { rollout: { n: 4 }, actor: { ppo_mini_batch_size: 2 } },
+      trainer: { total_training_steps: 2, val_before_train: false, test_freq: -1 },
+      engine: { backend },
+      ...extra,
+    });
+    return { run: await runBuiltFlowrl(['train', config], 300_000, { ...gpuEnv, ...env }), runDir: path.join(dir, 'run') };
+  }
+
+  const flowrl = { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' } };
+  const cases: [string, Record<string, unknown>, string][] = [
+    ['FlowRL (ProjZ head, full weights)', flowrl, 'actor'],
+    ['GRPO with LoRA adapters', { algorithm: { name: 'grpo' }, actor_rollout_ref: { rollout: { n: 4 }, actor: { ppo_mini_batch_size: 2 }, model: { lora_rank: 4, lora_alpha: 8 } } }, 'actor'],
+    ['PPO with a critic', { algorithm: { name: 'ppo' } }, 'critic'],
+  ];
+  for (const [name, extra, role] of cases) {
+    it(`${name}: flowrl train on webgpu logs the metrics and saves the weights that wasm does`, async () => {
+      const [gpu, cpu] = [await tinyRun(tempDir(), 'webgpu', extra), await tinyRun(tempDir(), 'wasm', extra)];
+      expect(gpu.run.status, gpu.run.stderr).to.equal(0);
+      expect(cpu.run.status, cpu.run.stderr).to.equal(0);
+      expect(gpu.run.stderr).to.match(/tfjs backend: webgpu/);
+      const [a, b] = [readRunMetrics(gpu.runDir), readRunMetrics(cpu.runDir)];
+      expect(a.map((m) => m.step)).to.deep.equal([1, 2]);
+      a.forEach((metrics, i) => {
+        const expected = withoutTiming(b[i]);
+        expect(Object.keys(withoutTiming(metrics)).sort()).to.deep.equal(Object.keys(expected).sort());
+        for (const [key, value] of Object.entries(expected)) expect(metrics[key], `step ${i + 1} ${key}`).to.be.closeTo(value, 1e-4 * Math.max(1, Math.abs(value)));
+      });
+      // The checkpoint's weights (read back from the GPU asynchronously), and the optimizer state.
+      const checkpoint = (runDir: string) => path.join(runDir, 'checkpoints', 'global_step_2', role);
+      const files = fs.readdirSync(checkpoint(cpu.runDir)).filter((f) => f.endsWith('.safetensors'));
+      expect(files).to.include('optimizer.safetensors');
+      for (const file of files) {
+        const [x, y] = [readTensors(path.join(checkpoint(gpu.runDir), file)), readTensors(path.join(checkpoint(cpu.runDir), file))];
+        expect([...x.keys()].sort(), file).to.deep.equal([...y.keys()].sort());
+        for (const [tensor, t] of y) expect(maxAbsDiff(x.get(tensor)!.data, t.data), `${file} ${tensor}`).to.be.at.most(1e-4 * Math.max(1, maxAbs(t.data)));
+      }
+    });
+  }
+
+  it('a Dawn error stops the run with a message naming the operation and the GPU programs, exit 1, no checkpoint', async () => {
+    const dir = tempDir();
+    // The first softmax also issues an invalid buffer request: Dawn rejects it, as it would a bad dispatch.
+    const { run, runDir } = await tinyRun(dir, 'webgpu', flowrl, { FLOWRL_WEBGPU_INJECT_ERROR: 'SoftmaxProgram' });
+    expect(run.status, run.stderr).to.equal(1);
+    const message = run.stderr.split('\n').find((l) => l.startsWith('flowrl train: webgpu:'));
+    expect(message, run.stderr).to.not.equal(undefined);
+    expect(message).to.match(/ValidationError: .*MapRead/);
+    expect(message).to.match(/\(during sampling \(the next-token logits\); GPU programs since the last readback: .*SoftmaxProgram/);
+    expect(run.stderr).to.not.match(/internal error|\n\s+at /);
+    expect(fs.existsSync(path.join(runDir, 'checkpoints'))).to.equal(false);
+  });
+
+  it('auto passes the software adapter by, saying why; FLOWRL_BACKEND=webgpu takes it', async () => {
+    const script = "import { initEngine } from './core-adapters/engine/backend.ts'; const e = await initEngine('auto'); console.log(e.backend);";
+    const auto = await runNode(['--import', 'tsx', '--input-type=module', '-e', script], 120_000, gpuEnv);
+    expect(auto.status, auto.stderr).to.equal(0);
+    expect(auto.stdout.trim()).to.equal('wasm');
+    expect(auto.stderr).to.match(/webgpu not chosen: the adapter is a software one \(llvmpipe/);
+    const forced = await runNode(['--import', 'tsx', '--input-type=module', '-e', script], 120_000, { ...gpuEnv, FLOWRL_BACKEND: 'webgpu' });
+    expect(forced.status, forced.stderr).to.equal(0);
+    expect(forced.stdout.trim()).to.equal('webgpu');
+    expect(forced.stderr).to.match(/\[flowrl\] GPU: llvmpipe.*\(software\); storage binding 128 MiB/);
+  });
+});
