@@ -68,6 +68,16 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     ['FlowRL (ProjZ head, full weights)', flowrl, 'actor'],
     ['GRPO with LoRA adapters', { algorithm: { name: 'grpo' }, actor_rollout_ref: { rollout: { n: 4 }, actor: { ppo_mini_batch_size: 2 }, model: { lora_rank: 4, lora_alpha: 8 } } }, 'actor'],
     ['PPO with a critic', { algorithm: { name: 'ppo' } }, 'critic'],
+    [
+      "GRPO with RLFR's flow rewards (the field trained online)",
+      {
+        plugins: [path.join(ROOT, 'plugin.json')],
+        algorithm: { name: 'grpo' },
+        actor_rollout_ref: { rollout: { n: 4 }, actor: { ppo_mini_batch_size: 2 }, model: { path: path.join(ROOT, 'examples', 'countdown', 'base-model') } },
+        reward: { flow: { enable: true, flow_model: path.join(ROOT, 'examples', 'countdown', 'flow-model') } },
+      },
+      'flow',
+    ],
   ];
   for (const [name, extra, role] of cases) {
     it(`${name}: flowrl train on webgpu logs the metrics and saves the weights that wasm does`, async () => {
@@ -105,6 +115,19 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(message).to.match(/\(during sampling \(the next-token logits\); GPU programs since the last readback: .*SoftmaxProgram/);
     expect(run.stderr).to.not.match(/internal error|\n\s+at /);
     expect(fs.existsSync(path.join(runDir, 'checkpoints'))).to.equal(false);
+  });
+
+  it('flowrl generate samples and flowrl score scores as on wasm (the same tokens for a seed; log-probs within 1e-5)', async () => {
+    const model = path.join(ROOT, 'examples', 'countdown', 'base-model');
+    const on = async (backend: string, args: string[]) => {
+      const run = await runBuiltFlowrl([...args, '--model', model, '--backend', backend, '--json'], 120_000, gpuEnv);
+      expect(run.status, run.stderr).to.equal(0);
+      return JSON.parse(run.stdout) as { response_ids: number[]; logprobs?: number[] };
+    };
+    const sample = ['generate', '--prompt', '3 5 7 -> 15:', '--temperature', '1', '--top-p', '0.9', '--seed', '4', '--max-new-tokens', '12'];
+    expect((await on('webgpu', sample)).response_ids).to.deep.equal((await on('wasm', sample)).response_ids);
+    const score = ['score', '--prompt', '3 5 7 -> 15:', '--response', '3*5*7-5'];
+    expect(maxAbsDiff((await on('webgpu', score)).logprobs!, (await on('wasm', score)).logprobs!)).to.be.at.most(1e-5);
   });
 
   it('auto passes the software adapter by, saying why; FLOWRL_BACKEND=webgpu takes it', async () => {

@@ -450,11 +450,13 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (values.sandbox) return sandboxBench(numberFlag('bench', values, 'programs', 200, { integer: true, min: 1 }), values.json as boolean);
   const steps = numberFlag('bench', values, 'steps', 5, { integer: true, min: 1 });
   const rounds = numberFlag('bench', values, 'rounds', 3, { integer: true, min: 1 });
-  // The engine's default (auto: one thread per core), unless --workers says otherwise.
-  const workers = values.workers === undefined || values.workers === 'auto' ? resolveThreadCount('auto') : numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 });
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
   const json = values.json as boolean;
+  // The engine's default (auto: one thread per core on wasm, whose threads they are), unless --workers says otherwise.
+  const explicitWorkers = values.workers !== undefined && values.workers !== 'auto';
+  const engine = await initEngine(values.backend as BackendChoice, { quiet: json, native });
+  const workers = explicitWorkers ? numberFlag('bench', values, 'workers', 1, { integer: true, min: 1, max: 64 }) : engine.backend === 'wasm' ? resolveThreadCount('auto') : 1;
   if (values.contend !== undefined) {
     const c = await runContendedBench({ backend: values.backend as BackendChoice, native, steps, workers, contend: numberFlag('bench', values, 'contend', 1, { integer: true, min: 1, max: 64 }), quiet: json });
     if (json) console.log(JSON.stringify(c));

@@ -8,7 +8,7 @@ import { InputError } from '../errors.js';
 import { registerFusedKernels } from './fused.js';
 import { installWasmKernelOverrides } from './kernels.js';
 import { blasDisabledByEnv, loadNativeKernels } from './native.js';
-import { describeAdapter, probeGpu, registerWebgpuBackend, type GpuAdapterReport } from './webgpu.js';
+import { describeAdapter, openGpu, probeGpuInChild, registerWebgpuBackend, type GpuAdapterReport } from './webgpu.js';
 import { BACKEND_CHOICES, NATIVE_CHOICES, type BackendChoice, type NativeChoice } from '../config/choices.js';
 
 
@@ -112,7 +112,12 @@ async function tryWasm(): Promise<boolean> {
  * (a software adapter such as lavapipe is correct but slower than the CPU path, so auto passes it by).
  */
 async function tryWebgpu(choice: BackendChoice): Promise<{ info?: EngineInfo; gpu?: GpuAdapterReport; reason: string }> {
-  const probe = await probeGpu();
+  if (choice === 'auto') {
+    const seen = probeGpuInChild();
+    if ('unavailable' in seen) return { reason: seen.unavailable };
+    if (seen.software) return { gpu: seen, reason: `the adapter is a software one (${seen.description}); engine.backend=webgpu uses it anyway` };
+  }
+  const probe = await openGpu();
   if ('unavailable' in probe) {
     if (choice === 'webgpu') throw new InputError(`engine.backend is 'webgpu' but ${probe.unavailable} (install the optional dependency webgpu, or use auto)`);
     return { reason: probe.unavailable };

@@ -5,6 +5,9 @@
 // zeros), `addN` is cut into pieces the limit allows, and Dawn's errors (which tfjs never checks:
 // a rejected command leaves its outputs zero) are collected and raised at the next readback.
 import * as tf from '@tensorflow/tfjs';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
 import { GpuDeviceError } from '../errors.js';
 
 /** What the banner and `auto` need to know about the adapter Dawn found. */
@@ -43,8 +46,64 @@ async function loadDawn(): Promise<GPU | string> {
   return dawn.create((process.env.FLOWRL_DAWN_FLAGS ?? '').split(',').filter(Boolean));
 }
 
-/** Finds the high-performance adapter once per process (Dawn loads only here, on first use). */
-export function probeGpu(): Promise<GpuProbe> {
+/** What an adapter says about itself, as plain fields (from this process or the probe's). */
+interface AdapterFacts {
+  info: { description: string; vendor: string; architecture: string; device: string; isFallbackAdapter?: boolean };
+  limits: { maxStorageBufferBindingSize: number; maxBufferSize: number; maxStorageBuffersPerShaderStage: number };
+  features: string[];
+}
+
+function adapterReport({ info, limits, features }: AdapterFacts): GpuAdapterReport {
+  const description = info.description || [info.vendor, info.device].filter(Boolean).join(' ') || 'unnamed adapter';
+  return {
+    description,
+    vendor: info.vendor,
+    architecture: info.architecture,
+    software: info.isFallbackAdapter === true || info.architecture === 'software' || SOFTWARE_ADAPTER.test(`${description} ${info.device}`),
+    maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
+    maxBufferSize: limits.maxBufferSize,
+    maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
+    features: [...features].sort(),
+  };
+}
+
+// The probe child: prints the adapter's facts as JSON (null: none). argv[1] is Dawn's module URL.
+const PROBE_SCRIPT = `
+const { create } = await import(process.argv[1]);
+const adapter = await create([]).requestAdapter({ powerPreference: 'high-performance' });
+const facts = adapter && {
+  info: (({ description, vendor, architecture, device, isFallbackAdapter }) => ({ description, vendor, architecture, device, isFallbackAdapter }))(adapter.info),
+  limits: (({ maxStorageBufferBindingSize, maxBufferSize, maxStorageBuffersPerShaderStage }) => ({ maxStorageBufferBindingSize, maxBufferSize, maxStorageBuffersPerShaderStage }))(adapter.limits),
+  features: [...adapter.features],
+};
+process.stdout.write(JSON.stringify(facts) + '\\n');
+process.exit(0);
+`;
+
+let childProbe: GpuAdapterReport | { unavailable: string } | undefined;
+
+/**
+ * The adapter as a short child process sees it (about 0.2 s, once). `auto` asks here, so a run on a
+ * machine without a GPU never loads Dawn: a Vulkan driver it loads keeps threads, memory (65 MiB)
+ * and stderr messages in the process even when Dawn rejects it.
+ */
+export function probeGpuInChild(): GpuAdapterReport | { unavailable: string } {
+  if (childProbe) return childProbe;
+  let dawn: string;
+  try {
+    dawn = pathToFileURL(createRequire(import.meta.url).resolve('webgpu')).href;
+  } catch {
+    return (childProbe = { unavailable: "the optional package 'webgpu' is not installed" });
+  }
+  const probe = spawnSync(process.execPath, ['--input-type=module', '-e', PROBE_SCRIPT, dawn], { encoding: 'utf8', timeout: 30_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  const last = probe.stdout?.trim().split('\n').at(-1);
+  if (probe.status !== 0 || !last) return (childProbe = { unavailable: `probing Dawn failed (${probe.error?.message ?? `exit ${probe.status ?? probe.signal}`})` });
+  const facts = JSON.parse(last) as AdapterFacts | null;
+  return (childProbe = facts ? adapterReport(facts) : { unavailable: 'Dawn found no GPU adapter (no Vulkan, Metal or D3D12 driver it accepts)' });
+}
+
+/** Opens Dawn's high-performance adapter in this process, once (Dawn loads only here, on first use). */
+export function openGpu(): Promise<GpuProbe> {
   probed ??= (async (): Promise<GpuProbe> => {
     const gpu = await loadDawn();
     if (typeof gpu === 'string') return { unavailable: gpu };
@@ -55,22 +114,9 @@ export function probeGpu(): Promise<GpuProbe> {
     } catch (e) {
       return { unavailable: `Dawn found no adapter (${(e as Error).message})` };
     }
-    if (!adapter) return { unavailable: 'Dawn found no GPU adapter (no Vulkan, Metal or D3D12 driver)' };
+    if (!adapter) return { unavailable: 'Dawn found no GPU adapter (no Vulkan, Metal or D3D12 driver it accepts)' };
     const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
-    const description = info.description || [info.vendor, info.device].filter(Boolean).join(' ') || 'unnamed adapter';
-    const software = info.isFallbackAdapter === true || info.architecture === 'software' || SOFTWARE_ADAPTER.test(`${description} ${info.device}`);
-    const limits = adapter.limits;
-    const report: GpuAdapterReport = {
-      description,
-      vendor: info.vendor,
-      architecture: info.architecture,
-      software,
-      maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
-      maxBufferSize: limits.maxBufferSize,
-      maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
-      features: [...adapter.features].sort(),
-    };
-    return { adapter, report };
+    return { adapter, report: adapterReport({ info, limits: adapter.limits, features: [...adapter.features] }) };
   })();
   return probed;
 }
