@@ -12,6 +12,8 @@ import { packSequences, scoreResponses } from '../core-adapters/model/logprobs.j
 import { AdamW, globalNorm } from '../core-adapters/model/optim.js';
 import { languageModelStep } from '../core-adapters/model/train-step.js';
 import { Rng } from '../core-adapters/random.js';
+import { bypassModePolicyLoss, clipCovPolicyLoss, klCovPolicyLoss, type PolicyLoss, type PolicyLossOptions } from '../core-adapters/algorithms/policy-losses.js';
+import { readMetrics } from '../core-adapters/engine/readback.js';
 
 // Small, but with every part of a Llama step: GQA, RoPE, SwiGLU, tied head over a vocabulary past
 // the one-hot embedding path's 4096 (the gather and its segment-sum gradient).
@@ -45,6 +47,8 @@ export interface BackendResult {
   norm: number;
   /** Products of the shapes a step meets, each transpose, including tfjs's split-K and small-output programs. */
   products: number[][];
+  /** The losses that choose tokens by value (the host values given on webgpu): gradient and metrics of each. */
+  valueChoosingLosses: Record<string, { grad: number[]; metrics: Record<string, number> }>;
   tensorsLeaked: number;
 }
 
@@ -68,6 +72,34 @@ async function products(): Promise<number[][]> {
     const c = tf.matMul(a, b, ta, tb);
     out.push(Array.from(await readFloat32(c, 'test product')));
     tf.dispose([a, b, c]);
+  }
+  return out;
+}
+
+/** clip_cov, kl_cov and bypass_mode on fixed inputs: on webgpu with the host values the actor gives. */
+async function valueChoosingLosses(backend: 'wasm' | 'webgpu'): Promise<BackendResult['valueChoosingLosses']> {
+  const [B, R] = [8, 12];
+  const rng = new Rng(2);
+  const values = (f: (i: number) => number) => Float32Array.from({ length: B * R }, (_, i) => f(i));
+  const host = {
+    logProb: values(() => -Math.abs(rng.normal())),
+    oldLogProb: values(() => -Math.abs(rng.normal())),
+    advantages: values((i) => [1, -1, 0.5, -0.5][Math.floor(i / R) % 4]),
+    responseMask: values((i) => (i % R < 4 + (Math.floor(i / R) % 7) ? 1 : 0)),
+  };
+  const options: PolicyLossOptions = { clipRatioLow: 0.2, clipRatioHigh: 0.28, clipRatioC: 3, lossAggMode: 'token-mean', policyLoss: { klCovRatio: 0.2, clipCovRatio: 0.2 }, seed: 1 };
+  const out: BackendResult['valueChoosingLosses'] = {};
+  for (const [name, loss] of [['clip_cov', clipCovPolicyLoss], ['kl_cov', klCovPolicyLoss], ['bypass_mode', bypassModePolicyLoss]] as [string, PolicyLoss][]) {
+    const tensor = (a: Float32Array) => tf.tensor2d(a, [B, R]);
+    const inputs = [host.logProb, host.oldLogProb, host.advantages, host.responseMask].map(tensor);
+    let metrics = {};
+    const grad = tf.grad((lp: tf.Tensor) => {
+      const r = loss({ logProb: lp as tf.Tensor2D, oldLogProb: inputs[1], advantages: inputs[2], responseMask: inputs[3], host: backend === 'webgpu' ? host : undefined }, options);
+      metrics = r.metrics;
+      return r.loss;
+    })(inputs[0]);
+    out[name] = { grad: Array.from(await readFloat32(grad, `${name} gradient`)), metrics: await readMetrics(metrics, `${name} metrics`) };
+    tf.dispose([grad, ...inputs]);
   }
   return out;
 }
@@ -103,6 +135,7 @@ async function runOn(backend: 'wasm' | 'webgpu'): Promise<BackendResult> {
   const norm = await globalNorm(parts);
   tf.dispose([...parts, summed]);
   const productValues = await products();
+  const choosing = await valueChoosingLosses(backend);
 
   optimizer.dispose();
   const leaked = tf.memory().numTensors - before;
@@ -118,6 +151,7 @@ async function runOn(backend: 'wasm' | 'webgpu'): Promise<BackendResult> {
     addN,
     norm,
     products: productValues,
+    valueChoosingLosses: choosing,
     tensorsLeaked: leaked,
   };
 }

@@ -3,7 +3,7 @@
 // Subclasses change the objective by overriding microBatchLoss.
 import * as tf from '@tensorflow/tfjs';
 import { inject, injectable, optional } from 'inversify';
-import { aggregateLoss, miniBatchDenominators, policyLossOptions, type AggregateLossOptions, type PolicyLoss } from '../algorithms/policy-loss.js';
+import { aggregateLoss, miniBatchDenominators, policyLossOptions, readsInputValues, type AggregateLossOptions, type PolicyLoss, type PolicyLossHostValues } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';
 import { tokenRolloutCorrection } from '../algorithms/rollout-correction.js';
 import { concatFloat32, shardRanges } from '../arrays.js';
@@ -19,7 +19,7 @@ import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from '../workers/sequences.js';
 import { gatherValues, rankRows, sumGradientsOverRanks } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
-import { disposeMetrics, readAllFloat32, readMetrics, type PendingMetrics } from '../engine/readback.js';
+import { disposeMetrics, readAllFloat32, readFloat32, readMetrics, readsSynchronously, type PendingMetrics } from '../engine/readback.js';
 
 /**
  * A micro-batch's place in its mini-batch: verl's global denominators (valid tokens and non-empty
@@ -36,6 +36,8 @@ export interface MicroBatchShare {
   onPolicy: boolean;
   /** The micro-batch's first row within its mini-batch (per-row randomness survives any split). */
   firstRow: number;
+  /** The policy loss's inputs on the host, when it chooses tokens by them and the backend cannot read in the gradient (webgpu). */
+  host?: PolicyLossHostValues;
 }
 
 /** The stock actor (verl's DataParallelPPOActor); subclasses change the objective by overriding microBatchLoss. */
@@ -104,6 +106,23 @@ export class PPOActor implements Actor {
     };
   }
 
+  /**
+   * The policy loss's inputs as host arrays, for a loss that chooses tokens by them on a backend
+   * that cannot read inside the gradient: the current log-probs from a forward pass without
+   * gradients (the one the loss repeats, so the same numbers), the rest from the batch.
+   */
+  protected async lossInputValues(micro: Batch): Promise<PolicyLossHostValues> {
+    const lp = tf.tidy(() => scoreResponses(this.module.lm, sequenceBatch(micro), { temperature: this.temperature }).logProbs);
+    let logProb: Float32Array;
+    try {
+      logProb = await readFloat32(lp, "log-probs for the policy loss's token choice");
+    } finally {
+      lp.dispose();
+    }
+    const values = (key: string) => Float32Array.from(micro.tensor(key).data);
+    return { logProb, oldLogProb: values('old_log_probs'), advantages: values('advantages'), responseMask: values('response_mask') };
+  }
+
   /** A [B, R] float tensor of a batch array (the caller's tidy releases it). */
   protected floatTensor(batch: Batch, key: string): tf.Tensor2D {
     return batch.toTensor(key).toFloat() as tf.Tensor2D;
@@ -157,6 +176,7 @@ export class PPOActor implements Actor {
         advantages: this.floatTensor(micro, 'advantages'),
         responseMask: mask,
         tokenWeights: this.tokenTisWeights(micro),
+        host: part.host,
       },
       // clip_cov's random choice: the same for the same run, update and rows, whatever the threads.
       { ...options, seed: Rng.deriveSeed(Rng.deriveSeed(this.config.trainer.seed, part.step), part.firstRow), rowShare: part.share },
@@ -183,6 +203,7 @@ export class PPOActor implements Actor {
 
   /** One micro-batch's (or shard's) gradients and the metrics its loss recorded; worker replicas run this too. */
   async microBatchGradients(micro: Batch, part: MicroBatchShare): Promise<{ grads: Map<string, tf.Tensor>; metrics: Metrics[] }> {
+    if (!readsSynchronously() && readsInputValues(this.policyLoss)) part = { ...part, host: await this.lossInputValues(micro) };
     const pending: PendingMetrics[] = [];
     let computed: { loss: tf.Scalar; grads: Map<string, tf.Tensor> };
     try {

@@ -4,7 +4,7 @@
 import { InputError } from '../errors.js';
 import type { Config } from '../config/load.js';
 import type { AggregateLossOptions } from './loss-aggregation.js';
-import { checkPolicyLossOptions, VERL_POLICY_LOSSES, type PolicyLoss, type PolicyLossOptions } from './policy-losses.js';
+import { checkPolicyLossOptions, markReadsInputValues, VERL_POLICY_LOSSES, type PolicyLoss, type PolicyLossOptions } from './policy-losses.js';
 
 export * from './loss-aggregation.js';
 export * from './policy-losses.js';
@@ -13,6 +13,11 @@ export * from './policy-losses.js';
 export interface PolicyLossTraits {
   /** Refuses options the loss cannot run with, as an InputError naming the key (the host calls it before a run). */
   check?: (options: PolicyLossOptions) => void;
+  /**
+   * The loss chooses tokens by its inputs' values (as clip_cov does): on a backend that cannot read
+   * inside the gradient the actor computes them first and passes PolicyLossInput.host.
+   */
+  readsInputValues?: boolean;
 }
 
 /** Policy losses by name (verl's register_policy_loss), one registry per host, like the estimators. */
@@ -31,6 +36,7 @@ export class PolicyLossRegistry {
     const existing = this.losses.get(name);
     if (existing && existing.fn !== fn) throw new InputError(`policy loss '${name}' from ${this.provider} is already registered by ${existing.provider}; pick another name`);
     this.losses.set(name, { fn, provider: existing?.provider ?? this.provider, traits: existing?.traits ?? traits });
+    if (traits.readsInputValues) markReadsInputValues(fn);
   }
 
   /** The loss of this name (InputError naming `key` and listing the names if none). */

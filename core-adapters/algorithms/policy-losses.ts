@@ -25,6 +25,34 @@ export interface PolicyLossInput {
    * verl, computes its own and ignores them).
    */
   tokenWeights?: tf.Tensor2D;
+  /**
+   * The four inputs' values on the host, for the losses that choose tokens by them (clip_cov,
+   * kl_cov, bypass_mode: readsInputValues). The actor gives them where the backend cannot read
+   * inside the gradient (webgpu); elsewhere those losses read the tensors themselves.
+   */
+  host?: PolicyLossHostValues;
+}
+
+/** A loss's inputs as host arrays, [B * R] each (see PolicyLossInput.host). */
+export interface PolicyLossHostValues {
+  logProb: Float32Array;
+  oldLogProb: Float32Array;
+  advantages: Float32Array;
+  responseMask: Float32Array;
+}
+
+/** The losses that choose tokens by their inputs' values (the ones a GPU actor must give `host`). */
+const VALUE_READERS = new WeakSet<PolicyLoss>();
+
+/** Marks a loss as choosing tokens by its inputs' values (PolicyLossRegistry's readsInputValues trait). */
+export function markReadsInputValues(loss: PolicyLoss): PolicyLoss {
+  VALUE_READERS.add(loss);
+  return loss;
+}
+
+/** Whether a loss needs its inputs' values on the host (PolicyLossInput.host on a GPU). */
+export function readsInputValues(loss: PolicyLoss): boolean {
+  return VALUE_READERS.has(loss);
 }
 
 /** actor.policy_loss's settings (verl's PolicyLossConfig) besides loss_mode. */
@@ -101,16 +129,52 @@ export function policyLossSettings(options: PolicyLossOptions): PolicyLossSettin
 }
 
 /**
- * Host values inside the loss, for the losses that choose tokens by the current log-probs. A GPU
- * backend cannot read there (only asynchronously, after the closure), so those losses are refused on it.
+ * The inputs' values inside the loss, for the losses that choose tokens by them: the actor's host
+ * copies, or read here where the backend can (a GPU reads only after the gradient closure).
  */
-function readInsideLoss(mode: string, tensors: tf.Tensor[]): (Float32Array | Int32Array | Uint8Array)[] {
+function hostValues(mode: string, input: PolicyLossInput): PolicyLossHostValues {
+  if (input.host) return input.host;
   if (!readsSynchronously()) {
     throw new InputError(
-      `actor_rollout_ref.actor.policy_loss.loss_mode: '${mode}' chooses tokens by the current log-probs inside the gradient, which the ${tf.getBackend()} backend cannot read there; use engine.backend=wasm for it, or another loss_mode`,
+      `actor_rollout_ref.actor.policy_loss.loss_mode: '${mode}' chooses tokens by the current log-probs inside the gradient, and on the ${tf.getBackend()} backend the actor must give them (PolicyLossInput.host; the stock actors do)`,
     );
   }
-  return tensors.map((t) => t.dataSync() as Float32Array | Int32Array | Uint8Array);
+  const read = (t: tf.Tensor) => t.dataSync() as Float32Array;
+  return { logProb: read(input.logProb), oldLogProb: read(input.oldLogProb), advantages: read(input.advantages), responseMask: read(input.responseMask) };
+}
+
+/** Float32's masked mean over the valid tokens, as maskedMeanTensor computes it (sum / (count + 1e-8)). */
+function hostMaskedMean(values: Float32Array, mask: Float32Array): number {
+  let sum = 0;
+  let count = 0;
+  for (let i = 0; i < values.length; i++) {
+    sum += values[i] * mask[i];
+    count += mask[i];
+  }
+  return Math.fround(Math.fround(sum) / Math.fround(count + 1e-8));
+}
+
+/**
+ * clip_cov's candidates on the host (for a GPU, from the actor's host values), as the tensor path
+ * computes them in float32: valid, not clipped (clipped <= unclipped) and lb < cov < ub.
+ */
+function clipCovCandidates(host: PolicyLossHostValues, options: PolicyLossOptions, lb: number, ub: number): { flags: Uint8Array; tokens: number } {
+  const { logProb, oldLogProb, advantages, responseMask } = host;
+  const f = Math.fround;
+  const advMean = hostMaskedMean(advantages, responseMask);
+  const lpMean = hostMaskedMean(logProb, responseMask);
+  const flags = new Uint8Array(logProb.length);
+  let tokens = 0;
+  for (let i = 0; i < logProb.length; i++) {
+    tokens += responseMask[i];
+    const ratio = f(Math.exp(f(logProb[i] - oldLogProb[i])));
+    const negA = -advantages[i];
+    const unclipped = f(negA * ratio);
+    const clipped = f(negA * Math.min(Math.max(ratio, f(1 - options.clipRatioLow)), f(1 + options.clipRatioHigh)));
+    const cov = f(f(advantages[i] - advMean) * f(logProb[i] - lpMean));
+    flags[i] = responseMask[i] > 0 && !(clipped > unclipped) && cov > lb && cov < ub ? 1 : 0;
+  }
+  return { flags, tokens };
 }
 
 /** The token losses times the rollout correction's weights, when there are any. */
@@ -299,11 +363,16 @@ export const clipCovPolicyLoss: PolicyLoss = (input, options) => {
     const clipped = tf.mul(negAdvantages, tf.clipByValue(ratio, 1 - options.clipRatioLow, 1 + options.clipRatioHigh));
     const valid = tf.greater(responseMask, 0);
     const cov = tf.mul(tf.sub(advantages, maskedMeanTensor(advantages, responseMask)), tf.sub(logProb, maskedMeanTensor(logProb, responseMask)));
-    const candidate = tf.logicalAnd(tf.logicalAnd(valid, tf.logicalNot(tf.greater(clipped, unclipped))), tf.logicalAnd(tf.greater(cov, s.clipCovLb), tf.less(cov, s.clipCovUb)));
-    const [flags, tokenCount] = readInsideLoss('clip_cov', [candidate, tf.sum(responseMask)]);
+    // On a GPU the choice is made from the actor's host values; elsewhere from these tensors.
+    const { flags, tokens } = input.host
+      ? clipCovCandidates(input.host, options, s.clipCovLb, s.clipCovUb)
+      : (() => {
+          const candidate = tf.logicalAnd(tf.logicalAnd(valid, tf.logicalNot(tf.greater(clipped, unclipped))), tf.logicalAnd(tf.greater(cov, s.clipCovLb), tf.less(cov, s.clipCovUb)));
+          if (!readsSynchronously()) hostValues('clip_cov', input);
+          return { flags: candidate.dataSync() as Uint8Array, tokens: tf.sum(responseMask).dataSync()[0] };
+        })();
     const candidates: number[] = [];
     flags.forEach((f, i) => f && candidates.push(i));
-    const tokens = tokenCount[0];
     const clipCount = Math.max(Math.trunc(s.clipCovRatio * tokens), 1);
     const dropped = new Float32Array(flags.length).fill(1);
     const chosen = candidates.length ? (options.select ?? seededSelection(options.seed ?? 0))(candidates, Math.min(clipCount, candidates.length)) : [];
@@ -342,7 +411,7 @@ export const klCovPolicyLoss: PolicyLoss = (input, options) => {
     const plain = tf.mul(tf.neg(advantages), ratio);
     const penalised = tf.add(plain, tf.mul(absKl, s.ppoKlCoef));
     // The covariance in float32 on the valid tokens, as verl computes it on the CPU.
-    const [maskData, advData, lpData] = readInsideLoss('kl_cov', [responseMask, advantages, logProb]);
+    const { responseMask: maskData, advantages: advData, logProb: lpData } = hostValues('kl_cov', input);
     const valid: number[] = [];
     maskData.forEach((m, i) => m > 0 && valid.push(i));
     const chosen = new Float32Array(maskData.length);
@@ -460,8 +529,8 @@ export const bypassModePolicyLoss: PolicyLoss = (input, options) => {
   const prefix = 'actor_rollout_ref.actor.policy_loss.rollout_correction';
   checkRolloutCorrection(settings, prefix);
   const [B, R] = responseMask.shape;
-  const [lp, old, maskData] = readInsideLoss('bypass_mode', [logProb, oldLogProb, responseMask]) as Float32Array[];
-  const correction = rolloutCorrectionAndRejection(lp, old, maskData, B, R, settings, prefix);
+  const host = hostValues('bypass_mode', input);
+  const correction = rolloutCorrectionAndRejection(host.logProb, host.oldLogProb, host.responseMask, B, R, settings, prefix);
   const mask = tf.tensor2d(correction.mask, [B, R]);
   const weights = correction.weights ? tf.tensor2d(correction.weights, [B, R]) : undefined;
   const loss = settings.lossType === 'reinforce' ? reinforcePolicyLoss : vanillaPolicyLoss;
@@ -478,12 +547,12 @@ export const VERL_POLICY_LOSSES: readonly (readonly [string, PolicyLoss])[] = [
   ['gspo', gspoPolicyLoss],
   ['sapo', sapoPolicyLoss],
   ['gpg', gpgPolicyLoss],
-  ['clip_cov', clipCovPolicyLoss],
-  ['kl_cov', klCovPolicyLoss],
+  ['clip_cov', markReadsInputValues(clipCovPolicyLoss)],
+  ['kl_cov', markReadsInputValues(klCovPolicyLoss)],
   ['geo_mean', geoMeanPolicyLoss],
   ['dro', droPolicyLoss],
   ['cispo', cispoPolicyLoss],
-  ['bypass_mode', bypassModePolicyLoss],
+  ['bypass_mode', markReadsInputValues(bypassModePolicyLoss)],
 ];
 
 /**
