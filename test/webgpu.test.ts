@@ -139,6 +139,17 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(maxAbsDiff((await on('webgpu', score)).logprobs!, (await on('wasm', score)).logprobs!)).to.be.at.most(1e-5);
   });
 
+  it('flowrl bench --limits --backend webgpu measures matmul GFLOP/s and copy bandwidth on the adapter', async () => {
+    const run = await runBuiltFlowrl(['bench', '--limits', '--backend', 'webgpu', '--matrix', '128', '--limits-mb', '4', '--rounds', '1', '--json'], 120_000, gpuEnv);
+    expect(run.status, run.stderr).to.equal(0);
+    const limits = JSON.parse(run.stdout) as { adapter: { software: boolean }; matmul_gflop_s: Record<string, number>; copy_gb_s: number; copy_mb: number };
+    expect(limits.adapter.software).to.equal(true);
+    expect(Object.keys(limits.matmul_gflop_s)).to.deep.equal(['128']);
+    expect(limits.matmul_gflop_s['128']).to.be.greaterThan(0);
+    expect(limits.copy_gb_s).to.be.greaterThan(0);
+    expect(limits.copy_mb).to.equal(4);
+  });
+
   it('auto passes the software adapter by, saying why; FLOWRL_BACKEND=webgpu takes it', async () => {
     const script = "import { initEngine } from './core-adapters/engine/backend.ts'; const e = await initEngine('auto'); console.log(e.backend);";
     const auto = await runNode(['--import', 'tsx', '--input-type=module', '-e', script], 120_000, gpuEnv);

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { FROZEN_DTYPES, NATIVE_CHOICES, type BackendChoice, type FrozenDtype, type NativeChoice } from '../config/choices.js';
 import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { Decoding, generateOnPool } from '../model/generate.js';
-import { defaultNativeChoice, initEngine } from '../engine/backend.js';
+import { backendChoiceFromEnv, defaultNativeChoice, initEngine } from '../engine/backend.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
@@ -23,6 +23,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits, type Limits } from './limits.js';
+import { formatGpuLimits, measureGpuLimits } from './gpu-limits.js';
 import { llamaCppRefusal, runLlamaCppBench } from './llama-cpp-bench.js';
 import { benchModel, formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
@@ -438,6 +439,16 @@ export async function benchCommand(argv: string[]): Promise<void> {
     if (refusal) throw new InputError(`--compare-llama-cpp: ${refusal}`);
   }
   if (values['model-config'] !== undefined) return modelBenchCommand(values);
+  if (values.limits && backendChoiceFromEnv(values.backend as BackendChoice) === 'webgpu') {
+    const engine = await initEngine('webgpu', { quiet: values.json as boolean });
+    const limits = await measureGpuLimits(engine.gpu!, {
+      sizes: values.matrix === undefined ? [1024, 2048, 4096] : [numberFlag('bench', values, 'matrix', 2048, { integer: true, min: 16 })],
+      copyMb: numberFlag('bench', values, 'limits-mb', 512, { integer: true, min: 1 }),
+      rounds: numberFlag('bench', values, 'rounds', 5, { integer: true, min: 1 }),
+    });
+    console.log(values.json ? JSON.stringify(limits) : formatGpuLimits(limits));
+    return;
+  }
   if (values.limits) {
     const limits = await measureLimits({
       arrayMb: numberFlag('bench', values, 'limits-mb', 512, { integer: true, min: 1 }),
