@@ -25,6 +25,24 @@ import torch
 import torch.nn.functional as F
 
 
+# --device: cpu (the default) or cuda (torch >= 2.0: every tensor and parameter is made there).
+DEVICE = "cpu"
+
+
+def use_device(name):
+    global DEVICE
+    DEVICE = name
+    if name != "cpu":
+        torch.set_default_device(name)
+
+
+def clock():
+    """perf_counter once the device has finished its queued work (CUDA runs asynchronously)."""
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 class Lora(torch.nn.Module):
     """A frozen linear (weight [out, in]) plus scale * B A."""
 
@@ -163,29 +181,29 @@ def rl_step(args, model, params, opt, V):
     seconds = {}
     with torch.no_grad():
         sample(model, prompts[:1], 2)
-        t0 = time.perf_counter()
+        t0 = clock()
         seq = torch.cat([prompts, sample(model, prompts, args.response_tokens)], dim=1)
-        seconds["rollout"] = time.perf_counter() - t0
+        seconds["rollout"] = clock() - t0
         micro = seq.split(args.micro_batch)
         for name, off in (("old_log_prob", False), ("ref_log_prob", True)):
             for m in model.modules():
                 if isinstance(m, Lora):
                     m.off = off
-            t0 = time.perf_counter()
+            t0 = clock()
             for m in micro:
                 response_log_probs(model, m, args.prompt_tokens)
-            seconds[name] = time.perf_counter() - t0
+            seconds[name] = clock() - t0
         for m in model.modules():
             if isinstance(m, Lora):
                 m.off = False
-    t0 = time.perf_counter()
+    t0 = clock()
     opt.zero_grad()
     for m in micro:
         loss = -response_log_probs(model, m, args.prompt_tokens).mean() * (m.shape[0] / seq.shape[0])
         loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
-    seconds["update"] = time.perf_counter() - t0
+    seconds["update"] = clock() - t0
     return seconds
 
 
@@ -204,7 +222,9 @@ def main():
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--response-tokens", type=int, default=128)
     ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    use_device(args.device)
     torch.manual_seed(0)
     config = json.load(open(args.config))
     model = Model(config, args.lora_rank)
@@ -219,12 +239,13 @@ def main():
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            "device": DEVICE,
         }))
         return
     ids = torch.randint(0, V, (args.batch, args.seq))
     times = []
     for i in range(args.steps + 1):
-        t0 = time.perf_counter()
+        t0 = clock()
         logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
         opt.zero_grad()
@@ -232,17 +253,17 @@ def main():
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if i:
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
     prompts = torch.randint(0, V, (args.sample_prompts, args.prompt_tokens))
     with torch.no_grad():
-        t0 = time.perf_counter()
+        t0 = clock()
         caches = [[None, None] for _ in model.layers]
         logits = model(prompts, 0, caches)[:, -1]
         for step in range(args.sample_tokens):
             token = torch.multinomial(logits.softmax(-1), 1)
             if step + 1 < args.sample_tokens:
                 logits = model(token, args.prompt_tokens + step, caches)[:, -1]
-        sample_s = time.perf_counter() - t0
+        sample_s = clock() - t0
     times.sort()
     mid = len(times) // 2
     median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
@@ -252,6 +273,7 @@ def main():
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "device": DEVICE,
         "trainable_parameters": sum(p.numel() for p in params),
     }))
 

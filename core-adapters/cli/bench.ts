@@ -23,7 +23,7 @@ import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { SandboxRunner, scoreCode } from '../rewards/code.js';
 import { formatLimits, measureLimits, type Limits } from './limits.js';
-import { formatGpuLimits, measureGpuLimits } from './gpu-limits.js';
+import { engineLimits, formatGpuLimits, measureGpuLimits } from './gpu-limits.js';
 import { llamaCppRefusal, runLlamaCppBench } from './llama-cpp-bench.js';
 import { benchModel, formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
 import { Sandbox } from '../rewards/sandbox.js';
@@ -282,7 +282,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   kernels?.setThreads(os.availableParallelism());
   // Decoding and the prefill against this machine's limits: a decode step reads every weight
   // once; the prefill multiplies the body by every prompt token, the head by the last.
-  const limits = await measureLimits({ arrayMb: options.limitsMb, matrix: options.matrix, rounds: 3 });
+  const limits = await engineLimits(info, { arrayMb: options.limitsMb, matrix: options.matrix, rounds: 3 });
   const weights = weightFigures(model);
   const prefillGflop = (2 * weights.bodyValues * options.samplePrompts * options.promptTokens + 2 * weights.headValues * options.samplePrompts) / 1e9;
   const decodeMs = decodeSteps ? (sampleMs - prefillMs) / decodeSteps : 0;

@@ -2,7 +2,9 @@
 // tfjs's WebGPU kernels, so GPU figures can be stated as fractions of them (as --limits does for the
 // CPU). Each timing ends with a one-value read that depends on the work, so it waits for the GPU.
 import * as tf from '@tensorflow/tfjs';
+import type { EngineInfo } from '../engine/backend.js';
 import type { GpuAdapterReport } from '../engine/webgpu.js';
+import { measureLimits, type Limits } from './limits.js';
 import { readFloat32 } from '../engine/readback.js';
 
 export interface GpuLimits {
@@ -58,4 +60,25 @@ export function formatGpuLimits(l: GpuLimits): string {
     ...Object.entries(l.matmul_gflop_s).map(([n, g]) => `matmul float32 ${n.padStart(5)}^3 ${g.toFixed(1)} GFLOP/s (tfjs's webgpu kernels, best of ${l.rounds})`),
     `copy bandwidth        ${l.copy_gb_s.toFixed(1)} GB/s (an elementwise pass over ${l.copy_mb.toFixed(0)} MB, bytes read + written)`,
   ].join('\n');
+}
+
+/**
+ * The limits a bench states its phases against: the GPU's on webgpu (its matmul at `matrix` and
+ * its copy bandwidth, in the CPU limits' fields), this machine's CPU ones otherwise.
+ */
+export async function engineLimits(engine: EngineInfo, options: { arrayMb: number; matrix: number; rounds: number }): Promise<Limits> {
+  if (engine.backend !== 'webgpu' || !engine.gpu) return measureLimits(options);
+  const gpu = await measureGpuLimits(engine.gpu, { sizes: [options.matrix], copyMb: options.arrayMb, rounds: options.rounds });
+  const matmul = gpu.matmul_gflop_s[String(options.matrix)];
+  return {
+    threads: 1,
+    read_gb_s: gpu.copy_gb_s,
+    read_gb_s_one_thread: gpu.copy_gb_s,
+    sgemm_gflop_s: matmul,
+    blas: `webgpu (${engine.gpu.description})`,
+    blas_threads: null,
+    sgemm_loop_gflop_s: matmul,
+    matrix: options.matrix,
+    array_mb: gpu.copy_mb,
+  };
 }

@@ -27,7 +27,8 @@ import { AdamW } from '../model/optim.js';
 import { languageModelGradients, sliceSequences } from '../model/train-step.js';
 import { runUpdateLoop } from '../model/update-loop.js';
 import { Rng } from '../random.js';
-import { measureLimits, type Limits } from './limits.js';
+import type { Limits } from './limits.js';
+import { engineLimits } from './gpu-limits.js';
 import { readFloat32 } from '../engine/readback.js';
 
 export interface RlStepOptions {
@@ -124,7 +125,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const config = readModelConfig(o.configFile);
   const lora = o.loraRank > 0;
   const model = benchModel(o.configFile, config, o.loraRank, o.baseDtype, info.backend);
-  const limits = await measureLimits({ arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
+  const limits = await engineLimits(info, { arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
   model.gradientCheckpointing = true;
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
   const log = (text: string) => !o.quiet && process.stderr.write(`[flowrl] bench --rl-step: ${text}\n`);
