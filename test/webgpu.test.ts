@@ -150,6 +150,16 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(limits.copy_mb).to.equal(4);
   });
 
+  it('a weight larger than the GPU binds at once is refused at load, naming it and the limit (exit 2)', async () => {
+    const dir = tempDir();
+    // 36,000 x 1,024 float32 is 141 MiB; lavapipe binds 128 MiB.
+    const config = { model_type: 'llama', vocab_size: 36000, hidden_size: 1024, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 1, num_key_value_heads: 1, max_position_embeddings: 64, rms_norm_eps: 1e-5, tie_word_embeddings: true };
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
+    const run = await runBuiltFlowrl(['bench', '--model-config', path.join(dir, 'config.json'), '--backend', 'webgpu', '--steps', '1', '--batch', '1', '--seq', '8', '--sample-prompts', '1', '--sample-tokens', '1'], 120_000, gpuEnv);
+    expect(run.status, run.stderr).to.equal(2);
+    expect(run.stderr).to.include('model.embed_tokens.weight: [36000,1024] float32 takes 141 MiB, more than this GPU binds at once (128 MiB)');
+  });
+
   it('auto passes the software adapter by, saying why; FLOWRL_BACKEND=webgpu takes it', async () => {
     const script = "import { initEngine } from './core-adapters/engine/backend.ts'; const e = await initEngine('auto'); console.log(e.backend);";
     const auto = await runNode(['--import', 'tsx', '--input-type=module', '-e', script], 120_000, gpuEnv);

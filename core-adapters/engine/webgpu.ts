@@ -315,7 +315,7 @@ export async function registerWebgpuBackend(adapter: GPUAdapter): Promise<void> 
   registered = true;
 }
 
-/** The webgpu device's limit on one storage binding, once the backend is active (for splitting large tensors). */
+/** The webgpu device's limit on one storage binding while webgpu is the active backend (else undefined). */
 export function gpuBindingLimit(): number | undefined {
-  return watch?.device.limits.maxStorageBufferBindingSize;
+  return tf.getBackend() === 'webgpu' ? watch?.device.limits.maxStorageBufferBindingSize : undefined;
 }

@@ -15,6 +15,7 @@ import type { TextTokenizer } from './tokenizer.js';
 import type { AdamW, LrScheduler } from './optim.js';
 import { uniqueVariableName } from './variables.js';
 import { readFloat32 } from '../engine/readback.js';
+import { gpuBindingLimit } from '../engine/webgpu.js';
 
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
@@ -101,8 +102,16 @@ export function modelFromWeights(config: ModelConfig, weights: Map<string, HostT
   const params = new Map<string, tf.Variable>();
   const dtype = memory.frozenBase;
   const frozen = sharedBase ?? (dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>());
+  const bindingLimit = gpuBindingLimit();
   try {
     for (const [name, { shape, data }] of toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined)) {
+      // Every GPU program binds a whole tensor: one past the limit could only fail at its first use.
+      if (bindingLimit !== undefined && data.length * 4 > bindingLimit) {
+        const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+        throw new InputError(
+          `${name}: [${shape}] float32 takes ${mb(data.length * 4)}, more than this GPU binds at once (${mb(bindingLimit)}); webgpu does not split tensors yet: use engine.backend=wasm for this model, or a GPU with a larger storage-binding limit`,
+        );
+      }
       const initial = tf.tensor(data, shape, 'float32');
       params.set(name, tf.variable(initial, true, uniqueVariableName(name)));
       initial.dispose();
