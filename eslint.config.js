@@ -4,7 +4,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'runs/**', 'test/fixtures/**', '.tmp/**', 'native/build/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'runs/**', 'test/fixtures/**', '.tmp/**', '.gpu/**', 'native/build/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {
