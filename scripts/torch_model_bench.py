@@ -19,28 +19,13 @@ import argparse
 import json
 import math
 import resource
-import time
 
 import torch
 import torch.nn.functional as F
 
 
-# --device: cpu (the default) or cuda (torch >= 2.0: every tensor and parameter is made there).
-DEVICE = "cpu"
-
-
-def use_device(name):
-    global DEVICE
-    DEVICE = name
-    if name != "cpu":
-        torch.set_default_device(name)
-
-
-def clock():
-    """perf_counter once the device has finished its queued work (CUDA runs asynchronously)."""
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
+# --device and the clock that waits for it: one definition, in torch_bench.py beside this file.
+from torch_bench import clock, use_device
 
 
 class Lora(torch.nn.Module):
@@ -239,7 +224,7 @@ def main():
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
-            "device": DEVICE,
+            "device": args.device,
         }))
         return
     ids = torch.randint(0, V, (args.batch, args.seq))
@@ -273,7 +258,7 @@ def main():
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "device": DEVICE,
+        "device": args.device,
         "trainable_parameters": sum(p.numel() for p in params),
     }))
 

@@ -122,7 +122,6 @@ async function tryWebgpu(choice: BackendChoice): Promise<{ info?: EngineInfo; gp
     if (choice === 'webgpu') throw new InputError(`engine.backend is 'webgpu' but ${probe.unavailable} (install the optional dependency webgpu, or use auto)`);
     return { reason: probe.unavailable };
   }
-  if (choice === 'auto' && probe.report.software) return { gpu: probe.report, reason: `the adapter is a software one (${probe.report.description}); engine.backend=webgpu uses it anyway` };
   await registerWebgpuBackend(probe.adapter);
   if (!(await tf.setBackend('webgpu'))) {
     if (choice === 'webgpu') throw new InputError(`engine.backend is 'webgpu' but the webgpu backend failed to initialise on ${probe.report.description} (use auto or wasm)`);
