@@ -2,8 +2,13 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { buildTokenizer, loadModel, saveModel, type CausalLM } from '../core-adapters/index.js';
-import { initModel, initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { buildTokenizer, loadModel, saveModel, CausalLM } from '../core-adapters/index.js';
+import { exportWeights, initModel, initWeights, loadOptimizerState, loadWeightsInto, modelFromWeights, saveOptimizerState } from '../core-adapters/model/checkpoint.js';
+import { splitVocabMatrices, toModelLayout, type HostTensor } from '../core-adapters/model/layout.js';
+import { packSequences, scoreResponses } from '../core-adapters/model/logprobs.js';
+import { AdamW } from '../core-adapters/model/optim.js';
+import { languageModelStep } from '../core-adapters/model/train-step.js';
+import { uniqueVariableName } from '../core-adapters/model/variables.js';
 import { expectedTensors, parseModelConfig } from '../core-adapters/model/config.js';
 import { readHeader, readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { expectInputError, expectSameBits, fixture, floatBits, readJson, tempDir } from './helpers.js';
@@ -428,6 +433,73 @@ describe('checkpoint: several models in one process', () => {
       loadModel(fixture('tiny-qwen2')).dispose();
     } finally {
       disposeNewVariables(registered);
+    }
+  });
+});
+
+describe('checkpoint: the vocabulary held in blocks (as a GPU with a small binding limit holds it)', () => {
+  // Untied, so both the embedding (split by rows) and the head (split by columns) are blocks.
+  const config = parseModelConfig(
+    { model_type: 'qwen2', vocab_size: 301, hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 32, tie_word_embeddings: false },
+    'blocks test',
+  );
+  const blocked = (weights: Map<string, HostTensor>) =>
+    new CausalLM(config, new Map([...splitVocabMatrices(toModelLayout(config, weights), 301 * 16 * 4 * 0.4)].map(([name, t]) => [name, tf.variable(tf.tensor(t.data, t.shape), true, uniqueVariableName(name))])));
+
+  it('scores, trains and saves as the whole matrices do; the optimizer state is saved joined and restored into blocks', async () => {
+    const prompts = [[1, 2, 3], [299, 300]];
+    const responses = [[150, 7, 300, 0], [120, 121]];
+    const seq = packSequences(prompts, responses);
+    const run = async (model: CausalLM, stateFile: string) => {
+      const scored = tf.tidy(() => {
+        const out = scoreResponses(model, seq, { temperature: 0.7, withEntropy: true });
+        return [out.logProbs, out.entropy!];
+      });
+      const [logProbs, entropy] = scored.map((t) => Array.from(t.dataSync()));
+      tf.dispose(scored);
+      const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0.01 });
+      const losses = [await languageModelStep(model, optimizer, seq), await languageModelStep(model, optimizer, seq)];
+      await saveOptimizerState(stateFile, optimizer);
+      optimizer.dispose();
+      return { names: [...model.params.keys()], logProbs, entropy, losses, weights: await exportWeights(model) };
+    };
+    const dir = tempDir();
+    const whole = await withModelAsync(() => modelFromWeights(config, initWeights(config, 3)), (m) => run(m, path.join(dir, 'whole.safetensors')));
+    const model = blocked(initWeights(config, 3));
+    try {
+      const split = await run(model, path.join(dir, 'split.safetensors'));
+      expect(split.names).to.include.members(['model.embed_tokens.weight#0', 'model.embed_tokens.weight#2', 'lm_head.weight#2']).and.not.include.members(['model.embed_tokens.weight', 'lm_head.weight']);
+      expect(model.params.get('lm_head.weight#0')!.shape).to.deep.equal([16, 100]);
+      split.logProbs.forEach((v, i) => expect(v).to.be.closeTo(whole.logProbs[i], 1e-6));
+      split.entropy.forEach((v, i) => expect(v).to.be.closeTo(whole.entropy[i], 1e-6));
+      split.losses.forEach((v, i) => expect(v).to.be.closeTo(whole.losses[i], 1e-6 * Math.abs(whole.losses[i])));
+      expect([...split.weights.keys()]).to.deep.equal([...whole.weights.keys()]);
+      for (const [name, t] of whole.weights) {
+        expect(split.weights.get(name)!.shape, name).to.deep.equal(t.shape);
+        const worst = t.data.reduce((m, v, i) => Math.max(m, Math.abs(v - split.weights.get(name)!.data[i])), 0);
+        expect(worst, name).to.be.at.most(1e-5);
+      }
+      const [a, b] = [readTensors(path.join(dir, 'whole.safetensors')), readTensors(path.join(dir, 'split.safetensors'))];
+      expect([...b.keys()].sort()).to.deep.equal([...a.keys()].sort());
+      // The whole model's state loads into the blocks, moment for moment.
+      const optimizer = new AdamW({ lr: 1e-2 });
+      loadOptimizerState(path.join(dir, 'whole.safetensors'), optimizer, model.params);
+      const state = await optimizer.getState();
+      optimizer.dispose();
+      const moments = state.moments.get('lm_head.weight#1')!;
+      expect(moments.shape).to.deep.equal([16, 101]);
+      const head = a.get('m/lm_head.weight')!;
+      // Column block 1 of the [H, V] head: columns 100..200 of each row.
+      expect(Array.from(moments.m.subarray(0, 101))).to.deep.equal(Array.from(head.data.subarray(100, 201)));
+      expect(Array.from(moments.m.subarray(101, 202))).to.deep.equal(Array.from(head.data.subarray(301 + 100, 301 + 201)));
+      // And weights loaded from a directory land in the blocks.
+      await withModelAsync(() => modelFromWeights(config, initWeights(config, 9)), (m) => saveModel(m, path.join(dir, 'other')));
+      loadWeightsInto(model, path.join(dir, 'other'));
+      const reloaded = await exportWeights(model);
+      const other = initWeights(config, 9);
+      for (const name of ['lm_head.weight', 'model.embed_tokens.weight']) expect(Array.from(reloaded.get(name)!.data), name).to.deep.equal(Array.from(other.get(name)!.data));
+    } finally {
+      model.dispose();
     }
   });
 });

@@ -164,6 +164,39 @@ export interface TokenLogProbs {
   sumPiSquared?: tf.Tensor1D;
 }
 
+/**
+ * Embedding rows of `ids` from a table held as row blocks [V_k, H] (a GPU's binding limit split
+ * it): each block gathers its own ids, and one gather puts the rows back in order.
+ */
+export function embedFromBlocks(blocks: readonly tf.Tensor2D[], ids: Int32Array): tf.Tensor2D {
+  if (blocks.length === 1) return embed(blocks[0], ids);
+  const order: number[] = [];
+  const parts: tf.Tensor2D[] = [];
+  let from = 0;
+  for (const block of blocks) {
+    const rows = block.shape[0];
+    const local: number[] = [];
+    ids.forEach((id, i) => {
+      if (id >= from && id < from + rows) {
+        local.push(id - from);
+        order.push(i);
+      }
+    });
+    if (local.length) parts.push(embed(block, Int32Array.from(local)));
+    from += rows;
+  }
+  if (order.length !== ids.length) throw new Error(`embedding: a token id is outside the vocabulary of ${from}`);
+  // order[j] is the position of stacked row j; gathering by its inverse restores the input order,
+  // and the gradient is the gather by order (a permutation: no segment sum).
+  const inverse = new Int32Array(ids.length);
+  order.forEach((position, j) => (inverse[position] = j));
+  const stacked = parts.length === 1 ? parts[0] : tf.concat(parts);
+  return withGradient([stacked], ([rows]) => ({
+    value: tf.gather(rows, tf.tensor1d(inverse, 'int32')),
+    gradFunc: (dy) => [tf.gather(dy, tf.tensor1d(order, 'int32'))],
+  })) as tf.Tensor2D;
+}
+
 /** Each row's sum of squared probabilities of the tempered logits, as a [1, N] row: exp(lse(2z) - 2 lse(z)) (verl's calculate_sum_pi_squared_from_logits). */
 function sumPiSquaredRow(logits: tf.Tensor2D, invT: number): tf.Tensor2D {
   const z = tf.mul(logits, invT);
@@ -181,13 +214,14 @@ function chunkRows(rows: number, vocab: number, floats: number): number {
 /**
  * The language-model head fused with log-softmax and target selection: logits = hidden @ head / T,
  * computed a chunk of rows at a time and recomputed in the backward pass, so a 150k vocabulary
- * never holds [N, V] logits for the whole batch. The head is [H, V] on the heap, or a frozen
- * [V, H] matrix outside it (then only hidden gets a gradient). With the native addon the
- * log-softmax, the pick and the entropy run as one kernel per chunk (engine/kernels.ts).
+ * never holds [N, V] logits for the whole batch. The head is [H, V] on the heap (or its column
+ * blocks [H, V_k] side by side, as a GPU holds a large vocabulary), or a frozen [V, H] matrix
+ * outside it (then only hidden gets a gradient). With the native addon the log-softmax, the pick
+ * and the entropy run as one kernel per chunk (engine/kernels.ts).
  */
 export function headLogProbs(
   hidden: tf.Tensor2D,
-  head: tf.Tensor2D | FrozenMatrix,
+  head: tf.Tensor2D | readonly tf.Tensor2D[] | FrozenMatrix,
   targets: Int32Array,
   temperature = 1,
   withEntropy = false,
@@ -197,7 +231,9 @@ export function headLogProbs(
   // A third output row with no backward pass: only old-log-prob passes (no tape) ask for it.
   if (withSumPiSquared && tf.engine().isTapeOn()) throw new Error('headLogProbs: sum pi^2 is computed only without gradients');
   const frozen = head instanceof FrozenMatrix ? head : undefined;
-  const vocab = frozen ? frozen.rows : (head as tf.Tensor2D).shape[1];
+  const blocks = frozen ? [] : head instanceof tf.Tensor ? [head] : [...(head as readonly tf.Tensor2D[])];
+  const widths = blocks.map((w) => w.shape[1]);
+  const vocab = frozen ? frozen.rows : widths.reduce((a, b) => a + b, 0);
   if (targets.length !== rows) throw new Error(`headLogProbs: ${targets.length} targets for ${rows} rows`);
   const fused = tokenLogProbKernelsAvailable();
   // The fused kernel makes no [N, V] temporaries besides the logits, so its chunks can be larger
@@ -208,9 +244,10 @@ export function headLogProbs(
   for (let start = 0; start < rows; start += step) chunks.push([start, Math.min(rows, start + step)]);
 
   // Raw logits (before the temperature) of rows [start, end).
-  const logitsOf = (h: tf.Tensor2D, w: tf.Tensor2D | undefined, start: number, end: number): tf.Tensor2D => {
+  const logitsOf = (h: tf.Tensor2D, ws: tf.Tensor2D[], start: number, end: number): tf.Tensor2D => {
     const rowsOfH = h.slice([start, 0], [end - start, -1]);
-    return frozen ? frozen.product(rowsOfH) : tf.matMul(rowsOfH, w!);
+    if (frozen) return frozen.product(rowsOfH);
+    return ws.length === 1 ? tf.matMul(rowsOfH, ws[0]) : tf.concat(ws.map((w) => tf.matMul(rowsOfH, w)), 1);
   };
   // The tfjs-ops path: log-softmax of the tempered logits and the targets as one-hot rows.
   const softmaxOf = (logits: tf.Tensor2D, start: number, end: number) => {
@@ -222,11 +259,11 @@ export function headLogProbs(
   // With the fused kernel, logits small enough to keep are kept for the backward pass instead of
   // being computed again there (one head product fewer per step).
   const keepLogits = fused && tf.engine().isTapeOn() && rows * vocab <= KEEP_LOGITS_FLOATS;
-  const both = withGradient(frozen ? [hidden] : [hidden, head as tf.Tensor2D], ([h, w], save) => {
+  const both = withGradient([hidden, ...blocks], ([h, ...ws], save) => {
     const kept: tf.Tensor2D[] = [];
     const parts = chunks.map(([start, end]) =>
       tf.tidy(() => {
-        const logits = logitsOf(h as tf.Tensor2D, w as tf.Tensor2D | undefined, start, end);
+        const logits = logitsOf(h as tf.Tensor2D, ws as tf.Tensor2D[], start, end);
         if (keepLogits) kept.push(tf.keep(logits));
         let pair: tf.Tensor2D;
         if (fused) pair = runTokenLogProbs(logits, targets.subarray(start, end), invT, withEntropy);
@@ -239,7 +276,7 @@ export function headLogProbs(
         return withSumPiSquared ? tf.concat([pair, sumPiSquaredRow(logits, invT)]) : pair;
       }),
     );
-    save([h, ...(frozen ? [] : [w]), ...kept]);
+    save([h, ...ws, ...kept]);
     tf.dispose(kept);
     // customGrad takes one output tensor: row 0 holds the log-probs, row 1 the entropies.
     const value = parts.length === 1 ? parts[0] : tf.concat(parts, 1);
@@ -248,13 +285,13 @@ export function headLogProbs(
       value,
       gradFunc: (dy, saved) => {
         const [sh, ...rest] = saved as tf.Tensor2D[];
-        const sw = frozen ? undefined : rest.shift();
-        const keptLogits = rest;
-        let dW: tf.Tensor2D | undefined = sw && tf.zeros(sw.shape);
+        const sws = rest.slice(0, blocks.length);
+        const keptLogits = rest.slice(blocks.length);
+        let dWs = sws.map((w) => tf.zeros(w.shape) as tf.Tensor2D);
         const dHidden: tf.Tensor[] = [];
         chunks.forEach(([start, end], c) => {
-          const [dh, nextDW] = tf.tidy(() => {
-            const logits = keptLogits[c] ?? logitsOf(sh, sw, start, end);
+          const [dh, ...nextDWs] = tf.tidy(() => {
+            const logits = keptLogits[c] ?? logitsOf(sh, sws, start, end);
             const g = dy.slice([0, start], [2, end - start]) as tf.Tensor2D;
             let dLogits: tf.Tensor2D;
             if (fused) {
@@ -269,18 +306,20 @@ export function headLogProbs(
               if (withEntropy) dz = tf.sub(dz, tf.mul(gEnt, tf.mul(p, tf.add(logp, tf.neg(tf.sum(tf.mul(p, logp), 1, true))))));
               dLogits = tf.mul(dz, invT) as tf.Tensor2D;
             }
-            if (!sw) return [frozen!.productTransposed(dLogits)];
+            if (frozen) return [frozen.productTransposed(dLogits)];
             const hChunk = sh.slice([start, 0], [end - start, -1]);
-            return [tf.matMul(dLogits, sw, false, true), tf.add(dW!, tf.matMul(hChunk, dLogits, true, false))];
+            if (sws.length === 1) return [tf.matMul(dLogits, sws[0], false, true), tf.add(dWs[0], tf.matMul(hChunk, dLogits, true, false))];
+            let from = 0;
+            const dLogitsOf = widths.map((width) => dLogits.slice([0, (from += width) - width], [-1, width]));
+            const dh = tf.addN(dLogitsOf.map((d, k) => tf.matMul(d, sws[k], false, true)));
+            return [dh, ...dLogitsOf.map((d, k) => tf.add(dWs[k], tf.matMul(hChunk, d, true, false)))];
           });
-          if (nextDW) {
-            dW!.dispose();
-            dW = nextDW as tf.Tensor2D;
-          }
+          tf.dispose(dWs);
+          dWs = nextDWs as tf.Tensor2D[];
           dHidden.push(dh);
         });
         const dH = dHidden.length === 1 ? dHidden[0] : tf.concat(dHidden);
-        return dW ? [dH, dW] : [dH];
+        return [dH, ...dWs];
       },
     };
   });

@@ -315,7 +315,12 @@ export async function registerWebgpuBackend(adapter: GPUAdapter): Promise<void> 
   registered = true;
 }
 
-/** The webgpu device's limit on one storage binding while webgpu is the active backend (else undefined). */
+/**
+ * The webgpu device's limit on one storage binding while webgpu is the active backend (else
+ * undefined); FLOWRL_WEBGPU_BINDING_LIMIT (bytes) lowers it, so tests split small models.
+ */
 export function gpuBindingLimit(): number | undefined {
-  return tf.getBackend() === 'webgpu' ? watch?.device.limits.maxStorageBufferBindingSize : undefined;
+  const limit = tf.getBackend() === 'webgpu' ? watch?.device.limits.maxStorageBufferBindingSize : undefined;
+  const lowered = Number(process.env.FLOWRL_WEBGPU_BINDING_LIMIT);
+  return limit !== undefined && lowered > 0 ? Math.min(limit, lowered) : limit;
 }

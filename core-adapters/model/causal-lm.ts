@@ -4,8 +4,9 @@
 import * as tf from '@tensorflow/tfjs';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
-import { addColumns, addConstant, addSameShape, embed, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
+import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
+import { vocabBlockName } from './layout.js';
 import { moduleShape, type LoraAdapters, type LoraModule } from './lora.js';
 import { replayTape, type TapeNode } from './tape-replay.js';
 
@@ -153,21 +154,34 @@ export class CausalLM {
   }
 
   /**
-   * The output head as [H, V] (with tied embeddings, the embedding table transposed), or a frozen
-   * base's [V, H] matrix outside the heap.
+   * A vocabulary matrix (the embedding, the head) as its blocks along the vocabulary: one, or
+   * `name#k` for each block when the weights were split for a GPU's binding limit (layout.ts).
    */
-  headWeight(): tf.Tensor2D | FrozenMatrix {
+  private vocabBlocks(name: string): tf.Tensor2D[] {
+    if (this.params.has(name)) return [this.p(name) as tf.Tensor2D];
+    const blocks: tf.Tensor2D[] = [];
+    for (let k = 0; this.params.has(vocabBlockName(name, k)); k++) blocks.push(this.p(vocabBlockName(name, k)) as tf.Tensor2D);
+    if (!blocks.length) throw new Error(`model parameter ${name} is missing`);
+    return blocks;
+  }
+
+  /**
+   * The output head as [H, V] column blocks (one unless split; with tied embeddings, the embedding
+   * table transposed), or a frozen base's [V, H] matrix outside the heap.
+   */
+  headWeight(): tf.Tensor2D[] | FrozenMatrix {
     const name = this.config.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     const frozen = this.frozen.get(name);
     if (frozen) return frozen;
-    if (this.config.tieWordEmbeddings) return tf.transpose(this.p(name)) as tf.Tensor2D;
-    return this.p(name) as tf.Tensor2D;
+    const blocks = this.vocabBlocks(name);
+    return this.config.tieWordEmbeddings ? blocks.map((b) => tf.transpose(b)) : blocks;
   }
 
   /** Logits [N, V] for hidden states [N, H]. */
   logits(hidden: tf.Tensor2D): tf.Tensor2D {
     const head = this.headWeight();
-    return head instanceof tf.Tensor ? tf.matMul(hidden, head) : head.product(hidden);
+    if (!Array.isArray(head)) return head.product(hidden);
+    return head.length === 1 ? tf.matMul(hidden, head[0]) : (tf.concat(head.map((w) => tf.matMul(hidden, w)), 1) as tf.Tensor2D);
   }
 
   /**
@@ -247,7 +261,7 @@ export class CausalLM {
     const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
 
     const table = this.frozen.get('model.embed_tokens.weight');
-    let x = table ? table.gatherRows(input.ids) : embed(this.p('model.embed_tokens.weight') as tf.Tensor2D, input.ids);
+    let x = table ? table.gatherRows(input.ids) : embedFromBlocks(this.vocabBlocks('model.embed_tokens.weight'), input.ids);
     const layerOutputs: tf.Tensor2D[] = [];
     const keys: tf.Tensor4D[] = [];
     const values: tf.Tensor4D[] = [];

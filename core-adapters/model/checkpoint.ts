@@ -7,7 +7,7 @@ import { Rng } from '../random.js';
 import { CausalLM } from './causal-lm.js';
 import type { FrozenDtype } from '../config/choices.js';
 import { FrozenMatrix, type SharedFrozenMatrix } from '../engine/frozen.js';
-import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
+import { frozenBaseMatrices, frozenBaseToHf, isFrozenBaseTensor, joinVocabBlocks, splitVocabLike, splitVocabMatrices, toHfLayout, toModelLayout, type HostTensor } from './layout.js';
 import { expectedTensors, parseModelConfig, readModelConfig, type ModelConfig } from './config.js';
 import { checkFiniteWeights, readHeader, readTensors, writeSafetensors, type F32Tensor } from './safetensors.js';
 import { fileInDirectory, OPERATOR_FILES, readJsonFile, type FileAccess } from './files.js';
@@ -104,12 +104,14 @@ export function modelFromWeights(config: ModelConfig, weights: Map<string, HostT
   const frozen = sharedBase ?? (dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>());
   const bindingLimit = gpuBindingLimit();
   try {
-    for (const [name, { shape, data }] of toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined)) {
+    const layout = toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined);
+    for (const [name, { shape, data }] of bindingLimit === undefined ? layout : splitVocabMatrices(layout, bindingLimit)) {
       // Every GPU program binds a whole tensor: one past the limit could only fail at its first use.
+      // The vocabulary matrices are split above; a projection that large is refused.
       if (bindingLimit !== undefined && data.length * 4 > bindingLimit) {
-        const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+        const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 2 : 0)} MiB`;
         throw new InputError(
-          `${name}: [${shape}] float32 takes ${mb(data.length * 4)}, more than this GPU binds at once (${mb(bindingLimit)}); webgpu does not split tensors yet: use engine.backend=wasm for this model, or a GPU with a larger storage-binding limit`,
+          `${name}: [${shape}] float32 takes ${mb(data.length * 4)}, more than this GPU binds at once (${mb(bindingLimit)}); webgpu splits only the vocabulary matrices: use engine.backend=wasm for this model, or a GPU with a larger storage-binding limit`,
         );
       }
       const initial = tf.tensor(data, shape, 'float32');
@@ -167,7 +169,7 @@ export function loadModel(dir: string, memory: ModelMemory = {}): CausalLM {
 
 /** HF-layout copies of the model's weights, with LoRA adapters merged in (W + scale * B A). */
 export async function exportWeights(model: CausalLM): Promise<Map<string, HostTensor>> {
-  const held = await readParameters(model.params);
+  const held = joinVocabBlocks(await readParameters(model.params));
   const weights = toHfLayout(model.config, held);
   const frozen = frozenBaseToHf(model.config, model.frozen.keys(), (name, start, count) => model.frozen.get(name)!.rowsFloat32(start, count));
   for (const [name, t] of frozen) weights.set(name, t);
@@ -245,11 +247,15 @@ export function initModel(rawConfig: Record<string, unknown>, seed: number, file
 
 /** Overwrites a model's parameters with the weights in an HF directory of the same architecture. */
 export function loadWeightsInto(model: CausalLM, dir: string): void {
-  const held = toModelLayout(model.config, readWeights(dir, model.config));
+  const held = splitVocabLike(toModelLayout(model.config, readWeights(dir, model.config)), shapesOf(model.params));
   for (const [name, variable] of model.params) {
     const t = held.get(name)!;
     tf.tidy(() => variable.assign(tf.tensor(t.data, t.shape, 'float32')));
   }
+}
+
+function shapesOf(params: Map<string, tf.Variable>): Map<string, readonly number[]> {
+  return new Map([...params].map(([name, v]) => [name, v.shape]));
 }
 
 /** Writes named parameters (a plugin head, a value head) to one safetensors file. */
@@ -283,10 +289,12 @@ export const OPTIMIZER_FILE = 'optimizer.safetensors';
  */
 export async function saveOptimizerState(file: string, optimizer: AdamW, scheduler?: LrScheduler): Promise<void> {
   const state = await optimizer.getState();
+  // Vocabulary blocks are saved joined, so a state resumes on any backend.
+  const [ms, vs] = (['m', 'v'] as const).map((which) => joinVocabBlocks(new Map([...state.moments].map(([name, moments]) => [name, { shape: moments.shape, data: moments[which] }]))));
   const tensors = new Map<string, HostTensor>();
-  for (const [name, { m, v, shape }] of state.moments) {
-    tensors.set(`m/${name}`, { shape, data: m });
-    tensors.set(`v/${name}`, { shape, data: v });
+  for (const [name, m] of ms) {
+    tensors.set(`m/${name}`, m);
+    tensors.set(`v/${name}`, vs.get(name)!);
   }
   const metadata: Record<string, string> = { format: 'flowrl-adamw', step: String(state.step) };
   if (scheduler) metadata.lr_scheduler_step = String(scheduler.steps);
@@ -304,10 +312,13 @@ export function loadOptimizerState(file: string, optimizer: AdamW, params: Map<s
     scheduler.steps = schedulerStep;
   }
   const tensors = readTensors(file);
+  const [ms, vs] = ['m/', 'v/'].map((prefix) =>
+    splitVocabLike(new Map([...tensors].flatMap(([name, t]) => (name.startsWith(prefix) ? [[name.slice(prefix.length), t]] : []))), shapesOf(params)),
+  );
   const moments = new Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>();
   for (const name of params.keys()) {
-    const m = tensors.get(`m/${name}`);
-    const v = tensors.get(`v/${name}`);
+    const m = ms.get(name);
+    const v = vs.get(name);
     if (m && v) moments.set(name, { m: m.data, v: v.data, shape: m.shape });
   }
   optimizer.setState({ step, moments }, params);

@@ -136,3 +136,111 @@ export function toHfLayout(config: ModelConfig, params: Map<string, HostTensor>)
   }
   return out;
 }
+
+// A GPU binds a whole tensor per storage binding, and a real vocabulary's embedding is past that
+// limit (151,936 x 896 float32 is 544 MB; lavapipe binds 128 MiB). So the matrices indexed by the
+// vocabulary can be held as blocks along it, named `${name}#${k}`; checkpoints join them back.
+
+/** The model-layout matrices indexed by the vocabulary, and the axis the vocabulary runs along. */
+const VOCAB_AXIS: ReadonlyMap<string, 0 | 1> = new Map([
+  ['model.embed_tokens.weight', 0],
+  ['lm_head.weight', 1],
+]);
+
+/** The parameter name of block `k` of a vocabulary matrix held in blocks. */
+export function vocabBlockName(name: string, k: number): string {
+  return `${name}#${k}`;
+}
+
+function blockOf(name: string): { base: string; k: number } | undefined {
+  const m = /^(.+)#(\d+)$/.exec(name);
+  return m && VOCAB_AXIS.has(m[1]) ? { base: m[1], k: Number(m[2]) } : undefined;
+}
+
+/** Columns [from, to) of a row-major [rows, cols] matrix. */
+function columnsOf(data: Float32Array, rows: number, cols: number, from: number, to: number): Float32Array {
+  const width = to - from;
+  const out = new Float32Array(rows * width);
+  for (let r = 0; r < rows; r++) out.set(data.subarray(r * cols + from, r * cols + to), r * width);
+  return out;
+}
+
+function sliceAlong(t: HostTensor, axis: 0 | 1, from: number, to: number): HostTensor {
+  const [rows, cols] = t.shape;
+  return axis === 0
+    ? { shape: [to - from, cols], data: t.data.slice(from * cols, to * cols) }
+    : { shape: [rows, to - from], data: columnsOf(t.data, rows, cols, from, to) };
+}
+
+/** `params` with each vocabulary matrix cut at `bounds` (block k is [bounds[k], bounds[k+1])), in place of the whole. */
+function cutVocab(params: Map<string, HostTensor>, bounds: (name: string, t: HostTensor) => number[] | undefined): Map<string, HostTensor> {
+  const out = new Map<string, HostTensor>();
+  for (const [name, t] of params) {
+    const axis = VOCAB_AXIS.get(name);
+    const at = axis === undefined ? undefined : bounds(name, t);
+    if (axis === undefined || !at) {
+      out.set(name, t);
+      continue;
+    }
+    for (let k = 0; k + 1 < at.length; k++) out.set(vocabBlockName(name, k), sliceAlong(t, axis, at[k], at[k + 1]));
+  }
+  return out;
+}
+
+/**
+ * Splits the vocabulary matrices of model-layout `params` into the fewest equal blocks of at most
+ * maxBytes of float32 each; those within it stay whole.
+ */
+export function splitVocabMatrices(params: Map<string, HostTensor>, maxBytes: number): Map<string, HostTensor> {
+  return cutVocab(params, (name, t) => {
+    const vocab = t.shape[VOCAB_AXIS.get(name)!];
+    const bytesPerEntry = (4 * t.data.length) / vocab;
+    if (vocab * bytesPerEntry <= maxBytes) return undefined;
+    const perBlock = Math.floor(maxBytes / bytesPerEntry);
+    if (perBlock < 1) throw new Error(`${name}: one vocabulary entry takes ${bytesPerEntry} bytes, more than ${maxBytes}`);
+    const blocks = Math.ceil(vocab / perBlock);
+    return Array.from({ length: blocks + 1 }, (_, k) => Math.round((k * vocab) / blocks));
+  });
+}
+
+/** Splits the vocabulary matrices of `params` as `held` (a model's parameter shapes by name) holds them. */
+export function splitVocabLike(params: Map<string, HostTensor>, held: Map<string, readonly number[]>): Map<string, HostTensor> {
+  return cutVocab(params, (name) => {
+    if (held.has(name) || !held.has(vocabBlockName(name, 0))) return undefined;
+    const axis = VOCAB_AXIS.get(name)!;
+    const bounds = [0];
+    for (let k = 0; held.has(vocabBlockName(name, k)); k++) bounds.push(bounds[k] + held.get(vocabBlockName(name, k))![axis]);
+    return bounds;
+  });
+}
+
+/** Joins vocabulary blocks back into whole matrices (splitVocabMatrices reversed); the rest passes through. */
+export function joinVocabBlocks(params: Map<string, HostTensor>): Map<string, HostTensor> {
+  const out = new Map<string, HostTensor>();
+  for (const [name, t] of params) {
+    const block = blockOf(name);
+    if (!block) {
+      out.set(name, t);
+      continue;
+    }
+    if (block.k > 0) continue;
+    const parts: HostTensor[] = [];
+    for (let k = 0; params.has(vocabBlockName(block.base, k)); k++) parts.push(params.get(vocabBlockName(block.base, k))!);
+    const axis = VOCAB_AXIS.get(block.base)!;
+    if (axis === 0) {
+      out.set(block.base, { shape: [parts.reduce((n, p) => n + p.shape[0], 0), t.shape[1]], data: concatFloat32(parts.map((p) => p.data)) });
+      continue;
+    }
+    const rows = t.shape[0];
+    const cols = parts.reduce((n, p) => n + p.shape[1], 0);
+    const data = new Float32Array(rows * cols);
+    let from = 0;
+    for (const p of parts) {
+      const width = p.shape[1];
+      for (let r = 0; r < rows; r++) data.set(p.data.subarray(r * width, (r + 1) * width), r * cols + from);
+      from += width;
+    }
+    out.set(block.base, { shape: [rows, cols], data });
+  }
+  return out;
+}
