@@ -53,3 +53,30 @@ export class GpuDeviceError extends Error {
     this.name = 'GpuDeviceError';
   }
 }
+
+/**
+ * Scoring one response failed in a way the response caused (a harness report that is not a
+ * record's shape, a value too deep to compare): the response scores 0 and `kind` is counted
+ * (reward/errors/<kind>); the run goes on.
+ */
+export class ScoringError extends Error {
+  constructor(
+    readonly kind: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ScoringError';
+  }
+}
+
+/**
+ * A scorer's own machinery cannot work (the code sandbox does not start, a SandboxFusion server
+ * does not answer): not any response's doing, so it stops the run (exit 1) rather than score 0.
+ */
+export class ScorerUnavailable extends Error {
+  readonly exitCode = 1;
+  constructor(message: string) {
+    super(message);
+    this.name = 'ScorerUnavailable';
+  }
+}

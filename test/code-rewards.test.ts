@@ -7,7 +7,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { extractCode, findSandboxTools, parseCodeTests, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { extractCode, findSandboxTools, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { ScorerUnavailable, type ScoringError } from '../core-adapters/errors.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runBuiltFlowrl, tempDir, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
@@ -395,6 +396,119 @@ describe('code rewards', function () {
       // A timeout (perhaps a busy machine) and a long output are not kept.
       for (const code of ['slow', 'slow', 'loud', 'loud']) await reused.run(code, '1');
       expect(calls.filter((c) => c === 'slow|1' || c === 'loud|1')).to.have.length(4);
+    });
+  });
+
+  describe('one response cannot stall, stop or fake its way through the host side of scoring', () => {
+    // A sleeper beside the comparison: how late it fires is how long the event loop was held.
+    async function heldFor(work: () => unknown): Promise<number> {
+      const started = performance.now();
+      let fired = 0;
+      const timer = setTimeout(() => (fired = performance.now()), 0);
+      work();
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      clearTimeout(timer);
+      return (fired || performance.now()) - started;
+    }
+
+    it('comparisons are linear in the output: a 1 MiB run of inner whitespace, 100,000-key dicts (the old strip took 42 s for 40 KB)', async () => {
+      const spaces = 'x' + ' '.repeat(1 << 20) + 'x\n';
+      let same = true;
+      // Hours before (the square of the run); a generous bound that only a hang exceeds.
+      expect(await heldFor(() => (same = sameOutput(spaces, 'x x\n') || sameOutput(spaces + '\t'.repeat(1 << 20), '1\n')))).to.be.below(10_000);
+      expect(same).to.equal(false);
+      const dict = (n: number, shift = 0): PyValue => ({ d: Array.from({ length: n }, (_, i) => [{ i: String((i + shift) % n) }, { s: `v${(i + shift) % n}` }] as [PyValue, PyValue]) });
+      let equal = false;
+      expect(await heldFor(() => (equal = sameCallResult(dict(100_000), dict(100_000, 7))))).to.be.below(10_000);
+      expect(equal, 'the same dict in another order').to.equal(true);
+      // Keys equal as Python hashes them: 1 == 1.0 == True; a tuple key by its items; nan equals nothing.
+      expect(sameCallResult({ d: [[{ f: '1.0' }, { s: 'a' }], [{ t: [{ i: '2' }, { s: 'b' }] }, null]] }, { d: [[true, { s: 'a' }], [{ t: [{ f: '2.0' }, { s: 'b' }] }, null]] })).to.equal(true);
+      expect(sameCallResult({ d: [[{ f: 'nan' }, { i: '1' }]] }, { d: [[{ f: 'nan' }, { i: '1' }]] })).to.equal(false);
+      expect(sameCallResult({ d: [[{ s: '1' }, null]] }, { d: [[{ i: '1' }, null]] })).to.equal(false);
+    });
+
+    it('an expected integer is matched by that integer only: -1000000000.0 no longer passes for -1000000007, 5.0 still passes for 5', () => {
+      expect(sameOutput('-1000000000.0\n', '-1000000007\n')).to.equal(false);
+      expect(sameOutput('-1000000000\n', '-1000000007\n')).to.equal(false);
+      expect(sameOutput('5.0\n', '5\n')).to.equal(true);
+      expect(sameOutput('1e20\n', '100000000000000000000\n')).to.equal(true);
+      expect(sameOutput('5.000001\n', '5\n')).to.equal(false);
+      // Expected floats keep the tolerance.
+      expect(sameOutput('0.3333334\n', '0.3333333\n')).to.equal(true);
+    });
+
+    it('a harness report not of the exact shape is malformed_report: wrong types, unknown fields, 30,000-deep values, an int longer than Python prints, not JSON', () => {
+      const valid = '{"done": true, "results": [{"output": {"l": [{"i": "-3"}, {"f": "1.5"}, {"t": []}, {"d": [[{"s": "k"}, null]]}, true]}, "expected": {"s": "x"}}, {"error": "boom"}]}';
+      expect(readHarnessRecord(valid)?.results).to.have.length(2);
+      expect(readHarnessRecord(undefined)).to.equal(undefined);
+      const deep = '{"l": ['.repeat(30_000) + ']}'.repeat(30_000);
+      const malformed = [
+        '{"done": true, "results": [{"output": {"s": 5}}]}',
+        '{"done": "yes"}',
+        '{"done": true, "score": 1}',
+        '{"done": true, "results": [{"output": {"s": "a", "i": "1"}}]}',
+        '{"done": true, "results": [{"output": {"i": "1e5"}}]}',
+        `{"done": true, "results": [{"output": {"i": "${'9'.repeat(5000)}"}}]}`,
+        `{"done": true, "results": [{"output": ${deep}}]}`,
+        '{"done": true, "results": [{"output": {"d": [[{"s": "k"}]]}}]}',
+        '{"done": true, "results": {"0": {}}}',
+        '{"done": true',
+        '[]',
+      ];
+      for (const report of malformed) {
+        let kind: string | undefined;
+        try {
+          readHarnessRecord(report);
+        } catch (e) {
+          kind = (e as ScoringError).kind;
+        }
+        expect(kind, report.slice(0, 80)).to.equal('malformed_report');
+      }
+    });
+
+    it('a program that writes its own record of the wrong shape scores 0 as malformed_report; an exception in a scorer scores 0 as exception; a missing sandbox still stops', async () => {
+      const sq = { assert_case: ['assert sq(3) == 9'] };
+      const scorer = (text: string, truth: unknown) => scoreCode(runner, text, truth, 'fraction');
+      expect(await scoreResponse(scorer, 'def sq(x):\n    return x * x', sq, {}, 'apps')).to.deep.equal({ score: 1, extras: { acc: true, passed_fraction: 1 } });
+      // The harness's own secret and descriptor, read from its frame, with a record of the wrong shape.
+      const forger = 'def sq(x):\n    return 0\nimport sys, os\nf = sys._getframe(1)\nos.write(f.f_locals["fd"], f.f_locals["head"] + b"\\n" + b\'{"done": true, "results": [{"output": {"s": 5}}]}\')\nos._exit(0)';
+      const forged = await scoreResponse(scorer, forger, sq, {}, 'apps');
+      expect(forged.score).to.equal(0);
+      expect(forged.error?.kind).to.equal('malformed_report');
+      const thrower = await scoreResponse(() => (null as unknown as string).split('').length, 'x', 1, {}, 'custom');
+      expect(thrower).to.deep.include({ score: 0 });
+      expect(thrower.error).to.deep.equal({ kind: 'exception', message: "TypeError: Cannot read properties of null (reading 'split')" });
+      let stopped: unknown;
+      await scoreResponse(() => Promise.reject(new ScorerUnavailable('the code sandbox failed to start: no bwrap')), 'x', 1, {}, 'apps').catch((e: unknown) => (stopped = e));
+      expect(stopped).to.be.instanceOf(ScorerUnavailable);
+    });
+
+    it('flowrl reward over attacks mixed with correct programs: the correct ones 1, the rest 0 with their reasons, exit 0', async () => {
+      const dir = tempDir('flowrl-reward-');
+      const rows = path.join(dir, 'rows.jsonl');
+      const responses = path.join(dir, 'responses.jsonl');
+      const row = (truth: unknown) => JSON.stringify({ data_source: 'apps', prompt: [{ role: 'user', content: 'x' }], reward_model: { ground_truth: truth } });
+      const double = { inputs: ['2\n', '5\n'], outputs: ['4\n', '10\n'] };
+      const add = JSON.stringify({ fn_name: 'add', inputs: ['1\n2'], outputs: ['3'] });
+      const cases: [unknown, string, number, string?][] = [
+        [double, 'n = int(input())\nprint(2 * n)', 1],
+        [double, 'print("x" + " " * 40000 + "x")', 0],
+        [{ inputs: ['1\n'], outputs: ['-1000000007\n'] }, 'print(-1000000000.0)', 0],
+        [add, 'def add(a, b):\n    return a + b', 1],
+        [add, 'class Any:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Any()', 0],
+        [{ assert_case: ['assert sq(3) == 9'] }, 'def sq(x):\n    return 0\nimport sys, os\nf = sys._getframe(1)\nos.write(f.f_locals["fd"], f.f_locals["head"] + b"\\n" + b\'{"done": true, "hacked": 1}\')\nos._exit(0)', 0, 'malformed_report'],
+        [{ assert_case: ['assert sq(3) == 9'] }, 'def sq(x):\n    return x * x', 1],
+      ];
+      fs.writeFileSync(rows, cases.map(([truth]) => row(truth)).join('\n') + '\n');
+      fs.writeFileSync(responses, cases.map(([, response]) => JSON.stringify({ response })).join('\n') + '\n');
+      const run = await runBuiltFlowrl(['reward', rows, '--responses', responses, '--json']);
+      expect(run.status, run.stderr).to.equal(0);
+      const scored = run.stdout.trim().split('\n').map((l) => JSON.parse(l) as { score: number; error?: string });
+      expect(scored.map((s) => s.score)).to.deep.equal(cases.map(([, , expected]) => expected));
+      expect(scored.map((s) => s.error)).to.deep.equal(cases.map(([, , , error]) => error));
+      const table = await runBuiltFlowrl(['reward', rows, '--responses', responses]);
+      expect(table.status, table.stderr).to.equal(0);
+      expect(table.stdout).to.include('7 responses, mean score 0.4286; 1 scored 0 because scoring failed (first, row 6: malformed_report: ScoringError: the harness report is not a record: unknown field \'hacked\')');
     });
   });
 

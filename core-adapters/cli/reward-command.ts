@@ -6,7 +6,7 @@ import { createHost } from '../composition.js';
 import { readRows } from '../data/rows.js';
 import { InputError } from '../errors.js';
 import { readJsonLines } from '../jsonl.js';
-import { loadCustomScorer, ScorerRegistry, scoreValue, type Scorer } from '../rewards/registry.js';
+import { loadCustomScorer, ScorerRegistry, scoreResponse, type Scorer } from '../rewards/registry.js';
 import { parseFlags } from './args.js';
 
 const USAGE = 'usage: flowrl reward ROWS.jsonl|ROWS.parquet --responses FILE.jsonl [--config CONFIG] [--json] [key=value ...]';
@@ -47,15 +47,17 @@ export async function rewardCommand(argv: string[]): Promise<void> {
     scorers.checkRow(`${rowsFile} row ${i + 1}`, row.data_source, row.reward_model.ground_truth);
     return scorers.scorer(row.data_source, kwargs[row.data_source] ?? {})!;
   });
-  const results = await Promise.all(rows.map((row, i) => Promise.resolve(perRow[i](responses[i], row.reward_model.ground_truth, row.extra_info ?? {}, row.data_source))));
-  const scored = results.map((r, i) => ({ row: i + 1, data_source: rows[i].data_source, ...scoreValue(r) }));
+  // A response whose scoring fails scores 0 with the reason, as in a run.
+  const results = await Promise.all(rows.map((row, i) => scoreResponse(perRow[i], responses[i], row.reward_model.ground_truth, row.extra_info ?? {}, row.data_source)));
+  const scored = results.map((r, i) => ({ row: i + 1, data_source: rows[i].data_source, ...r }));
   if (values.json) {
-    for (const s of scored) console.log(JSON.stringify({ row: s.row, data_source: s.data_source, score: s.score, ...s.extras }));
+    for (const s of scored) console.log(JSON.stringify({ row: s.row, data_source: s.data_source, score: s.score, ...s.extras, ...(s.error ? { error: s.error.kind, error_message: s.error.message } : {}) }));
     return;
   }
   const extraKeys = [...new Set(scored.flatMap((s) => Object.keys(s.extras)))].filter((k) => k !== 'pred');
-  console.log(['row', 'data_source', 'score', ...extraKeys].join('\t'));
-  for (const s of scored) console.log([s.row, s.data_source, s.score, ...extraKeys.map((k) => s.extras[k] ?? '')].join('\t'));
+  const failed = scored.filter((s) => s.error);
+  console.log(['row', 'data_source', 'score', ...extraKeys, ...(failed.length ? ['error'] : [])].join('\t'));
+  for (const s of scored) console.log([s.row, s.data_source, s.score, ...extraKeys.map((k) => s.extras[k] ?? ''), ...(failed.length ? [s.error?.kind ?? ''] : [])].join('\t'));
   const mean = scored.reduce((sum, s) => sum + s.score, 0) / Math.max(1, scored.length);
-  console.log(`${scored.length} responses, mean score ${mean.toFixed(4)}`);
+  console.log(`${scored.length} responses, mean score ${mean.toFixed(4)}${failed.length ? `; ${failed.length} scored 0 because scoring failed (first, row ${failed[0].row}: ${failed[0].error!.kind}: ${failed[0].error!.message.slice(0, 200)})` : ''}`);
 }

@@ -8,11 +8,11 @@
 //   assert:         {"assert_case": ["assert f(1) == 2", ...]}: each appended to the program, passing
 //                   when every statement ran to the end
 import { createHash, randomBytes } from 'node:crypto';
-import { InputError } from '../errors.js';
+import { InputError, ScorerUnavailable, ScoringError } from '../errors.js';
 import { isTree } from '../config/load.js';
 import { harnessInput, pythonHarness, readHarnessRecord, readsTests, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel, type TestRecord } from './python-harness.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
-import { asciiDigits, pyIsDigit, pySplitLines, pyStrip } from './text.js';
+import { asciiDigits, isPySpace, pyIsDigit, pySplitLines, pyStrip, stripWhere } from './text.js';
 import type { ScoreResult } from './types.js';
 
 /** The data_source values verl v0.9.0's default_compute_score scores as code. */
@@ -108,9 +108,7 @@ const DIGITS = '[0-9](?:_?[0-9])*';
 const PY_FLOAT = new RegExp(`^[+-]?(?:(?:${DIGITS}(?:\\.(?:${DIGITS})?)?|\\.${DIGITS})(?:[eE][+-]?${DIGITS})?|inf|infinity|nan)$`, 'i');
 
 // The whitespace float() strips: Python's, less U+001C-U+001F, which it refuses.
-const FLOAT_SPACE = '[\\t\\n\\v\\f\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
-const FLOAT_SPACE_AROUND = new RegExp(`^${FLOAT_SPACE}+|${FLOAT_SPACE}+$`, 'g');
-const floatStrip = (text: string) => text.replace(FLOAT_SPACE_AROUND, '');
+const floatStrip = (text: string) => stripWhere(text, (code) => isPySpace(code) && (code < 0x1c || code > 0x1f));
 
 /**
  * Python's float() on a line of output: surrounding whitespace, a sign, digits (of any script) with
@@ -136,8 +134,9 @@ const sameLines = (a: string[], b: string[]) => a.length === b.length && a.every
  * testing_util.run_test): the whole text stripped, or with each line stripped; then the printed
  * lines against the expected lines that are not empty (each stripped), as printed and without
  * empty lines; then, unless every line of both is a plain digit string, each line as one number
- * within numpy.allclose's tolerance. One departure: two integer lines compare exactly (prime_code
- * reads "-1000000000" and "-1000000007" as close floats).
+ * within numpy.allclose's tolerance. One departure: an expected integer line is matched only by
+ * that integer, printed as an integer or as a float of that value (prime_code reads
+ * "-1000000000.0" and "-1000000007" as close floats).
  */
 export function sameOutput(actual: string, expected: string): boolean {
   const printed = pySplitLines(actual);
@@ -150,8 +149,10 @@ export function sameOutput(actual: string, expected: string): boolean {
   if (nonEmpty.length !== wanted.length || nonEmpty.every((line, i) => pyIsDigit(line) && pyIsDigit(wanted[i]))) return false;
   return nonEmpty.every((line, i) => {
     const [a, b] = [asciiDigits(floatStrip(line)), asciiDigits(floatStrip(wanted[i]))];
-    if (INTEGER.test(a) && INTEGER.test(b)) return BigInt(a) === BigInt(b);
-    const [x, y] = [pyFloat(a), pyFloat(b)];
+    const x = pyFloat(a);
+    // An integer answer is that integer: no tolerance, however it is printed.
+    if (INTEGER.test(b)) return INTEGER.test(a) ? BigInt(a) === BigInt(b) : x !== undefined && Number.isInteger(x) && BigInt(x) === BigInt(b);
+    const y = pyFloat(b);
     return x !== undefined && y !== undefined && isClose(x, y);
   });
 }
@@ -201,9 +202,36 @@ export function pyEquals(a: PyValue, b: PyValue): boolean {
     if (p || q) return p !== undefined && q !== undefined && p.length === q.length && p.every((v, i) => pyEquals(v, q[i]));
   }
   if ('d' in a && 'd' in b) {
-    return a.d.length === b.d.length && a.d.every(([key, value]) => b.d.some(([otherKey, otherValue]) => pyEquals(key, otherKey) && pyEquals(value, otherValue)));
+    if (a.d.length !== b.d.length) return false;
+    // By hashed key, as Python looks keys up: pairwise it was the square of the size.
+    const other = new Map(b.d.map(([key, value]) => [hashKey(key), value]));
+    return a.d.every(([key, value]) => {
+      const hash = hashKey(key);
+      return hash !== undefined && other.has(hash) && pyEquals(value, other.get(hash)!);
+    });
   }
   return false;
+}
+
+/**
+ * A dict key as text that two keys share exactly when Python's == holds between them (1, 1.0 and
+ * True alike); undefined for a key equal to nothing (nan) or one Python cannot hash (a list).
+ */
+function hashKey(key: PyValue): string | undefined {
+  const number = numeric(key);
+  if (number !== undefined) {
+    if (typeof number === 'bigint') return `n${number}`;
+    if (Number.isNaN(number)) return undefined;
+    return Number.isInteger(number) ? `n${BigInt(number)}` : `f${number}`;
+  }
+  if (key === null) return 'N';
+  if (typeof key !== 'object') return undefined;
+  if ('s' in key) return `s${key.s.length}:${key.s}`;
+  if ('t' in key) {
+    const items = key.t.map(hashKey);
+    return items.every((item) => item !== undefined) ? `t${items.length}(${items.join(',')})` : undefined;
+  }
+  return undefined;
 }
 
 /**
@@ -254,7 +282,7 @@ export class SandboxRunner implements CodeRunner {
 
   async run(code: string, stdin: string): Promise<ProgramRun> {
     const result = await this.sandbox.run('python', code, stdin, { report: true });
-    if (result.status === 'sandbox_error') throw new Error(`the code sandbox failed to start: ${result.stderr.trim()}`);
+    if (result.status === 'sandbox_error') throw new ScorerUnavailable(`the code sandbox failed to start: ${result.stderr.trim()}`);
     const finished = result.status === 'exited' && result.exitCode === 0;
     return { finished, stdout: result.stdout, status: finished ? 'finished' : result.status === 'exited' ? 'runtime_error' : result.status, report: result.report };
   }
@@ -367,8 +395,9 @@ function resultPasses(result: TestRecord | undefined, mode: HarnessMode, expecte
  */
 async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, tests: HarnessTest[]): Promise<boolean[]> {
   const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, tests));
-  const record = readHarnessRecord(run.report);
-  if (!run.finished || !record?.done) return tests.map(() => false);
+  // A run killed while its harness wrote may leave half a record: it failed, nothing more.
+  const record = run.finished ? readHarnessRecord(run.report) : undefined;
+  if (!record?.done) return tests.map(() => false);
   // A standard-input program run as a program has no per-test results: its stdout is its output.
   if (!readsTests(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
   return tests.map((test, i) => {
@@ -455,16 +484,20 @@ export class SandboxFusionRunner implements CodeRunner {
       try {
         response = await fetch(this.url, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body, signal: AbortSignal.timeout((2 * timeoutS + 10) * 1000) });
       } catch (e) {
-        throw new Error(`SandboxFusion at ${this.url}: ${(e as Error).message}`);
+        throw new ScorerUnavailable(`SandboxFusion at ${this.url}: ${(e as Error).message}`);
       }
       if (response.status === 504) {
         last = 'gateway timeout (504)';
         await new Promise((resolve) => setTimeout(resolve, delay * 2 ** attempt));
         continue;
       }
-      if (!response.ok) throw new Error(`SandboxFusion at ${this.url} answered ${response.status}: ${(await response.text()).slice(0, 200)}`);
+      if (!response.ok) {
+        const why = `SandboxFusion at ${this.url} answered ${response.status}: ${(await response.text()).slice(0, 200)}`;
+        // A request refused (too large, say) is this response's; a server failing is nobody's.
+        throw response.status >= 500 || response.status === 429 ? new ScorerUnavailable(why) : new ScoringError('sandbox_refused', why);
+      }
       const answer = (await response.json()) as RunCodeResponse;
-      if (answer.status === 'SandboxError') throw new Error(`SandboxFusion at ${this.url}: sandbox error (${answer.message ?? 'no message'})`);
+      if (answer.status === 'SandboxError') throw new ScorerUnavailable(`SandboxFusion at ${this.url}: sandbox error (${answer.message ?? 'no message'})`);
       const run = answer.run_result;
       const finished = answer.status === 'Success' && run?.status === 'Finished' && run.return_code === 0;
       const status = finished ? 'finished' : run?.status === 'TimeLimitExceeded' ? 'timeout' : run ? 'runtime_error' : 'compile_error';
@@ -473,6 +506,6 @@ export class SandboxFusionRunner implements CodeRunner {
       const at = stderr.lastIndexOf(mark);
       return { finished, stdout: run?.stdout ?? '', status, report: at >= 0 ? stderr.slice(at + mark.length) : undefined };
     }
-    throw new Error(`SandboxFusion at ${this.url}: ${last} after 3 tries`);
+    throw new ScorerUnavailable(`SandboxFusion at ${this.url}: ${last} after 3 tries`);
   }
 }

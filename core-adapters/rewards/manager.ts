@@ -7,7 +7,7 @@ import type { CorrectResponse, Metrics, PromptRecord, RewardManager, RewardResul
 import { InputError } from '../errors.js';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { TOKENS } from '../tokens.js';
-import { loadCustomScorer, ScorerRegistry, scoreValue, type Scorer } from './registry.js';
+import { loadCustomScorer, ScorerRegistry, scoreResponse, scoreValue, type ResponseScore, type Scorer } from './registry.js';
 
 /** The batch column where reward managers leave each response's scorer fields (score included, numbers and booleans as numbers). */
 export const REWARD_EXTRA_INFO = 'reward_extra_info';
@@ -15,6 +15,19 @@ export const REWARD_EXTRA_INFO = 'reward_extra_info';
 /** Whether a scored response counts as correct: the scorer's acc when it gives one, else a positive score. */
 function isCorrect(result: ReturnType<typeof scoreValue>): boolean {
   return typeof result.extras.acc === 'boolean' ? result.extras.acc : result.score > 0;
+}
+
+/** Counts the responses whose scoring failed, by kind, and says so on stderr once per kind (with the first message). */
+function countScoringErrors(results: ResponseScore[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  const first = new Map<string, string>();
+  for (const { error } of results) {
+    if (!error) continue;
+    counts.set(error.kind, (counts.get(error.kind) ?? 0) + 1);
+    if (!first.has(error.kind)) first.set(error.kind, error.message);
+  }
+  for (const [kind, message] of first) console.error(`[flowrl] reward: ${counts.get(kind)} response(s) scored 0 because scoring failed (${kind}: ${message.slice(0, 300)})`);
+  return counts;
 }
 
 /** verl's naive reward manager: each response scored alone by its data_source's scorer or the custom one. */
@@ -96,9 +109,10 @@ export class NaiveRewardManager implements RewardManager {
     const correct: boolean[] = [];
     const extraSums = new Map<string, number>();
     const extraInfo: Record<string, number>[] = [];
-    const results = await Promise.all(texts.map(async (text, b) => this.scorerFor(sources[b])(text, truths[b], infos[b], sources[b])));
+    const results = await Promise.all(texts.map((text, b) => scoreResponse(this.scorerFor(sources[b]), text, truths[b], infos[b], sources[b])));
+    const errors = countScoringErrors(results);
     texts.forEach((_, b) => {
-      const result = scoreValue(results[b]);
+      const result = results[b];
       scores.push(result.score);
       correct.push(isCorrect(result));
       const fields: Record<string, number> = { score: result.score };
@@ -115,6 +129,7 @@ export class NaiveRewardManager implements RewardManager {
     });
     const metrics: Metrics = {};
     for (const [k, sum] of extraSums) metrics[`reward/${k}/mean`] = sum / Math.max(1, batch.size);
+    for (const [kind, count] of errors) metrics[`reward/errors/${kind}`] = count;
     // verl's reward_extra_info, kept with the rows (filtering and concatenation carry it): gdpo reads it.
     batch.setColumn(REWARD_EXTRA_INFO, extraInfo);
     return { tokenLevelScores, scores, correct, metrics };

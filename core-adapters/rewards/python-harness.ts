@@ -30,6 +30,8 @@
 // than a str fails (verl's `is True` check rejects the numpy.bool_ its == gives); subclasses are read as their base
 // type, so an overridden __eq__ changes nothing.
 
+import { ScoringError } from '../errors.js';
+
 /** How a test's program is run: reading stdin, as a function called per test, or followed by an assert. */
 export type HarnessMode = { kind: 'stdin' } | { kind: 'call'; fnName: string } | { kind: 'assert'; statement: string };
 
@@ -323,13 +325,79 @@ export function harnessInput(mode: HarnessMode, execution: Execution, tests: Har
   return tests[0].input;
 }
 
-/** Reads a harness record; undefined when there is none or it does not parse (the program interfered). */
+/** Nesting a record's values may have: Python's recursion limit (1000) bounds what the harness can encode. */
+const MAX_VALUE_DEPTH = 1000;
+/** Digits an int may have: Python 3.11 refuses to print a longer one (sys.get_int_max_str_digits). */
+const MAX_INT_DIGITS = 4300;
+const INT_TEXT = /^-?[0-9]+$/;
+
+/** Why `value` is not a PyValue of at most MAX_VALUE_DEPTH levels; undefined when it is one. Iterative, so no depth overflows the stack. */
+function pyValueProblem(value: unknown): string | undefined {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v === 'boolean') continue;
+    if (depth > MAX_VALUE_DEPTH) return `a value nested deeper than ${MAX_VALUE_DEPTH}`;
+    if (typeof v !== 'object' || Array.isArray(v)) return `${JSON.stringify(v)?.slice(0, 40) ?? typeof v} is not a value's encoding`;
+    const keys = Object.keys(v);
+    const [tag] = keys;
+    const inner = (v as Record<string, unknown>)[tag];
+    if (keys.length !== 1) return `an encoded value has ${keys.length} fields`;
+    if (tag === 'i') {
+      if (typeof inner !== 'string' || !INT_TEXT.test(inner) || inner.length > MAX_INT_DIGITS + 1) return 'an int that is not a digit string Python prints';
+    } else if (tag === 'f' || tag === 's') {
+      if (typeof inner !== 'string') return `'${tag}' is not a string`;
+    } else if (tag === 'l' || tag === 't') {
+      if (!Array.isArray(inner)) return `'${tag}' is not an array`;
+      for (const item of inner) stack.push([item, depth + 1]);
+    } else if (tag === 'd') {
+      if (!Array.isArray(inner)) return "'d' is not an array";
+      for (const pair of inner) {
+        if (!Array.isArray(pair) || pair.length !== 2) return "a dict item is not a [key, value] pair";
+        stack.push([pair[0], depth + 1], [pair[1], depth + 1]);
+      }
+    } else {
+      return `unknown value tag '${tag}'`;
+    }
+  }
+  return undefined;
+}
+
+/** Why a parsed report is not a record of exactly the shape the harness writes; undefined when it is one. */
+function recordProblem(record: unknown): string | undefined {
+  if (typeof record !== 'object' || record === null || Array.isArray(record)) return 'not an object';
+  const r = record as Record<string, unknown>;
+  const extra = Object.keys(r).filter((key) => !['done', 'results', 'error'].includes(key));
+  if (extra.length) return `unknown field '${extra[0]}'`;
+  if (typeof r.done !== 'boolean') return "'done' is not true or false";
+  if (r.error !== undefined && typeof r.error !== 'string') return "'error' is not a string";
+  if (r.results === undefined) return undefined;
+  if (!Array.isArray(r.results)) return "'results' is not an array";
+  for (const [i, result] of (r.results as unknown[]).entries()) {
+    if (typeof result !== 'object' || result === null || Array.isArray(result)) return `results[${i}] is not an object`;
+    for (const [key, value] of Object.entries(result)) {
+      const problem = key === 'error' ? (typeof value === 'string' ? undefined : 'not a string') : key === 'output' || key === 'expected' ? pyValueProblem(value) : 'an unknown field';
+      if (problem) return `results[${i}].${key}: ${problem}`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Reads a harness record; undefined when there is none (the program ended before the harness got
+ * to write it). A report that is not JSON or not exactly a record's shape was written by the
+ * program, or over the harness's: a ScoringError ('malformed_report'), so the response scores 0
+ * and is counted, whatever its tests.
+ */
 export function readHarnessRecord(report: string | undefined): HarnessRecord | undefined {
   if (report === undefined) return undefined;
+  let record: unknown;
   try {
-    const record = JSON.parse(report) as HarnessRecord;
-    return typeof record === 'object' && record !== null && typeof record.done === 'boolean' ? record : undefined;
+    record = JSON.parse(report);
   } catch {
-    return undefined;
+    throw new ScoringError('malformed_report', `the harness report is not JSON (${report.length} characters)`);
   }
+  const problem = recordProblem(record);
+  if (problem) throw new ScoringError('malformed_report', `the harness report is not a record: ${problem}`);
+  return record as HarnessRecord;
 }

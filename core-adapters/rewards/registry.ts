@@ -5,7 +5,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Config } from '../config/load.js';
 import { CORE_DEFAULTS } from '../config/defaults.js';
-import { InputError } from '../errors.js';
+import { InputError, ScorerUnavailable, ScoringError } from '../errors.js';
 import { isTree } from '../config/load.js';
 import { CODE_SOURCES, codeSandboxLimits, parseCodeTests, ReusedRuns, SandboxFusionRunner, SandboxRunner, scoreCode, type CodeRunner } from './code.js';
 import { COUNTDOWN_OPTIONS, countdownCorrectAnswers, scoreCountdown } from './countdown.js';
@@ -172,6 +172,32 @@ export function scoreValue(result: ScoreResult): { score: number; extras: Record
     extras[key] = value;
   }
   return { score, extras };
+}
+
+/** One response's score, or 0 with why scoring it failed. */
+export interface ResponseScore {
+  score: number;
+  extras: Record<string, ScoreExtra>;
+  /** Scoring threw: its kind (a ScoringError's, else 'exception') and message. */
+  error?: { kind: string; message: string };
+}
+
+/**
+ * Scores one response so that nothing a response provokes stops a run: an error while scoring it
+ * (a harness report the program forged, a value too deep to compare, a scorer's exception) makes
+ * its score 0 with the error's kind. An InputError (a bad row or config, a custom scorer's result
+ * that is not a score) or ScorerUnavailable (no sandbox) still stops: that is not the response's doing.
+ */
+export async function scoreResponse(scorer: Scorer, solution: string, groundTruth: unknown, extraInfo: Record<string, unknown> | undefined, dataSource: string): Promise<ResponseScore> {
+  let result: ScoreResult;
+  try {
+    result = await scorer(solution, groundTruth, extraInfo, dataSource);
+  } catch (e) {
+    if (e instanceof InputError || e instanceof ScorerUnavailable) throw e;
+    const error = e instanceof Error ? e : new Error(String(e));
+    return { score: 0, extras: {}, error: { kind: error instanceof ScoringError ? error.kind : 'exception', message: `${error.name}: ${error.message}` } };
+  }
+  return scoreValue(result);
 }
 
 /**

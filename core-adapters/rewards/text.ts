@@ -9,13 +9,41 @@ export function lastCharacters(text: string, count: number): string {
 
 /** Python's whitespace (str.isspace, and re's \s on str): JavaScript's \s without U+FEFF, plus U+001C-U+001F and U+0085. */
 export const PY_SPACE = '[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
-const LEADING_SPACE = new RegExp(`^${PY_SPACE}+`);
-const TRAILING_SPACE = new RegExp(`${PY_SPACE}+$`);
 const SPACE_RUN = new RegExp(`${PY_SPACE}+`);
+
+/** Whether a UTF-16 unit is Python whitespace (PY_SPACE's class; all of it is in the BMP). */
+export function isPySpace(code: number): boolean {
+  return (
+    (code >= 0x09 && code <= 0x0d) ||
+    (code >= 0x1c && code <= 0x20) ||
+    code === 0x85 ||
+    code === 0xa0 ||
+    code === 0x1680 ||
+    (code >= 0x2000 && code <= 0x200a) ||
+    code === 0x2028 ||
+    code === 0x2029 ||
+    code === 0x202f ||
+    code === 0x205f ||
+    code === 0x3000
+  );
+}
+
+/**
+ * `text` without the leading and trailing units `isSpace` accepts. A scan from each end: a
+ * regular expression anchored at the end (`\s+$`) retries every inner run of spaces, and a
+ * program's output of one long run took seconds per 40 KB (its square).
+ */
+export function stripWhere(text: string, isSpace: (code: number) => boolean): string {
+  let start = 0;
+  let end = text.length;
+  while (start < end && isSpace(text.charCodeAt(start))) start++;
+  while (end > start && isSpace(text.charCodeAt(end - 1))) end--;
+  return start === 0 && end === text.length ? text : text.slice(start, end);
+}
 
 /** Python's str.strip() with no argument. */
 export function pyStrip(text: string): string {
-  return text.replace(LEADING_SPACE, '').replace(TRAILING_SPACE, '');
+  return stripWhere(text, isPySpace);
 }
 
 /** Python's str.split() with no argument: runs of whitespace separate, none empty. */
