@@ -14,7 +14,8 @@ import {
   type ScoreResult,
 } from '../core-adapters/rewards/index.js';
 import { resolveConfig } from '../core-adapters/config/load.js';
-import { expectInputError, expectInputErrorAsync, tempDir } from './helpers.js';
+import { Batch, createHost, NaiveRewardManager, TOKENS } from '../core-adapters/index.js';
+import { expectInputError, expectInputErrorAsync, tempDir, writeCountdownConfig } from './helpers.js';
 
 
 describe('rewards: countdown', () => {
@@ -261,5 +262,36 @@ describe('rewards: registry', () => {
       const asyncNoScore = await loadCustomScorer(modulePath, 'asyncNoScore');
       await expectInputErrorAsync(Promise.resolve(asyncNoScore('x', 'y')), "'asyncNoScore'", "numeric 'score'");
     });
+  });
+});
+
+describe('rewards: the reward manager when scoring one response fails', () => {
+  it('that response scores 0 and reward/errors/<kind> counts it; the others are scored; a bad row still stops', async () => {
+    const dir = tempDir();
+    const scorer = path.join(dir, 'scorer.mjs');
+    fs.writeFileSync(scorer, "export function compute_score(_source, _text, truth) { if (truth === 'crash') return truth.no.such; return truth === 'bad row' ? NaN : 1; }\n");
+    const host = await createHost(writeCountdownConfig(dir, { custom_reward_function: { path: scorer } }), { quiet: true, skipEngine: true });
+    const manager = host.container.get<NaiveRewardManager>(TOKENS.RewardManager);
+    await manager.init();
+    const batchOf = (truths: string[]) =>
+      new Batch({
+        tensors: { responses: { shape: [truths.length, 2], data: new Int32Array(truths.length * 2).fill(4) }, response_mask: { shape: [truths.length, 2], data: new Float32Array(truths.length * 2).fill(1) } },
+        columns: { data_source: truths.map(() => 'custom'), ground_truth: truths, extra_info: truths.map(() => ({})) },
+      });
+    const logged: string[] = [];
+    const error = console.error;
+    console.error = (...parts: unknown[]) => void logged.push(parts.join(' '));
+    let result;
+    try {
+      result = await manager.compute(batchOf(['ok', 'crash', 'ok', 'crash']));
+    } finally {
+      console.error = error;
+    }
+    expect(result.scores).to.deep.equal([1, 0, 1, 0]);
+    expect(Array.from(result.tokenLevelScores)).to.deep.equal([0, 1, 0, 0, 0, 1, 0, 0]);
+    expect(result.metrics['reward/errors/exception']).to.equal(2);
+    expect(logged.join('\n')).to.include("2 response(s) scored 0 because scoring failed (exception: TypeError: Cannot read properties of undefined (reading 'such'))");
+    // A score that is not one is the scorer's fault, not the response's: the step stops, naming it.
+    await expectInputErrorAsync(manager.compute(batchOf(['ok', 'bad row'])), 'reward score must be a finite number');
   });
 });
