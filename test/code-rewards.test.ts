@@ -7,8 +7,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { extractCode, findSandboxTools, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { extractCode, findSandboxTools, harnessInput, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { ScorerUnavailable, type ScoringError } from '../core-adapters/errors.js';
+import { expectedCallResult, pyJsonLoads } from '../core-adapters/rewards/py-json.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
 import { expectInputError, expectInputErrorAsync, ROOT, runCommand, runBuiltFlowrl, tempDir, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
@@ -132,10 +133,20 @@ describe('code rewards', function () {
         'def sq(x):\n    return 0\nimport builtins\nbuiltins.AssertionError = SystemExit',
       ];
       for (const hack of hacks) expect((await score(runner, hack, sq)).score, hack).to.equal(0);
-      // What remains, as docs/code-rewards.md says: the harness shares the program's process, so a
-      // program that reads the secret from the harness's frame can write a record.
+      // A record forged with the harness's secret (read from its frame) says only "done": an
+      // EXPR == LITERAL assert needs EXPR's value in it, and the expected value is not in the process.
       const introspection = 'def sq(x):\n    return 0\nimport sys, os\nf = sys._getframe(1)\nos.write(f.f_locals["fd"], f.f_locals["head"] + b"\\n" + b\'{"done": true}\')\nos._exit(0)';
-      expect((await score(runner, introspection, sq)).score).to.equal(1);
+      expect((await score(runner, introspection, sq)).score).to.equal(0);
+      // Nor can the program read the asserts back from the file it runs in, or answer with an
+      // object that equals anything.
+      const reader = 'import sys, re\nsource = open(sys.argv[0]).read() if sys.argv and sys.argv[0] else ""\nseen = re.findall(r"sq\\(3\\) == (\\d+)", source)\ndef sq(x):\n    return int(seen[-1]) if seen else 0';
+      expect((await score(runner, reader, { assert_case: ['assert sq(3) == 9'] })).score).to.equal(0);
+      expect((await score(runner, 'class Any:\n    def __eq__(self, other):\n        return True\ndef sq(x):\n    return Any()', sq)).score).to.equal(0);
+      // What remains, as docs/code-rewards.md says: an assert of another form runs in the program's
+      // process, and the frame trick passes it.
+      const otherForm = { assert_case: ['assert sq(3) in (9,)'] };
+      expect((await score(runner, honest, otherForm)).score).to.equal(1);
+      expect((await score(runner, introspection, otherForm)).score).to.equal(1);
     });
 
     it("call-based: prints of the program's own do not matter; an __eq__ that equals anything gains nothing", async () => {
@@ -437,13 +448,29 @@ describe('code rewards', function () {
       expect(sameOutput('0.3333334\n', '0.3333333\n')).to.equal(true);
     });
 
+    it("expected results stay on the host: json.loads's reading of them (ints exact, NaN, repeated keys, prime_code's int keys), and the sandbox's stdin holds inputs only", () => {
+      expect(pyJsonLoads('[1, 1.0, -0, 1e2, 123456789012345678901234567890, NaN, -Infinity, "a\\u00e9\\ud800", null, true, {}]')).to.deep.equal({
+        l: [{ i: '1' }, { f: '1.0' }, { i: '-0' }, { f: '1e2' }, { i: '123456789012345678901234567890' }, { f: 'nan' }, { f: '-inf' }, { s: 'a\u00e9\ud800' }, null, true, { d: [] }],
+      });
+      expect(pyJsonLoads('{"a": 1, "b": 2, "a": 3}')).to.deep.equal({ d: [[{ s: 'a' }, { i: '3' }], [{ s: 'b' }, { i: '2' }]] });
+      for (const bad of ['[1,]', '01', '"\t"', '{"a" 1}', '1 2', "'a'", '[' .repeat(1000) + ']'.repeat(1000)]) expect(pyJsonLoads(bad), bad).to.equal(undefined);
+      // A dict whose keys all read as ints becomes [that dict with int keys]; so does a list's first dict.
+      expect(expectedCallResult('{" 1_0 ": "x", "2": "y"}')).to.deep.equal({ l: [{ d: [[{ i: '10' }, { s: 'x' }], [{ i: '2' }, { s: 'y' }]] }] });
+      expect(expectedCallResult('[{"3": 1}, 7]')).to.deep.equal({ l: [{ d: [[{ i: '3' }, { i: '1' }]] }] });
+      expect(expectedCallResult('{"a": 1}')).to.deep.equal({ d: [[{ s: 'a' }, { i: '1' }]] });
+      const stdin = JSON.parse(harnessInput({ kind: 'call', fnName: 'f' }, 'prime_code', [{ input: '1', expected: '42' }])) as { tests: object[] };
+      expect(stdin.tests).to.deep.equal([{ input: '1' }]);
+      expect(harnessInput({ kind: 'stdin' }, 'prime_code', [{ input: '5\n', expected: 'secret' }])).to.not.include('secret');
+    });
+
     it('a harness report not of the exact shape is malformed_report: wrong types, unknown fields, 30,000-deep values, an int longer than Python prints, not JSON', () => {
-      const valid = '{"done": true, "results": [{"output": {"l": [{"i": "-3"}, {"f": "1.5"}, {"t": []}, {"d": [[{"s": "k"}, null]]}, true]}, "expected": {"s": "x"}}, {"error": "boom"}]}';
+      const valid = '{"done": true, "results": [{"output": {"l": [{"i": "-3"}, {"f": "1.5"}, {"t": []}, {"d": [[{"s": "k"}, null]]}, true]}}, {"error": "boom"}]}';
       expect(readHarnessRecord(valid)?.results).to.have.length(2);
       expect(readHarnessRecord(undefined)).to.equal(undefined);
       const deep = '{"l": ['.repeat(30_000) + ']}'.repeat(30_000);
       const malformed = [
         '{"done": true, "results": [{"output": {"s": 5}}]}',
+        '{"done": true, "results": [{"output": {"i": "1"}, "expected": {"i": "1"}}]}',
         '{"done": "yes"}',
         '{"done": true, "score": 1}',
         '{"done": true, "results": [{"output": {"s": "a", "i": "1"}}]}',

@@ -10,8 +10,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { InputError, ScorerUnavailable, ScoringError } from '../errors.js';
 import { isTree } from '../config/load.js';
-import { harnessInput, pythonHarness, readHarnessRecord, readsTests, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel, type TestRecord } from './python-harness.js';
+import { harnessInput, pythonHarness, readHarnessRecord, reportsResults, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel, type TestRecord } from './python-harness.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
+import { expectedCallResult } from './py-json.js';
 import { asciiDigits, isPySpace, pyIsDigit, pySplitLines, pyStrip, stripWhere } from './text.js';
 import type { ScoreResult } from './types.js';
 
@@ -380,10 +381,14 @@ export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits
  */
 export type CodeScoreMode = 'prime_code' | 'fraction' | 'all';
 
-/** Whether a test's outcome passes: a call's result, or standard input's output, matches. */
+/** Whether a test's outcome passes: an assert's left side, a call's result, or standard input's output, matches. */
 function resultPasses(result: TestRecord | undefined, mode: HarnessMode, expected: string | null, stdout: string): boolean {
+  if (mode.kind === 'expression') return result?.output !== undefined && pyEquals(result.output, mode.expected);
   if (expected === null) return true;
-  if (mode.kind === 'call') return result?.output !== undefined && result.expected !== undefined && sameCallResult(result.output, result.expected);
+  if (mode.kind === 'call') {
+    const want = expectedCallResult(expected);
+    return result?.output !== undefined && want !== undefined && sameCallResult(result.output, want);
+  }
   // Under prime_code the harness captured the output; a program's output is its stdout.
   const output = result === undefined ? stdout : result.output === undefined ? undefined : pyText(result.output);
   return output !== undefined && sameOutput(output, expected);
@@ -399,10 +404,28 @@ async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, 
   const record = run.finished ? readHarnessRecord(run.report) : undefined;
   if (!record?.done) return tests.map(() => false);
   // A standard-input program run as a program has no per-test results: its stdout is its output.
-  if (!readsTests(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
+  if (!reportsResults(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
   return tests.map((test, i) => {
     const result = record.results?.[i];
     return result !== undefined && !result.error && resultPasses(result, mode, test.expected, run.stdout);
+  });
+}
+
+/**
+ * Each `assert EXPR == LITERAL` as EXPR's source and the literal's value, read by one run of the
+ * harness without any program (so the expected values never share a process with one; a runner
+ * that reuses runs makes it one run per row). Undefined for a statement of another form, or all
+ * of them when that run fails: those asserts run in the program's process, as verl runs them.
+ */
+async function prepareAsserts(runner: CodeRunner, statements: string[]): Promise<({ expression: string; expected: PyValue } | undefined)[]> {
+  const mode: HarnessMode = { kind: 'prepare' };
+  const run = await runner.run(pythonHarness('', mode, 'program', runner.channel), harnessInput(mode, 'program', statements.map((input) => ({ input, expected: null }))));
+  const record = run.finished ? readHarnessRecord(run.report) : undefined;
+  return statements.map((_, i) => {
+    const pair = record?.results?.[i]?.output;
+    const [expression, expected] = pair !== null && typeof pair === 'object' && 't' in pair ? pair.t : [];
+    const source = expression === undefined ? undefined : pyText(expression);
+    return source === undefined || expected === undefined ? undefined : { expression: source, expected };
   });
 }
 
@@ -416,7 +439,11 @@ export async function scoreCode(runner: CodeRunner, response: string, groundTrut
   const parsed = parseCodeTests(groundTruth);
   const program = extractCode(response);
   const tests = parsed.inputs.map((input, i) => ({ input, expected: parsed.outputs[i] }));
-  const modeOf = (i: number): HarnessMode => (parsed.asserts ? { kind: 'assert', statement: parsed.asserts[i] } : parsed.fnName ? { kind: 'call', fnName: parsed.fnName } : { kind: 'stdin' });
+  const prepared = parsed.asserts && (await prepareAsserts(runner, parsed.asserts));
+  const modeOf = (i: number): HarnessMode => {
+    if (parsed.asserts) return prepared?.[i] ? { kind: 'expression', ...prepared[i] } : { kind: 'assert', statement: parsed.asserts[i] };
+    return parsed.fnName ? { kind: 'call', fnName: parsed.fnName } : { kind: 'stdin' };
+  };
   const oneByOne = (kind: HarnessMode | undefined, count: number) => Promise.all(tests.slice(0, count).map(async (test, i) => (await runTests(runner, program, kind ?? modeOf(i), execution, [test]))[0]));
   const firstPass = mode === 'prime_code' && execution === 'prime_code' && !parsed.asserts;
   const passed = firstPass ? await runTests(runner, program, modeOf(0), execution, tests) : await oneByOne(undefined, tests.length);

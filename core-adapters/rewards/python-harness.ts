@@ -18,10 +18,15 @@
 //   program: as a real program: `python3 main.py` with the test input on stdin, or the module
 //     imported and the function called; nothing disabled, nothing imported for it.
 //
-// Records: {"done": true} for assert tests and standard-input tests run as programs (the output is
-// the process's stdout); otherwise {"done": true, "results": [...]}, one per test given on stdin,
-// each {"output": V} (standard input under prime_code: the captured output, a str),
-// {"output": V, "expected": V} (call-based) or {"error": "..."}; {"done": false, "error": "..."}
+// Assert tests run as programs. "assert EXPR == LITERAL" is first split by a 'prepare' run with no
+// program (EXPR's source, the literal's value); the program's run then evaluates EXPR and reports its
+// value, and the host compares. An assert of another form runs in the program's process.
+//
+// Records: {"done": true} for in-process asserts and standard-input tests run as programs (the output
+// is the process's stdout); otherwise {"done": true, "results": [...]}, one per test (given on stdin,
+// or the one assert's EXPR), each {"output": V} (standard input under prime_code: the captured
+// output, a str; call-based: the result; an assert: EXPR's value; prepare: (EXPR's source, the
+// literal)) or {"error": "..."}; {"done": false, "error": "..."}
 // when the program did not load. Several tests in one run share the loaded module, as prime_code's
 // first pass over a row does. V is a Python value with its types kept: null, true/false,
 // {"i": "<digits>"}, {"f": "<repr>"}, {"s": "<the str>"}, {"l": [...]}, {"t": [...]},
@@ -32,8 +37,12 @@
 
 import { ScoringError } from '../errors.js';
 
-/** How a test's program is run: reading stdin, as a function called per test, or followed by an assert. */
-export type HarnessMode = { kind: 'stdin' } | { kind: 'call'; fnName: string } | { kind: 'assert'; statement: string };
+/**
+ * How a test's program is run: reading stdin, as a function called per test, followed by an
+ * assert (in its process), or followed by an assert's left side, whose value the host compares
+ * with `expected` (the assert's right side, read by a 'prepare' run without the program).
+ */
+export type HarnessMode = { kind: 'stdin' } | { kind: 'call'; fnName: string } | { kind: 'assert'; statement: string } | { kind: 'expression'; expression: string; expected: PyValue } | { kind: 'prepare' };
 
 /** prime_code: as verl's prime_code runs it (the default); program: as a real program. */
 export type Execution = 'prime_code' | 'program';
@@ -44,7 +53,6 @@ export type ReportChannel = { kind: 'descriptors' } | { kind: 'stderr'; marker: 
 /** One test's outcome in a record. */
 export interface TestRecord {
   output?: PyValue;
-  expected?: PyValue;
   error?: string;
 }
 
@@ -82,7 +90,7 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     import os, sys, builtins, json, io, types
     # Everything used after the program has run is bound now, out of its reach.
     os_write, os_exit, os_read, os_close = os.write, os._exit, os.read, os.close
-    isinstance_, type_, id_, range_, getattr_ = isinstance, type, id, range, getattr
+    isinstance_, type_, id_, range_, getattr_, eval_ = isinstance, type, id, range, getattr, eval
     int_repr, float_repr, str_str, str_encode = int.__repr__, float.__repr__, str.__str__, str.encode
     escape = json.encoder.encode_basestring_ascii  # a JSON string literal, ASCII only: lone surrogates survive
     list_get, tuple_get, list_len, tuple_len, dict_items = list.__getitem__, tuple.__getitem__, list.__len__, tuple.__len__, dict.items
@@ -173,27 +181,36 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
             sys.modules[name] = None
 
     def prepare(test):
-        # A call's arguments and expected value, read as prime_code reads them.
+        # A call's arguments, read as prime_code reads them (the expected result stays on the host).
         args = [json.loads(line) for line in test["input"].split("\n")]
         if args and isinstance(args[0], dict):
             converted, value = int_keys(args[0])
             if converted:
                 args = [value]
-        expected = json.loads(test["expected"])
-        if isinstance(expected, dict):
-            converted, value = int_keys(expected)
-            if converted:
-                expected = [value]
-        elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
-            converted, value = int_keys(expected[0])
-            if converted:
-                expected = [value]
-        return args, encode(expected, set())
+        return args
 
-    # The tests (inputs and expected results) come on stdin, read to its end before the program runs.
-    tests = json.loads(sys.stdin.read())["tests"] if mode == "call" or (mode == "stdin" and execution == "prime_code") else []
+    # The tests' inputs come on stdin, read to its end before the program runs.
+    tests = json.loads(sys.stdin.read())["tests"] if mode in ("call", "prepare") or (mode == "stdin" and execution == "prime_code") else []
     calls = [prepare(test) for test in tests] if mode == "call" else []
     results = []
+
+    if mode == "prepare":
+        # No program: each assert statement "assert EXPR == LITERAL" split into EXPR's source and the
+        # literal's value, so the program's run evaluates EXPR and the host compares.
+        import ast
+        for test in tests:
+            try:
+                tree = ast.parse(test["input"])
+                node = tree.body[0]
+                if len(tree.body) != 1 or not isinstance(node, ast.Assert) or not isinstance(node.test, ast.Compare):
+                    raise ValueError("not an assert of one comparison")
+                if len(node.test.ops) != 1 or not isinstance(node.test.ops[0], ast.Eq):
+                    raise ValueError("not an equality")
+                value = encode(ast.literal_eval(node.test.comparators[0]), set())
+                results.append('{"output":{"t":[' + encode(ast.unparse(node.test.left), set()) + "," + value + "]}}")
+            except BaseException:
+                results.append('{"error":"not_an_equality_with_a_literal"}')
+        report([("done", "true"), ("results", "[" + ",".join(results) + "]")])
 
     if execution == "prime_code":
         guard()
@@ -272,6 +289,14 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
                 fail("exit")
         except BaseException:
             fail("runtime_error")
+        if mode == "expression":
+            # An assert's left side, evaluated in the program's module; the host compares its value.
+            try:
+                results.append('{"output":' + encode(eval_(argument, module.__dict__), set()) + "}")
+            except BaseException:
+                results.append('{"error":"runtime_error"}')
+            sys.stdout = stdout
+            report([("done", "true"), ("results", "[" + ",".join(results) + "]")])
         if mode != "call":
             report([("done", "true")])
         target = module
@@ -282,12 +307,12 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     except BaseException:
         sys.stdout = stdout
         fail("runtime_error")
-    for args, expected_text in calls:
+    for args in calls:
         try:
             result = function(*args)
             if execution == "prime_code" and not isinstance_(result, str) and getattr_(type_(result), "__module__", "").startswith("numpy"):
                 raise TypeError("a numpy value: its == gives numpy.bool_, which prime_code's 'is True' rejects")
-            results.append('{"output":' + encode(result, set()) + ',"expected":' + expected_text + "}")
+            results.append('{"output":' + encode(result, set()) + "}")
         except BaseException:
             results.append('{"error":"runtime_error"}')
     sys.stdout = stdout
@@ -302,8 +327,8 @@ const pyString = (text: string) => JSON.stringify(text);
  * Assert tests always run as programs (prime_code has no assert style).
  */
 export function pythonHarness(program: string, mode: HarnessMode, execution: Execution, channel: ReportChannel): string {
-  const argument = mode.kind === 'call' ? mode.fnName : mode.kind === 'assert' ? mode.statement : '';
-  const how = mode.kind === 'assert' ? 'program' : execution;
+  const argument = mode.kind === 'call' ? mode.fnName : mode.kind === 'assert' ? mode.statement : mode.kind === 'expression' ? mode.expression : '';
+  const how = mode.kind === 'call' || mode.kind === 'stdin' ? execution : 'program';
   const channelName = channel.kind === 'descriptors' ? 'descriptors' : channel.marker;
   const args = [program, mode.kind, argument, how, channelName, PRELUDE].map(pyString).join(', ');
   return `${HARNESS}\n_flowrl_harness(${args}, ${JSON.stringify(GUARDED)})\n`;
@@ -316,11 +341,17 @@ export interface HarnessTest {
 }
 
 /** Whether the harness reads its tests from stdin (else a standard-input program reads its one test's input itself). */
-export const readsTests = (mode: HarnessMode, execution: Execution) => mode.kind === 'call' || (mode.kind === 'stdin' && execution === 'prime_code');
+export const readsTests = (mode: HarnessMode, execution: Execution) => mode.kind === 'call' || mode.kind === 'prepare' || (mode.kind === 'stdin' && execution === 'prime_code');
 
-/** The stdin of a harness run: the tests as JSON text where the harness reads them, else the one test's input. */
+/** Whether the harness reports a result per test (else only that it got to the end). */
+export const reportsResults = (mode: HarnessMode, execution: Execution) => readsTests(mode, execution) || mode.kind === 'expression';
+
+/**
+ * The stdin of a harness run: the tests' inputs as JSON text where the harness reads them, else the
+ * one test's input. Expected outputs never go in: the host compares.
+ */
 export function harnessInput(mode: HarnessMode, execution: Execution, tests: HarnessTest[]): string {
-  if (readsTests(mode, execution)) return JSON.stringify({ tests });
+  if (readsTests(mode, execution)) return JSON.stringify({ tests: tests.map(({ input }) => ({ input })) });
   if (tests.length !== 1) throw new Error('a program reading stdin runs one test at a time');
   return tests[0].input;
 }
@@ -376,7 +407,7 @@ function recordProblem(record: unknown): string | undefined {
   for (const [i, result] of (r.results as unknown[]).entries()) {
     if (typeof result !== 'object' || result === null || Array.isArray(result)) return `results[${i}] is not an object`;
     for (const [key, value] of Object.entries(result)) {
-      const problem = key === 'error' ? (typeof value === 'string' ? undefined : 'not a string') : key === 'output' || key === 'expected' ? pyValueProblem(value) : 'an unknown field';
+      const problem = key === 'error' ? (typeof value === 'string' ? undefined : 'not a string') : key === 'output' ? pyValueProblem(value) : 'an unknown field';
       if (problem) return `results[${i}].${key}: ${problem}`;
     }
   }
