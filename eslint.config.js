@@ -12,6 +12,8 @@ export default tseslint.config(
       '@typescript-eslint/no-non-null-assertion': 'off',
     },
   },
+  // CommonJS config files (mocha's) load their modules with require.
+  { files: ['**/*.cjs'], rules: { '@typescript-eslint/no-require-imports': 'off' } },
   {
     // The files tsconfig.json compiles (scripts/ are run by tsx, outside the project).
     files: ['core-adapters/**/*.ts', 'plugin/**/*.ts', 'test/**/*.ts', 'examples/**/*.ts'],

@@ -1,7 +1,7 @@
 // Crash anywhere, resume exactly: a short `flowrl train` is killed with SIGKILL at a seeded random
 // moment (starting up, mid-step, writing a checkpoint, appending metrics), then resumed; the run
 // must end with the uninterrupted run's metrics and every step in metrics.jsonl exactly once.
-// FLOWRL_CRASH_TRIALS sets the number of trials (8 in npm test; the long run in docs/reliability.md is 200),
+// FLOWRL_CRASH_TRIALS sets the number of trials (4 in npm test; the long run in docs/reliability.md is 200),
 // FLOWRL_CRASH_VERBOSE=1 prints where each kill landed.
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
@@ -10,7 +10,7 @@ import path from 'node:path';
 import { createHost, Rng, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { BUILT_CLI, expectFreshDist, readRunMetrics, ROOT, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
 
-const TRIALS = Number(process.env.FLOWRL_CRASH_TRIALS ?? 8);
+const TRIALS = Number(process.env.FLOWRL_CRASH_TRIALS ?? 4);
 const STEPS = 4;
 const SETTINGS = { data: { val_files: null }, trainer: { total_training_steps: STEPS, save_freq: 1, val_before_train: false, test_freq: -1 } };
 
