@@ -438,6 +438,14 @@ describe('code rewards', function () {
       expect(sameCallResult({ d: [[{ s: '1' }, null]] }, { d: [[{ i: '1' }, null]] })).to.equal(false);
     });
 
+    it("the output limit counts the program's bytes, not the report's escapes: 60 KB of non-ASCII (180 KB escaped) passes under 64 KiB; 70 KB does not", async () => {
+      // prime_code captures a standard-input program's output and reports it escaped (\\u00e9: 6 bytes for 2).
+      const accents = { inputs: ['\n'], outputs: ['é'.repeat(30_000) + '\n'] };
+      expect((await score(runner, 'print("é" * 30000)', accents)).score).to.equal(1);
+      const long = { inputs: ['\n'], outputs: ['x'.repeat(70_000) + '\n'] };
+      expect((await score(runner, 'print("x" * 70000)', long)).score).to.equal(0);
+    });
+
     it('an expected integer is matched by that integer only: -1000000000.0 no longer passes for -1000000007, 5.0 still passes for 5', () => {
       expect(sameOutput('-1000000000.0\n', '-1000000007\n')).to.equal(false);
       expect(sameOutput('-1000000000\n', '-1000000007\n')).to.equal(false);

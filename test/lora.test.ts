@@ -286,11 +286,13 @@ describe('LoRA runs on the countdown task', function () {
     const common = ['trainer.save_freq=1', 'trainer.val_before_train=false', 'trainer.test_freq=-1', 'actor_rollout_ref.actor.optim.lr_warmup_steps=2'];
     const split = tempDir();
     const file = writeCountdownConfig(split, lora(flowrl));
+    // This run's variables only: tfjs's registry is per process, and mocha runs other files in it first.
+    const earlier = new Set(Object.keys(tf.engine().registeredVariables));
     const host = await createHost(file, { overrides: [...common, 'trainer.total_training_steps=1'], quiet: true });
     await host.container.get<Trainer>(TOKENS.Trainer).fit();
     // One base: outside the heap when the native addon can multiply it there (no base variable
     // at all), else one set of heap variables; never a second model for the reference.
-    const variables = Object.keys(tf.engine().registeredVariables);
+    const variables = Object.keys(tf.engine().registeredVariables).filter((name) => !earlier.has(name));
     const count = (pattern: RegExp) => variables.filter((n) => pattern.test(n)).length;
     const lm = host.container.get<ActorRolloutRefWorker>(TOKENS.Worker).module.lm;
     const layers = lm.config.numLayers;

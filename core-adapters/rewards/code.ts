@@ -272,6 +272,8 @@ export interface ProgramRun {
 export interface CodeRunner {
   /** How a harness reports to the host through this runner. */
   readonly channel: ReportChannel;
+  /** The most bytes of output a program may write (a harness that captures output checks it); unset or 0: none of its own. */
+  readonly outputBytes?: number;
   run(code: string, stdin: string): Promise<ProgramRun>;
 }
 
@@ -280,6 +282,10 @@ export class SandboxRunner implements CodeRunner {
   readonly channel: ReportChannel = { kind: 'descriptors' };
 
   constructor(readonly sandbox: Sandbox) {}
+
+  get outputBytes(): number {
+    return this.sandbox.limits.outputBytes;
+  }
 
   async run(code: string, stdin: string): Promise<ProgramRun> {
     const result = await this.sandbox.run('python', code, stdin, { report: true });
@@ -303,6 +309,10 @@ const REUSE_MAX_STDOUT = 64 * 1024;
 export class ReusedRuns implements CodeRunner {
   get channel(): ReportChannel {
     return this.runner.channel;
+  }
+
+  get outputBytes(): number | undefined {
+    return this.runner.outputBytes;
   }
 
   /** 4096 runs of 64 KiB would be 512 MiB (twice that as UTF-16): the default bound on bytes held. */
@@ -399,7 +409,7 @@ function resultPasses(result: TestRecord | undefined, mode: HarnessMode, expecte
  * prime_code's first pass, or one), else one; says which passed (none when the run did not end).
  */
 async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, tests: HarnessTest[]): Promise<boolean[]> {
-  const run = await runner.run(pythonHarness(program, mode, execution, runner.channel), harnessInput(mode, execution, tests));
+  const run = await runner.run(pythonHarness(program, mode, execution, runner.channel, runner.outputBytes), harnessInput(mode, execution, tests));
   // A run killed while its harness wrote may leave half a record: it failed, nothing more.
   const record = run.finished ? readHarnessRecord(run.report) : undefined;
   if (!record?.done) return tests.map(() => false);
@@ -481,6 +491,8 @@ interface RunCodeResponse {
 export class SandboxFusionRunner implements CodeRunner {
   /** A server gives no private descriptors: the harness's record follows this marker on stderr (one per process, so runs stay reusable). */
   readonly channel = { kind: 'stderr', marker: `flowrl-report-${randomBytes(16).toString('hex')}` } as const;
+  /** The server limits output itself. */
+  readonly outputBytes = 0;
   private running = 0;
   private readonly waiting: (() => void)[] = [];
 

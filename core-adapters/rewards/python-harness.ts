@@ -86,11 +86,11 @@ const GUARDED = {
 };
 
 const HARNESS = String.raw`
-def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarded):
+def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarded, output_limit):
     import os, sys, builtins, json, io, types
     # Everything used after the program has run is bound now, out of its reach.
     os_write, os_exit, os_read, os_close = os.write, os._exit, os.read, os.close
-    isinstance_, type_, id_, range_, getattr_, eval_ = isinstance, type, id, range, getattr, eval
+    isinstance_, type_, id_, range_, getattr_, eval_, len_ = isinstance, type, id, range, getattr, eval, len
     int_repr, float_repr, str_str, str_encode = int.__repr__, float.__repr__, str.__str__, str.encode
     escape = json.encoder.encode_basestring_ascii  # a JSON string literal, ASCII only: lone surrogates survive
     list_get, tuple_get, list_len, tuple_len, dict_items = list.__getitem__, tuple.__getitem__, list.__len__, tuple.__len__, dict.items
@@ -264,11 +264,18 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
                 sys.stdout = captured
                 try:
                     run()
-                    results.append('{"output":' + encode(captured.getvalue(), set()) + "}")
                 except SystemExit:
-                    results.append('{"output":' + encode(captured.getvalue(), set()) + "}")
+                    pass
                 except BaseException:
                     results.append('{"error":"runtime_error"}')
+                    sys.stdout = sink
+                    continue
+                # The limit counts the program's bytes, not the report's escapes (up to 6 a byte).
+                text = captured.getvalue()
+                if output_limit and len_(str_encode(text, "utf-8", "surrogatepass")) > output_limit:
+                    results.append('{"error":"output_limit"}')
+                else:
+                    results.append('{"output":' + encode(text, set()) + "}")
                 sys.stdout = sink
             sys.stdout = stdout
             report([("done", "true"), ("results", "[" + ",".join(results) + "]")])
@@ -326,12 +333,12 @@ const pyString = (text: string) => JSON.stringify(text);
  * The Python program that runs `program` in `mode` as `execution` says and reports on `channel`.
  * Assert tests always run as programs (prime_code has no assert style).
  */
-export function pythonHarness(program: string, mode: HarnessMode, execution: Execution, channel: ReportChannel): string {
+export function pythonHarness(program: string, mode: HarnessMode, execution: Execution, channel: ReportChannel, outputBytes = 0): string {
   const argument = mode.kind === 'call' ? mode.fnName : mode.kind === 'assert' ? mode.statement : mode.kind === 'expression' ? mode.expression : '';
   const how = mode.kind === 'call' || mode.kind === 'stdin' ? execution : 'program';
   const channelName = channel.kind === 'descriptors' ? 'descriptors' : channel.marker;
   const args = [program, mode.kind, argument, how, channelName, PRELUDE].map(pyString).join(', ');
-  return `${HARNESS}\n_flowrl_harness(${args}, ${JSON.stringify(GUARDED)})\n`;
+  return `${HARNESS}\n_flowrl_harness(${args}, ${JSON.stringify(GUARDED)}, ${Math.max(0, Math.floor(outputBytes))})\n`;
 }
 
 /** One test: its stdin (or a call's arguments) and expected output (or result). */

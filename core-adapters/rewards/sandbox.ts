@@ -44,6 +44,9 @@ export interface SandboxLimits {
 export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = { cpuSeconds: 5, wallSeconds: 10, memoryMb: 512, processes: 16, outputBytes: 1 << 20, tmpMb: 16 };
 
 /** How a run ended: exited (any code), killed for time, stopped for output, or the sandbox could not start. */
+/** A report may hold this many bytes per byte of the output limit (JSON's \uXXXX for one byte). */
+const REPORT_EXPANSION = 6;
+
 export type RunStatus = 'exited' | 'timeout' | 'output_limit' | 'signalled' | 'sandbox_error';
 
 export interface RunResult {
@@ -389,7 +392,9 @@ export class Sandbox {
       };
       const stdout = capped(child.stdout!, this.limits.outputBytes, () => stop('output_limit'));
       const stderr = capped(child.stderr!, this.limits.outputBytes, () => stop('output_limit'));
-      const reportText = report ? capped(pipe(5)!, this.limits.outputBytes, () => stop('output_limit')) : () => Buffer.alloc(0);
+      // The report escapes what it carries (up to 6 bytes a byte, \u0001): its cap leaves room for
+      // that, and a harness that captures output counts the program's own bytes against the limit.
+      const reportText = report ? capped(pipe(5)!, REPORT_EXPANSION * this.limits.outputBytes + 65536, () => stop('output_limit')) : () => Buffer.alloc(0);
       let statusText = '';
       // A busy event loop can run an expired timer before the reads already waiting: finishing from a
       // timer waits for the next poll phase, so output, report and status that arrived are read first.
