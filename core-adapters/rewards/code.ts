@@ -415,10 +415,14 @@ async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, 
   if (!record?.done) return tests.map(() => false);
   // A standard-input program run as a program has no per-test results: its stdout is its output.
   if (!reportsResults(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
-  return tests.map((test, i) => {
+  const passed: boolean[] = [];
+  for (const [i, test] of tests.entries()) {
+    // The event loop runs between tests: a row's comparisons are not one long block.
+    if (i > 0) await new Promise((resolve) => setImmediate(resolve));
     const result = record.results?.[i];
-    return result !== undefined && !result.error && resultPasses(result, mode, test.expected, run.stdout);
-  });
+    passed.push(result !== undefined && !result.error && resultPasses(result, mode, test.expected, run.stdout));
+  }
+  return passed;
 }
 
 /**
