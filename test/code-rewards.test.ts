@@ -438,6 +438,21 @@ describe('code rewards', function () {
       expect(sameCallResult({ d: [[{ s: '1' }, null]] }, { d: [[{ i: '1' }, null]] })).to.equal(false);
     });
 
+    it('a descriptor the trainer inherited without close-on-exec is not open inside a run', async () => {
+      // A child trainer that inherits fd 9 (a pipe, as a launcher might leave one) runs a program listing its descriptors.
+      const script = "import { Sandbox } from './core-adapters/rewards/sandbox.ts'; const r = await new Sandbox().run('python', 'import os\\nprint(sorted(int(fd) for fd in os.listdir(\\'/proc/self/fd\\')))', '', { report: true }); console.log(r.stdout.trim());";
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe', 'ignore', 'ignore', 'ignore', 'ignore', 'ignore', 'ignore', 'pipe'] });
+      let out = '';
+      child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      const status = await new Promise<number | null>((resolve) => child.on('close', resolve));
+      expect(status, out).to.equal(0);
+      const open = JSON.parse(out.trim().split('\n').at(-1)!) as number[];
+      // 0-2, the report's 4 and 5, and the listing's own descriptor (python opens one to read the directory).
+      expect(open.filter((fd) => fd !== 3 && fd > 5), out).to.deep.equal([]);
+      expect(open).to.include.members([0, 1, 2, 4, 5]);
+    });
+
     it("the output limit counts the program's bytes, not the report's escapes: 60 KB of non-ASCII (180 KB escaped) passes under 64 KiB; 70 KB does not", async () => {
       // prime_code captures a standard-input program's output and reports it escaped (\\u00e9: 6 bytes for 2).
       const accents = { inputs: ['\n'], outputs: ['é'.repeat(30_000) + '\n'] };

@@ -17,8 +17,9 @@
 //   6 (or 4)  bwrap's --json-status-fd (the child's pid, then its exit code); closed in the sandbox
 //   7 (or 5)  the seccomp filter (--seccomp; bwrap reads and closes it)
 // Without a report bwrap's two take 4 and 5, so those are closed in the program whatever this
-// process inherited there. A program sees 0-2, and 4 and 5 when asked for a report; of ours, nothing
-// else (a descriptor this process inherited without close-on-exec would pass through, as with any child).
+// process inherited there. A program sees 0-2, and 4 and 5 when asked for a report; nothing else:
+// a descriptor this process inherited without close-on-exec (as any child would get it) is closed
+// by a bash in front of the command, which then execs it (so the child's pid stays the command's).
 import { spawn, type StdioOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -95,6 +96,8 @@ interface Tools {
   prlimit: string;
   /** Present when running as root: each run then gets its own unprivileged uid. */
   setpriv?: string;
+  /** Closes inherited descriptors before the command (dash's redirections stop at fd 9). */
+  bash?: string;
 }
 
 const TOOL_PACKAGES: Record<string, string> = { bwrap: 'bubblewrap', prlimit: 'util-linux', setpriv: 'util-linux' };
@@ -119,7 +122,7 @@ export function findSandboxTools(dirs = TOOL_DIRS): Tools {
     const packages = [...new Set(missing.map((n) => TOOL_PACKAGES[n]))].join(' ');
     throw new InputError(`code rewards run programs in a bubblewrap sandbox and ${missing.join(', ')} ${missing.length > 1 ? 'were' : 'was'} not found: install it (Debian: apt-get install ${packages}); programs are never run unsandboxed`);
   }
-  return found as unknown as Tools;
+  return { ...(found as unknown as Tools), bash: which('bash', dirs) };
 }
 
 /**
@@ -336,7 +339,11 @@ export class Sandbox {
   private runIn(lang: Language, code: string, stdin: string, report: boolean): Promise<RunResult> {
     // See the descriptor table at the top of this file.
     const fds = report ? { status: 6, seccomp: 7 } : { status: 4, seccomp: 5 };
-    const [file, ...args] = this.commandLine(lang, fds);
+    const command = this.commandLine(lang, fds);
+    // Every descriptor above ours closed first: this process may have inherited some.
+    const closeInherited = `for p in /proc/self/fd/*; do fd=\${p##*/}; if [ "$fd" -gt ${fds.seccomp} ]; then eval "exec $fd<&-"; fi; done; exec "$@"`;
+    // --norc: stdin is a socket, which makes Debian's bash read ~/.bashrc (as for rshd) without it.
+    const [file, ...args] = this.tools.bash ? [this.tools.bash, '--norc', '--noprofile', '-c', closeInherited, 'flowrl-sandbox', ...command] : command;
     const started = performance.now();
     const secret = report ? randomBytes(16).toString('hex') : undefined;
     const filter = this.seccompFilter();
