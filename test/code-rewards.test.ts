@@ -342,6 +342,9 @@ describe('code rewards', function () {
             if (request.code.includes('gateway') && gatewayTimeouts-- > 0) return answer(504);
             if (request.code.includes('time.sleep')) return answer(200, { status: 'Failed', message: '', compile_result: null, run_result: { status: 'TimeLimitExceeded', execution_time: 4, return_code: null, stdout: 'partial', stderr: '' }, executor_pod_name: null, files: {} });
             if (request.code.includes('# broken')) return answer(200, { status: 'SandboxError', message: 'no executor', compile_result: null, run_result: null });
+            if (request.code.includes('# too big')) return answer(413, { detail: 'request too large' });
+            if (request.code.includes('# gone')) return answer(404, { detail: 'Not Found' });
+            if (request.code.includes('# garbled')) return void res.writeHead(200, { 'content-type': 'text/html' }).end('<html>proxy error</html>');
             const run = await local.run('python', request.code, request.stdin);
             const ok = run.status === 'exited' && run.exitCode === 0;
             const run_result = { status: ok || run.status === 'exited' ? 'Finished' : 'Error', execution_time: run.wallMs / 1000, return_code: run.exitCode, stdout: run.stdout, stderr: run.stderr };
@@ -366,6 +369,17 @@ describe('code rewards', function () {
         let error: Error | undefined;
         await scoreCode(fusion, '# broken', truth, 'fraction').catch((e: Error) => (error = e));
         expect(error?.message).to.include('sandbox error (no executor)');
+        // Refused for what it holds: this response's, scored 0 and counted. A wrong URL or a body
+        // that is not JSON: the server's, and the run stops.
+        const scorer = (text: string, truth: unknown) => scoreCode(fusion, text, truth, 'fraction');
+        const refused = await scoreResponse(scorer, '# too big\nprint(1)', { inputs: ['1'], outputs: ['1'] }, {}, 'apps');
+        expect([refused.score, refused.error?.kind]).to.deep.equal([0, 'sandbox_refused']);
+        for (const [program, why] of [['# gone', 'answered 404'], ['# garbled', 'not JSON']]) {
+          let stopped: unknown;
+          await scoreResponse(scorer, `${program}\nprint(1)`, { inputs: ['1'], outputs: ['1'] }, {}, 'apps').catch((e: unknown) => (stopped = e));
+          expect(stopped, program).to.be.instanceOf(ScorerUnavailable);
+          expect((stopped as Error).message).to.include(why);
+        }
       } finally {
         server.close();
       }
@@ -432,8 +446,9 @@ describe('code rewards', function () {
       let equal = false;
       expect(await heldFor(() => (equal = sameCallResult(dict(100_000), dict(100_000, 7))))).to.be.below(10_000);
       expect(equal, 'the same dict in another order').to.equal(true);
-      // Keys equal as Python hashes them: 1 == 1.0 == True; a tuple key by its items; nan equals nothing.
-      expect(sameCallResult({ d: [[{ f: '1.0' }, { s: 'a' }], [{ t: [{ i: '2' }, { s: 'b' }] }, null]] }, { d: [[true, { s: 'a' }], [{ t: [{ f: '2.0' }, { s: 'b' }] }, null]] })).to.equal(true);
+      // Keys equal as Python hashes them: 1 == 1.0 == True; nan equals nothing; a key repeated (as no dict holds it) matches nothing.
+      expect(sameCallResult({ d: [[{ f: '1.0' }, { s: 'a' }], [{ s: '2' }, null]] }, { d: [[true, { s: 'a' }], [{ s: '2' }, null]] })).to.equal(true);
+      expect(sameCallResult({ d: [[{ i: '1' }, { s: 'a' }], [{ f: '1.0' }, { s: 'a' }]] }, { d: [[{ i: '1' }, { s: 'a' }], [{ i: '2' }, { s: 'b' }]] })).to.equal(false);
       expect(sameCallResult({ d: [[{ f: 'nan' }, { i: '1' }]] }, { d: [[{ f: 'nan' }, { i: '1' }]] })).to.equal(false);
       expect(sameCallResult({ d: [[{ s: '1' }, null]] }, { d: [[{ i: '1' }, null]] })).to.equal(false);
     });
@@ -501,6 +516,7 @@ describe('code rewards', function () {
         `{"done": true, "results": [{"output": {"i": "${'9'.repeat(5000)}"}}]}`,
         `{"done": true, "results": [{"output": ${deep}}]}`,
         '{"done": true, "results": [{"output": {"d": [[{"s": "k"}]]}}]}',
+        '{"done": true, "results": [{"output": {"d": [[{"t": [{"s": "k"}]}, null]]}}]}',
         '{"done": true, "results": {"0": {}}}',
         '{"done": true',
         '[]',

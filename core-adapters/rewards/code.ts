@@ -204,8 +204,10 @@ export function pyEquals(a: PyValue, b: PyValue): boolean {
   }
   if ('d' in a && 'd' in b) {
     if (a.d.length !== b.d.length) return false;
-    // By hashed key, as Python looks keys up: pairwise it was the square of the size.
+    // By hashed key, as Python looks keys up: pairwise it was the square of the size. A dict
+    // holds each key once; a record that repeats one (1 and 1.0) is no dict.
     const other = new Map(b.d.map(([key, value]) => [hashKey(key), value]));
+    if (other.size !== b.d.length || new Set(a.d.map(([key]) => hashKey(key))).size !== a.d.length) return false;
     return a.d.every(([key, value]) => {
       const hash = hashKey(key);
       return hash !== undefined && other.has(hash) && pyEquals(value, other.get(hash)!);
@@ -215,8 +217,8 @@ export function pyEquals(a: PyValue, b: PyValue): boolean {
 }
 
 /**
- * A dict key as text that two keys share exactly when Python's == holds between them (1, 1.0 and
- * True alike); undefined for a key equal to nothing (nan) or one Python cannot hash (a list).
+ * A dict key (str, int, float, bool or None: what records hold) as text that two keys share exactly
+ * when Python's == holds between them (1, 1.0 and True alike); undefined for nan, equal to nothing.
  */
 function hashKey(key: PyValue): string | undefined {
   const number = numeric(key);
@@ -226,13 +228,7 @@ function hashKey(key: PyValue): string | undefined {
     return Number.isInteger(number) ? `n${BigInt(number)}` : `f${number}`;
   }
   if (key === null) return 'N';
-  if (typeof key !== 'object') return undefined;
-  if ('s' in key) return `s${key.s.length}:${key.s}`;
-  if ('t' in key) {
-    const items = key.t.map(hashKey);
-    return items.every((item) => item !== undefined) ? `t${items.length}(${items.join(',')})` : undefined;
-  }
-  return undefined;
+  return typeof key === 'object' && 's' in key ? `s${key.s}` : undefined;
 }
 
 /**
@@ -534,12 +530,24 @@ export class SandboxFusionRunner implements CodeRunner {
         await new Promise((resolve) => setTimeout(resolve, delay * 2 ** attempt));
         continue;
       }
-      if (!response.ok) {
-        const why = `SandboxFusion at ${this.url} answered ${response.status}: ${(await response.text()).slice(0, 200)}`;
-        // A request refused (too large, say) is this response's; a server failing is nobody's.
-        throw response.status >= 500 || response.status === 429 ? new ScorerUnavailable(why) : new ScoringError('sandbox_refused', why);
+      let text: string;
+      try {
+        text = await response.text();
+      } catch (e) {
+        throw new ScorerUnavailable(`SandboxFusion at ${this.url}: ${(e as Error).message}`);
       }
-      const answer = (await response.json()) as RunCodeResponse;
+      if (!response.ok) {
+        const why = `SandboxFusion at ${this.url} answered ${response.status}: ${text.slice(0, 200)}`;
+        // A request refused for what it holds (malformed, too large) is this response's; anything
+        // else (a wrong URL, no access, a failing server) is nobody's and stops the run.
+        throw [400, 413, 422].includes(response.status) ? new ScoringError('sandbox_refused', why) : new ScorerUnavailable(why);
+      }
+      let answer: RunCodeResponse;
+      try {
+        answer = JSON.parse(text) as RunCodeResponse;
+      } catch {
+        throw new ScorerUnavailable(`SandboxFusion at ${this.url} answered ${response.status} with a body that is not JSON: ${text.slice(0, 200)}`);
+      }
       if (answer.status === 'SandboxError') throw new ScorerUnavailable(`SandboxFusion at ${this.url}: sandbox error (${answer.message ?? 'no message'})`);
       const run = answer.run_result;
       const finished = answer.status === 'Success' && run?.status === 'Finished' && run.return_code === 0;

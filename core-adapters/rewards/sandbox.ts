@@ -44,10 +44,10 @@ export interface SandboxLimits {
 
 export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = { cpuSeconds: 5, wallSeconds: 10, memoryMb: 512, processes: 16, outputBytes: 1 << 20, tmpMb: 16 };
 
-/** How a run ended: exited (any code), killed for time, stopped for output, or the sandbox could not start. */
 /** A report may hold this many bytes per byte of the output limit (JSON's \uXXXX for one byte). */
 const REPORT_EXPANSION = 6;
 
+/** How a run ended: exited (any code), killed for time, stopped for output, or the sandbox could not start. */
 export type RunStatus = 'exited' | 'timeout' | 'output_limit' | 'signalled' | 'sandbox_error';
 
 export interface RunResult {
