@@ -142,6 +142,9 @@ describe('code rewards', function () {
       const reader = 'import sys, re\nsource = open(sys.argv[0]).read() if sys.argv and sys.argv[0] else ""\nseen = re.findall(r"sq\\(3\\) == (\\d+)", source)\ndef sq(x):\n    return int(seen[-1]) if seen else 0';
       expect((await score(runner, reader, { assert_case: ['assert sq(3) == 9'] })).score).to.equal(0);
       expect((await score(runner, 'class Any:\n    def __eq__(self, other):\n        return True\ndef sq(x):\n    return Any()', sq)).score).to.equal(0);
+      // A numpy integer is the integer it equals (as == takes it in an assert); an array is not a value.
+      expect((await score(runner, 'import numpy as np\ndef sq(x):\n    return np.int64(x) * x', sq)).score).to.equal(1);
+      expect((await score(runner, 'import numpy as np\ndef sq(x):\n    return np.array([x * x])', sq)).score).to.equal(0);
       // What remains, as docs/code-rewards.md says: an assert of another form runs in the program's
       // process, and the frame trick passes it.
       const otherForm = { assert_case: ['assert sq(3) in (9,)'] };

@@ -91,6 +91,10 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
     # Everything used after the program has run is bound now, out of its reach.
     os_write, os_exit, os_read, os_close = os.write, os._exit, os.read, os.close
     isinstance_, type_, id_, range_, getattr_, eval_, len_ = isinstance, type, id, range, getattr, eval, len
+    import operator
+    index_ = operator.index
+    # An assert's value may be an integer of another type (numpy's), as == would take it there.
+    integers_as_int = mode == "expression"
     int_repr, float_repr, str_str, str_encode = int.__repr__, float.__repr__, str.__str__, str.encode
     escape = json.encoder.encode_basestring_ascii  # a JSON string literal, ASCII only: lone surrogates survive
     list_get, tuple_get, list_len, tuple_len, dict_items = list.__getitem__, tuple.__getitem__, list.__len__, tuple.__len__, dict.items
@@ -136,6 +140,11 @@ def _flowrl_harness(program, mode, argument, execution, channel, prelude, guarde
                 return '{"d":[' + ",".join(pairs) + "]}"
         finally:
             seen.discard(key)
+        if integers_as_int:
+            try:
+                return '{"i":"' + int_repr(index_(value)) + '"}'
+            except BaseException:
+                pass
         raise TypeError("Object of type " + type_(value).__name__ + " is not JSON serializable")
 
     def report(fields):
