@@ -15,9 +15,14 @@ async function train(configFile: string, overrides: string[]): Promise<{ trainer
   const host = await createHost(configFile, { overrides, quiet: true });
   const trainer = host.container.get<Trainer>(TOKENS.Trainer);
   expect(trainer.constructor).to.equal(RLTrainer);
-  await trainer.fit();
   const worker = host.container.get<Worker>(TOKENS.Worker);
-  worker.dispose();
+  try {
+    await trainer.fit();
+  } finally {
+    // The worker, the critic and the reward shapers, even after a failed start: their variables
+    // would otherwise stay registered in this mocha worker for every later file.
+    trainer.dispose();
+  }
   return { trainer, worker };
 }
 
