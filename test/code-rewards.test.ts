@@ -494,7 +494,9 @@ describe('code rewards', function () {
         l: [{ i: '1' }, { f: '1.0' }, { i: '-0' }, { f: '1e2' }, { i: '123456789012345678901234567890' }, { f: 'nan' }, { f: '-inf' }, { s: 'a\u00e9\ud800' }, null, true, { d: [] }],
       });
       expect(pyJsonLoads('{"a": 1, "b": 2, "a": 3}')).to.deep.equal({ d: [[{ s: 'a' }, { i: '3' }], [{ s: 'b' }, { i: '2' }]] });
-      for (const bad of ['[1,]', '01', '"\t"', '{"a" 1}', '1 2', "'a'", '[' .repeat(1000) + ']'.repeat(1000)]) expect(pyJsonLoads(bad), bad).to.equal(undefined);
+      for (const bad of ['[1,]', '01', '"\t"', '{"a" 1}', '1 2', "'a'", '[' .repeat(1000) + ']'.repeat(1000), '9'.repeat(4301)]) expect(pyJsonLoads(bad), bad.slice(0, 20)).to.equal(undefined);
+      expect(pyJsonLoads('-' + '9'.repeat(4300))).to.deep.equal({ i: '-' + '9'.repeat(4300) });
+      expect(expectedCallResult('{"' + '1'.repeat(4301) + '": 1}')).to.deep.equal({ d: [[{ s: '1'.repeat(4301) }, { i: '1' }]] });
       // A dict whose keys all read as ints becomes [that dict with int keys]; so does a list's first dict.
       expect(expectedCallResult('{" 1_0 ": "x", "2": "y"}')).to.deep.equal({ l: [{ d: [[{ i: '10' }, { s: 'x' }], [{ i: '2' }, { s: 'y' }]] }] });
       expect(expectedCallResult('[{"3": 1}, 7]')).to.deep.equal({ l: [{ d: [[{ i: '3' }, { i: '1' }]] }] });

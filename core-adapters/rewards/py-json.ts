@@ -5,6 +5,8 @@ import { asciiDigits, pyStrip } from './text.js';
 
 /** Nesting json.loads reaches before Python's recursion limit stops it. */
 const MAX_DEPTH = 900;
+/** The most digits int() reads from text (Python 3.11's default int_max_str_digits). */
+const MAX_INT_DIGITS = 4300;
 const NUMBER = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y;
 const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
@@ -42,7 +44,9 @@ class Reader {
     const m = NUMBER.exec(this.text);
     if (!m) return undefined;
     this.at += m[0].length;
-    return m[1] === undefined && m[2] === undefined ? { i: m[0] } : { f: m[0] };
+    if (m[1] !== undefined || m[2] !== undefined) return { f: m[0] };
+    // Python 3.11+ refuses to read an int of more digits (sys.get_int_max_str_digits).
+    return m[0].replace('-', '').length > MAX_INT_DIGITS ? undefined : { i: m[0] };
   }
 
   /** A string's contents (strict, as json.loads: no raw control characters); lone surrogates kept. */
@@ -121,7 +125,8 @@ const PY_INT = /^[+-]?[0-9](?:_?[0-9])*$/;
 /** Python's int(text) on a str: surrounding whitespace, a sign, digits of any script, single underscores; undefined where it raises. */
 export function pyIntOf(text: string): bigint | undefined {
   const t = asciiDigits(pyStrip(text));
-  return PY_INT.test(t) ? BigInt(t.replaceAll('_', '')) : undefined;
+  const digits = t.replaceAll('_', '');
+  return PY_INT.test(t) && digits.replace(/^[+-]/, '').length <= MAX_INT_DIGITS ? BigInt(digits) : undefined;
 }
 
 /**
