@@ -300,17 +300,17 @@ export function expectFreshDist(): void {
 
 /**
  * A temporary directory any user can read and run from, holding the built sandbox module
- * (rewards/sandbox.js and errors.js from dist/, which must be fresh), a package.json for ES modules
+ * (rewards/sandbox.js, rewards/run-cgroup.js and errors.js from dist/, which must be fresh), a package.json for ES modules
  * and `files` by name: the sandbox run as another user (nobody) from outside this checkout.
  */
 export function worldReadableSandboxDir(prefix: string, files: Record<string, string>): string {
   expectFreshDist();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   fs.mkdirSync(path.join(dir, 'rewards'));
-  fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'rewards', 'sandbox.js'), path.join(dir, 'rewards', 'sandbox.js'));
-  fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', 'errors.js'), path.join(dir, 'errors.js'));
+  const copied = ['rewards/sandbox.js', 'rewards/run-cgroup.js', 'errors.js'];
+  for (const file of copied) fs.copyFileSync(path.join(ROOT, 'dist', 'core-adapters', file), path.join(dir, file));
   for (const [name, text] of Object.entries({ ...files, 'package.json': '{"type": "module"}\n' })) fs.writeFileSync(path.join(dir, name), text);
-  for (const file of ['', 'rewards', 'rewards/sandbox.js', 'errors.js', ...Object.keys(files), 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
+  for (const file of ['', 'rewards', ...copied, ...Object.keys(files), 'package.json']) fs.chmodSync(path.join(dir, file), file.includes('.') ? 0o644 : 0o755);
   return dir;
 }
 

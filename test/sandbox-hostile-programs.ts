@@ -78,6 +78,20 @@ export const PROGRAMS = {
     '    out.append(f"{name} {r} {ctypes.get_errno() if r == -1 else 0}")',
     'print(", ".join(out))',
   ),
+  /** The kernel surfaces the filter refuses beyond shared memory, each called by number (x86_64, aarch64): "name errno" each. */
+  kernelSurfaces: py(
+    'import ctypes, platform',
+    'libc = ctypes.CDLL(None, use_errno=True)',
+    'x64 = platform.machine() == "x86_64"',
+    'calls = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": (323, 282), "perf_event_open": (298, 241), "bpf": (321, 280), "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219), "personality": (135, 92), "name_to_handle_at": (303, 264), "open_by_handle_at": (304, 265)}',
+    'out = []',
+    'for name, nr in calls.items():',
+    '    nr = nr if isinstance(nr, int) else nr[0 if x64 else 1]',
+    '    ctypes.set_errno(0)',
+    '    r = libc.syscall(nr, 0xffffffff if name == "personality" else 0, 0, 0, 0, 0)',
+    '    out.append(f"{name} {ctypes.get_errno() if r == -1 else \'ok\'}")',
+    'print(", ".join(out))',
+  ),
   /** Says what bwrap says when it fails, and exits as bwrap does. */
   fakeBwrap: py('import sys', 'sys.stderr.write("bwrap: Can\'t mount proc on /newroot/proc: Operation not permitted\\n")', 'sys.exit(1)'),
   /** Exits at once, reading neither its input nor its secret. */
@@ -149,7 +163,7 @@ export async function hostileChecks(sandbox: SandboxLike, permissive: SandboxLik
   const lag = timerLag();
   const P = PROGRAMS;
   const started = performance.now();
-  const [sleeper, sleeperLocked, chain, fake, earlyExit, writable, numpy, passwd, memfd, sysv, fds, fdsReport, hello, wrong, silent, flood, js] = await Promise.all([
+  const [sleeper, sleeperLocked, chain, fake, earlyExit, writable, numpy, passwd, memfd, sysv, surfaces, fds, fdsReport, hello, wrong, silent, flood, js] = await Promise.all([
     permissive.run('python', P.sleeper),
     sandbox.run('python', P.sleeper),
     permissive.run('python', P.forkChain),
@@ -160,6 +174,7 @@ export async function hostileChecks(sandbox: SandboxLike, permissive: SandboxLik
     sandbox.run('python', P.passwd),
     sandbox.run('python', P.memfd),
     sandbox.run('python', P.sysv),
+    sandbox.run('python', P.kernelSurfaces),
     sandbox.run('python', P.fds),
     sandbox.run('python', P.fds, '', { report: true }),
     sandbox.run('python', P.reportHello, '', { report: true }),
@@ -181,6 +196,8 @@ export async function hostileChecks(sandbox: SandboxLike, permissive: SandboxLik
   expect(passwd.exitCode === 1 && passwd.stdout === '' && passwd.stderr.includes('FileNotFoundError'), '/etc/passwd unreachable', [passwd.exitCode, passwd.stdout]);
   expect(memfd.stdout === 'memfd 1\nmemfd_secret -1 1\n', 'memfd_create and memfd_secret refused', [memfd.status, memfd.stdout, memfd.stderr.slice(-300)]);
   expect(sysv.stdout === 'shmget -1 1, msgget -1 1, semget -1 1, mq_open -1 24\n', 'SysV shm, msg and sem refused, POSIX mqueue over RLIMIT_MSGQUEUE', [sysv.status, sysv.stdout, sysv.stderr.slice(-300)]);
+  const surfaceNames = ['io_uring_setup', 'io_uring_enter', 'io_uring_register', 'userfaultfd', 'perf_event_open', 'bpf', 'add_key', 'request_key', 'keyctl', 'personality', 'name_to_handle_at', 'open_by_handle_at'];
+  expect(surfaces.stdout === `${surfaceNames.map((n) => `${n} 1`).join(', ')}\n`, 'io_uring, userfaultfd, perf_event_open, bpf, keyrings, personality and file handles refused with EPERM', [surfaces.status, surfaces.stdout, surfaces.stderr.slice(-300)]);
   // 7: a program pretending to be bwrap is the program's failure, not the sandbox's.
   expect(fake.status === 'exited' && fake.exitCode === 1, "a program that prints bwrap's failure", [fake.status, fake.exitCode]);
   expect(earlyExit.status === 'exited' && earlyExit.exitCode === 3 && earlyExit.report === undefined, 'an early exit, with a report channel and 1 MiB of unread input', [earlyExit.status, earlyExit.exitCode, earlyExit.report]);

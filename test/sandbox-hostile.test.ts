@@ -6,7 +6,8 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
-import { ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
+import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
+import { codeSandboxLimits, ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
 import { expectFreshDist, expectInputError, ROOT, runCommand, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
 
@@ -54,11 +55,12 @@ class Permissive extends Sandbox {
 const limits = { wallSeconds: 2, cpuSeconds: 1, memoryMb: 256, processes: 16, outputBytes: 65536, tmpMb: 16 };
 const checks = await hostileChecks(new Sandbox({ limits, concurrency: 8 }), new Permissive({ limits, concurrency: 4 }));
 const batch = await hostileBatch(new Sandbox({ limits, concurrency: 16 }));
-console.log(JSON.stringify({ uid: process.getuid(), checks, batch }));
+console.log(JSON.stringify({ uid: process.getuid(), bounds: new Sandbox({ limits }).describeBounds(), checks, batch }));
 `;
 
 interface Outcome {
   uid: number;
+  bounds: string;
   checks: { failures: string[]; figures: Record<string, unknown> };
   batch: { failures: string[]; figures: Record<string, unknown> };
   reaper: { code: number; reaped: number[]; alive: string[] };
@@ -133,8 +135,10 @@ describe('the code sandbox against hostile programs', function () {
     expectContained(await runHostile('root'), 0);
   });
 
-  (isRoot ? it : it.skip)('the same as nobody (a user without root, the runs sharing its uid)', async () => {
-    expectContained(await runHostile('nobody'), 65534);
+  (isRoot ? it : it.skip)('the same as nobody (a user without root, the runs sharing its uid, no cgroup: the per-process bounds)', async () => {
+    const outcome = await runHostile('nobody');
+    expectContained(outcome, 65534);
+    expect(outcome.bounds).to.equal('no cgroup (not running as root): per process 256 MiB of address space and 1 CPU s, 16 processes, so a run may hold up to 4096 MiB; 2 s wall');
   });
 
   it('without root, as the user running the tests', async function () {
@@ -238,5 +242,101 @@ describe('reused runs are bounded in bytes (reward_model.code.reuse_runs)', () =
     expect(calls.length).to.equal(before);
     await reused.run('a', '');
     expect(calls.length).to.equal(before + 1);
+  });
+});
+
+/** Forks `children` processes that each touch `mib` MiB and wait; prints their wait statuses (9: SIGKILL). */
+const forkedMemory = (children: number, mib: number) =>
+  ['import os, time', 'pids = []', `for i in range(${children}):`, '    p = os.fork()', '    if p == 0:', `        x = bytearray(${mib} << 20)`, '        for j in range(0, len(x), 4096): x[j] = 1', '        time.sleep(1)', '        os._exit(0)', '    pids.append(p)', 'print([os.waitpid(p, 0)[1] for p in pids])'].join('\n');
+/** Four processes spinning. */
+const forkedSpin = ['import os', 'for i in range(3):', '    if os.fork() == 0: break', 'while True: pass'].join('\n');
+/** Fills TCP buffers on loopback: 28 connections written until they block, never read; prints the MiB held. */
+const tcpBuffers = [
+  'import socket',
+  'srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(64)',
+  'held, total = [], 0',
+  'for i in range(28):',
+  '    c = socket.create_connection(srv.getsockname()); s, _ = srv.accept()',
+  '    c.setblocking(False); held.append((c, s))',
+  '    try:',
+  '        while True: total += c.send(b"x" * 65536)',
+  '    except OSError:',
+  '        pass',
+  'print(total >> 20)',
+].join('\n');
+
+/** A sandbox without run groups (FLOWRL_SANDBOX_CGROUP=off): the per-process bounds alone. */
+function perProcessOnly(options: ConstructorParameters<typeof Sandbox>[0]): Sandbox {
+  process.env.FLOWRL_SANDBOX_CGROUP = 'off';
+  try {
+    return new Sandbox(options);
+  } finally {
+    delete process.env.FLOWRL_SANDBOX_CGROUP;
+  }
+}
+
+describe('the code sandbox bounds a whole run: memory and CPU time of all its processes (a cgroup per run)', function () {
+  this.timeout(90_000);
+  const groups = new Sandbox().cgroups;
+  const runGroupsLeft = () => {
+    const found: string[] = [];
+    const walk = (dir: string, depth: number) => {
+      for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+        if (!entry.isDirectory()) continue;
+        if (new RegExp(`^run-${process.pid}-`).test(entry.name)) found.push(path.join(dir, entry.name));
+        else if (depth < 6) walk(path.join(dir, entry.name), depth + 1);
+      }
+    };
+    walk('/sys/fs/cgroup', 0);
+    return found;
+  };
+
+  beforeEach(function () {
+    if (!groups.version) this.skip();
+  });
+
+  it('memory: forked processes share one limit (at 128 MiB, six children of 60 MiB cannot all live); the init killed for it is memory_limit; TCP buffers count too (at 64 MiB)', async () => {
+    const limits = { memoryMb: 128, cpuSeconds: 5, wallSeconds: 20 };
+    const sandbox = new Sandbox({ limits, concurrency: 3 });
+    const small = new Sandbox({ limits: { ...limits, memoryMb: 64 }, concurrency: 1 });
+    expect(sandbox.describeBounds()).to.equal(`each run in its own cgroup (${groups.version}): 128 MiB of memory, 16 processes and 5 CPU s for the whole run, 20 s wall`);
+    const [forked, init, tcp] = await Promise.all([
+      sandbox.run('python', forkedMemory(6, 60)),
+      // 90 MiB in the init itself, below its own address-space limit, beside a child holding 60.
+      sandbox.run('python', ['import os, time', 'if os.fork() == 0:', '    x = bytearray(60 << 20)', '    for j in range(0, len(x), 4096): x[j] = 1', '    time.sleep(5)', 'else:', '    time.sleep(0.5)', '    y = bytearray(90 << 20)', '    for j in range(0, len(y), 4096): y[j] = 1', '    print("lived")'].join('\n')),
+      small.run('python', tcpBuffers),
+    ]);
+    const statuses = JSON.parse(forked.stdout) as number[];
+    expect(forked.status, forked.stderr).to.equal('exited');
+    // Each child alone fits its own address space (128 MiB): only a limit on the run together kills any.
+    expect(statuses.filter((s) => s === 9).length, forked.stdout).to.be.at.least(2);
+    expect([init.status, init.stdout]).to.deep.equal(['memory_limit', '']);
+    expect(tcp.status, tcp.stderr).to.equal('exited');
+    expect(Number(tcp.stdout)).to.be.at.most(64);
+    // The same programs with the per-process bounds alone: every child lives, and the buffers are not counted.
+    const unbounded = perProcessOnly({ limits, concurrency: 2 });
+    expect(unbounded.describeBounds()).to.match(/^no cgroup \(FLOWRL_SANDBOX_CGROUP=off\): per process 128 MiB of address space/);
+    const unboundedSmall = perProcessOnly({ limits: { ...limits, memoryMb: 64 }, concurrency: 1 });
+    const [free, freeTcp] = await Promise.all([unbounded.run('python', forkedMemory(6, 60)), unboundedSmall.run('python', tcpBuffers)]);
+    expect(free.stdout).to.equal('[0, 0, 0, 0, 0, 0]\n');
+    expect(Number(freeTcp.stdout), freeTcp.stderr).to.be.above(64);
+    await sleep(200);
+    expect(runGroupsLeft(), 'run groups left behind').to.deep.equal([]);
+  });
+
+  it('CPU time: four spinning processes stop at the whole run\'s CPU seconds, long before the wall limit; a program that waits longer than its CPU limit passes (wall_factor)', async () => {
+    const sandbox = new Sandbox({ limits: { cpuSeconds: 2, wallSeconds: 30 }, concurrency: 2 });
+    const spin = await sandbox.run('python', forkedSpin);
+    expect(spin.status).to.equal('timeout');
+    // Four processes on any number of cores reach 2 CPU s before 2 s of wall time pass (plus start and polling).
+    expect(spin.wallMs).to.be.below(8_000);
+    // The code settings: 1 CPU s, the wall three times that; a program asleep for 1.5 s uses almost no CPU.
+    const settings = { ...CORE_DEFAULTS.reward_model.code, timeout_s: 1 };
+    const code = new Sandbox({ limits: codeSandboxLimits(settings), concurrency: 1 });
+    expect(code.limits).to.include({ cpuSeconds: 1, wallSeconds: 3 });
+    const waits = await code.run('python', 'import time\ntime.sleep(1.5)\nprint("done")');
+    expect([waits.status, waits.stdout]).to.deep.equal(['exited', 'done\n']);
+    await sleep(200);
+    expect(runGroupsLeft(), 'run groups left behind').to.deep.equal([]);
   });
 });

@@ -255,8 +255,9 @@ export const CORE_SPEC = {
     code: {
       score: key<'prime_code' | 'fraction' | 'all'>('prime_code', "prime_code: verl's (1 when every test passes, else the share passed of the first 10, a call-based row's rerun as standard-input programs as verl does); fraction: the share of all tests passed; all: 1 or 0.", { choices: ['prime_code', 'fraction', 'all'] as const }),
       execution: key<'prime_code' | 'program'>('prime_code', "How a test's program runs. prime_code: as verl's prime_code runs it (its prelude of imports, exit/quit/os.fork/... disabled, a standard-input program's body called as a function with stdin patched); program: as a real program (python3 main.py; a call-based function imported and called).", { choices: ['prime_code', 'program'] as const }),
-      timeout_s: key(5, "Wall-clock seconds per test in the local sandbox (the CPU limit is the same).", { min: 0, exclusiveMin: true }),
-      memory_mb: key(512, "Address space per test program in the local sandbox, MiB.", { integer: true, min: 16 }),
+      timeout_s: key(5, "CPU seconds per test program in the local sandbox (of its whole run where it has a cgroup, else of each process); the wall-clock limit is wall_factor times this.", { min: 0, exclusiveMin: true }),
+      wall_factor: key(3, "The wall-clock limit of a test program as a multiple of timeout_s: a loaded machine slows a program's clock, not its CPU time (this host's key; verl has none).", { min: 1 }),
+      memory_mb: key(512, "Memory of a test program's whole run in the local sandbox, MiB: its processes, its /tmp files and kernel memory, in a cgroup where one can be made (as root); otherwise each process's address space.", { integer: true, min: 16 }),
       processes: key(16, "Processes and threads a test program may have at once in the local sandbox.", { integer: true, min: 1 }),
       output_bytes: key(1048576, "Bytes of output a test program may write before it is stopped.", { integer: true, min: 1 }),
       concurrency: key(null as number | null, "Test programs run at once; null: the machine's cores.", { positiveInteger: true, nullable: 'number' }),

@@ -367,6 +367,7 @@ export interface CodeSettings {
   score: CodeScoreMode;
   execution: Execution;
   timeout_s: number;
+  wall_factor: number;
   memory_mb: number;
   processes: number;
   output_bytes: number;
@@ -376,7 +377,7 @@ export interface CodeSettings {
 
 /** The local sandbox's limits for the code settings. */
 export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits> {
-  return { cpuSeconds: Math.max(1, Math.ceil(settings.timeout_s)), wallSeconds: settings.timeout_s, memoryMb: settings.memory_mb, processes: settings.processes, outputBytes: settings.output_bytes };
+  return { cpuSeconds: Math.max(1, Math.ceil(settings.timeout_s)), wallSeconds: settings.timeout_s * settings.wall_factor, memoryMb: settings.memory_mb, processes: settings.processes, outputBytes: settings.output_bytes };
 }
 
 /**

@@ -70,9 +70,17 @@ export class ScorerRegistry {
     const { code, sandbox_fusion: fusion } = this.settings;
     const runner = fusion.url
       ? new SandboxFusionRunner(fusion.url, { timeoutS: code.timeout_s, memoryLimitMb: fusion.memory_limit_mb, maxConcurrent: fusion.max_concurrent })
-      : new SandboxRunner(new Sandbox({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined }));
+      : new SandboxRunner(this.localSandbox());
     this.runner = code.reuse_runs > 0 ? new ReusedRuns(runner, code.reuse_runs) : runner;
     return this.runner;
+  }
+
+  /** The local sandbox, its bounds said once on stderr (whether each run has a cgroup, or why not). */
+  private localSandbox(): Sandbox {
+    const { code } = this.settings;
+    const sandbox = new Sandbox({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined });
+    console.error(`[flowrl] code sandbox: ${sandbox.describeBounds()}`);
+    return sandbox;
   }
 
   /**

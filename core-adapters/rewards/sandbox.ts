@@ -26,13 +26,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { InputError } from '../errors.js';
+import { findRunCgroups, type RunCgroup, type RunCgroups } from './run-cgroup.js';
 
 export interface SandboxLimits {
-  /** CPU seconds (RLIMIT_CPU). */
+  /** CPU seconds: of the whole run when it has a cgroup, and of each process (RLIMIT_CPU). */
   cpuSeconds: number;
   /** Wall-clock seconds before the sandbox is killed. */
   wallSeconds: number;
-  /** Address space in MiB (RLIMIT_AS). */
+  /** MiB: the whole run's memory when it has a cgroup (its processes, /tmp's files, kernel memory), and each process's address space (RLIMIT_AS). */
   memoryMb: number;
   /** Processes and threads the program may have at once. */
   processes: number;
@@ -42,13 +43,13 @@ export interface SandboxLimits {
   tmpMb: number;
 }
 
-export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = { cpuSeconds: 5, wallSeconds: 10, memoryMb: 512, processes: 16, outputBytes: 1 << 20, tmpMb: 16 };
+export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = { cpuSeconds: 5, wallSeconds: 15, memoryMb: 512, processes: 16, outputBytes: 1 << 20, tmpMb: 16 };
 
 /** A report may hold this many bytes per byte of the output limit (JSON's \uXXXX for one byte). */
 const REPORT_EXPANSION = 6;
 
-/** How a run ended: exited (any code), killed for time, stopped for output, or the sandbox could not start. */
-export type RunStatus = 'exited' | 'timeout' | 'output_limit' | 'signalled' | 'sandbox_error';
+/** How a run ended: exited (any code), killed for time, stopped for output, killed at the whole run's memory (cgroup), or the sandbox could not start. */
+export type RunStatus = 'exited' | 'timeout' | 'output_limit' | 'memory_limit' | 'signalled' | 'sandbox_error';
 
 export interface RunResult {
   status: RunStatus;
@@ -164,16 +165,37 @@ function capped(stream: NodeJS.ReadableStream, limit: number, over: () => void):
  * the numbers it denies (x86_64 from asm/unistd_64.h, aarch64 from asm-generic/unistd.h).
  */
 const SECCOMP_ARCHES: Record<string, { audit: number; x32: boolean; prctl: number; denied: Record<string, number> }> = {
-  x64: { audit: 0xc000003e, x32: true, prctl: 157, denied: { memfd_create: 319, memfd_secret: 447, shmget: 29, msgget: 68, semget: 64 } },
-  arm64: { audit: 0xc00000b7, x32: false, prctl: 167, denied: { memfd_create: 279, memfd_secret: 447, shmget: 194, msgget: 186, semget: 190 } },
+  x64: {
+    audit: 0xc000003e,
+    x32: true,
+    prctl: 157,
+    denied: {
+      memfd_create: 319, memfd_secret: 447, shmget: 29, msgget: 68, semget: 64,
+      io_uring_setup: 425, io_uring_enter: 426, io_uring_register: 427, userfaultfd: 323, perf_event_open: 298, bpf: 321,
+      add_key: 248, request_key: 249, keyctl: 250, personality: 135, name_to_handle_at: 303, open_by_handle_at: 304,
+    },
+  },
+  arm64: {
+    audit: 0xc00000b7,
+    x32: false,
+    prctl: 167,
+    denied: {
+      memfd_create: 279, memfd_secret: 447, shmget: 194, msgget: 186, semget: 190,
+      io_uring_setup: 425, io_uring_enter: 426, io_uring_register: 427, userfaultfd: 282, perf_event_open: 241, bpf: 280,
+      add_key: 217, request_key: 218, keyctl: 219, personality: 92, name_to_handle_at: 264, open_by_handle_at: 265,
+    },
+  },
 };
 
 /**
  * The seccomp filter every sandbox runs under, as classic BPF for bwrap's --seccomp: EPERM for
  * memfd_create and memfd_secret (memory that RLIMIT_AS does not count), SysV shmget, msgget and
  * semget (the same, per IPC namespace), and prctl(PR_SET_PDEATHSIG) (so the program cannot outlive
- * bwrap); EPERM too for any other ABI (x32, i386, arm32), whose numbers differ. Everything else is
- * allowed. `lockParentDeath: false` leaves prctl alone (tests use it to check the host's own kill).
+ * bwrap); kernel surfaces a scoring program has no use for (io_uring, userfaultfd, perf_event_open,
+ * bpf, the keyring calls, personality, file handles: Docker's default profile, moby/profiles
+ * seccomp/v0.2.3, refuses them all, or allows them only with a capability or, for personality,
+ * certain arguments; name_to_handle_at it allows, refused here with its pair open_by_handle_at);
+ * EPERM too for any other ABI (x32, i386, arm32), whose numbers differ. Everything else is allowed. `lockParentDeath: false` leaves prctl alone (tests use it to check the host's own kill).
  */
 export function seccompFilter(arch: string = process.arch, options: { lockParentDeath?: boolean } = {}): Buffer {
   const known = SECCOMP_ARCHES[arch];
@@ -219,6 +241,9 @@ const LIBRARY_LINKS = ['/etc/alternatives', '/etc/ld.so.cache'];
 /** The device nodes a program gets (bound from the host, as bwrap's --dev does); /dev itself is read-only. */
 const DEVICES = ['/dev/null', '/dev/zero', '/dev/full', '/dev/random', '/dev/urandom', '/dev/tty'];
 
+/** How often the host reads a run's CPU time from its cgroup. */
+const CPU_POLL_MS = 100;
+
 /** How long a run may take past its end (bwrap's exit or the kill) for its pipes to drain. */
 const GRACE_MS = 500;
 
@@ -242,6 +267,8 @@ export class Sandbox {
   /** Runs started; with a per-process offset, picks each run's uid (as root). */
   private runs = process.pid * 17;
   private readonly filter: Buffer;
+  /** Each run's control group, or why runs have none (see run-cgroup.ts). */
+  readonly cgroups: RunCgroups;
 
   constructor(options: { limits?: Partial<SandboxLimits>; concurrency?: number } = {}) {
     this.tools = findSandboxTools();
@@ -249,6 +276,15 @@ export class Sandbox {
     this.filter = seccompFilter();
     this.limits = { ...DEFAULT_SANDBOX_LIMITS, ...options.limits };
     this.concurrency = Math.max(1, options.concurrency ?? os.availableParallelism());
+    // The bash in front of the command joins the group: without it no run could.
+    this.cgroups = this.tools.bash ? findRunCgroups() : { version: undefined, why: 'bash is missing' };
+  }
+
+  /** What bounds a run's memory, processes and CPU time, in a sentence for the run's log. */
+  describeBounds(): string {
+    const l = this.limits;
+    if (this.cgroups.version) return `each run in its own cgroup (${this.cgroups.version}): ${l.memoryMb} MiB of memory, ${l.processes} processes and ${l.cpuSeconds} CPU s for the whole run, ${l.wallSeconds} s wall`;
+    return `no cgroup (${this.cgroups.why}): per process ${l.memoryMb} MiB of address space and ${l.cpuSeconds} CPU s, ${l.processes} processes, so a run may hold up to ${l.memoryMb * l.processes} MiB; ${l.wallSeconds} s wall`;
   }
 
   /** Runs `code` in `language` with `stdin`; never rejects for anything the program does. */
@@ -336,12 +372,26 @@ export class Sandbox {
     return this.tools.setpriv ? [this.tools.setpriv, `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--inh-caps=-all', ...prlimit] : prlimit;
   }
 
+  /** The run's group, when runs have them; its processes get two more for the bwrap that starts them. */
+  private runCgroup(): RunCgroup | undefined {
+    if (!this.cgroups.version) return undefined;
+    return this.cgroups.create({ memoryBytes: this.limits.memoryMb * 1024 * 1024, processes: this.limits.processes + 2 });
+  }
+
   private runIn(lang: Language, code: string, stdin: string, report: boolean): Promise<RunResult> {
     // See the descriptor table at the top of this file.
     const fds = report ? { status: 6, seccomp: 7 } : { status: 4, seccomp: 5 };
     const command = this.commandLine(lang, fds);
+    let cgroup: RunCgroup | undefined;
+    try {
+      cgroup = this.runCgroup();
+    } catch (e) {
+      return Promise.resolve({ status: 'sandbox_error', exitCode: null, signal: null, stdout: '', stderr: `could not make the run's cgroup: ${(e as Error).message}`, wallMs: 0 });
+    }
+    // The shell joins the run's group before anything starts (a run that cannot join does not start: exit 125, no status).
+    const join = (cgroup?.procsFiles ?? []).map((f) => `echo $$ > '${f.replaceAll("'", "'\\''")}' || exit 125; `).join('');
     // Every descriptor above ours closed first: this process may have inherited some.
-    const closeInherited = `for p in /proc/self/fd/*; do fd=\${p##*/}; if [ "$fd" -gt ${fds.seccomp} ]; then eval "exec $fd<&-"; fi; done; exec "$@"`;
+    const closeInherited = `${join}for p in /proc/self/fd/*; do fd=\${p##*/}; if [ "$fd" -gt ${fds.seccomp} ]; then eval "exec $fd<&-"; fi; done; exec "$@"`;
     // --norc: stdin is a socket, which makes Debian's bash read ~/.bashrc (as for rshd) without it.
     const [file, ...args] = this.tools.bash ? [this.tools.bash, '--norc', '--noprofile', '-c', closeInherited, 'flowrl-sandbox', ...command] : command;
     const started = performance.now();
@@ -362,6 +412,7 @@ export class Sandbox {
         if (done) return;
         done = true;
         clearTimeout(timer);
+        clearInterval(cpuWatch);
         clearTimeout(deadline);
         clearTimeout(bwrapKill);
         // Whatever still holds the pipes, the run is over: stop reading and writing them.
@@ -375,7 +426,10 @@ export class Sandbox {
         // The program is the sandbox's pid 1; bwrap exits 128 + n when it dies of signal n (RLIMIT_CPU sends SIGKILL).
         const died = exitCode !== null && exitCode > 128 ? exitCode - 128 : undefined;
         const cpu = died === os.constants.signals.SIGKILL || died === os.constants.signals.SIGXCPU;
-        const finalStatus: RunStatus = status ?? (sandboxFailed ? 'sandbox_error' : cpu ? 'timeout' : died || signal ? 'signalled' : 'exited');
+        // The kernel's OOM killer sends SIGKILL as RLIMIT_CPU does: the group says which it was.
+        const outOfMemory = (died !== undefined || signal !== null) && cgroup?.oomKilled() === true;
+        const finalStatus: RunStatus = status ?? (sandboxFailed ? 'sandbox_error' : outOfMemory ? 'memory_limit' : cpu ? 'timeout' : died || signal ? 'signalled' : 'exited');
+        void cgroup?.remove();
         const result: RunResult = { status: finalStatus, exitCode, signal, stdout: stdout().toString('utf8'), stderr: err, wallMs: performance.now() - started };
         if (secret !== undefined) {
           const text = reportText();
@@ -430,6 +484,8 @@ export class Sandbox {
         }
       });
       const timer = setTimeout(() => stop('timeout'), this.limits.wallSeconds * 1000);
+      // The whole run's CPU time, every process's together (RLIMIT_CPU counts one process's).
+      const cpuWatch = cgroup ? setInterval(() => cgroup.cpuSeconds() > this.limits.cpuSeconds && stop('timeout'), CPU_POLL_MS) : undefined;
       // A program that exits without reading its input (or its code, when bwrap failed) closes these pipes early; none may throw.
       for (let fd = 0; fd < stdio.length; fd++) pipe(fd)?.on('error', () => {});
       pipe(fds.seccomp)!.end(filter);
@@ -440,6 +496,8 @@ export class Sandbox {
         if (done) return;
         done = true;
         clearTimeout(timer);
+        clearInterval(cpuWatch);
+        void cgroup?.remove();
         clearTimeout(deadline);
         resolve({ status: 'sandbox_error', exitCode: null, signal: null, stdout: '', stderr: e.message, wallMs: performance.now() - started });
       });
