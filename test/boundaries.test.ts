@@ -135,7 +135,7 @@ export function importCycles(files: SourceFile[]): string[][] {
  * Each entry is a directory or a top-level file of core-adapters/.
  */
 export const LAYERS: string[][] = [
-  ['errors.ts', 'arrays.ts', 'random.ts', 'batch.ts', 'tokens.ts', 'package-root.ts', 'jsonl.ts', 'metrics.ts'],
+  ['errors.ts', 'arrays.ts', 'random.ts', 'batch.ts', 'tokens.ts', 'package-root.ts', 'jsonl.ts', 'metrics.ts', 'thread-entry.ts'],
   ['config'],
   ['engine'],
   ['model'],

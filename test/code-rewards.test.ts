@@ -7,7 +7,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { extractCode, findSandboxTools, harnessInput, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { performance } from 'node:perf_hooks';
+import { extractCode, findSandboxTools, harnessInput, judgeRun, judgeRunHere, JUDGE_HERE_MAX, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { ScorerUnavailable, type ScoringError } from '../core-adapters/errors.js';
 import { expectedCallResult, pyJsonLoads } from '../core-adapters/rewards/py-json.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
@@ -460,6 +461,42 @@ describe('code rewards', function () {
       expect(sameCallResult({ d: [[{ i: '1' }, { s: 'a' }], [{ f: '1.0' }, { s: 'a' }]] }, { d: [[{ i: '1' }, { s: 'a' }], [{ i: '2' }, { s: 'b' }]] })).to.equal(false);
       expect(sameCallResult({ d: [[{ f: 'nan' }, { i: '1' }]] }, { d: [[{ f: 'nan' }, { i: '1' }]] })).to.equal(false);
       expect(sameCallResult({ d: [[{ s: '1' }, null]] }, { d: [[{ i: '1' }, null]] })).to.equal(false);
+    });
+
+    it('scoring one response holds the event loop under 100 ms at the 1 MiB output limit: a 100,000-key dict, nested lists, 500,000 lines of non-ASCII, 100,000 floats (large runs are judged on a thread)', async () => {
+      const big = new SandboxRunner(new Sandbox({ limits: { outputBytes: 1 << 20 }, concurrency: 2 }));
+      const many = 100_000;
+      const cases: [string, unknown][] = [
+        [`def f(x):\n    return {i: "v" + str(i) for i in range(${many})}`, { inputs: ['1'], outputs: ['{"1": "v1"}'], fn_name: 'f' }],
+        ['def f(x):\n    return [[i, [str(i)]] for i in range(60000)]', { inputs: ['1'], outputs: ['[1]'], fn_name: 'f' }],
+        ['print("é\\n" * 500000)', { inputs: ['\n'], outputs: ['x\n'] }],
+        [`print("\\n".join(str(i * 1.5) for i in range(${many})))`, { inputs: ['\n'], outputs: [Array.from({ length: many }, (_, i) => (i * 1.5).toFixed(1)).join('\n')] }],
+        [`def f(x):\n    return {i: "v" + str(i) for i in range(${many})}`, { assert_case: ['assert f(1) == {1: "v1"}'] }],
+      ];
+      // The event loop's longest stretch of work between two ticks of a 2 ms timer, as event-loop
+      // utilisation counts it (time the process waited for a core while idle is not work).
+      let longest = 0;
+      let last = performance.eventLoopUtilization();
+      const ticker = setInterval(() => {
+        const now = performance.eventLoopUtilization();
+        longest = Math.max(longest, now.active - last.active);
+        last = now;
+      }, 2);
+      try {
+        const scores = await Promise.all(cases.map(([program, truth]) => scoreCode(big, '```python\n' + program + '\n```', truth, 'prime_code')));
+        expect(scores.map((r) => scoreValue(r).score)).to.deep.equal([0, 0, 0, 1, 0]);
+      } finally {
+        clearInterval(ticker);
+      }
+      expect(longest, 'the longest stretch the event loop was held, ms').to.be.below(100);
+      // The thread judges as this thread would, a malformed record's kind kept.
+      const report = JSON.stringify({ done: true, results: [{ output: { l: Array.from({ length: 20_000 }, (_, i) => ({ i: String(i) })) } }] });
+      expect(report.length).to.be.above(JUDGE_HERE_MAX);
+      const run = { finished: true, report, stdout: '', mode: { kind: 'call', fnName: 'f' } as const, execution: 'prime_code' as const, expected: [JSON.stringify(Array.from({ length: 20_000 }, (_, i) => i)), '[1]'] };
+      expect(await judgeRun(run)).to.deep.equal(judgeRunHere(run)).and.deep.equal([true, false]);
+      let kind: string | undefined;
+      await judgeRun({ ...run, report: report.replace('"done":true', '"done":true,"forged":1') }).catch((e: ScoringError) => (kind = e.kind));
+      expect(kind).to.equal('malformed_report');
     });
 
     it('a descriptor the trainer inherited without close-on-exec is not open inside a run', async () => {

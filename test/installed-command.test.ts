@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parentPreloads } from '../core-adapters/engine/thread-pool.js';
+import { parentPreloads } from '../core-adapters/thread-entry.js';
 import { expectFreshDist, ROOT, runNode, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 
 function runInstalled(args: string[]): Promise<CliResult> {

@@ -4,11 +4,8 @@
 // own share, then blocks (Atomics.wait) until every thread has written its gradients into a
 // SharedArrayBuffer. Parameters travel the other way through a shared buffer,
 // copied into the replicas only when their version changes (after an optimizer step).
-import fs from 'node:fs';
-import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
+import { threadEntrySource } from '../thread-entry.js';
 import * as tf from '@tensorflow/tfjs';
 import type { NativeChoice } from '../config/choices.js';
 import type { ReplicaSpec } from './replica.js';
@@ -47,50 +44,9 @@ export function resolveThreadCount(setting: string | number): number {
   return Number.isInteger(n) && n >= 1 ? n : 1;
 }
 
-/**
- * Modules the parent preloaded with --import, on its command line or in NODE_OPTIONS (tsx, for a
- * plugin written in TypeScript), as URLs: bare names as given, paths resolved against the working
- * directory as Node resolves them. A worker thread does not inherit the loader hooks they register.
- */
-export function parentPreloads(execArgv = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
-  const args = [...execArgv, ...nodeOptions.split(/\s+/).filter(Boolean)];
-  const found: string[] = [];
-  for (let i = 0; i < args.length; i++) {
-    const spec = args[i] === '--import' ? args[++i] : args[i].startsWith('--import=') ? args[i].slice('--import='.length) : undefined;
-    if (!spec) continue;
-    const resolved = /^\.{0,2}\//.test(spec) ? pathToFileURL(path.resolve(spec)).href : spec;
-    if (!found.includes(resolved)) found.push(resolved);
-  }
-  return found;
-}
-
-/** tsx's registration API as the working directory resolves it (where `--import tsx` found tsx), else as this package does. */
-function tsxApi(): string {
-  try {
-    // require.resolve gives the CommonJS build; its ES module sibling is the one to import.
-    const cjs = createRequire(path.join(process.cwd(), 'index.js')).resolve('tsx/esm/api');
-    const esm = cjs.replace(/\.cjs$/, '.mjs');
-    return pathToFileURL(fs.existsSync(esm) ? esm : cjs).href;
-  } catch {
-    return import.meta.resolve('tsx/esm/api');
-  }
-}
-
-/**
- * The worker's entry: a bootstrap that first brings in the parent's preloads, so a TypeScript
- * plugin loads in the thread as it did in the parent (tsx, whose `--import` entry registers its
- * hooks on the main thread only, through its registration API), then the entry beside this file;
- * from source, tsx is registered in any case.
- */
+/** The pool thread's entry (pool-thread.ts beside this file), with the parent's preloads: see thread-entry.ts. */
 function workerEntry(): string {
-  const fromSource = import.meta.url.endsWith('.ts');
-  const entry = new URL('./pool-thread.js', import.meta.url).href;
-  const target = JSON.stringify(fromSource ? entry.replace(/\.js$/, '.ts') : entry);
-  const preloads = parentPreloads();
-  const isTsx = (p: string) => p === 'tsx' || p === 'tsx/esm';
-  const others = preloads.filter((p) => !isTsx(p)).map((p) => `await import(${JSON.stringify(p)});`);
-  const tsx = fromSource || preloads.some(isTsx) ? [`const tsx = await import(${JSON.stringify(tsxApi())}); (tsx.register ?? tsx.default.register)();`] : [];
-  return `(async () => { ${[...tsx, ...others].join(' ')} await import(${target}); })();`;
+  return threadEntrySource(new URL('./pool-thread.js', import.meta.url));
 }
 
 /** Pool threads with policy replicas: row shards of gradients, log-probs and sampling, synchronously. */

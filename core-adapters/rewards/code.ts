@@ -8,12 +8,13 @@
 //   assert:         {"assert_case": ["assert f(1) == 2", ...]}: each appended to the program, passing
 //                   when every statement ran to the end
 import { createHash, randomBytes } from 'node:crypto';
+import { Worker } from 'node:worker_threads';
 import { InputError, ScorerUnavailable, ScoringError } from '../errors.js';
 import { isTree } from '../config/load.js';
-import { harnessInput, pythonHarness, readHarnessRecord, reportsResults, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel, type TestRecord } from './python-harness.js';
+import { threadEntrySource } from '../thread-entry.js';
+import { harnessInput, pythonHarness, readHarnessRecord, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel } from './python-harness.js';
 import { Sandbox, type SandboxLimits } from './sandbox.js';
-import { expectedCallResult } from './py-json.js';
-import { asciiDigits, isPySpace, pyIsDigit, pySplitLines, pyStrip, stripWhere } from './text.js';
+import { judgeRunHere, pyText, type RunToJudge } from './judge.js';
 import type { ScoreResult } from './types.js';
 
 /** The data_source values verl v0.9.0's default_compute_score scores as code. */
@@ -102,155 +103,6 @@ export function parseCodeTests(groundTruth: unknown): CodeTests {
 /** The program in a response: after the last ```python, up to the next fence (prime_code's rule); else the whole response. */
 export function extractCode(response: string): string {
   return response.split('```python').at(-1)!.split('```')[0];
-}
-
-const INTEGER = /^[+-]?[0-9]+$/;
-const DIGITS = '[0-9](?:_?[0-9])*';
-const PY_FLOAT = new RegExp(`^[+-]?(?:(?:${DIGITS}(?:\\.(?:${DIGITS})?)?|\\.${DIGITS})(?:[eE][+-]?${DIGITS})?|inf|infinity|nan)$`, 'i');
-
-// The whitespace float() strips: Python's, less U+001C-U+001F, which it refuses.
-const floatStrip = (text: string) => stripWhere(text, (code) => isPySpace(code) && (code < 0x1c || code > 0x1f));
-
-/**
- * Python's float() on a line of output: surrounding whitespace, a sign, digits (of any script) with
- * single underscores, a fraction, an exponent, or inf/infinity/nan in any case. undefined where
- * float() raises (so "0x10" is not 16).
- */
-export function pyFloat(text: string): number | undefined {
-  const t = asciiDigits(floatStrip(text));
-  if (!PY_FLOAT.test(t)) return undefined;
-  const plain = t.replaceAll('_', '').toLowerCase().replace('infinity', 'inf');
-  if (plain.endsWith('inf')) return plain.startsWith('-') ? -Infinity : Infinity;
-  if (plain.endsWith('nan')) return NaN;
-  return Number(plain);
-}
-
-/** numpy.isclose's rule with its defaults (rtol 1e-5, atol 1e-8), the expected value second. */
-const isClose = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) ? Math.abs(a - b) <= 1e-8 + 1e-5 * Math.abs(b) : a === b);
-
-const sameLines = (a: string[], b: string[]) => a.length === b.length && a.every((line, i) => line === b[i]);
-
-/**
- * Whether a program's stdout matches the expected output, by prime_code's ladder (verl v0.9.0,
- * testing_util.run_test): the whole text stripped, or with each line stripped; then the printed
- * lines against the expected lines that are not empty (each stripped), as printed and without
- * empty lines; then, unless every line of both is a plain digit string, each line as one number
- * within numpy.allclose's tolerance. One departure: an expected integer line is matched only by
- * that integer, printed as an integer or as a float of that value (prime_code reads
- * "-1000000000.0" and "-1000000007" as close floats).
- */
-export function sameOutput(actual: string, expected: string): boolean {
-  const printed = pySplitLines(actual);
-  const want = pyStrip(expected);
-  if (pyStrip(printed.join('\n')) === want || pyStrip(printed.map(pyStrip).join('\n')) === want) return true;
-  const wanted = expected.split('\n').filter((line) => line.length > 0).map(pyStrip);
-  if (sameLines(printed, wanted)) return true;
-  const nonEmpty = printed.filter((line) => line.length > 0);
-  if (sameLines(nonEmpty, wanted)) return true;
-  if (nonEmpty.length !== wanted.length || nonEmpty.every((line, i) => pyIsDigit(line) && pyIsDigit(wanted[i]))) return false;
-  return nonEmpty.every((line, i) => {
-    const [a, b] = [asciiDigits(floatStrip(line)), asciiDigits(floatStrip(wanted[i]))];
-    const x = pyFloat(a);
-    // An integer answer is that integer: no tolerance, however it is printed.
-    if (INTEGER.test(b)) return INTEGER.test(a) ? BigInt(a) === BigInt(b) : x !== undefined && Number.isInteger(x) && BigInt(x) === BigInt(b);
-    const y = pyFloat(b);
-    return x !== undefined && y !== undefined && isClose(x, y);
-  });
-}
-
-/** A harness value as a number (bool, int, float), for Python's mixed-type numeric ==; undefined otherwise. */
-function numeric(value: PyValue): bigint | number | undefined {
-  if (typeof value === 'boolean') return value ? 1n : 0n;
-  if (value === null) return undefined;
-  if ('i' in value) return BigInt(value.i);
-  if ('f' in value) return pyFloat(value.f);
-  return undefined;
-}
-
-/** Python's == on numbers: ints exactly, an int and a float only when the float is that integer. */
-function sameNumber(x: bigint | number, y: bigint | number): boolean {
-  if (typeof x === 'bigint' && typeof y === 'bigint') return x === y;
-  if (typeof x === 'number' && typeof y === 'number') return x === y;
-  const [float, int] = typeof x === 'number' ? [x, y as bigint] : [y as number, x];
-  return Number.isInteger(float) && BigInt(float) === int;
-}
-
-const items = (v: PyValue, tag: 'l' | 't'): PyValue[] | undefined => (v !== null && typeof v === 'object' && tag in v ? (v as Record<typeof tag, PyValue[]>)[tag] : undefined);
-
-/** The text of a harness str value; undefined for any other value. */
-export function pyText(value: PyValue): string | undefined {
-  return value !== null && typeof value === 'object' && 's' in value ? value.s : undefined;
-}
-
-/** Python's list(x): a tuple's or list's items, a str's characters, a dict's keys; undefined for what is not iterable. */
-function pyList(value: PyValue): PyValue | undefined {
-  if (value === null || typeof value !== 'object') return undefined;
-  if ('t' in value) return { l: value.t };
-  if ('l' in value) return value;
-  if ('s' in value) return { l: [...value.s].map((c) => ({ s: c })) };
-  if ('d' in value) return { l: value.d.map(([key]) => key) };
-  return undefined;
-}
-
-/** Python's == between two harness values: 1 == 1.0 == True, a list never equals a tuple, dicts by key. */
-export function pyEquals(a: PyValue, b: PyValue): boolean {
-  const [x, y] = [numeric(a), numeric(b)];
-  if (x !== undefined || y !== undefined) return x !== undefined && y !== undefined && sameNumber(x, y);
-  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return a === b;
-  if ('s' in a || 's' in b) return 's' in a && 's' in b && a.s === b.s;
-  for (const tag of ['l', 't'] as const) {
-    const [p, q] = [items(a, tag), items(b, tag)];
-    if (p || q) return p !== undefined && q !== undefined && p.length === q.length && p.every((v, i) => pyEquals(v, q[i]));
-  }
-  if ('d' in a && 'd' in b) {
-    if (a.d.length !== b.d.length) return false;
-    // By hashed key, as Python looks keys up: pairwise it was the square of the size. A dict
-    // holds each key once; a record that repeats one (1 and 1.0) is no dict.
-    const other = new Map(b.d.map(([key, value]) => [hashKey(key), value]));
-    if (other.size !== b.d.length || new Set(a.d.map(([key]) => hashKey(key))).size !== a.d.length) return false;
-    return a.d.every(([key, value]) => {
-      const hash = hashKey(key);
-      return hash !== undefined && other.has(hash) && pyEquals(value, other.get(hash)!);
-    });
-  }
-  return false;
-}
-
-/**
- * A dict key (str, int, float, bool or None: what records hold) as text that two keys share exactly
- * when Python's == holds between them (1, 1.0 and True alike); undefined for nan, equal to nothing.
- */
-function hashKey(key: PyValue): string | undefined {
-  const number = numeric(key);
-  if (number !== undefined) {
-    if (typeof number === 'bigint') return `n${number}`;
-    if (Number.isNaN(number)) return undefined;
-    return Number.isInteger(number) ? `n${BigInt(number)}` : `f${number}`;
-  }
-  if (key === null) return 'N';
-  return typeof key === 'object' && 's' in key ? `s${key.s}` : undefined;
-}
-
-/**
- * Whether a call's result passes, as prime_code decides (the result already serialisable, or the
- * harness reports no output): a tuple is taken as a list; equal to the expected value, or to its
- * first element when that is a non-empty list, or, for a list of tuples, as lists to that first element.
- */
-export function sameCallResult(output: PyValue, expected: PyValue): boolean {
-  const asList = (v: PyValue): PyValue => {
-    const tuple = items(v, 't');
-    return tuple ? { l: tuple } : v;
-  };
-  const result = asList(output);
-  if (pyEquals(result, expected)) return true;
-  const first = items(expected, 'l')?.[0];
-  if (first === undefined) return false;
-  if (pyEquals(result, first)) return true;
-  // [list(x) for x in output]: list() of each element, failing on one it cannot iterate.
-  const elements = items(result, 'l');
-  if (elements === undefined || elements.length === 0 || items(elements[0], 't') === undefined) return false;
-  const listed = elements.map(pyList);
-  return listed.every((x) => x !== undefined) && pyEquals({ l: listed as PyValue[] }, first);
 }
 
 /** One test program's outcome. */
@@ -388,38 +240,73 @@ export function codeSandboxLimits(settings: CodeSettings): Partial<SandboxLimits
  */
 export type CodeScoreMode = 'prime_code' | 'fraction' | 'all';
 
-/** Whether a test's outcome passes: an assert's left side, a call's result, or standard input's output, matches. */
-function resultPasses(result: TestRecord | undefined, mode: HarnessMode, expected: string | null, stdout: string): boolean {
-  if (mode.kind === 'expression') return result?.output !== undefined && pyEquals(result.output, mode.expected);
-  if (expected === null) return true;
-  if (mode.kind === 'call') {
-    const want = expectedCallResult(expected);
-    return result?.output !== undefined && want !== undefined && sameCallResult(result.output, want);
-  }
-  // Under prime_code the harness captured the output; a program's output is its stdout.
-  const output = result === undefined ? stdout : result.output === undefined ? undefined : pyText(result.output);
-  return output !== undefined && sameOutput(output, expected);
-}
-
 /**
  * Runs tests through the harness, in one run when the harness reads them (all of a row for
  * prime_code's first pass, or one), else one; says which passed (none when the run did not end).
  */
 async function runTests(runner: CodeRunner, program: string, mode: HarnessMode, execution: Execution, tests: HarnessTest[]): Promise<boolean[]> {
   const run = await runner.run(pythonHarness(program, mode, execution, runner.channel, runner.outputBytes), harnessInput(mode, execution, tests));
-  // A run killed while its harness wrote may leave half a record: it failed, nothing more.
-  const record = run.finished ? readHarnessRecord(run.report) : undefined;
-  if (!record?.done) return tests.map(() => false);
-  // A standard-input program run as a program has no per-test results: its stdout is its output.
-  if (!reportsResults(mode, execution)) return [resultPasses(undefined, mode, tests[0].expected, run.stdout)];
-  const passed: boolean[] = [];
-  for (const [i, test] of tests.entries()) {
-    // The event loop runs between tests: a row's comparisons are not one long block.
-    if (i > 0) await new Promise((resolve) => setImmediate(resolve));
-    const result = record.results?.[i];
-    passed.push(result !== undefined && !result.error && resultPasses(result, mode, test.expected, run.stdout));
+  return judgeRun({ finished: run.finished, report: run.report, stdout: run.stdout, mode, execution, expected: tests.map((t) => t.expected) });
+}
+
+/**
+ * Runs judged here up to this many UTF-16 units of report, stdout and expected values together
+ * (about 20 ms on a 2-core machine); larger ones go to the judging thread.
+ */
+export const JUDGE_HERE_MAX = 128 * 1024;
+
+function runSize(run: RunToJudge): number {
+  return (run.report?.length ?? 0) + run.stdout.length + run.expected.reduce((n, e) => n + (e?.length ?? 0), 0) + (run.mode.kind === 'expression' ? JSON.stringify(run.mode.expected).length : 0);
+}
+
+type JudgeReply = { id: number; passed: boolean[] } | { id: number; error: { kind?: string; message: string } };
+
+/** One thread for all large runs, started on first use; it does not keep the process alive. */
+class JudgeThread {
+  private worker?: Worker;
+  private next = 0;
+  private readonly pending = new Map<number, { resolve: (passed: boolean[]) => void; reject: (e: Error) => void }>();
+
+  judge(run: RunToJudge): Promise<boolean[]> {
+    const worker = this.start();
+    const id = this.next++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      if (this.pending.size === 1) worker.ref();
+      worker.postMessage({ id, run });
+    });
   }
-  return passed;
+
+  private start(): Worker {
+    if (this.worker) return this.worker;
+    const worker = new Worker(threadEntrySource(new URL('./judge-thread.js', import.meta.url)), { eval: true });
+    worker.unref();
+    worker.on('message', (reply: JudgeReply) => {
+      const waiting = this.pending.get(reply.id);
+      this.pending.delete(reply.id);
+      if (this.pending.size === 0) worker.unref();
+      if (!waiting) return;
+      if ('passed' in reply) waiting.resolve(reply.passed);
+      else waiting.reject(reply.error.kind ? new ScoringError(reply.error.kind, reply.error.message) : new Error(`judging a run: ${reply.error.message}`));
+    });
+    // A thread that dies (out of memory on a huge record) fails what it held; the next run starts another.
+    const fail = (e: Error) => {
+      this.worker = undefined;
+      for (const waiting of this.pending.values()) waiting.reject(new ScoringError('judge_failed', `the judging thread stopped: ${e.message}`));
+      this.pending.clear();
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`exit code ${code}`)));
+    this.worker = worker;
+    return worker;
+  }
+}
+
+const judgeThread = new JudgeThread();
+
+/** Which tests of a run passed: judged here when small, on the judging thread when large. */
+export async function judgeRun(run: RunToJudge): Promise<boolean[]> {
+  return runSize(run) <= JUDGE_HERE_MAX ? judgeRunHere(run) : judgeThread.judge(run);
 }
 
 /**

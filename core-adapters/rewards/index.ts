@@ -5,6 +5,7 @@ export * from './gsm8k.js';
 export * from './math.js';
 export * from './registry.js';
 export * from './code.js';
+export * from './judge.js';
 export * from './sandbox.js';
 export * from './math-reward.js';
 export * from './python-harness.js';
