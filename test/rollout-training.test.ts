@@ -329,6 +329,28 @@ describe('rollouts on inference servers (flowrl serve)', function () {
     }
   });
 
+  it("a training step longer than the servers' keep-alive ejects no server: each call that meets a connection the server closed goes once more on a new one", async () => {
+    const procs: ChildProcess[] = [];
+    try {
+      const started = await Promise.all([spawnServe(), spawnServe()]);
+      procs.push(...started.map((p) => p.child));
+      const urls = started.map((p) => p.url);
+      // As uvicorn keeps connections (no Keep-Alive header), but 50 ms instead of 5 s: every step's
+      // update holds the trainer's event loop longer, so each admin call after it finds its pooled
+      // connection closed by the server, a close the trainer reads only after the call went out.
+      for (const url of urls) await fetch(`${url}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ idle_close_ms: 50 }) });
+      const dir = tempDir();
+      const runDir = path.join(dir, 'run');
+      const { code, stderr } = await trainWatching(serverConfig(dir, urls), runDir, undefined, ['trainer.total_training_steps=4', 'trainer.val_before_train=false']);
+      expect(code, stderr).to.equal(0);
+      const steps = stepMetrics(runDir);
+      expect(steps.map((m) => [m.step, m['rollout/ejections'], m['rollout/servers_live']])).to.deep.equal([1, 2, 3, 4].map((step) => [step, 0, 2]));
+      expect(stderr).to.not.include('ejected');
+    } finally {
+      for (const p of procs) p.kill('SIGKILL');
+    }
+  });
+
   it('bad server settings exit 2 naming the key', async () => {
     const dir = tempDir();
     for (const [urls, fragment, overrides] of [

@@ -82,6 +82,9 @@ interface CallInit {
   apiKey?: string;
 }
 
+/** undici's codes for a connection closed under a request that had no answer yet. */
+const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED']);
+
 /**
  * JSON over HTTP with a timeout; every transport failure becomes a ServerCallError. A POST always
  * carries a JSON body ({} when it has none), as a server that refuses other content types needs.
@@ -91,13 +94,19 @@ export async function callJson(url: string, route: string, init: CallInit): Prom
   const method = init.method ?? (init.body === undefined ? 'GET' : 'POST');
   const headers: Record<string, string> = init.apiKey ? { authorization: `Bearer ${init.apiKey}` } : {};
   if (method === 'POST') headers['content-type'] = 'application/json';
+  const signal = AbortSignal.timeout(init.timeoutMs);
+  const send = () => fetch(url + route, { method, headers, body: method === 'POST' ? JSON.stringify(init.body ?? {}) : undefined, signal });
   try {
-    response = await fetch(url + route, {
-      method,
-      headers,
-      body: method === 'POST' ? JSON.stringify(init.body ?? {}) : undefined,
-      signal: AbortSignal.timeout(init.timeoutMs),
-    });
+    try {
+      response = await send();
+    } catch (e) {
+      // A pooled connection the server closed while this process was busy (a training step holds
+      // the event loop past the server's keep-alive, and the close is read only after the request
+      // went out on it): sent once more, on a new connection. Should the first have reached a
+      // server that then failed, the repeat of a pause, a load or a sample costs time, not results.
+      if (!STALE_CONNECTION.has((e as { cause?: { code?: string } }).cause?.code ?? '')) throw e;
+      response = await send();
+    }
   } catch (e) {
     const err = e as Error & { cause?: { code?: string } };
     const what = err.name === 'TimeoutError' ? `no answer within ${init.timeoutMs / 1000} s` : (err.cause?.code ?? err.message);

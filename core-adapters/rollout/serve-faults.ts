@@ -2,8 +2,9 @@
 // generation requests fail, drop, hang or slow down, fails health, simulates a restart to the base
 // weights, skews logprobs or breaks the engine, so the tests of the rollout clients and of the server
 // can see every failure a real server shows. Kept apart from serve.ts, which never imports it.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { HttpError, readNumber, type Json } from './serve-http.js';
-import type { FlowrlServer } from './serve.js';
+import { KEEP_ALIVE_MS, type FlowrlServer } from './serve.js';
 
 /** Injected failures: each *_next counts down over generation requests. */
 interface Faults {
@@ -27,13 +28,30 @@ interface Faults {
   route_fail_next: number;
   /** The message of those answers ('' for a generic one), to stand in for a real engine's words. */
   route_fail_message: string;
+  /**
+   * Close a connection idle this many milliseconds after its last answer, sending no Keep-Alive
+   * header (as SGLang's uvicorn does, 5 s by default); 0: Node's own keep-alive (5 s, announced).
+   */
+  idle_close_ms: number;
 }
 
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0, route_fail_message: '' };
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0, route_fail_message: '', idle_close_ms: 0 };
+
+/** Closes each connection `idleMs()` after its last answer unless another request came (when idleMs() > 0). */
+function closeIdleConnections(http: NonNullable<FlowrlServer['httpServer']>, idleMs: () => number): void {
+  const timers = new WeakMap<object, NodeJS.Timeout>();
+  http.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    clearTimeout(timers.get(req.socket));
+    res.on('finish', () => {
+      if (idleMs() > 0) timers.set(req.socket, setTimeout(() => req.socket.end(), idleMs()).unref());
+    });
+  });
+}
 
 /** Installs the fault hooks and the /_flowrl/faults route on `server`. */
 export function installFaults(server: FlowrlServer): void {
   let faults: Faults = { ...NO_FAULTS };
+  let idleCloser = false;
   /** Calls per route since the last reset (tests check which calls a client makes). */
   let calls: Record<string, number> = {};
   const engine = server.engine;
@@ -80,7 +98,14 @@ export function installFaults(server: FlowrlServer): void {
           // The skew is an injected fault too; reset clears it back to the configured one.
           engine.logprobSkew = server.options.logprobSkew ?? 0;
         }
-        for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next', 'route_fail_next'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
+        for (const key of ['fail_next', 'status', 'drop_next', 'hang_next', 'delay_ms', 'restart_next', 'break_next', 'route_fail_next', 'idle_close_ms'] as const) faults[key] = readNumber(body, key, faults[key], { integer: true, min: 0 });
+        const http = server.httpServer;
+        if (http) {
+          // keepAliveTimeout 0: Node neither announces nor enforces one; the closer below does the closing.
+          http.keepAliveTimeout = faults.idle_close_ms > 0 ? 0 : KEEP_ALIVE_MS;
+          if (!idleCloser && faults.idle_close_ms > 0) closeIdleConnections(http, () => faults.idle_close_ms);
+          idleCloser ||= faults.idle_close_ms > 0;
+        }
         if (typeof body.route_fail === 'string') faults.route_fail = body.route_fail;
         if (typeof body.route_fail_message === 'string') faults.route_fail_message = body.route_fail_message;
         if (body.health_fail !== undefined) faults.health_fail = body.health_fail === true;

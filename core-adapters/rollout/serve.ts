@@ -103,6 +103,9 @@ export interface ServerHooks {
   unhealthy?: () => boolean;
 }
 
+/** How long an idle connection is kept (announced in a Keep-Alive header), as SGLang's uvicorn keeps one. */
+export const KEEP_ALIVE_MS = 5000;
+
 /** The served model, the HTTP server and its routes. */
 export class FlowrlServer implements DialectHost {
   readonly engine: ServingEngine;
@@ -140,6 +143,11 @@ export class FlowrlServer implements DialectHost {
     };
   }
 
+  /** The HTTP server once listening (the test-only fault layer changes how it keeps connections). */
+  get httpServer(): http.Server | undefined {
+    return this.server;
+  }
+
   /** Adds routes (the test-only fault layer's). */
   addRoutes(routes: RouteTable): void {
     this.routes = { ...this.routes, ...routes };
@@ -151,7 +159,7 @@ export class FlowrlServer implements DialectHost {
     // over 10 s, or whose whole body over 60 s, is answered 408 and closed. Node checks these every
     // connectionsCheckingInterval (30 s by default: a 4 s limit was enforced after 30).
     this.server = http.createServer(
-      { headersTimeout: this.options.headersTimeoutMs ?? IDLE_HEADERS_MS, requestTimeout: this.options.requestTimeoutMs ?? REQUEST_RECEIVE_MS, connectionsCheckingInterval: 1000, keepAliveTimeout: 5000 },
+      { headersTimeout: this.options.headersTimeoutMs ?? IDLE_HEADERS_MS, requestTimeout: this.options.requestTimeoutMs ?? REQUEST_RECEIVE_MS, connectionsCheckingInterval: 1000, keepAliveTimeout: KEEP_ALIVE_MS },
       (req, res) => void this.handle(req, res),
     );
     this.server.maxConnections = this.options.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
