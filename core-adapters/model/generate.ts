@@ -38,6 +38,8 @@ export interface SamplingOptions {
   topLogProbs?: number;
   /** Per row, a test of the ids sampled so far that ends the row when true (a server's stop strings); the row counts as stopped. */
   rowStopWhen?: (((ids: readonly number[]) => boolean) | undefined)[];
+  /** Per row, ids it takes in order instead of drawing (a test's scripted answer), each scored as drawn; past their end it draws. */
+  rowForced?: (readonly number[] | undefined)[];
 }
 
 export interface Generation {
@@ -303,6 +305,13 @@ export class Decoding {
     }) as { logits: tf.Tensor2D; cache?: KVCache });
   }
 
+  /** Ends row `b` where it stands (its request was cancelled): it takes no more tokens. True when it was still going. */
+  endRow(b: number): boolean {
+    const going = !this.done[b];
+    this.done[b] = true;
+    return going;
+  }
+
   /** Whether every row has ended. */
   get finished(): boolean {
     return !this.logits;
@@ -314,7 +323,7 @@ export class Decoding {
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
     const V = logits.shape[1];
-    const drawn = this.drawNatively(logits);
+    const drawn = options.rowForced?.some(Boolean) ? undefined : this.drawNatively(logits);
     // Top logprobs read every row's logits even when the addon drew the tokens.
     const values = drawn && !this.alternatives ? undefined : await readFloat32(logits, 'sampling (the next-token logits)');
     // Disposed while the read was pending (an aborted request): nothing more to do.
@@ -327,8 +336,9 @@ export class Decoding {
         continue;
       }
       const row = values?.subarray(b * V, (b + 1) * V);
-      next[b] = drawn ? drawn.tokens[b] : sampleToken(row!, options, this.rngs[b], kept);
-      if (kept) this.keptLogMass![b].push(drawn ? drawn.keptLogMass[b] : kept.logMass);
+      const forced = options.rowForced?.[b]?.[tokens[b].length];
+      next[b] = forced ?? (drawn ? drawn.tokens[b] : sampleToken(row!, options, this.rngs[b], kept));
+      if (kept) this.keptLogMass![b].push(forced !== undefined ? 0 : drawn ? drawn.keptLogMass[b] : kept.logMass);
       this.alternatives?.[b].push(topAlternatives(row!, options.topLogProbs!, this.temperature));
       tokens[b].push(next[b]);
       this.logProbs?.[b].push(drawn ? drawn.logProbs[b] : tokenLogProb(row!, next[b], this.temperature));

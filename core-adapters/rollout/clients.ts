@@ -80,6 +80,8 @@ interface CallInit {
   body?: unknown;
   timeoutMs: number;
   apiKey?: string;
+  /** A sample: never sent twice (a failure sends it to another server); admin calls and probes are. */
+  sample?: boolean;
 }
 
 /** undici's codes for a connection closed under a request that had no answer yet. */
@@ -103,8 +105,8 @@ export async function callJson(url: string, route: string, init: CallInit): Prom
       // A pooled connection the server closed while this process was busy (a training step holds
       // the event loop past the server's keep-alive, and the close is read only after the request
       // went out on it): sent once more, on a new connection. Should the first have reached a
-      // server that then failed, the repeat of a pause, a load or a sample costs time, not results.
-      if (!STALE_CONNECTION.has((e as { cause?: { code?: string } }).cause?.code ?? '')) throw e;
+      // server that then failed, the repeat of a pause or a load costs time, not results.
+      if (init.sample || !STALE_CONNECTION.has((e as { cause?: { code?: string } }).cause?.code ?? '')) throw e;
       response = await send();
     }
   } catch (e) {
@@ -239,7 +241,7 @@ export class SglangClient implements RolloutServerClient {
     };
     let out: { output_ids?: unknown; meta_info?: { finish_reason?: { type?: string }; weight_version?: unknown; output_token_logprobs?: unknown[] } };
     try {
-      out = (await callJson(this.url, '/generate', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as typeof out;
+      out = (await callJson(this.url, '/generate', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey, sample: true })) as typeof out;
     } catch (e) {
       // A 400 naming our adapter: the server lost it (a restart), not a bad request.
       if (r.adapter && e instanceof ServerCallError && e.status === 400 && /lora|adapter/i.test(e.message)) throw new ServerCallError(e.message, true, 400, true);
@@ -356,7 +358,7 @@ export class VllmClient implements RolloutServerClient {
     };
     let out: { choices?: { token_ids?: unknown; logprobs?: { token_logprobs?: unknown } | null; finish_reason?: string }[] };
     try {
-      out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as typeof out;
+      out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey, sample: true })) as typeof out;
     } catch (e) {
       // Our adapter is unknown: the server lost it (a restart), not a bad request.
       if (r.adapter && e instanceof ServerCallError && e.status === 404) throw new ServerCallError(e.message, true, 404, true);

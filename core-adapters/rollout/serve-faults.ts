@@ -33,9 +33,11 @@ interface Faults {
    * header (as SGLang's uvicorn does, 5 s by default); 0: Node's own keep-alive (5 s, announced).
    */
   idle_close_ms: number;
+  /** Every sample's answer, as text: its tokens taken instead of drawn (then eos), scored as drawn; '' draws. */
+  script: string;
 }
 
-const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0, route_fail_message: '', idle_close_ms: 0 };
+const NO_FAULTS: Faults = { fail_next: 0, status: 500, drop_next: 0, hang_next: 0, health_fail: false, delay_ms: 0, restart_next: 0, break_next: 0, route_fail: '', route_fail_next: 0, route_fail_message: '', idle_close_ms: 0, script: '' };
 
 /** Closes each connection `idleMs()` after its last answer unless another request came (when idleMs() > 0). */
 function closeIdleConnections(http: NonNullable<FlowrlServer['httpServer']>, idleMs: () => number): void {
@@ -64,6 +66,13 @@ export function installFaults(server: FlowrlServer): void {
     }
   };
   server.hooks.unhealthy = () => faults.health_fail;
+  let scripted: { text: string; ids: number[] } | undefined;
+  server.hooks.scriptedIds = () => {
+    const tokenizer = server.options.tokenizer;
+    if (!faults.script || !tokenizer) return undefined;
+    if (scripted?.text !== faults.script) scripted = { text: faults.script, ids: [...tokenizer.encode(faults.script), ...engine.config.eosTokenIds.slice(0, 1)] };
+    return scripted.ids;
+  };
   engine.beforeStep = () => {
     if (faults.break_next <= 0) return;
     faults.break_next -= 1;
@@ -108,6 +117,7 @@ export function installFaults(server: FlowrlServer): void {
         }
         if (typeof body.route_fail === 'string') faults.route_fail = body.route_fail;
         if (typeof body.route_fail_message === 'string') faults.route_fail_message = body.route_fail_message;
+        if (typeof body.script === 'string') faults.script = body.script;
         if (body.health_fail !== undefined) faults.health_fail = body.health_fail === true;
         if (body.logprob_skew !== undefined) engine.logprobSkew = readNumber(body, 'logprob_skew', 0);
         if (body.restart === true) await engine.restartToBase();

@@ -86,9 +86,98 @@ export function firstStop(text: string, stops: string[]): { at: number; stop: st
   return found;
 }
 
-/** Refuses `stream: true`: flowrl serve answers whole, and a streaming client would read nothing it understands. */
+/** Refuses `stream: true` where this server does not stream (SGLang's /generate). */
 export function refuseStreaming(body: Json): void {
-  if (body.stream === true) throw bad("'stream' true is not supported: flowrl serve answers a request whole; send stream false (or leave it out)");
+  if (body.stream === true) throw bad("'stream' true is not supported on this route by flowrl serve: it answers whole; send stream false (or leave it out)");
+}
+
+/**
+ * A streamed answer (server-sent events, as vLLM and SGLang stream): `data: JSON` events, then
+ * `data: [DONE]`. The head is written with the first event, so a request refused before any
+ * token (a full queue, a bad field) still gets its status and error body.
+ */
+export class EventStream {
+  constructor(private readonly res: http.ServerResponse) {}
+
+  get started(): boolean {
+    return this.res.headersSent;
+  }
+
+  send(data: unknown): void {
+    if (this.res.writableEnded || this.res.destroyed) return;
+    if (!this.res.headersSent) this.res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+    this.res.write(`data: ${JSON.stringify(data)}\n\n`);
+  }
+
+  /** Ends the stream: a failure after the head is an error event (the status is spent), then [DONE]. */
+  end(error?: { status: number; message: string }): undefined {
+    if (error) this.send(errorBody(error.status, error.message));
+    if (!this.res.writableEnded && !this.res.destroyed) this.res.end('data: [DONE]\n\n');
+    return undefined;
+  }
+}
+
+/** How many characters at the end of `text` could begin one of `marks` (held back until the next token says). */
+function heldTail(text: string, marks: string[]): number {
+  let held = 0;
+  for (const mark of marks) {
+    for (let k = Math.min(mark.length - 1, text.length); k > held; k--) {
+      if (text.endsWith(mark.slice(0, k))) {
+        held = k;
+        break;
+      }
+    }
+  }
+  return held;
+}
+
+/**
+ * A sample's text as it grows, in deltas: never past the first of `marks` (stop strings, a tool
+ * call's opening tag), holding back a tail that could begin one, and a character still missing
+ * bytes (decoded as U+FFFD).
+ */
+export class TextDeltas {
+  private sent = '';
+
+  constructor(
+    private readonly decode: (ids: readonly number[]) => string,
+    private readonly marks: string[],
+  ) {}
+
+  /** What is new in the text of `ids`. */
+  next(ids: readonly number[]): string {
+    let text = this.decode(ids);
+    const hit = firstStop(text, this.marks);
+    text = hit ? text.slice(0, hit.at) : text.slice(0, text.length - heldTail(text, this.marks));
+    while (text.endsWith('\ufffd')) text = text.slice(0, -1);
+    return this.take(text);
+  }
+
+  /** What the final text adds to what was sent (nothing when it no longer begins with it). */
+  rest(final: string): string {
+    return this.take(final);
+  }
+
+  private take(text: string): string {
+    if (text.length <= this.sent.length || !text.startsWith(this.sent)) return '';
+    const delta = text.slice(this.sent.length);
+    this.sent = text;
+    return delta;
+  }
+}
+
+/** `stream_options` as vLLM reads it: include_usage adds a last event with the usage (continuous_usage_stats is refused here). */
+export function streamOptions(body: Json): { includeUsage: boolean } {
+  const options = body.stream_options;
+  if (options === undefined || options === null) return { includeUsage: false };
+  if (body.stream !== true) throw bad("'stream_options' needs 'stream' true");
+  if (!isObject(options)) throw bad("'stream_options' must be an object");
+  for (const key of Object.keys(options)) {
+    if (key === 'continuous_usage_stats' && options[key] !== true) continue;
+    if (key !== 'include_usage') throw bad(`'stream_options.${key}' is not supported by flowrl serve`);
+  }
+  if (options.include_usage !== undefined && options.include_usage !== null && typeof options.include_usage !== 'boolean') throw bad("'stream_options.include_usage' must be a boolean");
+  return { includeUsage: options.include_usage === true };
 }
 
 /** How a dialect names and bounds its sampling fields. */

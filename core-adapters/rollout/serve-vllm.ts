@@ -8,8 +8,10 @@
 // (after temperature and top-k/top-p, renormalised over the kept tokens) by --logprobs-mode, and
 // max_tokens 16 by default, cut to what the context leaves.
 import type http from 'node:http';
-import { bad, firstStop, HttpError, isObject, readNumber, refuseStreaming, send, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
-import type { SampleOutput } from './serving-engine.js';
+import { randomBytes } from 'node:crypto';
+import { parseHermesCalls, TOOL_CALL_OPEN } from '../tools/hermes.js';
+import { bad, EventStream, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
+import type { SampleOutput, SampleSpec } from './serving-engine.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
 export const VLLM_RELEASE = 'v0.20.2';
@@ -182,7 +184,6 @@ function textAndStop(o: SampleOutput, s: RequestSampling, body: Json, decode: (i
 }
 
 async function completions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
-  refuseStreaming(body);
   if (body.prompt === undefined) throw bad("'prompt' is required");
   const prompts = promptsOf(server, body.prompt);
   const adapter = adapterFor(server, body.model);
@@ -193,15 +194,29 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   s.topLogProbs = logprobs;
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
-  const outputs = await server.sample(res, server.specs(prompts, s, adapter));
+  const head = answerHead(server, 'text_completion', body.model);
+  // usage counts each prompt once, whatever n is (vLLM's num_prompt_tokens).
+  const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
+  const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs']);
+  const choiceText = (i: number, text: string, finish: string | null = null, stopReason: string | number | null = null) => ({ index: i, text, logprobs: null, finish_reason: finish, stop_reason: stopReason });
+  const outputs = await streaming.sample(server.specs(prompts, s, adapter), (i) => ({
+    deltas: new TextDeltas((ids) => server.decode([...ids]), s.stopStrings),
+    delta: (text) => choiceText(i, text),
+  }));
   if (!outputs) return undefined;
+  if (streaming.live) {
+    return streaming.finish(
+      outputs,
+      outputs.map((o, i) => {
+        const ended = textAndStop(o, s, body, (ids) => server.decode(ids));
+        return [choiceText(i, streaming.rest(i, ended.text), ended.finish, ended.stopReason)];
+      }),
+    );
+  }
   const scored = promptLogprobs === undefined ? undefined : await Promise.all(prompts.map((ids) => server.engine.scorePrompt(ids, adapter)));
   const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id])));
-  const promptTotal = prompts.reduce((n, ids) => n + ids.length * s.n, 0);
   return completion(
-    server,
-    'text_completion',
-    body.model,
+    head,
     promptTotal,
     outputs,
     outputs.map((o, i) => {
@@ -233,41 +248,139 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   );
 }
 
+/** The function tools a request offers (OpenAI's `tools`), checked; undefined when none. */
+function readTools(body: Json): Json[] | undefined {
+  const tools = body.tools;
+  if (tools === undefined || tools === null) return undefined;
+  if (!Array.isArray(tools)) throw bad("'tools' must be a list");
+  tools.forEach((tool, i) => {
+    if (!isObject(tool) || tool.type !== 'function' || !isObject(tool.function) || typeof tool.function.name !== 'string' || !tool.function.name) throw bad(`'tools[${i}]' must be {"type": "function", "function": {"name": ..., "parameters": {...}}}`);
+  });
+  return tools.length ? (tools as Json[]) : undefined;
+}
+
+/**
+ * Whether the answer's text is read for hermes tool calls: with tools and tool_choice auto (the
+ * default with tools). "required" and a named function, which vLLM forces with guided decoding,
+ * are refused: this server has none, and an answer without the call would break the client's contract.
+ */
+function parsesToolCalls(body: Json, tools: Json[] | undefined): boolean {
+  const choice = body.tool_choice;
+  if (choice === undefined || choice === null || choice === 'auto') return tools !== undefined;
+  if (choice === 'none') return false;
+  if (choice === 'required' || isObject(choice)) throw bad(`'tool_choice' ${JSON.stringify(choice).slice(0, 80)} is not supported by flowrl serve (vLLM forces it with guided decoding, which this server does not have); use "auto" or "none"`);
+  throw bad("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function");
+}
+
+/**
+ * Chat messages as the template takes them: role and content strings; an assistant's tool_calls
+ * (content null or absent then) with their arguments read from JSON, as vLLM hands them to the
+ * template; a tool's answer with its tool_call_id.
+ */
+function templateMessages(messages: unknown): Json[] {
+  if (!Array.isArray(messages) || !messages.length) throw bad("'messages' must be a non-empty list");
+  return messages.map((m, i) => {
+    if (!isObject(m) || typeof m.role !== 'string') throw bad(`'messages[${i}]' must be {role, content} strings`);
+    const calls = m.role === 'assistant' && m.tool_calls !== undefined && m.tool_calls !== null ? m.tool_calls : undefined;
+    if (typeof m.content !== 'string' && !(calls !== undefined && (m.content === null || m.content === undefined))) throw bad(`'messages[${i}]' must be {role, content} strings`);
+    const message: Json = { role: m.role, content: m.content ?? '' };
+    if (typeof m.tool_call_id === 'string') message.tool_call_id = m.tool_call_id;
+    if (typeof m.name === 'string') message.name = m.name;
+    if (calls !== undefined) {
+      if (!Array.isArray(calls)) throw bad(`'messages[${i}].tool_calls' must be a list`);
+      message.tool_calls = calls.map((call, j) => {
+        const where = `messages[${i}].tool_calls[${j}]`;
+        if (!isObject(call) || !isObject(call.function) || typeof call.function.name !== 'string') throw bad(`'${where}' must be {"type": "function", "function": {"name": ..., "arguments": "..."}}`);
+        let args: unknown = call.function.arguments ?? {};
+        if (typeof args === 'string') {
+          try {
+            args = JSON.parse(args);
+          } catch {
+            throw bad(`'${where}.function.arguments' is not JSON`);
+          }
+        }
+        return { ...call, function: { name: call.function.name, arguments: args } };
+      });
+    }
+    return message;
+  });
+}
+
+/** The hermes calls in a chat answer as OpenAI's tool_calls; none (the text is all content) when any call does not parse, as vLLM's parser gives up. */
+function toolCallsOf(text: string): { content: string | null; calls: Json[] } | undefined {
+  if (!text.includes(TOOL_CALL_OPEN)) return undefined;
+  const parsed = parseHermesCalls(text);
+  if (!parsed.calls.length || parsed.calls.some((c) => 'error' in c)) return undefined;
+  const calls = parsed.calls.map((c) => {
+    const call = c as { name: string; arguments: Record<string, unknown> };
+    return { id: `chatcmpl-tool-${randomBytes(8).toString('hex')}`, type: 'function', function: { name: call.name, arguments: pythonJson(call.arguments) } };
+  });
+  // vLLM's hermes parser: the content is the text before the first call, as written (null when only whitespace).
+  const content = text.slice(0, text.indexOf(TOOL_CALL_OPEN));
+  return { content: content.trim() ? content : null, calls };
+}
+
+/** JSON as Python's json.dumps(ensure_ascii=False) writes it (", " and ": "), as vLLM writes a call's arguments. */
+function pythonJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
+  if (isObject(value)) return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${pythonJson(v)}`).join(', ')}}`;
+  return JSON.stringify(value);
+}
+
 async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
-  refuseStreaming(body);
   const tokenizer = server.options.tokenizer;
   if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
   if (!tokenizer.hasChatTemplate) throw bad(`${server.options.modelDir}: the tokenizer has no chat template`);
-  const messages = body.messages;
-  if (!Array.isArray(messages) || !messages.length) throw bad("'messages' must be a non-empty list");
-  messages.forEach((m, i) => {
-    if (!isObject(m) || typeof m.role !== 'string' || typeof m.content !== 'string') throw bad(`'messages[${i}]' must be {role, content} strings`);
-  });
+  const messages = templateMessages(body.messages);
+  const tools = readTools(body);
+  const withTools = parsesToolCalls(body, tools);
   // Before the template runs: a million short messages would take it seconds to render into a prompt the context refuses anyway.
-  const chars = messages.reduce((n: number, m: { role: string; content: string }) => n + m.role.length + m.content.length, 0);
+  const chars = messages.reduce((n: number, m) => n + (m.role as string).length + (m.content as string).length, 0) + (tools ? JSON.stringify(tools).length : 0);
   if (chars > server.engine.maxModelLen * 64) throw bad(`'messages' hold ${chars} characters, more than any prompt this model's context (${server.engine.maxModelLen} tokens) holds`);
-  const text = tokenizer.applyChatTemplate(messages as { role: string; content: string }[]);
+  const text = tokenizer.applyChatTemplate(messages as unknown as { role: string; content: string }[], true, tools);
   const prompt = server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
   const s = vllmSampling(server, p, prompt, 'rest');
   const top = body.top_logprobs === undefined || body.top_logprobs === null ? 0 : readNumber(body, 'top_logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   if (top && body.logprobs !== true) throw bad("'top_logprobs' needs 'logprobs' true");
   s.topLogProbs = top;
-  const outputs = await server.sample(res, server.specs(prompt, s, adapterFor(server, body.model)));
-  if (!outputs) return undefined;
+  const head = answerHead(server, 'chat.completion', body.model);
+  const streaming = streamingAnswer(server, body, res, head, prompt[0].length, ['logprobs']);
   const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
+  const decodeText = (ids: readonly number[]) => tokenizer.decode(ids.filter((id) => !stops.has(id)), true);
+  // A tool call's opening tag ends the streamed content: the calls follow whole in the last chunks.
+  const marks = withTools ? [...s.stopStrings, TOOL_CALL_OPEN] : s.stopStrings;
+  const outputs = await streaming.sample(server.specs(prompt, s, adapterFor(server, body.model)), (i) => ({
+    deltas: new TextDeltas(decodeText, marks),
+    opening: { index: i, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+    delta: (content) => ({ index: i, delta: { content }, logprobs: null, finish_reason: null }),
+  }));
+  if (!outputs) return undefined;
+  const answers = outputs.map((o) => {
+    const ended = textAndStop(o, s, body, (ids) => decodeText(ids));
+    const called = withTools ? toolCallsOf(ended.text) : undefined;
+    // vLLM: a turn that called tools and stopped finishes "tool_calls".
+    return { ended, called, finish: called && ended.finish === 'stop' ? 'tool_calls' : ended.finish };
+  });
+  if (streaming.live) {
+    return streaming.finish(
+      outputs,
+      answers.map(({ ended, called, finish }, i) => [
+        ...(called ? called.calls.map((call, k) => ({ index: i, delta: { tool_calls: [{ index: k, ...call }] }, logprobs: null, finish_reason: null })) : []),
+        { index: i, delta: called ? {} : { content: streaming.rest(i, ended.text) }, logprobs: null, finish_reason: finish, stop_reason: ended.stopReason },
+      ]),
+    );
+  }
   return completion(
-    server,
-    'chat.completion',
-    body.model,
+    head,
     prompt[0].length,
     outputs,
     outputs.map((o, i) => {
       const lps = reportedLogProbs(server, o);
-      const ended = textAndStop(o, s, body, (ids) => tokenizer.decode(ids.filter((id) => !stops.has(id)), true));
+      const { ended, called, finish } = answers[i];
       return {
         index: i,
-        message: { role: 'assistant', content: ended.text },
+        message: { role: 'assistant', content: called ? called.content : ended.text, tool_calls: called?.calls ?? [] },
         logprobs:
           body.logprobs === true
             ? {
@@ -277,7 +390,7 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
                 })),
               }
             : null,
-        finish_reason: ended.finish,
+        finish_reason: finish,
         stop_reason: ended.stopReason,
       };
     }),
@@ -289,15 +402,92 @@ function chatToken(token: string, logprob: number): Json {
   return { token, logprob, bytes: [...Buffer.from(token, 'utf8')] };
 }
 
-/** What OpenAI's completion objects hold around their choices: ids, model and token usage. */
-function completion(server: DialectHost, object: 'text_completion' | 'chat.completion', model: unknown, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
+/** What an answer's objects (the whole one, or each streamed chunk) hold around their choices. */
+interface AnswerHead {
+  id: string;
+  object: 'text_completion' | 'chat.completion';
+  created: number;
+  model: string;
+}
+
+function answerHead(server: DialectHost, object: AnswerHead['object'], model: unknown): AnswerHead {
+  return { id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${server.nextId()}`, object, created: Math.floor(Date.now() / 1000), model: typeof model === 'string' ? model : server.modelName };
+}
+
+function usage(promptTokens: number, outputs: SampleOutput[]): Json {
   const completionTokens = outputs.reduce((n, o) => n + o.outputIds.length, 0);
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+}
+
+/** OpenAI's completion object: the head, its choices and token usage. */
+function completion(head: AnswerHead, promptTokens: number, outputs: SampleOutput[], choices: Json[]): Json {
+  return { ...head, choices, usage: usage(promptTokens, outputs) };
+}
+
+/** One choice of a streamed answer: its text in deltas, the chunk choice a delta makes, and one sent before its first (chat's role). */
+interface StreamedChoice {
+  deltas: TextDeltas;
+  delta: (text: string) => Json;
+  opening?: Json;
+}
+
+/**
+ * An answer streamed as vLLM streams it when the request says `stream: true` (each choice's text in
+ * chunks as it is sampled, its finish in a last chunk, the usage after them with
+ * stream_options.include_usage, then [DONE]), or whole otherwise. `unstreamed`: fields refused
+ * with stream true.
+ */
+function streamingAnswer(server: DialectHost, body: Json, res: http.ServerResponse, head: AnswerHead, promptTokens: number, unstreamed: string[]) {
+  const { includeUsage } = streamOptions(body);
+  const live = body.stream === true;
+  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw bad("'stream' must be a boolean");
+  for (const key of live ? unstreamed : []) {
+    if (body[key] !== undefined && body[key] !== null && body[key] !== false) throw bad(`'${key}' with 'stream' true is not supported by flowrl serve; ask without streaming`);
+  }
+  const stream = new EventStream(res);
+  const chunkHead = { ...head, object: head.object === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion' };
+  const choices: StreamedChoice[] = [];
+  const opened = new Set<number>();
+  const open = (i: number) => {
+    if (opened.has(i)) return;
+    opened.add(i);
+    if (choices[i].opening) stream.send({ ...chunkHead, choices: [choices[i].opening] });
+  };
   return {
-    id: `${object === 'chat.completion' ? 'chatcmpl' : 'cmpl'}-flowrl-${server.nextId()}`,
-    object,
-    created: Math.floor(Date.now() / 1000),
-    model: typeof model === 'string' ? model : server.modelName,
-    choices,
-    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    live,
+    async sample(specs: SampleSpec[], choiceFor: (i: number) => StreamedChoice): Promise<SampleOutput[] | undefined> {
+      if (!live) return server.sample(res, specs);
+      const wired = specs.map((spec, i) => {
+        choices[i] = choiceFor(i);
+        return {
+          ...spec,
+          onStep: (ids: readonly number[]) => {
+            const text = choices[i].deltas.next(ids);
+            if (!text) return;
+            open(i);
+            stream.send({ ...chunkHead, choices: [choices[i].delta(text)] });
+          },
+        };
+      });
+      try {
+        return await server.sample(res, wired);
+      } catch (e) {
+        // Once the head is out the status is spent: the failure goes in the stream.
+        if (!stream.started) throw e;
+        stream.end({ status: e instanceof HttpError ? e.status : 500, message: (e as Error).message });
+        return undefined;
+      }
+    },
+    /** What choice i's final text adds to what it streamed. */
+    rest: (i: number, text: string) => choices[i].deltas.rest(text),
+    /** Sends each choice's last chunks (after its opening, if never sent), the usage when asked, and [DONE]. */
+    finish(outputs: SampleOutput[], last: Json[][]): undefined {
+      last.forEach((chunks, i) => {
+        open(i);
+        for (const choice of chunks) stream.send({ ...chunkHead, choices: [choice] });
+      });
+      if (includeUsage) stream.send({ ...chunkHead, choices: [], usage: usage(promptTokens, outputs) });
+      return stream.end();
+    },
   };
 }

@@ -101,6 +101,8 @@ export interface ServerHooks {
   beforeRoute?: (route: string) => void;
   /** Makes /health and /health_generate fail. */
   unhealthy?: () => boolean;
+  /** Ids every sample takes instead of drawing (a scripted answer); undefined: drawn. */
+  scriptedIds?: () => number[] | undefined;
 }
 
 /** How long an idle connection is kept (announced in a Keep-Alive header), as SGLang's uvicorn keeps one. */
@@ -517,7 +519,18 @@ export class FlowrlServer implements DialectHost {
       this.held.add(res);
       return undefined;
     }
-    const outputs = await Promise.all(this.engine.submitAll(specs));
+    // A client that goes away cancels its samples: queued ones leave the queue, running ones stop (4 s of abandoned work held new clients once).
+    const gone = new AbortController();
+    const cancel = () => void (res.writableFinished || gone.abort());
+    res.on('close', cancel);
+    let outputs: SampleOutput[];
+    try {
+      const forcedIds = this.hooks.scriptedIds?.();
+      outputs = await Promise.all(this.engine.submitAll(specs.map((spec) => ({ ...spec, signal: gone.signal, ...(forcedIds ? { forcedIds } : {}) }))));
+    } finally {
+      res.off('close', cancel);
+    }
+    if (gone.signal.aborted) return undefined;
     if (fate === 'drop') {
       res.socket?.destroy();
       return undefined;

@@ -34,6 +34,12 @@ export interface SampleSpec {
   stopWhen?: (ids: readonly number[]) => boolean;
   /** How many most likely tokens to report at each step (OpenAI's top logprobs); 0 or absent: none. */
   topLogProbs?: number;
+  /** Called after each decode step with this sample's ids so far (a streaming answer reads them). */
+  onStep?: (ids: readonly number[]) => void;
+  /** Ends the sample (its client went away): queued, it finishes 'abort' at once; decoding, at the next step, with the ids so far. */
+  signal?: AbortSignal;
+  /** Ids the sample takes in order instead of drawing (flowrl serve's test faults script answers with it). */
+  forcedIds?: readonly number[];
 }
 
 /** Why a sample ended, in the engines' words. */
@@ -95,6 +101,15 @@ interface Pending {
   settled: Promise<unknown>;
   /** Admission order: a weight update waits for the samples admitted before it. */
   seq: number;
+}
+
+/** Gives a streaming reader a step's ids; what it does with them (a closed socket) never stops the batch. */
+function reportStep(onStep: (ids: readonly number[]) => void, ids: readonly number[]): void {
+  try {
+    onStep(ids);
+  } catch {
+    // The reader's failure is its request's, not the batch's.
+  }
 }
 
 /** The batch now decoding. */
@@ -215,10 +230,21 @@ export class ServingEngine {
       });
       pending.settled = promise.catch(() => undefined);
       this.queue.push(pending);
+      spec.signal?.addEventListener('abort', () => this.dropQueued(pending), { once: true });
       return promise;
     });
+    for (const p of this.queue) if (p.spec.signal?.aborted) this.dropQueued(p);
     this.schedule();
     return promises;
+  }
+
+  /** A cancelled sample still waiting leaves the queue, finished 'abort' (one decoding stops at its next step instead). */
+  private dropQueued(pending: Pending): void {
+    const at = this.queue.indexOf(pending);
+    if (at < 0) return;
+    this.queue.splice(at, 1);
+    pending.resolve({ outputIds: [], logProbs: [], finish: 'abort', weightVersion: this.weightVersion });
+    this.wakeWaiters();
   }
 
   /** Queues one sample (submitAll of one, as a promise). */
@@ -319,12 +345,20 @@ export class ServingEngine {
           withLogProbs: true,
           withKeptMass: !greedy && (first.topP < 1 || first.topK > 0),
           rowStopWhen: rows.map((p) => p.spec.stopWhen),
+          rowForced: rows.map((p) => p.spec.forcedIds),
           topLogProbs: Math.max(0, ...rows.map((p) => p.spec.topLogProbs ?? 0)),
         },
       );
+      const cancelled = rows.map(() => false);
       for (;;) {
         this.beforeStep?.();
-        if (batch.aborted || !(await decoding.step())) break;
+        if (batch.aborted) break;
+        rows.forEach((p, b) => {
+          if (p.spec.signal?.aborted && !cancelled[b]) cancelled[b] = decoding!.endRow(b);
+        });
+        const going = await decoding.step();
+        for (const [b, p] of rows.entries()) if (p.spec.onStep && !cancelled[b]) reportStep(p.spec.onStep, decoding.tokens[b]);
+        if (!going) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
       const { tokens, stopped, logProbs, keptLogMass, alternatives } = decoding.result();
@@ -334,7 +368,7 @@ export class ServingEngine {
       const raw: number[][] = [];
       if (this.options.logprobsMode === 'raw_logprobs') for (const [b, p] of rows.entries()) raw.push(skew(rescore ? await this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]));
       rows.forEach((p, b) => {
-        const finish: FinishReason = batch.aborted ? 'abort' : stopped[b] ? 'stop' : 'length';
+        const finish: FinishReason = batch.aborted || cancelled[b] ? 'abort' : stopped[b] ? 'stop' : 'length';
         p.resolve({
           outputIds: tokens[b],
           logProbs: skew(logProbs![b]),

@@ -1,0 +1,181 @@
+// flowrl serve as streaming clients and agents use it (issue 49): the official openai clients
+// stream chat and completions, with usage and stop strings, and get hermes tool calls back as
+// tool_calls; a client that goes away cancels its samples.
+import { expect } from 'chai';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
+import type { FlowrlServer } from '../core-adapters/rollout/serve.js';
+import { ROOT, runCommand, tempDir, writeTinyQwen25 } from './helpers.js';
+import { startServer } from './serve-helpers.js';
+
+const SCRIPTED_CALL = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>';
+const TOOLS = [{ type: 'function' as const, function: { name: 'add', description: 'Adds two numbers.', parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] } } }];
+const MESSAGES = [{ role: 'user' as const, content: 'What is 1 + 2?' }];
+
+describe('flowrl serve streams, calls tools and cancels for the openai clients', function () {
+  this.timeout(180_000);
+  let server: FlowrlServer;
+  let url: string;
+  let model: string;
+  let client: OpenAI;
+  const faults = (body: object) => fetch(`${url}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+  before(async () => {
+    // Qwen2.5's architecture, shrunk, with the real Qwen tokenizer and its chat template (hermes tools).
+    const dir = await writeTinyQwen25(path.join(tempDir(), 'Qwen2.5-tiny'));
+    model = path.basename(dir);
+    ({ server, url } = await startServer({ modelDir: dir, tokenizer: TextTokenizer.load(dir), weightsRoots: [os.tmpdir()] }, true));
+    client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+
+  after(() => server?.close());
+  afterEach(() => faults({ reset: true }));
+
+  it('chat: the streamed deltas (two choices, a stop string held back until it is known) are the whole answer, with its finish and, last, its usage', async () => {
+    const free = await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: 16, seed: 3 });
+    // A stop string from the middle of the free answer: the stream must never show its first characters.
+    const content = free.choices[0].message.content!;
+    const stop = content.slice(6, 9);
+    const ask = { model, messages: MESSAGES, max_tokens: 16, seed: 3, n: 2, stop: [stop] };
+    const whole = await client.chat.completions.create(ask);
+    const texts = ['', ''];
+    const finishes: (string | null)[] = [null, null];
+    let roles = 0;
+    let usage: OpenAI.CompletionUsage | undefined;
+    let afterUsage = 0;
+    for await (const chunk of await client.chat.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } })) {
+      expect(chunk.object).to.equal('chat.completion.chunk');
+      if (usage) afterUsage++;
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of chunk.choices) {
+        if (choice.delta.role) roles++;
+        texts[choice.index] += choice.delta.content ?? '';
+        finishes[choice.index] = choice.finish_reason ?? finishes[choice.index];
+        // Nothing of the stop string is ever sent.
+        expect(texts[choice.index]).to.not.include(stop);
+      }
+    }
+    expect(texts).to.deep.equal(whole.choices.map((c) => c.message.content));
+    expect(finishes).to.deep.equal(whole.choices.map((c) => c.finish_reason));
+    expect(whole.choices[0].finish_reason).to.equal('stop');
+    expect(roles).to.equal(2);
+    expect(usage).to.deep.equal(whole.usage);
+    expect(afterUsage).to.equal(0);
+  });
+
+  it('completions: the same; usage counts each prompt once whatever n is; logprobs with stream is refused naming it', async () => {
+    const ask = { model, prompt: ['Hello there', 'Once upon'], max_tokens: 10, seed: 5, n: 2 };
+    const whole = await client.completions.create(ask);
+    const texts = ['', '', '', ''];
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of await client.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } })) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of chunk.choices) texts[choice.index] += choice.text;
+    }
+    expect(texts).to.deep.equal(whole.choices.map((c) => c.text));
+    const tokenizer = server.options.tokenizer!;
+    expect(whole.usage!.prompt_tokens).to.equal(tokenizer.encode('Hello there').length + tokenizer.encode('Once upon').length);
+    expect(usage).to.deep.equal(whole.usage);
+    let refused: unknown;
+    await client.completions.create({ ...ask, stream: true, logprobs: 2 }).catch((e: unknown) => (refused = e));
+    expect(refused).to.be.instanceOf(OpenAI.BadRequestError);
+    expect((refused as Error).message).to.include("'logprobs' with 'stream' true is not supported");
+  });
+
+  it('tools: a hermes call comes back as tool_calls with finish tool_calls, whole and streamed (the client assembles the deltas); the next turn takes the call and its result', async () => {
+    await faults({ script: SCRIPTED_CALL });
+    const whole = await client.chat.completions.create({ model, messages: MESSAGES, tools: TOOLS, max_tokens: 64 });
+    const answer = whole.choices[0];
+    expect(answer.finish_reason).to.equal('tool_calls');
+    expect(answer.message.content).to.equal('Let me add.\n');
+    const call = answer.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call.type).to.equal('function');
+    expect(call.id).to.match(/^chatcmpl-tool-[0-9a-f]{16}$/);
+    // As vLLM writes them: Python's json.dumps.
+    expect(call.function.arguments).to.equal('{"a": 1, "b": 2}');
+    expect([call.function.name, JSON.parse(call.function.arguments)]).to.deep.equal(['add', { a: 1, b: 2 }]);
+    const streamed = await client.chat.completions.stream({ model, messages: MESSAGES, tools: TOOLS, max_tokens: 64 }).finalChatCompletion();
+    const assembled = streamed.choices[0];
+    expect(assembled.finish_reason).to.equal('tool_calls');
+    expect(assembled.message.content).to.equal('Let me add.\n');
+    const streamedCall = assembled.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect([streamedCall.function.name, JSON.parse(streamedCall.function.arguments)]).to.deep.equal(['add', { a: 1, b: 2 }]);
+    // tool_choice none: the same text is all content.
+    const none = await client.chat.completions.create({ model, messages: MESSAGES, tools: TOOLS, tool_choice: 'none', max_tokens: 64 });
+    expect([none.choices[0].message.content, none.choices[0].message.tool_calls ?? [], none.choices[0].finish_reason]).to.deep.equal([SCRIPTED_CALL, [], 'stop']);
+    // The agent's next turn: the assistant's call (arguments as a JSON string) and the tool's answer render into the prompt.
+    await faults({ script: 'It is 3.' });
+    const next = await client.chat.completions.create({ model, messages: [...MESSAGES, answer.message, { role: 'tool', tool_call_id: call.id, content: '3' }], tools: TOOLS, max_tokens: 16 });
+    expect([next.choices[0].message.content, next.choices[0].finish_reason]).to.deep.equal(['It is 3.', 'stop']);
+    const rendered = server.options.tokenizer!.applyChatTemplate([...MESSAGES, { role: 'assistant', content: 'Let me add.\n', tool_calls: [{ type: 'function', function: { name: 'add', arguments: { a: 1, b: 2 } } }] }, { role: 'tool', content: '3' }] as never, true, TOOLS);
+    expect(rendered).to.include('<tool_response>\n3\n</tool_response>');
+    expect(next.usage!.prompt_tokens).to.equal(server.options.tokenizer!.encode(rendered).length);
+    // Forced calls need guided decoding, which this server does not have: refused, naming the field.
+    for (const tool_choice of ['required', { type: 'function', function: { name: 'add' } }] as const) {
+      let refused: unknown;
+      await client.chat.completions.create({ model, messages: MESSAGES, tools: TOOLS, tool_choice, max_tokens: 8 }).catch((e: unknown) => (refused = e));
+      expect(refused, JSON.stringify(tool_choice)).to.be.instanceOf(OpenAI.BadRequestError);
+      expect((refused as Error).message).to.include("'tool_choice'");
+    }
+  });
+
+  it('a client that goes away cancels its samples, queued and running, whole or streamed', async () => {
+    for (const stream of [false, true]) {
+      const gone = new AbortController();
+      const request = fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: MESSAGES, max_tokens: 4000, n: 8, stream, ignore_eos: true }),
+        signal: gone.signal,
+      }).then((r) => r.body?.cancel());
+      // Once its batch decodes, the client leaves.
+      for (let i = 0; i < 400 && server.engine.busy === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(server.engine.busy, 'samples decoding').to.be.above(0);
+      gone.abort();
+      await request.catch(() => undefined);
+      // 8 x 4000 tokens would take minutes; the batch ends at its next step.
+      const started = performance.now();
+      while (server.engine.busy + server.engine.waiting > 0 && performance.now() - started < 30_000) await new Promise((r) => setTimeout(r, 10));
+      expect(server.engine.busy + server.engine.waiting, `stream ${stream}: samples left after the client went away`).to.equal(0);
+    }
+    // The server answers the next client as before.
+    expect((await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: 4, seed: 1 })).choices[0].message.role).to.equal('assistant');
+  });
+
+  it("the official Python client (openai 3.22.1) streams chat and completions and assembles tool calls (where the machine's wheel cache has it)", async function () {
+    const wheels = '/opt/pypi/files';
+    if (!fs.existsSync(path.join(wheels, 'openai-3.22.1-py3-none-any.whl'))) this.skip();
+    const target = path.join(ROOT, 'node_modules', '.cache', 'flowrl-openai-python-3.22.1');
+    if (!fs.existsSync(path.join(target, 'openai'))) {
+      const install = await runCommand('python3', ['-m', 'pip', 'install', '--quiet', '--no-index', '--find-links', wheels, '--target', target, 'openai==3.22.1'], ROOT, 120_000);
+      if (install.status !== 0) this.skip();
+    }
+    await faults({ script: SCRIPTED_CALL });
+    const script = [
+      'import json, sys',
+      'from openai import OpenAI',
+      `client = OpenAI(base_url=${JSON.stringify(`${url}/v1`)}, api_key="unused", max_retries=0)`,
+      `model, messages, tools = ${JSON.stringify(model)}, ${JSON.stringify(MESSAGES)}, ${JSON.stringify(TOOLS)}`,
+      'content, calls, finish = "", {}, None',
+      'for chunk in client.chat.completions.create(model=model, messages=messages, tools=tools, max_tokens=64, stream=True):',
+      '    for c in chunk.choices:',
+      '        content += c.delta.content or ""',
+      '        for t in c.delta.tool_calls or []:',
+      '            calls.setdefault(t.index, {"name": "", "arguments": ""})',
+      '            calls[t.index]["name"] += t.function.name or ""',
+      '            calls[t.index]["arguments"] += t.function.arguments or ""',
+      '        finish = c.finish_reason or finish',
+      'text = "".join(c.choices[0].text for c in client.completions.create(model=model, prompt="Hello", max_tokens=6, stream=True) if c.choices)',
+      'print(json.dumps({"content": content, "calls": list(calls.values()), "finish": finish, "text": text}))',
+    ].join('\n');
+    // Asynchronously: the server answering it runs in this process.
+    const run = await runCommand('python3', ['-c', script], ROOT, 60_000, { PYTHONPATH: target });
+    expect(run.status, run.stderr).to.equal(0);
+    const got = JSON.parse(run.stdout) as { content: string; calls: { name: string; arguments: string }[]; finish: string; text: string };
+    expect([got.content, got.finish, got.calls.map((c) => [c.name, JSON.parse(c.arguments)])]).to.deep.equal(['Let me add.\n', 'tool_calls', [['add', { a: 1, b: 2 }]]]);
+    expect(got.text).to.equal(SCRIPTED_CALL.slice(0, got.text.length));
+  });
+});
