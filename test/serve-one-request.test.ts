@@ -219,7 +219,14 @@ describe('flowrl serve: no one request crashes, hangs or splits it (the countdow
       expect(Math.max(...Object.values(entries))).to.be.closeTo(lp.token_logprobs[t], 1e-9);
       expect(entries[lp.tokens[t]]).to.be.closeTo(lp.token_logprobs[t], 1e-9);
     });
-    expectError(await call(url, '/generate', { ...canaryBody, stream: true }), 400, "'stream' true is not supported");
+    // /generate streams as SGLang does: cumulative text and ids, the whole item last, then [DONE].
+    const generated = String((await call(url, '/generate', { ...canaryBody, rid: 'r1', stream: true })).body).split('\n\n').filter(Boolean);
+    expect(generated.at(-1)).to.equal('data: [DONE]');
+    const items = generated.slice(0, -1).map((e) => JSON.parse(e.slice('data: '.length)) as SglangItem);
+    expect(items.map((item) => item.output_ids)).to.deep.equal(canary.map((_, t) => canary.slice(0, t + 1)).concat([canary]));
+    expect(items.slice(0, -1).every((item) => item.meta_info.finish_reason === null)).to.equal(true);
+    expect(items.at(-1)).to.deep.equal((await call(url, '/generate', { ...canaryBody, rid: 'r1' })).body);
+    expectError(await call(url, '/generate', { ...canaryBody, stream: true, return_logprob: true }), 400, "'return_logprob' with 'stream' true is not supported");
     // /v1/completions streams (test/serve-streaming.test.ts): the events' text is the whole answer's.
     const streamed = await call(url, '/v1/completions', { prompt: [1, 5], max_tokens: 6, seed: 4, stream: true });
     const events = String(streamed.body).split('\n\n').filter(Boolean);

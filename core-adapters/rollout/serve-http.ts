@@ -86,11 +86,6 @@ export function firstStop(text: string, stops: string[]): { at: number; stop: st
   return found;
 }
 
-/** Refuses `stream: true` where this server does not stream (SGLang's /generate). */
-export function refuseStreaming(body: Json): void {
-  if (body.stream === true) throw bad("'stream' true is not supported on this route by flowrl serve: it answers whole; send stream false (or leave it out)");
-}
-
 /**
  * A streamed answer (server-sent events, as vLLM and SGLang stream): `data: JSON` events, then
  * `data: [DONE]`. The head is written with the first event, so a request refused before any

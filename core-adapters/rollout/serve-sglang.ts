@@ -6,7 +6,8 @@
 // leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
-import { bad, echoedText, firstStop, HttpError, isObject, readNumber, refuseStreaming, send, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
+import type { SampleOutput } from './serving-engine.js';
+import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, TextDeltas, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
 export const SGLANG_RELEASE = 'v0.5.18';
@@ -145,7 +146,6 @@ async function unloadAdapter(server: DialectHost, body: Json): Promise<Json> {
 }
 
 async function generate(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
-  refuseStreaming(body);
   // input_ids are ids only (a string there is a mistake, not a prompt); text is the text route.
   const byIds = body.input_ids !== undefined && body.input_ids !== null;
   if (!byIds && (body.text === undefined || body.text === null)) throw bad("'input_ids' (or 'text') is required");
@@ -158,7 +158,25 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   // Checked before sampling: the id is copied into every answer.
   const rid = body.rid === undefined || body.rid === null ? `flowrl-${server.nextId()}` : echoedText(body.rid, 'rid');
   const adapter = body.lora_path === undefined || body.lora_path === null ? undefined : String(body.lora_path);
-  const outputs = await server.sample(res, server.specs(prompts, s, adapter));
+  // SGLang answers one object for one prompt and one sample, else a list (streamed items then carry their index).
+  const source = byIds ? body.input_ids : body.text;
+  const single = prompts.length === 1 && s.n === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
+  const idOf = (i: number) => (prompts.length * s.n > 1 ? `${rid}-${i}` : rid);
+  let specs = server.specs(prompts, s, adapter);
+  const stream = streamedGenerate(server, body, res, specs.length, single, s.stopStrings);
+  if (stream) {
+    specs = specs.map((spec, i) => ({
+      ...spec,
+      onStep: (ids: readonly number[]) => stream.progress(i, ids, { id: idOf(i), finish_reason: null, prompt_tokens: spec.inputIds.length, completion_tokens: ids.length, cached_tokens: 0, weight_version: server.engine.weightVersion }),
+    }));
+  }
+  let outputs: SampleOutput[] | undefined;
+  try {
+    outputs = await server.sample(res, specs);
+  } catch (e) {
+    if (!stream?.started) throw e;
+    return stream.fail(e as Error);
+  }
   if (!outputs) return undefined;
   const items = outputs.map((o, i) => {
     const text = server.decode(o.outputIds);
@@ -168,7 +186,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
     text: hit && params.no_stop_trim !== true ? text.slice(0, hit.at) : text,
     output_ids: o.outputIds,
     meta_info: {
-      id: outputs.length > 1 ? `${rid}-${i}` : rid,
+      id: idOf(i),
       finish_reason: o.finish === 'stop' ? { type: 'stop', matched: hit ? hit.stop : o.matchedStop } : o.finish === 'length' ? { type: 'length', length: o.outputIds.length } : { type: 'abort', message: 'Abort before prefill' },
       prompt_tokens: prompts[Math.floor(i / s.n)].length,
       completion_tokens: o.outputIds.length,
@@ -180,8 +198,38 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
     },
     };
   });
-  // SGLang answers one object for one prompt and one sample, else a list.
-  const source = byIds ? body.input_ids : body.text;
-  const single = prompts.length === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
-  return single && s.n === 1 ? items[0] : items;
+  if (stream) return stream.finish(items);
+  return single ? items[0] : items;
+}
+
+/**
+ * /generate with `stream: true`, as SGLang v0.5.18 streams it by default (http_server.py
+ * generate_request; tokenizer_manager.py): after each token an event with the text and output_ids
+ * so far (cumulative, the text held back while its tail could begin a stop string) and meta_info
+ * with finish_reason null; each sample's last event is its whole item; then [DONE]. Batches and
+ * n > 1 carry each item's `index`. Log-probs are not streamed here (refused).
+ */
+function streamedGenerate(server: DialectHost, body: Json, res: http.ServerResponse, samples: number, single: boolean, stops: string[]) {
+  if (body.stream === undefined || body.stream === null || body.stream === false) return undefined;
+  if (body.stream !== true) throw bad("'stream' must be a boolean");
+  if (body.return_logprob === true) throw bad("'return_logprob' with 'stream' true is not supported by flowrl serve; ask without streaming");
+  const events = new EventStream(res);
+  const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids]), stops), shown: '' }));
+  const indexed = (i: number, item: Json) => (single ? item : { ...item, index: i });
+  return {
+    get started() {
+      return events.started;
+    },
+    progress(i: number, ids: readonly number[], meta: Json): void {
+      texts[i].shown += texts[i].deltas.next(ids);
+      events.send(indexed(i, { text: texts[i].shown, output_ids: [...ids], meta_info: meta }));
+    },
+    fail(e: Error): undefined {
+      return events.end({ status: e instanceof HttpError ? e.status : 500, message: e.message });
+    },
+    finish(items: Json[]): undefined {
+      items.forEach((item, i) => events.send(indexed(i, item)));
+      return events.end();
+    },
+  };
 }
