@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { CausalLM } from '../core-adapters/model/causal-lm.js';
 import { loadModel, saveModel } from '../core-adapters/model/checkpoint.js';
+import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
@@ -523,6 +524,52 @@ describe('flowrl serve: the HTTP server', () => {
       expect((await ids()).map((m) => m.id)).to.deep.equal(['tiny-qwen2']);
       expectError(await call(main.url, '/v1/unload_lora_adapter', { lora_name: 'a1' }), 404, 'a1');
     });
+  });
+});
+
+describe('flowrl serve: a weight change waits for the samples admitted before it', function () {
+  this.timeout(120_000);
+
+  it('an in-place adapter reload or an unload sent while a request of n 12 runs in batches of 4: every sample from the adapter it was admitted under, prompt_logprobs from the weights that sampled', async () => {
+    // A second version of the adapter: its weights tripled.
+    const other = path.join(tempDir(), 'lora-v2');
+    fs.mkdirSync(other);
+    fs.copyFileSync(path.join(TINY_ADAPTER, 'adapter_config.json'), path.join(other, 'adapter_config.json'));
+    const tensors = readTensors(path.join(TINY_ADAPTER, 'adapter_model.safetensors'));
+    writeSafetensors(path.join(other, 'adapter_model.safetensors'), new Map([...tensors].map(([name, t]) => [name, { shape: t.shape, data: t.data.map((v) => 3 * v) }])));
+    const { server, url } = await startServer({ maxBatch: 4 });
+    try {
+      expect((await call(url, '/v1/load_lora_adapter', { lora_name: 'a', lora_path: TINY_ADAPTER })).status).to.equal(200);
+      const ask = { model: 'a', prompt: PROMPTS[2], max_tokens: 40, n: 12, seed: 5, ignore_eos: true, return_token_ids: true, prompt_logprobs: 0 };
+      type Answer = { choices: { token_ids: number[]; prompt_logprobs: unknown[] }[] };
+      const answerOf = async (request: Promise<{ status: number; body: unknown }>) => {
+        const answer = await request;
+        expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).to.equal(200);
+        return (answer.body as Answer).choices;
+      };
+      const running = () => waitFor('the request to decode', async () => server.engine.busy > 0, 20_000);
+      const reference = await answerOf(call(url, '/v1/completions', ask));
+      expect(reference).to.have.length(12);
+      const request = call(url, '/v1/completions', ask);
+      await running();
+      const reload = call(url, '/v1/load_lora_adapter', { lora_name: 'a', lora_path: other, load_inplace: true });
+      const during = await answerOf(request);
+      expect(during.map((c) => c.token_ids), 'all 12 samples from the adapter as admitted').to.deep.equal(reference.map((c) => c.token_ids));
+      expect(during[0].prompt_logprobs, 'prompt_logprobs from the weights that sampled').to.deep.equal(reference[0].prompt_logprobs);
+      expect((await reload).status).to.equal(200);
+      // The reload took effect afterwards.
+      const after = await answerOf(call(url, '/v1/completions', ask));
+      expect(after[0].prompt_logprobs).to.not.deep.equal(reference[0].prompt_logprobs);
+      // An unload waits too: the running request is answered whole, not a 400.
+      const second = call(url, '/v1/completions', ask);
+      await running();
+      const unload = call(url, '/v1/unload_lora_adapter', { lora_name: 'a' });
+      expect((await answerOf(second)).map((c) => c.token_ids)).to.deep.equal(after.map((c) => c.token_ids));
+      expect((await unload).status).to.equal(200);
+      expectError(await call(url, '/v1/completions', ask), 404, 'does not exist');
+    } finally {
+      await server.close();
+    }
   });
 });
 

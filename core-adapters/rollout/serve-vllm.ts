@@ -199,7 +199,9 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
   const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs']);
   const choiceText = (i: number, text: string, finish: string | null = null, stopReason: string | number | null = null) => ({ index: i, text, logprobs: null, finish_reason: finish, stop_reason: stopReason });
-  const outputs = await streaming.sample(server.specs(prompts, s, adapter), (i) => ({
+  // The first sample of each prompt also scores it, with the weights that sample it.
+  const specs = server.specs(prompts, s, adapter).map((spec, i) => (promptLogprobs !== undefined && i % s.n === 0 ? { ...spec, withPromptLogProbs: true } : spec));
+  const outputs = await streaming.sample(specs, (i) => ({
     deltas: new TextDeltas((ids) => server.decode([...ids]), s.stopStrings),
     delta: (text) => choiceText(i, text),
   }));
@@ -213,7 +215,7 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
       }),
     );
   }
-  const scored = promptLogprobs === undefined ? undefined : await Promise.all(prompts.map((ids) => server.engine.scorePrompt(ids, adapter)));
+  const scored = promptLogprobs === undefined ? undefined : prompts.map((_, p) => outputs[p * s.n].promptLogProbs ?? []);
   const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id])));
   return completion(
     head,

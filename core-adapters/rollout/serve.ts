@@ -6,6 +6,7 @@
 // nesting cap on bodies, admin routes off unless enabled, loaded paths confined to allowed roots,
 // and engine faults as 5xx (a 4xx stops a training run) with /health failing once the engine broke.
 import crypto from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import fs from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -521,6 +522,8 @@ export class FlowrlServer implements DialectHost {
     }
     // A client that goes away cancels its samples: queued ones leave the queue, running ones stop (4 s of abandoned work held new clients once).
     const gone = new AbortController();
+    // One listener per sample of the request (n may be hundreds); the signal lives as long as the request.
+    setMaxListeners(specs.length + 1, gone.signal);
     const cancel = () => void (res.writableFinished || gone.abort());
     res.on('close', cancel);
     let outputs: SampleOutput[];

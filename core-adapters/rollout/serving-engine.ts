@@ -40,6 +40,8 @@ export interface SampleSpec {
   signal?: AbortSignal;
   /** Ids the sample takes in order instead of drawing (flowrl serve's test faults script answers with it). */
   forcedIds?: readonly number[];
+  /** Also score the prompt (ids 1.. given those before, at T = 1; vLLM's prompt_logprobs) with the weights that sample it. */
+  withPromptLogProbs?: boolean;
 }
 
 /** Why a sample ended, in the engines' words. */
@@ -61,6 +63,8 @@ export interface SampleOutput {
   weightVersion: string;
   /** With topLogProbs: per id, the most likely tokens at that step (at least topLogProbs of them). */
   alternatives?: Alternatives[];
+  /** With withPromptLogProbs: the prompt's ids 1.. scored at T = 1, by the weights that drew the sample. */
+  promptLogProbs?: number[];
 }
 
 /** Raised when the bounded queue is full (the server answers 503). */
@@ -329,6 +333,9 @@ export class ServingEngine {
     try {
       const greedy = samplesGreedily(first);
       model.adapters = adapters;
+      // Scored inside the batch: a weight change between the samples and a later scoring cannot split them.
+      const promptLogProbs: (number[] | undefined)[] = [];
+      for (const p of rows) promptLogProbs.push(p.spec.withPromptLogProbs ? await this.promptScores(p.spec.inputIds) : undefined);
       const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...model.config.eosTokenIds])];
       decoding = new Decoding(
         model,
@@ -375,6 +382,7 @@ export class ServingEngine {
           ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
           ...(alternatives && p.spec.topLogProbs ? { alternatives: alternatives[b] } : {}),
           ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: raw[b] } : {}),
+          ...(promptLogProbs[b] ? { promptLogProbs: promptLogProbs[b] } : {}),
           finish,
           matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
           weightVersion: this.weightVersion,
@@ -403,20 +411,9 @@ export class ServingEngine {
     return ids.length ? (await responseLogProbs(this.model, [spec.inputIds], [ids], 1))[0] : [];
   }
 
-  /** Log-probs of prompt ids 1.. given the ones before, at T = 1 (vLLM's prompt_logprobs), computed between batches. */
-  scorePrompt(ids: number[], adapter?: string): Promise<number[]> {
-    return this.exclusive(async () => {
-      if (ids.length < 2) return [];
-      const adapters = adapter === undefined ? this.model.adapters : this.adapters.get(adapter);
-      if (adapter !== undefined && !adapters) throw new RequestRefused(`LoRA adapter '${adapter}' is not loaded`);
-      const current = this.model.adapters;
-      this.model.adapters = adapters;
-      try {
-        return (await responseLogProbs(this.model, [ids.slice(0, 1)], [ids.slice(1)], 1))[0];
-      } finally {
-        this.model.adapters = current;
-      }
-    });
+  /** Log-probs of prompt ids 1.. given the ones before, at T = 1, with the weights and adapter in place now. */
+  private async promptScores(ids: readonly number[]): Promise<number[]> {
+    return ids.length < 2 ? [] : (await responseLogProbs(this.model, [ids.slice(0, 1)], [ids.slice(1)], 1))[0];
   }
 
   /** Resolves once no batch is running. */
@@ -534,27 +531,39 @@ export class ServingEngine {
     this.weightVersion = version;
   }
 
-  /** Loads a PEFT adapter under `name` between batches; a name in use is replaced only when `inPlace`. */
+  /**
+   * Loads a PEFT adapter under `name` between batches; a name in use is replaced only when
+   * `inPlace`, and then once every sample admitted before the call has been answered, so no request
+   * is answered from two versions of one adapter.
+   */
   loadAdapter(name: string, dir: string, inPlace: boolean): Promise<void> {
-    return this.exclusive(() => {
-      if (this.adapters.has(name) && !inPlace) throw new Error(`LoRA adapter '${name}' is already loaded; unload it first or pass load_inplace`);
-      const adapters = loadAdapters(this.model.config, dir, CONFINED_FILES);
-      this.adapters.get(name)?.dispose();
-      this.adapters.set(name, adapters);
-      this.adapterDirs.set(name, dir);
-    });
+    return this.exclusive(
+      () => {
+        if (this.adapters.has(name) && !inPlace) throw new Error(`LoRA adapter '${name}' is already loaded; unload it first or pass load_inplace`);
+        const adapters = loadAdapters(this.model.config, dir, CONFINED_FILES);
+        this.adapters.get(name)?.dispose();
+        this.adapters.set(name, adapters);
+        this.adapterDirs.set(name, dir);
+      },
+      false,
+      this.adapters.has(name),
+    );
   }
 
-  /** Unloads an adapter between batches; false when none has that name. */
+  /** Unloads an adapter once the samples admitted before the call (which may name it) are answered; false when none has that name. */
   unloadAdapter(name: string): Promise<boolean> {
-    return this.exclusive(() => {
-      const adapters = this.adapters.get(name);
-      if (!adapters) return false;
-      adapters.dispose();
-      this.adapters.delete(name);
-      this.adapterDirs.delete(name);
-      return true;
-    });
+    return this.exclusive(
+      () => {
+        const adapters = this.adapters.get(name);
+        if (!adapters) return false;
+        adapters.dispose();
+        this.adapters.delete(name);
+        this.adapterDirs.delete(name);
+        return true;
+      },
+      false,
+      this.adapters.has(name),
+    );
   }
 
   /** Back to the base weights as started, version '0' (a test's simulated restart). */
