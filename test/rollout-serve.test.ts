@@ -275,6 +275,10 @@ describe('flowrl serve: the HTTP server', () => {
       const body = JSON.stringify(generateBody({ input_ids: Array.from({ length: 3000 }, (_, i) => i % 100) }));
       expect(Buffer.byteLength(body)).to.be.above(4096);
       expectError(await call(small.url, '/generate', body), 413, '4096 bytes');
+      // It does not read the rest of a body it refused: the connection closes with the answer.
+      const refused = await fetch(`${small.url}/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect([refused.status, refused.headers.get('connection')]).to.deep.equal([413, 'close']);
+      await refused.text();
       // The server still answers on the next request.
       expect((await call(small.url, '/health')).status).to.equal(200);
     });
@@ -488,6 +492,15 @@ describe('flowrl serve: the HTTP server', () => {
         expect(ids).to.have.length(body.usage.completion_tokens);
         expect(choice.message.content).to.equal(tokenizer.decode(ids.filter((id) => id !== 2), true));
         expectError(await call(plain.url, '/v1/chat/completions', { messages }), 400, 'no chat template');
+        // A template that refuses the conversation (transformers' raise_exception) is the request's fault: a 400, not a 500.
+        fs.writeFileSync(path.join(dir, 'chat_template.jinja'), "{% if messages[0].role != 'user' %}{{ raise_exception('the first message must be the user') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}");
+        const strict = await startServer({ modelDir: dir, tokenizer: TextTokenizer.load(dir) });
+        try {
+          expectError(await call(strict.url, '/v1/chat/completions', { messages: [{ role: 'assistant', content: 'x' }] }), 400, 'the chat template refused the messages');
+          expect((await call(strict.url, '/v1/chat/completions', { messages, max_tokens: 2 })).status).to.equal(200);
+        } finally {
+          await strict.server.close();
+        }
         // 30,000 short messages (beyond 128 x 64 characters) are refused before the template renders them.
         const many = Array.from({ length: 30_000 }, () => ({ role: 'user', content: '1' }));
         expectError(await call(chat.url, '/v1/chat/completions', { messages: many }), 400, "'messages' hold 150000 characters");
@@ -508,9 +521,42 @@ describe('flowrl serve: the HTTP server', () => {
       }
     });
 
+    it("/abort_request ends the requests its rid names (as SGLang: by prefix, when one has exactly that id; abort_all for all), not every one; an aborted queued request with top logprobs answers 200; admin strings are bounded", async () => {
+      const long = (rid: string) => call(main.url, '/generate', { rid, input_ids: PROMPTS[0], return_logprob: true, top_logprobs_num: 2, sampling_params: { max_new_tokens: 100, ignore_eos: true, temperature: 1 } });
+      const [keep, drop] = [long('keep-1'), long('drop-1')];
+      await waitFor('both to run', async () => main.server.engine.busy + main.server.engine.waiting >= 2, 20_000);
+      // An empty rid, or one no request has, aborts nothing.
+      expect((await call(main.url, '/abort_request', {})).status).to.equal(200);
+      expect((await call(main.url, '/abort_request', { rid: 'drop' })).status).to.equal(200);
+      expect((await call(main.url, '/abort_request', { rid: 'drop-1' })).status).to.equal(200);
+      const [kept, dropped] = (await Promise.all([keep, drop])).map((a) => a as { status: number; body: SglangItem });
+      expect([kept.status, dropped.status]).to.deep.equal([200, 200]);
+      expect(kept.body.meta_info.finish_reason.type).to.equal('length');
+      expect(dropped.body.meta_info.finish_reason.type).to.equal('abort');
+      // Queued (generation paused in place): aborted before any token, top logprobs and all (a 500 before).
+      expect((await call(main.url, '/pause_generation', { mode: 'in_place' })).status).to.equal(200);
+      try {
+        // A paused server's /health_generate says so instead of waiting for the resume.
+        expectError(await call(main.url, '/health_generate'), 503, 'paused');
+        const queued = long('queued-1');
+        await waitFor('it to queue', async () => main.server.engine.waiting >= 1, 20_000);
+        expect((await call(main.url, '/abort_request', { rid: 'queued-1' })).status).to.equal(200);
+        const answer = (await queued) as { status: number; body: SglangItem };
+        expect([answer.status, answer.body.meta_info.finish_reason.type, answer.body.output_ids]).to.deep.equal([200, 'abort', []]);
+      } finally {
+        await call(main.url, '/continue_generation', {});
+      }
+      // A 2 MB version or adapter name would be copied into every answer.
+      expectError(await call(main.url, '/update_weight_version', { new_version: 'v'.repeat(300) }), 400, "'new_version' is 300 characters long");
+      expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a'.repeat(300), lora_path: TINY_ADAPTER }), 400, "'lora_name' is 300 characters long");
+    });
+
     it('/v1/models lists the model and the loaded adapters, by name (no server path)', async () => {
-      const ids = async () => ((await call(main.url, '/v1/models')).body as { data: { id: string; parent?: string }[] }).data;
-      expect(await ids()).to.deep.include.members([{ id: 'tiny-qwen2', object: 'model', owned_by: 'flowrl', root: 'tiny-qwen2', max_model_len: 128 }]);
+      const ids = async () => ((await call(main.url, '/v1/models')).body as { data: { id: string; parent?: string; created?: number }[] }).data;
+      const listed = await ids();
+      // created: when the server started, in seconds (OpenAI's field; it was missing).
+      expect(listed[0].created).to.be.a('number').and.to.be.within(Date.now() / 1000 - 3600, Date.now() / 1000 + 1);
+      expect(listed.map(({ created: _, ...m }) => m)).to.deep.include.members([{ id: 'tiny-qwen2', object: 'model', owned_by: 'flowrl', root: 'tiny-qwen2', max_model_len: 128 }]);
       expect(JSON.stringify(await ids())).not.to.include(path.dirname(TINY));
       expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: path.join(tempDir(), 'nothing') }), 404, 'No adapter found');
       expect((await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a1', lora_path: TINY_ADAPTER })).status).to.equal(200);

@@ -185,14 +185,14 @@ describe('flowrl serve: no one request crashes, hangs or splits it (the countdow
     expect(((await call(url, '/model_info')).body as { weight_version: string }).weight_version).to.equal('v2');
   });
 
-  it('stop strings end a sample and cut its text; top logprobs are the most likely tokens; stream is a 400 (each was ignored silently)', async () => {
+  it('stop strings end a sample and cut its text; top logprobs are the most likely tokens; stream answers in events (each was ignored silently)', async () => {
     const full = (await call(url, '/generate', canaryBody)).body as TopItem;
     const stop = full.text.slice(3, 4);
     const cut = (await call(url, '/generate', { ...canaryBody, sampling_params: { ...canaryBody.sampling_params, stop } })).body as TopItem;
     expect(cut.text).to.equal(full.text.slice(0, full.text.indexOf(stop)));
     expect(cut.meta_info.finish_reason).to.deep.equal({ type: 'stop', matched: stop });
     expect(full.output_ids.slice(0, cut.output_ids.length)).to.deep.equal(cut.output_ids);
-    const vllm = (await call(url, '/v1/completions', { prompt: [1, 5, 9, 6], max_tokens: 12, temperature: 0.9, top_p: 0.95, seed: 7, stop: [stop], include_stop_str_in_output: true })).body as {
+    const vllm = (await call(url, '/v1/completions', { prompt: [1, 5, 9, 6], max_tokens: 12, temperature: 0.9, top_p: 0.95, seed: 7, ignore_eos: true, stop: [stop], include_stop_str_in_output: true })).body as {
       choices: { text: string; finish_reason: string; stop_reason: unknown }[];
     };
     expect(vllm.choices[0].text.endsWith(stop)).to.equal(true);

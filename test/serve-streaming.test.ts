@@ -122,6 +122,50 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     }
   });
 
+  it('fields once accepted and ignored are applied (logit_bias, min_tokens, ignore_eos, skip_special_tokens, echo) or refused naming them', async () => {
+    const eos = 151645; // <|im_end|>
+    const ids = async (body: object) => {
+      const answer = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'Hello', max_tokens: 6, seed: 2, return_token_ids: true, ...body }) });
+      const json = (await answer.json()) as { choices?: { text: string; token_ids: number[]; finish_reason: string }[]; error?: { message: string } };
+      return { status: answer.status, choice: json.choices?.[0], message: json.error?.message ?? '' };
+    };
+    // logit_bias: +100 on one token makes it every token; min_tokens keeps a biased eos away until then.
+    expect((await ids({ logit_bias: { '9707': 100 } })).choice!.token_ids).to.deep.equal(Array(6).fill(9707));
+    expect((await ids({ logit_bias: { [eos]: 100 } })).choice!.token_ids).to.deep.equal([eos]);
+    const held = (await ids({ logit_bias: { [eos]: 100 }, min_tokens: 3 })).choice!;
+    expect([held.token_ids.length, held.token_ids.slice(0, 3).includes(eos), held.token_ids[3], held.finish_reason]).to.deep.equal([4, false, eos, 'stop']);
+    // skip_special_tokens (true by default, as both engines): eos tokens past ignore_eos leave no text.
+    const eosOnly = { logit_bias: { [eos]: 100 }, ignore_eos: true, max_tokens: 3 };
+    expect((await ids(eosOnly)).choice!.text).to.equal('');
+    expect((await ids({ ...eosOnly, skip_special_tokens: false })).choice!.text).to.equal('<|im_end|>'.repeat(3));
+    // echo: the prompt's text first.
+    expect((await ids({ echo: true, logit_bias: { '9707': 100 }, max_tokens: 2 })).choice!.text).to.equal(`Hello${server.options.tokenizer!.decode([9707, 9707])}`);
+    // text_offset: where each token's text begins (all zeros before).
+    const offsets = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'Hello', max_tokens: 5, seed: 2, logprobs: 0 }) });
+    const withOffsets = ((await offsets.json()) as { choices: { logprobs: { tokens: string[]; text_offset: number[] } }[] }).choices[0].logprobs;
+    expect(withOffsets.text_offset).to.deep.equal(withOffsets.tokens.map((_, t) => withOffsets.tokens.slice(0, t).join('').length));
+    // Refused, each naming its field (a string "true" was taken as false).
+    const refusals: [object, string][] = [
+      [{ ignore_eos: 'true' }, "'ignore_eos' must be true or false"],
+      [{ skip_special_tokens: 1 }, "'skip_special_tokens' must be true or false"],
+      [{ logit_bias: { '999999': 5 } }, "'logit_bias' names token"],
+      [{ min_tokens: 7 }, "'min_tokens' must be an integer >= 0 <= 6"],
+      [{ suffix: 'x' }, "'suffix' is not supported"],
+      [{ guided_regex: 'a+' }, "'guided_regex' is not supported"],
+      [{ structured_outputs: { regex: 'a+' } }, "'structured_outputs' is not supported"],
+      [{ response_format: { type: 'json_object' } }, "'response_format' other than"],
+      [{ best_of: 3 }, "'best_of' other than n"],
+      [{ echo: true, logprobs: 1 }, "'echo' with 'logprobs'"],
+      [{ prompt_logprobs: 2 }, "'prompt_logprobs' 2 is not supported"],
+    ];
+    for (const [body, message] of refusals) {
+      const answer = await ids(body);
+      expect([answer.status, answer.message], JSON.stringify(body)).to.satisfy(([status, text]: [number, string]) => status === 400 && text.includes(message));
+    }
+    const sglang = await fetch(`${url}/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ text: 'Hello', sampling_params: { regex: 'a+', max_new_tokens: 2 } }) });
+    expect([sglang.status, ((await sglang.json()) as { message: string }).message]).to.satisfy(([status, text]: [number, string]) => status === 400 && text.includes("'sampling_params.regex' is not supported"));
+  });
+
   it('a client that goes away cancels its samples, queued and running, whole or streamed', async () => {
     for (const stream of [false, true]) {
       const gone = new AbortController();

@@ -40,6 +40,11 @@ export interface SamplingOptions {
   rowStopWhen?: (((ids: readonly number[]) => boolean) | undefined)[];
   /** Per row, ids it takes in order instead of drawing (a test's scripted answer), each scored as drawn; past their end it draws. */
   rowForced?: (readonly number[] | undefined)[];
+  /**
+   * Per row, a change to its next-token logits before anything reads them (a server's logit_bias
+   * and min_tokens), given a copy and how many tokens the row has; the log-probs are those of the changed logits.
+   */
+  rowLogits?: (((logits: Float32Array, produced: number) => void) | undefined)[];
 }
 
 export interface Generation {
@@ -323,7 +328,7 @@ export class Decoding {
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
     const V = logits.shape[1];
-    const drawn = options.rowForced?.some(Boolean) ? undefined : this.drawNatively(logits);
+    const drawn = options.rowForced?.some(Boolean) || options.rowLogits?.some(Boolean) ? undefined : this.drawNatively(logits);
     // Top logprobs read every row's logits even when the addon drew the tokens.
     const values = drawn && !this.alternatives ? undefined : await readFloat32(logits, 'sampling (the next-token logits)');
     // Disposed while the read was pending (an aborted request): nothing more to do.
@@ -335,7 +340,9 @@ export class Decoding {
         next[b] = this.pad;
         continue;
       }
-      const row = values?.subarray(b * V, (b + 1) * V);
+      let row = values?.subarray(b * V, (b + 1) * V);
+      const change = options.rowLogits?.[b];
+      if (change && row) change((row = row.slice()), tokens[b].length);
       const forced = options.rowForced?.[b]?.[tokens[b].length];
       next[b] = forced ?? (drawn ? drawn.tokens[b] : sampleToken(row!, options, this.rngs[b], kept));
       if (kept) this.keptLogMass![b].push(forced !== undefined ? 0 : drawn ? drawn.keptLogMass[b] : kept.logMass);

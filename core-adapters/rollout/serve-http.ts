@@ -71,6 +71,8 @@ export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 
   seed?: number;
   /** OpenAI's `stop` strings (the engine ends a sample at the first; the answer's text is cut before it). */
   stopStrings: string[];
+  /** Whether answer text leaves out special tokens (`</s>`, `<|im_end|>`): both engines' skip_special_tokens, true by default. */
+  skipSpecialTokens: boolean;
 }
 
 /** Most stop strings a request may give. */
@@ -186,6 +188,10 @@ export interface SamplingRules {
   topKZeroIsOff: boolean;
   /** The engine's message for a request longer than the context. */
   contextError: (promptTokens: number, newTokens: number, context: number) => string;
+  /** The dialect's name for the fewest new tokens before a stop token may end a sample. */
+  minTokens: string;
+  /** Fields of this dialect that ask for what this server does not do (guided decoding): a 400 names them. */
+  unsupported: string[];
 }
 
 /** What a dialect's routes use of the server (FlowrlServer implements it). */
@@ -199,9 +205,10 @@ export interface DialectHost {
   textPromptIds(value: unknown, key: string): number[][];
   samplingSpec(p: Json, prompts: number[][], rules: SamplingRules): RequestSampling;
   specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[];
-  sample(res: http.ServerResponse, specs: SampleSpec[]): Promise<SampleOutput[] | undefined>;
+  sample(res: http.ServerResponse, specs: SampleSpec[], rid?: string): Promise<SampleOutput[] | undefined>;
+  abortRequests(rid: string, all: boolean): number;
   generationDefaults(): Json;
-  decode(ids: number[]): string;
+  decode(ids: number[], skipSpecialTokens?: boolean): string;
   nextId(): number;
 }
 

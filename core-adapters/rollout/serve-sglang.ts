@@ -18,6 +18,9 @@ const SAMPLING: SamplingRules = {
   where: 'sampling_params.',
   maxTokensDefault: 128,
   topKZeroIsOff: false,
+  minTokens: 'min_new_tokens',
+  // SGLang's constrained decoding (sampling_params.py at v0.5.18).
+  unsupported: ['regex', 'json_schema', 'ebnf', 'structural_tag'],
   contextError: (prompt, fresh, context) =>
     prompt >= context
       ? `The input (${prompt} tokens) is longer than the model's context length (${context} tokens).`
@@ -38,6 +41,8 @@ export function sglangRoutes(server: DialectHost): RouteTable {
     'GET /health_generate': {
       handler: async () => {
         server.checkHealth();
+        // A paused engine runs nothing: the probe would wait for the resume.
+        if (engine.paused) throw new HttpError(503, 'generation is paused (/pause_generation); /continue_generation resumes it');
         await engine.submit({ inputIds: [0], maxNewTokens: 1, temperature: 0, topP: 1, topK: 0, stopTokenIds: [], ignoreEos: true, seed: 0 });
         return {};
       },
@@ -53,7 +58,7 @@ export function sglangRoutes(server: DialectHost): RouteTable {
       admin: true,
       handler: async ({ body }) => {
         // As SGLang: the version changes only when the request gives one.
-        const version = body.weight_version === undefined || body.weight_version === null ? engine.weightVersion : String(body.weight_version);
+        const version = body.weight_version === undefined || body.weight_version === null ? engine.weightVersion : echoedText(String(body.weight_version), 'weight_version');
         const dir = server.loadablePath(body.model_path, 'model_path');
         const aborted = body.abort_all_requests === true ? engine.abortAll() : 0;
         try {
@@ -70,7 +75,7 @@ export function sglangRoutes(server: DialectHost): RouteTable {
         if (body.new_version === undefined || body.new_version === null) throw bad("'new_version' is required");
         // SGLang aborts every request here unless told not to.
         if (body.abort_all_requests !== false) engine.abortAll();
-        engine.weightVersion = String(body.new_version);
+        engine.weightVersion = echoedText(String(body.new_version), 'new_version');
         return { success: true, message: `Weight version updated to ${engine.weightVersion}`, new_version: engine.weightVersion };
       },
     },
@@ -94,8 +99,10 @@ export function sglangRoutes(server: DialectHost): RouteTable {
     'POST /flush_cache': { admin: true, handler: ({ res }) => flushCache(server, res) },
     'POST /abort_request': {
       admin: true,
-      handler: () => {
-        engine.abortAll();
+      handler: ({ body }) => {
+        const rid = body.rid === undefined || body.rid === null ? '' : echoedText(body.rid, 'rid');
+        if (body.abort_all !== undefined && typeof body.abort_all !== 'boolean') throw bad("'abort_all' must be true or false");
+        server.abortRequests(rid, body.abort_all === true);
         return {};
       },
     },
@@ -130,6 +137,7 @@ function adapterAnswer(server: DialectHost, error?: string): Json {
 async function loadAdapter(server: DialectHost, body: Json): Promise<Json> {
   const { lora_name: name } = body;
   if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
+  echoedText(name, 'lora_name');
   const dir = server.loadablePath(body.lora_path, 'lora_path');
   try {
     await server.engine.loadAdapter(name, dir, false);
@@ -163,7 +171,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   const single = prompts.length === 1 && s.n === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
   const idOf = (i: number) => (prompts.length * s.n > 1 ? `${rid}-${i}` : rid);
   let specs = server.specs(prompts, s, adapter);
-  const stream = streamedGenerate(server, body, res, specs.length, single, s.stopStrings);
+  const stream = streamedGenerate(server, body, res, specs.length, single, s.stopStrings, s.skipSpecialTokens);
   if (stream) {
     specs = specs.map((spec, i) => ({
       ...spec,
@@ -172,14 +180,14 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   }
   let outputs: SampleOutput[] | undefined;
   try {
-    outputs = await server.sample(res, specs);
+    outputs = await server.sample(res, specs, rid);
   } catch (e) {
     if (!stream?.started) throw e;
     return stream.fail(e as Error);
   }
   if (!outputs) return undefined;
   const items = outputs.map((o, i) => {
-    const text = server.decode(o.outputIds);
+    const text = server.decode(o.outputIds, s.skipSpecialTokens);
     // SGLang cuts the text before the stop string unless no_stop_trim, and names the string matched.
     const hit = o.finish === 'stop' ? firstStop(text, s.stopStrings) : undefined;
     return {
@@ -194,7 +202,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
       weight_version: o.weightVersion,
       ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
       // After temperature, before top-k/top-p, as the sampled ids' log-probs.
-      ...(body.return_logprob === true && top ? { output_top_logprobs: o.alternatives!.map((alt) => alt.ids.slice(0, top).map((id, r) => [alt.atTemperature[r], id, null])) } : {}),
+      ...(body.return_logprob === true && top ? { output_top_logprobs: (o.alternatives ?? []).map((alt) => alt.ids.slice(0, top).map((id, r) => [alt.atTemperature[r], id, null])) } : {}),
     },
     };
   });
@@ -209,12 +217,12 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
  * with finish_reason null; each sample's last event is its whole item; then [DONE]. Batches and
  * n > 1 carry each item's `index`. Log-probs are not streamed here (refused).
  */
-function streamedGenerate(server: DialectHost, body: Json, res: http.ServerResponse, samples: number, single: boolean, stops: string[]) {
+function streamedGenerate(server: DialectHost, body: Json, res: http.ServerResponse, samples: number, single: boolean, stops: string[], skipSpecialTokens: boolean) {
   if (body.stream === undefined || body.stream === null || body.stream === false) return undefined;
   if (body.stream !== true) throw bad("'stream' must be a boolean");
   if (body.return_logprob === true) throw bad("'return_logprob' with 'stream' true is not supported by flowrl serve; ask without streaming");
   const events = new EventStream(res);
-  const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids]), stops), shown: '' }));
+  const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids], skipSpecialTokens), stops), shown: '' }));
   const indexed = (i: number, item: Json) => (single ? item : { ...item, index: i });
   return {
     get started() {

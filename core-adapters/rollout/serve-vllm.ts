@@ -10,7 +10,7 @@
 import type http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { parseHermesCalls, TOOL_CALL_OPEN } from '../tools/hermes.js';
-import { bad, EventStream, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
+import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
 import type { SampleOutput, SampleSpec } from './serving-engine.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
@@ -38,6 +38,7 @@ export function vllmRoutes(server: DialectHost): RouteTable {
       handler: async ({ body, res }) => {
         const name = body.lora_name;
         if (typeof name !== 'string' || !name) throw bad("'lora_name' must be a non-empty string");
+        echoedText(name, 'lora_name');
         const inPlace = body.load_inplace === true;
         if (engine.adapterNames().includes(name) && !inPlace) throw new HttpError(400, `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`);
         let dir: string;
@@ -106,6 +107,9 @@ export function vllmRoutes(server: DialectHost): RouteTable {
   };
 }
 
+/** vLLM's structured outputs and token filters (protocol.py at v0.20.2), which this server does not do. */
+const VLLM_UNSUPPORTED = ['structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'guided_decoding_backend', 'guided_whitespace_pattern', 'allowed_token_ids', 'bad_words', 'logits_processors', 'suffix'];
+
 /** A request's sampling fields with the model's generation_config.json defaults under them, as vLLM reads them. */
 function withGenerationDefaults(server: DialectHost, body: Json): Json {
   const defaults = server.generationDefaults();
@@ -122,7 +126,7 @@ const VLLM_MIN_TEMPERATURE = 1e-2;
 
 /** A request's sampling settings as vLLM takes them: seed -1 is none, tiny temperatures raised. */
 function vllmSampling(server: DialectHost, p: Json, prompts: number[][], maxTokensDefault: number | 'rest'): RequestSampling {
-  const s = server.samplingSpec(p, prompts, { maxTokens: 'max_tokens', seed: 'seed', where: '', maxTokensDefault, topKZeroIsOff: true, contextError });
+  const s = server.samplingSpec(p, prompts, { maxTokens: 'max_tokens', seed: 'seed', where: '', maxTokensDefault, topKZeroIsOff: true, contextError, minTokens: 'min_tokens', unsupported: VLLM_UNSUPPORTED });
   if (s.seed === -1) s.seed = undefined;
   if (s.temperature > 0 && s.temperature < VLLM_MIN_TEMPERATURE) s.temperature = VLLM_MIN_TEMPERATURE;
   return s;
@@ -194,15 +198,19 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   s.topLogProbs = logprobs;
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
+  // vLLM lists the k most likely tokens at each prompt position too; this server scores only the prompt's own (a list of one was mistaken for k).
+  if (promptLogprobs !== undefined && promptLogprobs > 0) throw bad(`'prompt_logprobs' ${promptLogprobs} is not supported by flowrl serve: it scores the prompt's own tokens only; ask for 0`);
   const head = answerHead(server, 'text_completion', body.model);
   // usage counts each prompt once, whatever n is (vLLM's num_prompt_tokens).
   const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
-  const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs']);
+  const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs', 'echo']);
+  if (body.echo !== undefined && body.echo !== null && typeof body.echo !== 'boolean') throw bad("'echo' must be true or false");
+  if (body.echo === true && logprobs !== undefined) throw bad("'echo' with 'logprobs' is not supported by flowrl serve (the prompt's tokens would need log-probs too); ask for prompt_logprobs instead");
   const choiceText = (i: number, text: string, finish: string | null = null, stopReason: string | number | null = null) => ({ index: i, text, logprobs: null, finish_reason: finish, stop_reason: stopReason });
   // The first sample of each prompt also scores it, with the weights that sample it.
   const specs = server.specs(prompts, s, adapter).map((spec, i) => (promptLogprobs !== undefined && i % s.n === 0 ? { ...spec, withPromptLogProbs: true } : spec));
   const outputs = await streaming.sample(specs, (i) => ({
-    deltas: new TextDeltas((ids) => server.decode([...ids]), s.stopStrings),
+    deltas: new TextDeltas((ids) => server.decode([...ids], s.skipSpecialTokens), s.stopStrings),
     delta: (text) => choiceText(i, text),
   }));
   if (!outputs) return undefined;
@@ -210,7 +218,7 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
     return streaming.finish(
       outputs,
       outputs.map((o, i) => {
-        const ended = textAndStop(o, s, body, (ids) => server.decode(ids));
+        const ended = textAndStop(o, s, body, (ids) => server.decode(ids, s.skipSpecialTokens));
         return [choiceText(i, streaming.rest(i, ended.text), ended.finish, ended.stopReason)];
       }),
     );
@@ -224,10 +232,11 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
     outputs.map((o, i) => {
       const prompt = prompts[Math.floor(i / s.n)];
       const lps = reportedLogProbs(server, o);
-      const ended = textAndStop(o, s, body, (ids) => server.decode(ids));
+      const ended = textAndStop(o, s, body, (ids) => server.decode(ids, s.skipSpecialTokens));
       return {
         index: i,
-        text: ended.text,
+        // echo: the prompt's text first, as vLLM writes it.
+        text: (body.echo === true ? server.decode(prompt, s.skipSpecialTokens) : '') + ended.text,
         ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompt } : {}),
         logprobs:
           logprobs === undefined
@@ -240,7 +249,8 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
                   ...Object.fromEntries((logprobs ? topLogProbsAt(server, o, t, s, logprobs) : []).map((a) => [tokens([a.id])[0], a.logprob])),
                   [tokens([id])[0]]: lps[t],
                 })),
-                text_offset: o.outputIds.map(() => 0),
+                // Where each token's text begins in the answer's text (after the prompt's, with echo).
+                text_offset: textOffsets(tokens(o.outputIds), body.echo === true ? server.decode(prompt, s.skipSpecialTokens).length : 0),
               },
         ...(scored ? { prompt_logprobs: [null, ...scored[Math.floor(i / s.n)].map((lp, t) => ({ [String(prompt[t + 1])]: { logprob: lp, rank: null, decoded_token: server.decode([prompt[t + 1]]) } }))] } : {}),
         finish_reason: ended.finish,
@@ -339,7 +349,13 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   // Before the template runs: a million short messages would take it seconds to render into a prompt the context refuses anyway.
   const chars = messages.reduce((n: number, m) => n + (m.role as string).length + (m.content as string).length, 0) + (tools ? JSON.stringify(tools).length : 0);
   if (chars > server.engine.maxModelLen * 64) throw bad(`'messages' hold ${chars} characters, more than any prompt this model's context (${server.engine.maxModelLen} tokens) holds`);
-  const text = tokenizer.applyChatTemplate(messages as unknown as { role: string; content: string }[], true, tools);
+  let text: string;
+  try {
+    text = tokenizer.applyChatTemplate(messages as unknown as { role: string; content: string }[], true, tools);
+  } catch (e) {
+    // The template refusing the conversation (its raise_exception: roles out of order, a system message where none may be) is the request's fault.
+    throw bad(`the chat template refused the messages: ${(e as Error).message}`);
+  }
   const prompt = server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
   const s = vllmSampling(server, p, prompt, 'rest');
@@ -349,7 +365,7 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   const head = answerHead(server, 'chat.completion', body.model);
   const streaming = streamingAnswer(server, body, res, head, prompt[0].length, ['logprobs']);
   const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
-  const decodeText = (ids: readonly number[]) => tokenizer.decode(ids.filter((id) => !stops.has(id)), true);
+  const decodeText = (ids: readonly number[]) => tokenizer.decode(ids.filter((id) => !stops.has(id)), s.skipSpecialTokens);
   // A tool call's opening tag ends the streamed content: the calls follow whole in the last chunks.
   const marks = withTools ? [...s.stopStrings, TOOL_CALL_OPEN] : s.stopStrings;
   const outputs = await streaming.sample(server.specs(prompt, s, adapterFor(server, body.model)), (i) => ({
@@ -397,6 +413,16 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
       };
     }),
   );
+}
+
+/** The offset of each token's text in the whole, from `start`: the lengths of the ones before it. */
+function textOffsets(tokens: string[], start: number): number[] {
+  let at = start;
+  return tokens.map((token) => {
+    const offset = at;
+    at += token.length;
+    return offset;
+  });
 }
 
 /** A token in OpenAI's chat logprobs: its text, log-prob and UTF-8 bytes. */

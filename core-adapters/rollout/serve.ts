@@ -127,6 +127,8 @@ export class FlowrlServer implements DialectHost {
   /** Allowed roots as given (absolute) and as resolved. */
   private readonly roots: { given: string; real: string }[];
   readonly modelName: string;
+  /** When the server started, in seconds (the models list's `created`). */
+  private readonly created = Math.floor(Date.now() / 1000);
 
   constructor(readonly options: ServeOptions) {
     this.engine = new ServingEngine(options.modelDir, options, options.adapterDir);
@@ -227,6 +229,8 @@ export class FlowrlServer implements DialectHost {
       if (out !== undefined) send(res, 200, out);
     } catch (e) {
       if (res.headersSent || res.destroyed) return;
+      // A body too large is not read to its end: the connection closes after the answer.
+      if (e instanceof HttpError && e.status === 413) res.setHeader('connection', 'close');
       send(res, ...errorAnswer(e));
     }
   }
@@ -329,8 +333,8 @@ export class FlowrlServer implements DialectHost {
           object: 'list',
           data: [
             // The model's name, not its directory: a client has no use for the server's paths.
-            { id: this.modelName, object: 'model', owned_by: 'flowrl', root: this.modelName, max_model_len: this.engine.maxModelLen },
-            ...this.engine.adapterNames().map((name) => ({ id: name, object: 'model', owned_by: 'flowrl', root: name, parent: this.modelName })),
+            { id: this.modelName, object: 'model', created: this.created, owned_by: 'flowrl', root: this.modelName, max_model_len: this.engine.maxModelLen },
+            ...this.engine.adapterNames().map((name) => ({ id: name, object: 'model', created: this.created, owned_by: 'flowrl', root: name, parent: this.modelName })),
           ],
         }),
       },
@@ -474,6 +478,13 @@ export class FlowrlServer implements DialectHost {
     if (longest + maxNewTokens > context) throw bad(rules.contextError(longest, maxNewTokens, context));
     const seed = p[rules.seed] === undefined || p[rules.seed] === null ? undefined : readNumber(p, rules.seed, 0, { integer: true, min: -MAX_EXACT_SEED, max: MAX_EXACT_SEED }, where);
     const stopStrings = this.stopStrings(p.stop, `${where}stop`);
+    for (const key of rules.unsupported) {
+      if (p[key] !== undefined && p[key] !== null) throw bad(`'${where}${key}' is not supported by flowrl serve (it has no constrained decoding); leave it out`);
+    }
+    const format = p.response_format;
+    if (format !== undefined && format !== null && !(isObject(format) && format.type === 'text')) throw bad(`'response_format' other than {"type": "text"} is not supported by flowrl serve (it has no constrained decoding)`);
+    if (p.best_of !== undefined && p.best_of !== null && p.best_of !== n) throw bad(`'${where}best_of' other than n is not supported by flowrl serve; ask for n samples and choose among them`);
+    const minNewTokens = readNumber(p, rules.minTokens, 0, { integer: true, min: 0, max: maxNewTokens }, where);
     return {
       stopStrings,
       stopWhen: stopStrings.length ? this.stopTest(stopStrings) : undefined,
@@ -482,10 +493,38 @@ export class FlowrlServer implements DialectHost {
       topP: readNumber(p, 'top_p', 1, { min: Number.MIN_VALUE, max: 1 }, where),
       topK: topK <= 0 ? 0 : topK,
       stopTokenIds: this.stopIds(p.stop_token_ids, `${where}stop_token_ids`),
-      ignoreEos: p.ignore_eos === true,
+      ignoreEos: this.flag(p, 'ignore_eos', false, where),
+      skipSpecialTokens: this.flag(p, 'skip_special_tokens', true, where),
+      logitBias: this.logitBias(p.logit_bias, `${where}logit_bias`),
+      minNewTokens,
       n,
       seed,
     };
+  }
+
+  /** A boolean field (a string "true" was once taken as false, silently). */
+  private flag(p: Json, key: string, fallback: boolean, where: string): boolean {
+    const v = p[key];
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== 'boolean') throw bad(`'${where}${key}' must be true or false; got ${preview(v)}`);
+    return v;
+  }
+
+  /** OpenAI's logit_bias: token ids (as keys) to biases, each clamped to [-100, 100] as vLLM clamps them. */
+  private logitBias(value: unknown, key: string): Map<number, number> | undefined {
+    if (value === undefined || value === null) return undefined;
+    if (!isObject(value)) throw bad(`'${key}' must be an object of token ids to numbers`);
+    const entries = Object.entries(value);
+    if (entries.length > 1024) throw bad(`'${key}' holds ${entries.length} entries; at most 1024`);
+    const vocab = this.engine.config.vocabSize;
+    const bias = new Map<number, number>();
+    for (const [id, b] of entries) {
+      const token = Number(id);
+      if (!/^\d+$/.test(id) || token >= vocab) throw bad(`'${key}' names token ${preview(id)}, not an id of this model's vocabulary (0 to ${vocab - 1})`);
+      if (typeof b !== 'number' || !Number.isFinite(b)) throw bad(`'${key}.${id}' must be a number; got ${preview(b)}`);
+      bias.set(token, Math.min(100, Math.max(-100, b)));
+    }
+    return bias;
   }
 
   /** One SampleSpec per prompt and sample: the first draws from the request's seed itself, sample i > 0 from stream (seed, i). */
@@ -509,12 +548,37 @@ export class FlowrlServer implements DialectHost {
         adapter,
         stopWhen: s.stopWhen,
         topLogProbs: s.topLogProbs,
+        logitBias: s.logitBias,
+        minNewTokens: s.minNewTokens,
       })),
     );
   }
 
-  /** Runs samples through the engine (all queued or none); undefined when a test hook dropped or held the request. */
-  async sample(res: http.ServerResponse, specs: SampleSpec[]): Promise<SampleOutput[] | undefined> {
+  /** Requests that can be aborted by id (SGLang's /abort_request), each with its aborter. */
+  private readonly byRid = new Map<string, Set<AbortController>>();
+
+  /**
+   * SGLang's /abort_request (tokenizer_manager.abort_request and scheduler.abort_request at v0.5.18):
+   * every request when `all`; else, when a request has exactly `rid`, every request whose id begins
+   * with it; an empty rid alone aborts nothing. Their samples finish 'abort'. Returns how many.
+   */
+  abortRequests(rid: string, all: boolean): number {
+    if (all) return this.engine.abortAll();
+    if (!rid || !this.byRid.has(rid)) return 0;
+    let count = 0;
+    for (const [id, aborters] of this.byRid) {
+      if (!id.startsWith(rid)) continue;
+      for (const aborter of aborters) aborter.abort();
+      count += aborters.size;
+    }
+    return count;
+  }
+
+  /**
+   * Runs samples through the engine (all queued or none); undefined when a test hook dropped or held
+   * the request, or its client went away. `rid`: the id /abort_request can end it by.
+   */
+  async sample(res: http.ServerResponse, specs: SampleSpec[], rid?: string): Promise<SampleOutput[] | undefined> {
     const fate = (await this.hooks.beforeGeneration?.(res)) ?? 'answer';
     if (fate === 'hang') {
       this.held.add(res);
@@ -522,16 +586,22 @@ export class FlowrlServer implements DialectHost {
     }
     // A client that goes away cancels its samples: queued ones leave the queue, running ones stop (4 s of abandoned work held new clients once).
     const gone = new AbortController();
+    const aborter = new AbortController();
+    const signal = AbortSignal.any([gone.signal, aborter.signal]);
     // One listener per sample of the request (n may be hundreds); the signal lives as long as the request.
-    setMaxListeners(specs.length + 1, gone.signal);
+    setMaxListeners(specs.length + 1, signal);
+    if (rid !== undefined) this.byRid.set(rid, (this.byRid.get(rid) ?? new Set()).add(aborter));
     const cancel = () => void (res.writableFinished || gone.abort());
     res.on('close', cancel);
     let outputs: SampleOutput[];
     try {
       const forcedIds = this.hooks.scriptedIds?.();
-      outputs = await Promise.all(this.engine.submitAll(specs.map((spec) => ({ ...spec, signal: gone.signal, ...(forcedIds ? { forcedIds } : {}) }))));
+      outputs = await Promise.all(this.engine.submitAll(specs.map((spec) => ({ ...spec, signal, ...(forcedIds ? { forcedIds } : {}) }))));
     } finally {
       res.off('close', cancel);
+      const aborters = rid === undefined ? undefined : this.byRid.get(rid);
+      aborters?.delete(aborter);
+      if (rid !== undefined && !aborters?.size) this.byRid.delete(rid);
     }
     if (gone.signal.aborted) return undefined;
     if (fate === 'drop') {
@@ -541,8 +611,8 @@ export class FlowrlServer implements DialectHost {
     return outputs;
   }
 
-  decode(ids: number[]): string {
-    return this.options.tokenizer ? this.options.tokenizer.decode(ids) : '';
+  decode(ids: number[], skipSpecialTokens = false): string {
+    return this.options.tokenizer ? this.options.tokenizer.decode(ids, skipSpecialTokens) : '';
   }
 }
 

@@ -42,6 +42,10 @@ export interface SampleSpec {
   forcedIds?: readonly number[];
   /** Also score the prompt (ids 1.. given those before, at T = 1; vLLM's prompt_logprobs) with the weights that sample it. */
   withPromptLogProbs?: boolean;
+  /** Added to the logits of these ids before sampling (OpenAI's logit_bias). */
+  logitBias?: Map<number, number>;
+  /** The stop tokens (eos, stopTokenIds) cannot end the sample before this many tokens (vLLM's min_tokens). */
+  minNewTokens?: number;
 }
 
 /** Why a sample ended, in the engines' words. */
@@ -105,6 +109,17 @@ interface Pending {
   settled: Promise<unknown>;
   /** Admission order: a weight update waits for the samples admitted before it. */
   seq: number;
+}
+
+/** A sample's logit_bias and min_tokens as one change to its next-token logits; undefined when it has neither. */
+function logitChange(spec: SampleSpec, stops: number[]): ((logits: Float32Array, produced: number) => void) | undefined {
+  const bias = spec.logitBias?.size ? [...spec.logitBias] : undefined;
+  const min = spec.minNewTokens ?? 0;
+  if (!bias && min <= 0) return undefined;
+  return (logits, produced) => {
+    for (const [id, value] of bias ?? []) logits[id] += value;
+    if (produced < min) for (const id of stops) logits[id] = -Infinity;
+  };
 }
 
 /** Gives a streaming reader a step's ids; what it does with them (a closed socket) never stops the batch. */
@@ -335,7 +350,11 @@ export class ServingEngine {
       model.adapters = adapters;
       // Scored inside the batch: a weight change between the samples and a later scoring cannot split them.
       const promptLogProbs: (number[] | undefined)[] = [];
-      for (const p of rows) promptLogProbs.push(p.spec.withPromptLogProbs ? await this.promptScores(p.spec.inputIds) : undefined);
+      for (const p of rows) {
+        promptLogProbs.push(p.spec.withPromptLogProbs ? await this.promptScores(p.spec.inputIds) : undefined);
+        // /health and the admin routes are answered between prompts (1,024 of them held /health 11 s).
+        if (p.spec.withPromptLogProbs) await new Promise((resolve) => setImmediate(resolve));
+      }
       const stops = first.ignoreEos ? first.stopTokenIds : [...new Set([...first.stopTokenIds, ...model.config.eosTokenIds])];
       decoding = new Decoding(
         model,
@@ -353,6 +372,7 @@ export class ServingEngine {
           withKeptMass: !greedy && (first.topP < 1 || first.topK > 0),
           rowStopWhen: rows.map((p) => p.spec.stopWhen),
           rowForced: rows.map((p) => p.spec.forcedIds),
+          rowLogits: rows.map((p) => logitChange(p.spec, stops)),
           topLogProbs: Math.max(0, ...rows.map((p) => p.spec.topLogProbs ?? 0)),
         },
       );
