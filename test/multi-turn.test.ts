@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { ActorRolloutRefWorker, Batch, buildTokenizer, createHost, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
+import { ActorRolloutRefWorker, Batch, buildTokenizer, createHost, TextTokenizer, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
 import { runAgentLoop, ToolTurnRenderer, truncateToolText, type TurnSampler } from '../core-adapters/rollout/agent-loop.js';
 import { MultiTurn } from '../core-adapters/rollout/multi-turn.js';
@@ -16,7 +16,7 @@ import { Sandbox } from '../core-adapters/rewards/sandbox.js';
 import { codeSandboxLimits } from '../core-adapters/rewards/code.js';
 import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
 import type { Tool } from '../core-adapters/tools/tool.js';
-import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectClose, expectInputError, expectInputErrorAsync, readRunMetrics, QWEN_TOKENIZER, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 import { packSequences, responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { MIN_SAMPLING_ROWS_PER_THREAD } from '../core-adapters/model/generate.js';
 import { maskedNll } from '../core-adapters/model/train-step.js';
@@ -51,6 +51,8 @@ function chatTokenizer() {
     chatTemplate: TEMPLATE,
   });
 }
+
+const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
 
 const SETTINGS = { ...CORE_DEFAULTS.actor_rollout_ref.rollout.multi_turn, enable: true, tool_config_path: 'tools.yaml' };
 
@@ -160,6 +162,10 @@ describe('multi-turn rollouts: the agent loop', function () {
     expect(parallel.turns[1].content).to.equal('2');
     expect(truncateToolText('abcdef', 4, 'left').text).to.equal('(truncated)...cdef');
     expect(truncateToolText('abcdef', 4, 'right').text).to.equal('abcd...(truncated)');
+    // Characters as Python counts them: an emoji (two UTF-16 units) is one, and never split in half.
+    expect(truncateToolText('😀😀😀😀😀😀', 4, 'right').text).to.equal('😀😀😀😀...(truncated)');
+    expect(truncateToolText('😀😀😀😀', 4, 'left')).to.deep.equal({ text: '😀😀😀😀', truncated: false });
+    expect(truncateToolText('a😀b😀c', 2, 'middle').text).to.equal('a...(truncated)...c');
   });
 
   it('a stateful tool: one instance per trajectory, created with the row\'s create_kwargs, its trajectory reward asked for, released even when a call throws', async () => {
@@ -240,6 +246,16 @@ describe('multi-turn rollouts: the agent loop', function () {
     expect(renderer.promptText(messages, ['code_interpreter'])).to.contain('tools: code_interpreter<|im_end|>');
   });
 
+  it("a row with tool_selection is checked against its own prompt's tools: no tokenization mismatch (every such row was one)", async () => {
+    const tokenizer = chatTokenizer();
+    const tools = calculator();
+    const renderer = new ToolTurnRenderer(tokenizer, [CALCULATOR_SCHEMA, CODE_INTERPRETER_SCHEMA]);
+    const messages = [{ role: 'user', content: '9, 3, 4 -> 24' }];
+    const row = { promptIds: tokenizer.encode(renderer.promptText(messages, ['calculator']), false), messages, toolsKwargs: {}, toolSelection: ['calculator'] };
+    const [t] = await runAgentLoop([row], { sample: scripted(tokenizer, [['(9-3)*4<|im_end|>']]), tokenizer, renderer, tools, settings: SETTINGS, responseLength: 100, instancePrefix: 'sel' });
+    expect(t.tokenizationMismatch).to.equal(false);
+  });
+
   it('hermes parsing; tool config files: verl\'s shape, errors naming the file and entry', () => {
     expect(parseHermesCalls('a<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>b').calls).to.deep.equal([{ name: 'f', arguments: { x: 1 } }]);
     expect(parseHermesCalls('<tool_call>{"name": "f", "arguments": "{\\"x\\": 2}"}</tool_call>').calls).to.deep.equal([{ name: 'f', arguments: { x: 2 } }]);
@@ -255,6 +271,7 @@ describe('multi-turn rollouts: the agent loop', function () {
       [[{ class_name: 'Calculator' }, { class_name: 'Calculator' }], "tools[1]: a second tool named 'calculator'"],
       [[{ class_name: 'Calculator', tool_schema: { type: 'function', function: { name: 'bad name!' } } }], 'tools[0].tool_schema.function.name'],
       [[{ class_name: 'CodeInterpreter', config: { timeout_s: -1 } }], 'tools[0] (CodeInterpreter): tool CodeInterpreter: config.timeout_s must be a number > 0'],
+      [[{ class_name: 'CodeInterpreter', config: { timeout: 5 } }], "tools[0] (CodeInterpreter): tool CodeInterpreter: unknown config key 'timeout' (known: timeout_s, memory_limit_mb)"],
     ];
     for (const [tools, message] of bad) expectInputError(() => registry.load(writeToolConfig(tempDir(), tools), context), 'tools.yaml', message);
     expectInputError(() => registry.load(path.join(dir, 'missing.yaml'), context), 'missing.yaml: tool config not found');
@@ -425,12 +442,20 @@ describe('multi-turn rollouts: local sampling and training', function () {
     expect(loss.dataSync()[0]).to.be.closeTo(expected, 1e-4);
     loss.dispose();
     worker.dispose();
-    // OpenAI-style tool_calls (verl's rows) are the hermes text the policy writes.
+    // OpenAI-style tool_calls (verl's rows) are the hermes text the policy writes, in Qwen2.5's layout
+    // (this test template writes no calls; one that does, as Qwen's, is taken at its word below).
     const openai = path.join(dir, 'openai.jsonl');
     fs.writeFileSync(openai, JSON.stringify({ messages: [messages[0], { role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'calculator', arguments: '{"expression": "(9-3)*4"}' } }] }, messages[2], messages[3]], tools: ['calculator'] }) + '\n');
     const [fromCalls] = await readSftExamples([openai], tokenizer, { responseKey: 'unused', keyName: 'sft.response_key', maxPromptLength: 200, maxResponseLength: 400, conversations: { key: 'messages', toolsKey: 'tools', renderer } });
-    const hermes = renderer.conversation([messages[0], { role: 'assistant', content: '<tool_call>{"name":"calculator","arguments":{"expression":"(9-3)*4"}}</tool_call>' }, messages[2], messages[3]], 'row', [CALCULATOR_SCHEMA]);
+    const hermes = renderer.conversation([messages[0], { role: 'assistant', content: '<tool_call>\n{"name": "calculator", "arguments": {"expression": "(9-3)*4"}}\n</tool_call>' }, messages[2], messages[3]], 'row', [CALCULATOR_SCHEMA]);
     expect(fromCalls.response).to.deep.equal(hermes.response);
+    // Qwen's own template (the real Qwen3 tokenizer) is taken at its word: its calls in the same layout,
+    // after the empty think block it writes for a turn that follows the last user message.
+    const qwen = new ToolTurnRenderer(TextTokenizer.load(QWEN_TOKENIZER), [CALCULATOR_SCHEMA]);
+    const call = { type: 'function' as const, function: { name: 'calculator', arguments: { expression: '(9-3)*4' } } };
+    const written = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "(9-3)*4"}}\n</tool_call>';
+    expect(qwen.assistantText({ role: 'assistant', content: '', tool_calls: [call] })).to.equal(`<think>\n\n</think>\n\n${written}`);
+    expect(qwen.assistantText({ role: 'assistant', content: 'Let me check.', tool_calls: [call, call] })).to.equal(`<think>\n\n</think>\n\nLet me check.\n${written}\n${written}`);
     // SFT on conversation rows: the loss falls.
     const rows = path.join(dir, 'conversations.jsonl');
     fs.writeFileSync(rows, [messages, [{ role: 'user', content: '2, 5, 7 -> 17' }, { role: 'assistant', content: '2+5' }, { role: 'user', content: 'not 17' }, { role: 'assistant', content: '2*5+7' }]].map((m) => JSON.stringify({ data_source: 'countdown', prompt: m.slice(0, 1), reward_model: { ground_truth: { numbers: [1], target: 1 } }, messages: m, ...(m.some((x) => x.role === 'tool') ? { tools: ['calculator'] } : {}) })).join('\n') + '\n');
@@ -515,7 +540,8 @@ describe('multi-turn rollouts: local sampling and training', function () {
   for (const algorithm of ['grpo', 'flowrl']) {
     it(`${algorithm} trains on conversations with tool turns: the loop's metrics logged, every update finite`, async () => {
       const dir = tempDir();
-      const host = await createHost(await configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: 2, val_before_train: false } }), { quiet: true });
+      const dumps = path.join(dir, 'rollouts');
+      const host = await createHost(await configFor(dir, algorithm, { trainer: { total_training_steps: 2, test_freq: 2, val_before_train: false, rollout_data_dir: dumps } }), { quiet: true });
       // Every row calls on its first turn (validation samples one per prompt, and half are tool rows).
       forceToolCalls(host.container.get(MultiTurn), chatTokenizer(), () => true);
       const trainer = host.container.get<Trainer>(TOKENS.Trainer);
@@ -531,6 +557,22 @@ describe('multi-turn rollouts: local sampling and training', function () {
       expect(conversation.turns![1]).to.deep.equal({ role: 'tool', content: '24' });
       const html = await buildReport([path.join(dir, 'run')]);
       expect(html).to.contain('<div class="turn tool"><span>tool</span><pre>24</pre></div>');
+      // trainer.rollout_data_dir: each step's samples as verl writes them, with the loss mask (0 on tool turns).
+      expect(fs.readdirSync(dumps).sort()).to.deep.equal(['1.jsonl', '2.jsonl']);
+      for (const step of [1, 2]) {
+        const records = fs.readFileSync(path.join(dumps, `${step}.jsonl`), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { input: string; output: string; gts: unknown; score: number; step: number; response_ids: number[]; response_mask: number[] });
+        expect(records.map((r) => r.step)).to.deep.equal(records.map(() => step));
+        expect(mean(records.map((r) => r.score))).to.be.closeTo(metrics[step - 1]['critic/score/mean'], 1e-6);
+        const tokenizer = chatTokenizer();
+        for (const r of records) {
+          expect(r.response_mask).to.have.length(r.response_ids.length);
+          expect(r.output).to.equal(tokenizer.decode(r.response_ids, true));
+          expect(r.gts).to.not.equal(null);
+        }
+        // A conversation with a tool turn: masked there, and the tool's answer is in its output.
+        const called = records.find((r) => r.output.includes('<tool_response>'))!;
+        expect(called.response_mask.some((m) => m === 0) && called.response_mask.some((m) => m === 1)).to.equal(true);
+      }
       for (const m of metrics.filter((m) => m.step === 1)) {
         expect(m['num_turns/max'], `step ${m.step}`).to.be.at.least(4);
         expect(m['agent_loop/tool_calls/mean'], `step ${m.step}`).to.be.above(0);

@@ -9,6 +9,8 @@ import { InputError } from '../errors.js';
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant turn's calls, as chat templates read them (arguments an object). */
+  tool_calls?: { type: 'function'; function: { name: string; arguments: Record<string, unknown> } }[];
 }
 
 type Json = Record<string, unknown>;

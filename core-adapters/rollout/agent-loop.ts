@@ -7,7 +7,7 @@
 import type { Config } from '../config/load.js';
 import type { ChatMessage, TextTokenizer } from '../model/tokenizer.js';
 import { InputError } from '../errors.js';
-import { parseHermesCalls, type ParsedCall } from '../tools/hermes.js';
+import { hermesTurnText, parseHermesCalls, type ParsedCall } from '../tools/hermes.js';
 import type { FunctionToolSchema, Tool } from '../tools/tool.js';
 
 export type MultiTurnSettings = Config['actor_rollout_ref']['rollout']['multi_turn'];
@@ -141,37 +141,65 @@ export class ToolTurnRenderer {
         lossMask.push(...ids.map(() => 0));
         between = [];
       }
-      const ids = [...this.tokenizer.encode(message.content, false), eos];
+      const ids = [...this.tokenizer.encode(this.assistantText(message), false), eos];
       response.push(...ids);
       lossMask.push(...ids.map(() => 1));
     }
     return { prompt: this.tokenizer.encode(this.tokenizer.applyChatTemplate(messages.slice(0, first), true, tools), false), response, lossMask };
   }
 
-  /** A prompt rendered with the tool schemas (the template's `tools`: those of `selection`, all when it is absent or empty), ready for the first assistant turn. */
+  /**
+   * An assistant turn's text as the policy writes it after the turn's header: its content, and its
+   * tool calls as the chat template renders them (Qwen2.5's layout when the template does not).
+   */
+  assistantText(message: ChatMessage): string {
+    const calls = message.tool_calls ?? [];
+    if (!calls.length) return message.content;
+    const user = [{ role: 'user', content: '' }];
+    const header = this.tokenizer.applyChatTemplate(user, true);
+    const whole = this.tokenizer.applyChatTemplate([...user, message], false);
+    const eos = this.tokenizer.eosToken;
+    if (eos && whole.startsWith(header)) {
+      const turn = whole.slice(header.length);
+      const text = turn.includes(eos) ? turn.slice(0, turn.lastIndexOf(eos)) : turn;
+      // A template that writes the calls: its text, exactly.
+      if (calls.every((c) => text.includes(c.function.name))) return text;
+    }
+    return hermesTurnText(message.content, calls.map((c) => c.function));
+  }
+
   /** The run's tools' schemas, for rows that name tools (multi-turn SFT). */
   get schemas(): FunctionToolSchema[] {
     return this.tools;
   }
 
-  promptText(messages: ChatMessage[], selection?: string[]): string {
-    const tools = selection?.length ? this.tools.filter((t) => selection.includes(t.function.name)) : this.tools;
-    return this.tokenizer.applyChatTemplate(messages, true, tools);
+  /** The schemas a row offers: those of `selection`, all when it is absent or empty. */
+  private offered(selection?: string[]): FunctionToolSchema[] {
+    return selection?.length ? this.tools.filter((t) => selection.includes(t.function.name)) : this.tools;
   }
 
-  /** A whole conversation rendered at once, every turn closed. */
-  conversationText(messages: ChatMessage[]): string {
-    return this.tokenizer.applyChatTemplate(messages, false, this.tools);
+  /** A prompt rendered with the tool schemas the row offers (the template's `tools`), ready for the first assistant turn. */
+  promptText(messages: ChatMessage[], selection?: string[]): string {
+    return this.tokenizer.applyChatTemplate(messages, true, this.offered(selection));
+  }
+
+  /** A whole conversation rendered at once, every turn closed, with the tools its prompt offered. */
+  conversationText(messages: ChatMessage[], selection?: string[]): string {
+    return this.tokenizer.applyChatTemplate(messages, false, this.offered(selection));
   }
 }
 
-/** verl's truncation of a tool answer to `limit` characters, with its markers. */
+/** verl's truncation of a tool answer to `limit` characters (code points, as Python counts them; never half a surrogate pair), with its markers. */
 export function truncateToolText(text: string, limit: number, side: 'left' | 'middle' | 'right'): { text: string; truncated: boolean } {
+  // UTF-16 units are at least the code points: a text that short needs no split into characters.
   if (text.length <= limit) return { text, truncated: false };
-  if (side === 'left') return { text: '(truncated)...' + text.slice(text.length - limit), truncated: true };
-  if (side === 'right') return { text: text.slice(0, limit) + '...(truncated)', truncated: true };
+  const chars = Array.from(text);
+  if (chars.length <= limit) return { text, truncated: false };
+  const take = (from: number, to?: number) => chars.slice(from, to).join('');
+  if (side === 'left') return { text: '(truncated)...' + take(chars.length - limit), truncated: true };
+  if (side === 'right') return { text: take(0, limit) + '...(truncated)', truncated: true };
   const half = Math.floor(limit / 2);
-  return { text: text.slice(0, half) + '...(truncated)...' + text.slice(text.length - half), truncated: true };
+  return { text: take(0, half) + '...(truncated)...' + take(chars.length - half), truncated: true };
 }
 
 interface Running {
@@ -357,7 +385,8 @@ async function releaseInstances(run: Running, tools: Map<string, Tool>, seconds:
  * ignore_strippable: up to whitespace.
  */
 function sameTokenization(run: Running, options: { tokenizer: TextTokenizer; renderer: ToolTurnRenderer }, mode: 'strict' | 'ignore_strippable'): boolean {
-  const expected = options.renderer.conversationText([...run.row.messages, ...run.trajectory.turns]);
+  // With the row's tool selection, as its prompt was rendered (all tools counted every such row a mismatch).
+  const expected = options.renderer.conversationText([...run.row.messages, ...run.trajectory.turns], run.row.toolSelection);
   const actual = options.tokenizer.decode([...run.row.promptIds, ...run.trajectory.responseIds], false);
   const normal = (text: string) => (mode === 'ignore_strippable' ? text.replace(/\s+/g, '') : text);
   return normal(expected).startsWith(normal(actual));

@@ -9,7 +9,7 @@
 // max_tokens 16 by default, cut to what the context leaves.
 import type http from 'node:http';
 import { randomBytes } from 'node:crypto';
-import { parseHermesCalls, TOOL_CALL_OPEN } from '../tools/hermes.js';
+import { parseHermesCalls, pythonJson, TOOL_CALL_OPEN } from '../tools/hermes.js';
 import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
 import type { SampleOutput, SampleSpec } from './serving-engine.js';
 
@@ -332,12 +332,6 @@ function toolCallsOf(text: string): { content: string | null; calls: Json[] } | 
   return { content: content.trim() ? content : null, calls };
 }
 
-/** JSON as Python's json.dumps(ensure_ascii=False) writes it (", " and ": "), as vLLM writes a call's arguments. */
-function pythonJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
-  if (isObject(value)) return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${pythonJson(v)}`).join(', ')}}`;
-  return JSON.stringify(value);
-}
 
 async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   const tokenizer = server.options.tokenizer;

@@ -46,3 +46,20 @@ function parseCall(body: string): ParsedCall {
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { error: `Invalid JSON in arguments for '${name}': expected an object` };
   return { name, arguments: parsed as Record<string, unknown> };
 }
+
+/** JSON as Python's json.dumps(ensure_ascii=False) writes it (", " and ": "): what Jinja's tojson gives a chat template, and vLLM's call arguments. */
+export function pythonJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
+  if (typeof value === 'object' && value !== null) return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${pythonJson(v)}`).join(', ')}}`;
+  return JSON.stringify(value);
+}
+
+/**
+ * An assistant turn's text with its calls as Qwen2.5's chat template writes them after the turn's
+ * header: the content, then each call as "<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>",
+ * a newline between each part.
+ */
+export function hermesTurnText(content: string, calls: { name: string; arguments: unknown }[]): string {
+  const parts = calls.map((call) => `${TOOL_CALL_OPEN}\n{"name": ${JSON.stringify(call.name)}, "arguments": ${pythonJson(call.arguments)}}\n${TOOL_CALL_CLOSE}`);
+  return [...(content ? [content] : []), ...parts].join('\n');
+}

@@ -23,6 +23,9 @@ export class ToolRegistry {
     this.register('Calculator', (_config, schema) => new CalculatorTool(schema ?? CALCULATOR_SCHEMA));
     this.register('CodeInterpreter', (config, schema, context) => {
       const where = 'tool CodeInterpreter';
+      // A misspelt key would otherwise leave its default in force, silently.
+      const unknown = Object.keys(config).filter((key) => key !== 'timeout_s' && key !== 'memory_limit_mb');
+      if (unknown.length) throw new Error(`${where}: unknown config key${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (known: timeout_s, memory_limit_mb)`);
       const sandbox = context.codeSandbox({
         wallSeconds: config.timeout_s === undefined ? undefined : positiveSetting(config, 'timeout_s', 10, where),
         memoryMb: config.memory_limit_mb === undefined ? undefined : positiveSetting(config, 'memory_limit_mb', 1024, where),

@@ -85,8 +85,8 @@ export async function readSftExamples(files: string[], tokenizer: TextTokenizer,
 
 /**
  * A row's conversation: a non-empty list of {role, content}. An assistant message's OpenAI-style
- * `tool_calls` ([{function: {name, arguments}}], arguments an object or its JSON) become hermes
- * calls after its content, the text the policy writes in rollouts (Qwen's template renders them so).
+ * `tool_calls` ([{function: {name, arguments}}], arguments an object or its JSON) are kept for the
+ * renderer, which writes them as the chat template does (the text the policy writes in rollouts).
  */
 function conversationOf(value: unknown, where: string): ChatMessage[] {
   if (!Array.isArray(value) || value.length === 0) throw new InputError(`${where} must hold a non-empty list of {role, content} messages`);
@@ -108,9 +108,10 @@ function conversationOf(value: unknown, where: string): ChatMessage[] {
           throw new InputError(`${at}.tool_calls[${j}]: function.arguments is not JSON`);
         }
       }
-      return `<tool_call>${JSON.stringify({ name: fn.name, arguments: args })}</tool_call>`;
+      if (typeof args !== 'object' || args === null || Array.isArray(args)) throw new InputError(`${at}.tool_calls[${j}]: function.arguments must be an object (or its JSON)`);
+      return { type: 'function' as const, function: { name: fn.name, arguments: args as Record<string, unknown> } };
     });
-    return { role: m.role, content: content + calls.join('') };
+    return { role: m.role, content, tool_calls: calls };
   });
 }
 

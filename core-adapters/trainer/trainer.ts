@@ -32,6 +32,7 @@ import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
 import { Batch, responseTokens } from '../batch.js';
 import { REWARD_EXTRA_INFO } from '../rewards/manager.js';
+import { dumpRollouts, rolloutRecords } from './rollout-dump.js';
 import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/sequences.js';
 import { gatherValues } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
@@ -621,6 +622,8 @@ export class RLTrainer implements Trainer {
       'perf/throughput': (promptTokens + lengths.reduce((s, v) => s + v, 0)) / seconds,
     });
     if (this.requirements.useCritic) metrics['critic/values/mean'] = maskedMean(batch.tensor('values').data, mask);
+    const dumpDir = this.config.trainer.rollout_data_dir;
+    if (dumpDir && this.writes && this.tokenizer) dumpRollouts(dumpDir, this.step, rolloutRecords(batch, this.tokenizer, this.step));
     batch.dispose();
     return metrics;
   }
