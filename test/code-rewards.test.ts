@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { extractCode, findSandboxTools, harnessInput, judgeRun, judgeRunHere, JUDGE_HERE_MAX, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
+import { asciiDigits, extractCode, findSandboxTools, harnessInput, judgeRun, judgeRunHere, JUDGE_HERE_MAX, parseCodeTests, readHarnessRecord, Sandbox, ReusedRuns, SANDBOX_UIDS, SandboxFusionRunner, SandboxRunner, sameCallResult, sameOutput, scoreCode, scoreResponse, scoreValue, type PyValue, type ScoreResult } from '../core-adapters/rewards/index.js';
 import { ScorerUnavailable, type ScoringError } from '../core-adapters/errors.js';
 import { expectedCallResult, pyJsonLoads } from '../core-adapters/rewards/py-json.js';
 import { rewardCommand } from '../core-adapters/cli/reward-command.js';
@@ -456,6 +456,11 @@ describe('code rewards', function () {
       let equal = false;
       expect(await heldFor(() => (equal = sameCallResult(dict(100_000), dict(100_000, 7))))).to.be.below(10_000);
       expect(equal, 'the same dict in another order').to.equal(true);
+      // Million-digit integers compared as text (BigInt took seconds), a million Arabic-Indic digits read once per digit kind.
+      const digits = '7'.repeat(1_000_000);
+      let integers: boolean[] = [];
+      expect(await heldFor(() => (integers = [sameOutput(`${digits}\n`, `+${digits}\n`), sameOutput(`1${digits}`, `2${digits}`), asciiDigits('٣'.repeat(1_000_000)) === '3'.repeat(1_000_000)]))).to.be.below(10_000);
+      expect(integers).to.deep.equal([true, false, true]);
       // Keys equal as Python hashes them: 1 == 1.0 == True; nan equals nothing; a key repeated (as no dict holds it) matches nothing.
       expect(sameCallResult({ d: [[{ f: '1.0' }, { s: 'a' }], [{ s: '2' }, null]] }, { d: [[true, { s: 'a' }], [{ s: '2' }, null]] })).to.equal(true);
       expect(sameCallResult({ d: [[{ i: '1' }, { s: 'a' }], [{ f: '1.0' }, { s: 'a' }]] }, { d: [[{ i: '1' }, { s: 'a' }], [{ i: '2' }, { s: 'b' }]] })).to.equal(false);

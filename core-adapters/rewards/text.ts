@@ -80,8 +80,17 @@ export function asciiDigits(text: string): string {
   return text.replace(/\p{Nd}/gu, (digit) => {
     if (digit >= '0' && digit <= '9') return digit;
     const code = digit.codePointAt(0)!;
-    let start = code;
-    while (DECIMAL_DIGIT.test(String.fromCodePoint(start - 1))) start--;
-    return String((code - start) % 10);
+    let value = DIGIT_VALUES.get(code);
+    if (value === undefined) {
+      let start = code;
+      while (DECIMAL_DIGIT.test(String.fromCodePoint(start - 1))) start--;
+      value = String((code - start) % 10);
+      // A program's output may hold a million of them: each is looked up once.
+      DIGIT_VALUES.set(code, value);
+    }
+    return value;
   });
 }
+
+/** Each non-ASCII decimal digit's value, found once. */
+const DIGIT_VALUES = new Map<number, string>();
