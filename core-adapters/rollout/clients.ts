@@ -86,6 +86,8 @@ interface CallInit {
 
 /** undici's codes for a connection closed under a request that had no answer yet. */
 const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED']);
+/** How many times an admin call or probe is sent again after a stale connection. */
+const STALE_RESENDS = 3;
 
 /**
  * JSON over HTTP with a timeout; every transport failure becomes a ServerCallError. A POST always
@@ -98,16 +100,21 @@ export async function callJson(url: string, route: string, init: CallInit): Prom
   if (method === 'POST') headers['content-type'] = 'application/json';
   const signal = AbortSignal.timeout(init.timeoutMs);
   const send = () => fetch(url + route, { method, headers, body: method === 'POST' ? JSON.stringify(init.body ?? {}) : undefined, signal });
+  // A training step holds the event loop for minutes, past a server's keep-alive (SGLang's uvicorn
+  // closes an idle connection after 5 s): the closes that arrived meanwhile are read first, or the
+  // call goes out on a closed connection. Two turns of the loop: the close, then the pool letting
+  // the connection go (measured: one turn left all 6 pooled connections in use, two none).
+  for (let turn = 0; turn < 2; turn++) await new Promise((resolve) => setImmediate(resolve));
   try {
-    try {
-      response = await send();
-    } catch (e) {
-      // A pooled connection the server closed while this process was busy (a training step holds
-      // the event loop past the server's keep-alive, and the close is read only after the request
-      // went out on it): sent once more, on a new connection. Should the first have reached a
-      // server that then failed, the repeat of a pause or a load costs time, not results.
-      if (init.sample || !STALE_CONNECTION.has((e as { cause?: { code?: string } }).cause?.code ?? '')) throw e;
-      response = await send();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        response = await send();
+        break;
+      } catch (e) {
+        // A close that crossed the call on the wire: sent again, on another connection (a few
+        // times: the pool may hold several such). A sample is not: a failure sends it elsewhere.
+        if (init.sample || attempt > STALE_RESENDS || !STALE_CONNECTION.has((e as { cause?: { code?: string } }).cause?.code ?? '')) throw e;
+      }
     }
   } catch (e) {
     const err = e as Error & { cause?: { code?: string } };
