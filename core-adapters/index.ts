@@ -69,9 +69,8 @@ export { LocalCheckpointStore } from './trainer/checkpoints.js';
 export { LocalRollout, samplePolicy } from './rollout/local.js';
 export { ServerRollout } from './rollout/server-rollout.js';
 // Multi-turn rollouts: the agent loop, its template renderer, and the role that runs it in a step.
-export { runAgentLoop, ToolTurnRenderer, truncateToolText, type AgentRow, type Trajectory, type TurnSampler } from './rollout/agent-loop.js';
+export { runAgentLoop, ToolTurnRenderer, type AgentRow, type Trajectory, type TurnSampler } from './rollout/agent-loop.js';
 export { MultiTurn } from './rollout/multi-turn.js';
-export { rolloutRecords, type RolloutRecord } from './trainer/rollout-dump.js';
 
 // Registries by name (one per host; plugins add to them through PluginContext.registries), and the
 // math they hold (verl's core_algos): estimators, policy losses, KL, the rollout correction (TIS).

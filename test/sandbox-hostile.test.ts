@@ -245,6 +245,21 @@ describe('reused runs are bounded in bytes (reward_model.code.reuse_runs)', () =
   });
 });
 
+/** Fills Unix socket pairs (send buffers raised as far as the kernel lets) until they block, never read; prints the MiB held. */
+const unixBuffers = [
+  'import socket',
+  'held, total = [], 0',
+  'for i in range(28):',
+  '    a, b = socket.socketpair(); a.setblocking(False)',
+  '    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)',
+  '    held.append((a, b))',
+  '    try:',
+  '        while True: total += a.send(b"x" * 65536)',
+  '    except OSError:',
+  '        pass',
+  'print(total >> 20)',
+].join('\n');
+
 /** Forks `children` processes that each touch `mib` MiB and wait; prints their wait statuses (9: SIGKILL). */
 const forkedMemory = (children: number, mib: number) =>
   ['import os, time', 'pids = []', `for i in range(${children}):`, '    p = os.fork()', '    if p == 0:', `        x = bytearray(${mib} << 20)`, '        for j in range(0, len(x), 4096): x[j] = 1', '        time.sleep(1)', '        os._exit(0)', '    pids.append(p)', 'print([os.waitpid(p, 0)[1] for p in pids])'].join('\n');
@@ -295,7 +310,7 @@ describe('the code sandbox bounds a whole run: memory and CPU time of all its pr
     if (!groups.version) this.skip();
   });
 
-  it('memory: forked processes share one limit (at 128 MiB, six children of 60 MiB cannot all live); the init killed for it is memory_limit; TCP buffers count too (at 64 MiB)', async () => {
+  it('memory: forked processes share one limit (at 128 MiB, six children of 60 MiB cannot all live); the init killed for it is memory_limit; TCP and Unix socket buffers count too (at 64 MiB)', async () => {
     const limits = { memoryMb: 128, cpuSeconds: 5, wallSeconds: 20 };
     const sandbox = new Sandbox({ limits, concurrency: 3 });
     const small = new Sandbox({ limits: { ...limits, memoryMb: 64 }, concurrency: 1 });
@@ -317,9 +332,13 @@ describe('the code sandbox bounds a whole run: memory and CPU time of all its pr
     const unbounded = perProcessOnly({ limits, concurrency: 2 });
     expect(unbounded.describeBounds()).to.match(/^no cgroup \(FLOWRL_SANDBOX_CGROUP=off\): per process 128 MiB of address space/);
     const unboundedSmall = perProcessOnly({ limits: { ...limits, memoryMb: 64 }, concurrency: 1 });
-    const [free, freeTcp] = await Promise.all([unbounded.run('python', forkedMemory(6, 60)), unboundedSmall.run('python', tcpBuffers)]);
+    const [free, freeTcp, freeUnix] = await Promise.all([unbounded.run('python', forkedMemory(6, 60)), unboundedSmall.run('python', tcpBuffers), unboundedSmall.run('python', unixBuffers)]);
     expect(free.stdout).to.equal('[0, 0, 0, 0, 0, 0]\n');
     expect(Number(freeTcp.stdout), freeTcp.stderr).to.be.above(64);
+    expect(Number(freeUnix.stdout), freeUnix.stderr).to.be.above(64);
+    // Unix socket buffers are the run's memory too: at 64 MiB the run is killed for it.
+    const unix = await small.run('python', unixBuffers);
+    expect(unix.status === 'memory_limit' || Number(unix.stdout) <= 64, JSON.stringify([unix.status, unix.stdout])).to.equal(true);
     await sleep(200);
     expect(runGroupsLeft(), 'run groups left behind').to.deep.equal([]);
   });

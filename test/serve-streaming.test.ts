@@ -192,7 +192,8 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
   it("the official Python client (openai 3.22.1) streams chat and completions and assembles tool calls (where the machine's wheel cache has it)", async function () {
     const wheels = '/opt/pypi/files';
     if (!fs.existsSync(path.join(wheels, 'openai-3.22.1-py3-none-any.whl'))) this.skip();
-    const target = path.join(ROOT, 'node_modules', '.cache', 'flowrl-openai-python-3.22.1');
+    // Kept across clones (as the wheels are): installing it takes longer than the test.
+    const target = path.join(os.homedir(), '.cache', 'flowrl-tests', 'openai-python-3.22.1');
     if (!fs.existsSync(path.join(target, 'openai'))) {
       const install = await runCommand('python3', ['-m', 'pip', 'install', '--quiet', '--no-index', '--find-links', wheels, '--target', target, 'openai==3.22.1'], ROOT, 120_000);
       if (install.status !== 0) this.skip();
