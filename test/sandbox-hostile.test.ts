@@ -8,7 +8,8 @@ import path from 'node:path';
 import ts from 'typescript';
 import { CORE_DEFAULTS } from '../core-adapters/config/defaults.js';
 import { codeSandboxLimits, ReusedRuns, Sandbox, SandboxRunner, seccompFilter } from '../core-adapters/rewards/index.js';
-import { expectFreshDist, expectInputError, ROOT, runCommand, worldReadableSandboxDir } from './helpers.js';
+import { findRunCgroups } from '../core-adapters/rewards/run-cgroup.js';
+import { expectFreshDist, expectInputError, ROOT, runCommand, tempDir, worldReadableSandboxDir } from './helpers.js';
 import { PROGRAMS } from './sandbox-hostile-programs.js';
 
 /**
@@ -357,5 +358,62 @@ describe('the code sandbox bounds a whole run: memory and CPU time of all its pr
     expect([waits.status, waits.stdout]).to.deep.equal(['exited', 'done\n']);
     await sleep(200);
     expect(runGroupsLeft(), 'run groups left behind').to.deep.equal([]);
+  });
+});
+
+describe('run cgroups: the files each hierarchy is driven by (on a fake tree, for the version this machine lacks)', () => {
+  const isRoot = process.getuid?.() === 0;
+  const tree = (files: Record<string, string>) => {
+    const root = tempDir();
+    for (const [file, text] of Object.entries(files)) {
+      fs.mkdirSync(path.dirname(path.join(root, file)), { recursive: true });
+      fs.writeFileSync(path.join(root, file), text);
+    }
+    return root;
+  };
+
+  it('v2: controllers passed down, memory.max, memory.swap.max 0, pids.max; cpu.stat usage_usec and memory.events oom_kill read; refused without root or when asked', function () {
+    if (!isRoot) this.skip();
+    const root = tree({ 'cgroup.controllers': 'cpu memory pids\n', 'cgroup.subtree_control': '', 'cgroup.procs': '' });
+    const groups = findRunCgroups(root, {});
+    expect(groups.version).to.equal('v2');
+    if (!groups.version) return;
+    expect(fs.readFileSync(path.join(root, 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids');
+    expect(fs.readFileSync(path.join(root, 'flowrl-sandbox', 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids');
+    const run = groups.create({ memoryBytes: 64 << 20, processes: 18 });
+    const dir = path.dirname(run.procsFiles[0]);
+    expect(path.dirname(dir)).to.equal(path.join(root, 'flowrl-sandbox'));
+    expect(path.basename(dir)).to.match(new RegExp(`^run-${process.pid}-\\d+$`));
+    expect([fs.readFileSync(path.join(dir, 'memory.max'), 'utf8'), fs.readFileSync(path.join(dir, 'pids.max'), 'utf8')]).to.deep.equal([String(64 << 20), '18']);
+    expect([run.cpuSeconds(), run.oomKilled()]).to.deep.equal([0, false]);
+    fs.writeFileSync(path.join(dir, 'cpu.stat'), 'usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n');
+    fs.writeFileSync(path.join(dir, 'memory.events'), 'low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n');
+    expect([run.cpuSeconds(), run.oomKilled()]).to.deep.equal([2.5, true]);
+    expect(findRunCgroups(root, { FLOWRL_SANDBOX_CGROUP: 'off' })).to.deep.equal({ version: undefined, why: 'FLOWRL_SANDBOX_CGROUP=off' });
+    // A hierarchy that refuses the controllers (a container's root with processes in it) gives none, saying why.
+    const refusing = tree({ 'cgroup.controllers': '' });
+    fs.mkdirSync(path.join(refusing, 'cgroup.subtree_control'));
+    const none = findRunCgroups(refusing, {});
+    expect(none.version).to.equal(undefined);
+    expect((none as { why: string }).why).to.include('cgroup.subtree_control');
+  });
+
+  it('v1: a group in each of memory, pids and cpuacct under this process\'s own, limited; cpuacct.usage and memory.oom_control read', function () {
+    if (!isRoot) this.skip();
+    const own = new Map(fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n').flatMap((l) => { const [, c, p] = l.split(':'); return (c ?? '').split(',').filter(Boolean).map((name) => [name, p] as [string, string]); }));
+    const files: Record<string, string> = {};
+    for (const c of ['memory', 'pids', 'cpuacct']) files[path.join(c, 'cgroup.procs')] = '';
+    const root = tree(files);
+    const groups = findRunCgroups(root, {});
+    expect(groups.version).to.equal('v1');
+    if (!groups.version) return;
+    const run = groups.create({ memoryBytes: 32 << 20, processes: 5 });
+    const dirs = run.procsFiles.map((f) => path.dirname(f));
+    expect(dirs.map((d) => path.relative(root, path.dirname(d)))).to.deep.equal(['memory', 'pids', 'cpuacct'].map((c) => path.join(c, own.get(c) ?? '/', 'flowrl-sandbox').replace(/^\/+/, '')));
+    expect(fs.readFileSync(path.join(dirs[0], 'memory.limit_in_bytes'), 'utf8')).to.equal(String(32 << 20));
+    expect(fs.readFileSync(path.join(dirs[1], 'pids.max'), 'utf8')).to.equal('5');
+    fs.writeFileSync(path.join(dirs[2], 'cpuacct.usage'), '1250000000\n');
+    fs.writeFileSync(path.join(dirs[0], 'memory.oom_control'), 'oom_kill_disable 0\nunder_oom 0\noom_kill 2\n');
+    expect([run.cpuSeconds(), run.oomKilled()]).to.deep.equal([1.25, true]);
   });
 });
