@@ -573,6 +573,34 @@ describe('flowrl serve: the HTTP server', () => {
   });
 });
 
+describe('flowrl serve: one large request leaves the server answering', function () {
+  this.timeout(120_000);
+
+  it('1,024 prompts with prompt_logprobs: /health is answered again and again while they are scored (it waited 11 s for all of them)', async () => {
+    const { server, url } = await startServer({ maxQueue: 2048, maxBodyBytes: 1 << 24 });
+    try {
+      const prompts = Array.from({ length: 1024 }, (_, i) => [5, 17, 42, 9, i % 100, 3, 8, 77, 12, 40, 51, 6]);
+      let answered = 0;
+      let done = false;
+      const poll = (async () => {
+        while (!done) {
+          expect((await call(url, '/health')).status).to.equal(200);
+          if (!done) answered++;
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      })();
+      const answer = await call(url, '/v1/completions', { prompt: prompts, max_tokens: 1, prompt_logprobs: 0 });
+      done = true;
+      await poll;
+      expect(answer.status).to.equal(200);
+      expect((answer.body as { choices: unknown[] }).choices).to.have.length(1024);
+      expect(answered, '/health answers while the request ran').to.be.at.least(5);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('flowrl serve: a weight change waits for the samples admitted before it', function () {
   this.timeout(120_000);
 
