@@ -551,6 +551,30 @@ describe('flowrl serve: the HTTP server', () => {
       expectError(await call(main.url, '/v1/load_lora_adapter', { lora_name: 'a'.repeat(300), lora_path: TINY_ADAPTER }), 400, "'lora_name' is 300 characters long");
     });
 
+    it('prompt_logprobs k: at each prompt position the prompt token with its rank, and the k most likely, against the model scored token by token', async () => {
+      const prompt = PROMPTS[2];
+      const answer = (await call(main.url, '/v1/completions', { prompt, max_tokens: 1, prompt_logprobs: 3 })).body as { choices: { prompt_logprobs: (Record<string, { logprob: number; rank: number }> | null)[] }[] };
+      const entries = answer.choices[0].prompt_logprobs;
+      expect(entries).to.have.length(prompt.length);
+      expect(entries[0]).to.equal(null);
+      const vocab = base.config.vocabSize;
+      for (let t = 1; t < prompt.length; t++) {
+        // Every token's log-prob at this position, each scored as a one-token response (another code path).
+        const all = (await responseLogProbs(base, Array.from({ length: vocab }, () => prompt.slice(0, t)), Array.from({ length: vocab }, (_, id) => [id]))).map((r) => r[0]);
+        const order = all.map((lp, id) => [lp, id] as const).sort((x, y) => y[0] - x[0] || x[1] - y[1]);
+        const entry = entries[t]!;
+        const own = entry[String(prompt[t])];
+        expect(own.logprob).to.be.closeTo(all[prompt[t]], 1e-4);
+        expect(own.rank).to.equal(order.findIndex(([, id]) => id === prompt[t]) + 1);
+        // The prompt's token first, then the three most likely, ranked 1 to 3.
+        for (const [id, value] of Object.entries(entry).filter(([, v]) => v.rank <= 3)) {
+          expect(order[value.rank - 1][1], `position ${t} rank ${value.rank}`).to.equal(Number(id));
+          expect(value.logprob).to.be.closeTo(all[Number(id)], 1e-4);
+        }
+        expect(Object.keys(entry)).to.have.length(own.rank <= 3 ? 3 : 4);
+      }
+    });
+
     it('/v1/models lists the model and the loaded adapters, by name (no server path)', async () => {
       const ids = async () => ((await call(main.url, '/v1/models')).body as { data: { id: string; parent?: string; created?: number }[] }).data;
       const listed = await ids();

@@ -4,6 +4,7 @@ import * as tf from '@tensorflow/tfjs';
 import { headLogProbs } from '../engine/ops.js';
 import { readFloat32 } from '../engine/readback.js';
 import { positionsFromMask, type CausalLM } from './causal-lm.js';
+import { topAlternatives } from './generate.js';
 
 /** A batch of prompt+response sequences, row-major. */
 export interface SequenceBatch {
@@ -127,4 +128,55 @@ export async function responseLogProbs(model: CausalLM, prompts: number[][], res
   } finally {
     logProbs.dispose();
   }
+}
+
+/** A prompt position's most likely next tokens at T = 1, and the rank of the token the prompt has there. */
+export interface PromptPositionTop {
+  /** The prompt's own token's log-prob there. */
+  logProb: number;
+  ids: number[];
+  logProbs: number[];
+  /** 1 + how many tokens are more likely than the prompt's own (vLLM's rank). */
+  rank: number;
+}
+
+/** Positions whose logits are read at once: a 151,936-token vocabulary is 0.6 MB a position. */
+const PROMPT_TOP_CHUNK = 64;
+
+/**
+ * The `k` most likely tokens at each prompt position 1.. given the ids before it, at T = 1, with
+ * the rank of the prompt's own token there (vLLM's prompt_logprobs k): one forward pass, then the
+ * logits read a chunk of positions at a time. Ties rank by id, as topAlternatives orders them.
+ */
+export async function promptTopLogProbs(model: CausalLM, ids: readonly number[], k: number): Promise<PromptPositionTop[]> {
+  const L = ids.length;
+  if (L < 2) return [];
+  const mask = new Int32Array(L).fill(1);
+  const hidden = tf.tidy(() => model.forward({ ids: Int32Array.from(ids), batch: 1, attentionMask: mask, positions: positionsFromMask(mask, 1) }).hidden as tf.Tensor2D);
+  const out: PromptPositionTop[] = [];
+  try {
+    for (let start = 0; start < L - 1; start += PROMPT_TOP_CHUNK) {
+      const rows = Math.min(PROMPT_TOP_CHUNK, L - 1 - start);
+      const logits = tf.tidy(() => model.logits(hidden.slice([start, 0], [rows, hidden.shape[1]])));
+      let values: Float32Array;
+      try {
+        values = await readFloat32(logits, 'prompt top log-probs');
+      } finally {
+        logits.dispose();
+      }
+      const V = values.length / rows;
+      for (let r = 0; r < rows; r++) {
+        const row = values.subarray(r * V, (r + 1) * V);
+        const own = ids[start + r + 1];
+        let rank = 1;
+        for (let i = 0; i < V; i++) if (row[i] > row[own] || (row[i] === row[own] && i < own)) rank++;
+        const top = topAlternatives(row, Math.max(1, k), 1);
+        // The own token's log-softmax from the most likely one's: the same normaliser.
+        out.push({ logProb: top.atOne[0] - row[top.ids[0]] + row[own], ids: top.ids.slice(0, k), logProbs: top.atOne.slice(0, k), rank });
+      }
+    }
+  } finally {
+    hidden.dispose();
+  }
+  return out;
 }

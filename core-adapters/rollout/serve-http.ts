@@ -75,6 +75,9 @@ export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 
   skipSpecialTokens: boolean;
 }
 
+/** Most top-logprob entries one answer may hold (about 400 bytes each while it is built). */
+export const MAX_TOP_LOGPROB_ENTRIES = 2 ** 20;
+
 /** Most stop strings a request may give. */
 export const MAX_STOP_STRINGS = 16;
 

@@ -10,7 +10,7 @@
 import type http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { parseHermesCalls, pythonJson, TOOL_CALL_OPEN } from '../tools/hermes.js';
-import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
+import { bad, echoedText, EventStream, MAX_TOP_LOGPROB_ENTRIES, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
 import type { SampleOutput, SampleSpec } from './serving-engine.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
@@ -198,8 +198,9 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   s.topLogProbs = logprobs;
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
-  // vLLM lists the k most likely tokens at each prompt position too; this server scores only the prompt's own (a list of one was mistaken for k).
-  if (promptLogprobs !== undefined && promptLogprobs > 0) throw bad(`'prompt_logprobs' ${promptLogprobs} is not supported by flowrl serve: it scores the prompt's own tokens only; ask for 0`);
+  // The k most likely at every prompt position: bounded as the answer's top logprobs are.
+  const promptTopEntries = prompts.reduce((n, ids) => n + ids.length, 0) * (promptLogprobs ?? 0);
+  if (promptTopEntries > MAX_TOP_LOGPROB_ENTRIES) throw bad(`the request asks for ${promptTopEntries} prompt top logprobs; at most ${MAX_TOP_LOGPROB_ENTRIES}: ask for fewer prompts or a smaller prompt_logprobs`);
   const head = answerHead(server, 'text_completion', body.model);
   // usage counts each prompt once, whatever n is (vLLM's num_prompt_tokens).
   const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
@@ -208,7 +209,7 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   if (body.echo === true && logprobs !== undefined) throw bad("'echo' with 'logprobs' is not supported by flowrl serve (the prompt's tokens would need log-probs too); ask for prompt_logprobs instead");
   const choiceText = (i: number, text: string, finish: string | null = null, stopReason: string | number | null = null) => ({ index: i, text, logprobs: null, finish_reason: finish, stop_reason: stopReason });
   // The first sample of each prompt also scores it, with the weights that sample it.
-  const specs = server.specs(prompts, s, adapter).map((spec, i) => (promptLogprobs !== undefined && i % s.n === 0 ? { ...spec, withPromptLogProbs: true } : spec));
+  const specs = server.specs(prompts, s, adapter).map((spec, i) => (promptLogprobs !== undefined && i % s.n === 0 ? { ...spec, withPromptLogProbs: true, promptTopLogProbs: promptLogprobs } : spec));
   const outputs = await streaming.sample(specs, (i) => ({
     deltas: new TextDeltas((ids) => server.decode([...ids], s.skipSpecialTokens), s.stopStrings),
     delta: (text) => choiceText(i, text),
@@ -223,7 +224,15 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
       }),
     );
   }
-  const scored = promptLogprobs === undefined ? undefined : prompts.map((_, p) => outputs[p * s.n].promptLogProbs ?? []);
+  // vLLM's prompt_logprobs: null for the first position, then per position the prompt's token (with its rank) and, with k, the k most likely.
+  const promptEntries = (p: number): (Json | null)[] => {
+    const prompt = prompts[p];
+    const o = outputs[p * s.n];
+    const own = o.promptLogProbs ?? [];
+    const entry = (id: number, logprob: number, rank: number | null) => [String(id), { logprob, rank, decoded_token: server.decode([id]) }] as const;
+    return [null, ...own.map((lp, t) => Object.fromEntries([entry(prompt[t + 1], lp, o.promptTop?.[t].rank ?? null), ...(o.promptTop?.[t].ids.map((id, r) => entry(id, o.promptTop![t].logProbs[r], r + 1)) ?? [])]))];
+  };
+  const scored = promptLogprobs === undefined ? undefined : prompts.map((_, p) => promptEntries(p));
   const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id])));
   return completion(
     head,
@@ -252,7 +261,7 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
                 // Where each token's text begins in the answer's text (after the prompt's, with echo).
                 text_offset: textOffsets(tokens(o.outputIds), body.echo === true ? server.decode(prompt, s.skipSpecialTokens).length : 0),
               },
-        ...(scored ? { prompt_logprobs: [null, ...scored[Math.floor(i / s.n)].map((lp, t) => ({ [String(prompt[t + 1])]: { logprob: lp, rank: null, decoded_token: server.decode([prompt[t + 1]]) } }))] } : {}),
+        ...(scored ? { prompt_logprobs: scored[Math.floor(i / s.n)] } : {}),
         finish_reason: ended.finish,
         stop_reason: ended.stopReason,
       };

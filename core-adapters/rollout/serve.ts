@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
-import { bad, errorBody, firstStop, HttpError, isObject, MAX_ECHOED_CHARS, MAX_STOP_STRINGS, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type Route, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, errorBody, firstStop, HttpError, isObject, MAX_ECHOED_CHARS, MAX_STOP_STRINGS, MAX_TOP_LOGPROB_ENTRIES, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type Route, type RouteTable, type SamplingRules } from './serve-http.js';
 import { sglangRoutes } from './serve-sglang.js';
 import { vllmRoutes } from './serve-vllm.js';
 import { EngineFault, EngineOverloaded, RequestRefused, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
@@ -60,8 +60,6 @@ const DEFAULT_MAX_CONNECTIONS = 512;
 /** Request bodies' bytes held at once, in --max-body-mb units (a 503 past it). */
 const BODIES_IN_FLIGHT = 4;
 
-/** Most top-logprob entries one answer may hold (about 400 bytes each while it is built). */
-const MAX_TOP_LOGPROB_ENTRIES = 2 ** 20;
 
 /** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
 const MAX_JSON_DEPTH = 32;

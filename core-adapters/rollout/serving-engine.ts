@@ -11,7 +11,7 @@ import { readModelConfig, type ModelConfig } from '../model/config.js';
 import { CONFINED_FILES, OPERATOR_FILES, type FileAccess } from '../model/files.js';
 import { samplesGreedily, type Alternatives } from '../model/generate.js';
 import { Decoding } from '../model/generate.js';
-import { responseLogProbs } from '../model/logprobs.js';
+import { promptTopLogProbs, responseLogProbs, type PromptPositionTop } from '../model/logprobs.js';
 import { isAdapterDir, loadAdapters, type LoraAdapters } from '../model/lora.js';
 
 /** One sample to draw: its prompt ids and how to sample (the trainer's side sends the same fields). */
@@ -42,6 +42,8 @@ export interface SampleSpec {
   forcedIds?: readonly number[];
   /** Also score the prompt (ids 1.. given those before, at T = 1; vLLM's prompt_logprobs) with the weights that sample it. */
   withPromptLogProbs?: boolean;
+  /** With withPromptLogProbs: also the this many most likely tokens at each position, and the prompt token's rank. */
+  promptTopLogProbs?: number;
   /** Added to the logits of these ids before sampling (OpenAI's logit_bias). */
   logitBias?: Map<number, number>;
   /** The stop tokens (eos, stopTokenIds) cannot end the sample before this many tokens (vLLM's min_tokens). */
@@ -69,6 +71,8 @@ export interface SampleOutput {
   alternatives?: Alternatives[];
   /** With withPromptLogProbs: the prompt's ids 1.. scored at T = 1, by the weights that drew the sample. */
   promptLogProbs?: number[];
+  /** With promptTopLogProbs: per prompt position 1.., the most likely tokens there and the prompt token's rank. */
+  promptTop?: PromptPositionTop[];
 }
 
 /** Raised when the bounded queue is full (the server answers 503). */
@@ -350,8 +354,12 @@ export class ServingEngine {
       model.adapters = adapters;
       // Scored inside the batch: a weight change between the samples and a later scoring cannot split them.
       const promptLogProbs: (number[] | undefined)[] = [];
+      const promptTop: (PromptPositionTop[] | undefined)[] = [];
       for (const p of rows) {
-        promptLogProbs.push(p.spec.withPromptLogProbs ? await this.promptScores(p.spec.inputIds) : undefined);
+        const k = p.spec.promptTopLogProbs ?? 0;
+        const top = p.spec.withPromptLogProbs && k > 0 ? await promptTopLogProbs(model, p.spec.inputIds, k) : undefined;
+        promptTop.push(top);
+        promptLogProbs.push(top ? top.map((t) => t.logProb) : p.spec.withPromptLogProbs ? await this.promptScores(p.spec.inputIds) : undefined);
         // /health and the admin routes are answered between prompts (1,024 of them held /health 11 s).
         if (p.spec.withPromptLogProbs) await new Promise((resolve) => setImmediate(resolve));
       }
@@ -403,6 +411,7 @@ export class ServingEngine {
           ...(alternatives && p.spec.topLogProbs ? { alternatives: alternatives[b] } : {}),
           ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: raw[b] } : {}),
           ...(promptLogProbs[b] ? { promptLogProbs: promptLogProbs[b] } : {}),
+          ...(promptTop[b] ? { promptTop: promptTop[b] } : {}),
           finish,
           matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
           weightVersion: this.weightVersion,
