@@ -3,6 +3,7 @@ import { expect } from 'chai';
 import { initEngine, InputError } from '../core-adapters/index.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { initModel, saveModel } from '../core-adapters/model/checkpoint.js';
+import { staleOutputs as staleSources } from '../scripts/stale-dist.mjs';
 import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
@@ -281,16 +282,7 @@ export const FLAT_ROW_SCHEMA = [
 
 /** Sources newer than their compiled file: a stale dist/ would test old code. */
 export function staleOutputs(): string[] {
-  const stale: string[] = [];
-  for (const dir of ['core-adapters', 'plugin']) {
-    for (const entry of fs.readdirSync(path.join(ROOT, dir), { recursive: true, encoding: 'utf8' })) {
-      if (!entry.endsWith('.ts') || entry.endsWith('.d.ts')) continue;
-      const source = path.join(ROOT, dir, entry);
-      const compiled = path.join(ROOT, 'dist', dir, entry.replace(/\.ts$/, '.js'));
-      if (!fs.existsSync(compiled) || fs.statSync(compiled).mtimeMs < fs.statSync(source).mtimeMs) stale.push(path.relative(ROOT, source));
-    }
-  }
-  return stale;
+  return staleSources(ROOT);
 }
 
 /** Fails (a before hook) when dist/ is missing or older than a source: a stale dist/ would test old code. */
