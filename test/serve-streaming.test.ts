@@ -10,6 +10,7 @@ import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import type { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { ROOT, runCommand, tempDir, writeTinyQwen25 } from './helpers.js';
 import { startServer } from './serve-helpers.js';
+import { TextDeltas } from '../core-adapters/rollout/serve-http.js';
 
 const SCRIPTED_CALL = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>';
 const TOOLS = [{ type: 'function' as const, function: { name: 'add', description: 'Adds two numbers.', parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] } } }];
@@ -163,6 +164,25 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     }
     const sglang = await fetch(`${url}/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ text: 'Hello', sampling_params: { regex: 'a+', max_new_tokens: 2 } }) });
     expect([sglang.status, ((await sglang.json()) as { message: string }).message]).to.satisfy(([status, text]: [number, string]) => status === 400 && text.includes("'sampling_params.regex' is not supported"));
+  });
+
+  it('streamed text: decoded incrementally, a character split across tokens held until whole, never past a stop string, the same text as decoding it whole', () => {
+    const tokenizer = server.options.tokenizer!;
+    const text = 'Grüße 😀 aus Köln — 東京 ok. '.repeat(200) + 'STOP here';
+    const ids = tokenizer.encode(text);
+    const decode = (part: readonly number[]) => tokenizer.decode([...part], true);
+    const plain = new TextDeltas(decode, []);
+    let streamed = '';
+    for (let t = 1; t <= ids.length; t++) {
+      const delta = plain.next(ids.slice(0, t));
+      expect(delta, `step ${t}`).to.not.include('\ufffd');
+      streamed += delta;
+    }
+    expect(streamed + plain.rest(decode(ids))).to.equal(decode(ids));
+    const stopping = new TextDeltas(decode, ['STOP', '東京 ok. Gr']);
+    let cut = '';
+    for (let t = 1; t <= ids.length; t++) cut += stopping.next(ids.slice(0, t));
+    expect(cut).to.equal(text.slice(0, text.indexOf('東京 ok. Gr')));
   });
 
   it('a client that goes away cancels its samples, queued and running, whole or streamed', async () => {
