@@ -84,7 +84,7 @@ interface CallInit {
   sample?: boolean;
 }
 
-/** undici's codes for a connection closed under a request that had no answer yet. */
+/** The codes fetch (undici, Node's sockets) gives for a connection closed under a request that had no answer yet. */
 const STALE_CONNECTION = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE', 'UND_ERR_CLOSED']);
 /** How many times an admin call or probe is sent again after a stale connection. */
 const STALE_RESENDS = 3;

@@ -198,12 +198,12 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
   s.topLogProbs = logprobs;
   const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
-  // The k most likely at every prompt position: bounded as the answer's top logprobs are.
-  const promptTopEntries = prompts.reduce((n, ids) => n + ids.length, 0) * (promptLogprobs ?? 0);
-  if (promptTopEntries > MAX_TOP_LOGPROB_ENTRIES) throw bad(`the request asks for ${promptTopEntries} prompt top logprobs; at most ${MAX_TOP_LOGPROB_ENTRIES}: ask for fewer prompts or a smaller prompt_logprobs`);
-  const head = answerHead(server, 'text_completion', body.model);
   // usage counts each prompt once, whatever n is (vLLM's num_prompt_tokens).
   const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
+  // The k most likely at every prompt position: bounded as the answer's top logprobs are.
+  const promptTopEntries = promptTotal * (promptLogprobs ?? 0);
+  if (promptTopEntries > MAX_TOP_LOGPROB_ENTRIES) throw bad(`the request asks for ${promptTopEntries} prompt top logprobs; at most ${MAX_TOP_LOGPROB_ENTRIES}: ask for fewer prompts or a smaller prompt_logprobs`);
+  const head = answerHead(server, 'text_completion', body.model);
   const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs', 'echo']);
   if (body.echo !== undefined && body.echo !== null && typeof body.echo !== 'boolean') throw bad("'echo' must be true or false");
   if (body.echo === true && logprobs !== undefined) throw bad("'echo' with 'logprobs' is not supported by flowrl serve (the prompt's tokens would need log-probs too); ask for prompt_logprobs instead");
@@ -340,7 +340,6 @@ function toolCallsOf(text: string): { content: string | null; calls: Json[] } | 
   const content = text.slice(0, text.indexOf(TOOL_CALL_OPEN));
   return { content: content.trim() ? content : null, calls };
 }
-
 
 async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   const tokenizer = server.options.tokenizer;

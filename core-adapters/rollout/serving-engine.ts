@@ -630,7 +630,13 @@ const ARCHITECTURE_KEYS = [
   'mlpBias',
 ] as const satisfies readonly (keyof ModelConfig)[];
 
-/** Samples that may share a batch: same sampling settings and adapter (lengths and seeds are per row). */
+/**
+ * Samples that may share a batch: same sampling settings and adapter (lengths and seeds are per
+ * row). Rows whose logits are changed (logit_bias, min_tokens) or whose tokens are scripted draw in
+ * JavaScript, which takes the whole batch off the native sampler: they batch apart, so no other
+ * request's draws depend on theirs sharing its batch.
+ */
 function batchKey(s: SampleSpec): string {
-  return JSON.stringify([s.temperature, s.topP, s.topK, s.ignoreEos, [...s.stopTokenIds].sort((a, b) => a - b), s.adapter ?? null]);
+  const drawsInJs = Boolean(s.logitBias?.size || (s.minNewTokens ?? 0) > 0 || s.forcedIds);
+  return JSON.stringify([s.temperature, s.topP, s.topK, s.ignoreEos, [...s.stopTokenIds].sort((a, b) => a - b), s.adapter ?? null, drawsInJs]);
 }
