@@ -391,6 +391,9 @@ describe('flowrl serve: the HTTP server', () => {
       // The SGLang dialect of the same server reports after temperature.
       const item = (await call(raw.url, '/generate', generateBody({}, { temperature: 2, max_new_tokens: 10 }))).body as SglangItem;
       expectClose(item.meta_info.output_token_logprobs.map((p) => p[0]), (await responseLogProbs(base, [PROMPTS[0]], [item.output_ids], 2))[0], 1e-4, 'SGLang at T');
+      // Streamed, raw log-probs away from T = 1 would need the sample's end: refused, naming why; at T = 1 they stream.
+      expectError(await call(raw.url, '/v1/completions', { ...body, stream: true }), 400, "'logprobs' with 'stream' true needs temperature 1");
+      expect((await call(raw.url, '/v1/completions', { ...body, temperature: 1, stream: true })).status).to.equal(200);
     } finally {
       await raw.server.close();
     }

@@ -226,7 +226,16 @@ describe('flowrl serve: no one request crashes, hangs or splits it (the countdow
     expect(items.map((item) => item.output_ids)).to.deep.equal(canary.map((_, t) => canary.slice(0, t + 1)).concat([canary]));
     expect(items.slice(0, -1).every((item) => item.meta_info.finish_reason === null)).to.equal(true);
     expect(items.at(-1)).to.deep.equal((await call(url, '/generate', { ...canaryBody, rid: 'r1' })).body);
-    expectError(await call(url, '/generate', { ...canaryBody, stream: true, return_logprob: true }), 400, "'return_logprob' with 'stream' true is not supported");
+    // With return_logprob each event holds the log-probs so far (cumulative, as SGLang's default), the last the whole item's.
+    const scored = { ...canaryBody, rid: 'r2', return_logprob: true, top_logprobs_num: 2 };
+    const scoredEvents = String((await call(url, '/generate', { ...scored, stream: true })).body).split('\n\n').filter(Boolean).slice(0, -1).map((e) => JSON.parse(e.slice('data: '.length)) as TopItem);
+    const scoredWhole = (await call(url, '/generate', scored)).body as TopItem;
+    expect(scoredEvents.at(-1)).to.deep.equal(scoredWhole);
+    scoredEvents.forEach((item) => {
+      const n = item.output_ids.length;
+      expect(item.meta_info.output_token_logprobs).to.deep.equal(scoredWhole.meta_info.output_token_logprobs.slice(0, n));
+      expect(item.meta_info.output_top_logprobs).to.deep.equal(scoredWhole.meta_info.output_top_logprobs!.slice(0, n));
+    });
     // /v1/completions streams (test/serve-streaming.test.ts): the events' text is the whole answer's.
     const streamed = await call(url, '/v1/completions', { prompt: [1, 5], max_tokens: 6, seed: 4, stream: true });
     const events = String(streamed.body).split('\n\n').filter(Boolean);

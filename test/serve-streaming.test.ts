@@ -67,23 +67,38 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     expect(afterUsage).to.equal(0);
   });
 
-  it('completions: the same; usage counts each prompt once whatever n is; logprobs with stream is refused naming it', async () => {
-    const ask = { model, prompt: ['Hello there', 'Once upon'], max_tokens: 10, seed: 5, n: 2 };
+  it('completions: the same; usage counts each prompt once whatever n is; streamed log-probs, chunk by chunk, are the whole answer\'s', async () => {
+    const ask = { model, prompt: ['Hello there', 'Once upon'], max_tokens: 10, seed: 5, n: 2, logprobs: 2, stop: [' the'] };
     const whole = await client.completions.create(ask);
     const texts = ['', '', '', ''];
+    const logprobs = texts.map(() => ({ tokens: [] as string[], token_logprobs: [] as number[], top_logprobs: [] as Record<string, number>[], text_offset: [] as number[] }));
     let usage: OpenAI.CompletionUsage | undefined;
     for await (const chunk of await client.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } })) {
       if (chunk.usage) usage = chunk.usage;
-      for (const choice of chunk.choices) texts[choice.index] += choice.text;
+      for (const choice of chunk.choices) {
+        texts[choice.index] += choice.text;
+        const lp = choice.logprobs!;
+        // Each chunk's text is its tokens' text, unless a stop string cut it or a character is split.
+        for (const key of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'] as const) (logprobs[choice.index][key] as unknown[]).push(...lp[key]!);
+      }
     }
     expect(texts).to.deep.equal(whole.choices.map((c) => c.text));
+    expect(logprobs).to.deep.equal(whole.choices.map((c) => c.logprobs));
+    expect(logprobs[0].tokens.length).to.be.greaterThan(1);
     const tokenizer = server.options.tokenizer!;
     expect(whole.usage!.prompt_tokens).to.equal(tokenizer.encode('Hello there').length + tokenizer.encode('Once upon').length);
     expect(usage).to.deep.equal(whole.usage);
-    let refused: unknown;
-    await client.completions.create({ ...ask, stream: true, logprobs: 2 }).catch((e: unknown) => (refused = e));
-    expect(refused).to.be.instanceOf(OpenAI.BadRequestError);
-    expect((refused as Error).message).to.include("'logprobs' with 'stream' true is not supported");
+  });
+
+  it('chat: streamed log-probs with top_logprobs, chunk by chunk, are the whole answer\'s', async () => {
+    const ask = { model, messages: MESSAGES, max_tokens: 12, seed: 9, n: 2, logprobs: true, top_logprobs: 3 };
+    const whole = await client.chat.completions.create(ask);
+    const content: OpenAI.ChatCompletionTokenLogprob[][] = [[], []];
+    for await (const chunk of await client.chat.completions.create({ ...ask, stream: true })) {
+      for (const choice of chunk.choices) content[choice.index].push(...(choice.logprobs?.content ?? []));
+    }
+    expect(content).to.deep.equal(whole.choices.map((c) => c.logprobs!.content));
+    expect(content[0][0].top_logprobs).to.have.length(3);
   });
 
   it('tools: a hermes call comes back as tool_calls with finish tool_calls, whole and streamed (the client assembles the deltas); the next turn takes the call and its result', async () => {

@@ -6,7 +6,7 @@
 // leave the version alone, /flush_cache refused with a plain-text 400 while requests are pending,
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
-import type { SampleOutput } from './serving-engine.js';
+import type { SampleOutput, StepScores } from './serving-engine.js';
 import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, TextDeltas, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
@@ -175,7 +175,16 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   if (stream) {
     specs = specs.map((spec, i) => ({
       ...spec,
-      onStep: (ids: readonly number[]) => stream.progress(i, ids, { id: idOf(i), finish_reason: null, prompt_tokens: spec.inputIds.length, completion_tokens: ids.length, cached_tokens: 0, weight_version: server.engine.weightVersion }),
+      onStep: (ids: readonly number[], scores: StepScores) =>
+        stream.progress(i, ids, {
+          id: idOf(i),
+          finish_reason: null,
+          prompt_tokens: spec.inputIds.length,
+          completion_tokens: ids.length,
+          cached_tokens: 0,
+          weight_version: server.engine.weightVersion,
+          ...(body.return_logprob === true ? logprobMeta(ids, scores, top) : {}),
+        }),
     }));
   }
   let outputs: SampleOutput[] | undefined;
@@ -200,9 +209,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
       completion_tokens: o.outputIds.length,
       cached_tokens: 0,
       weight_version: o.weightVersion,
-      ...(body.return_logprob === true ? { output_token_logprobs: o.outputIds.map((id, t) => [o.logProbs[t], id, null]) } : {}),
-      // After temperature, before top-k/top-p, as the sampled ids' log-probs.
-      ...(body.return_logprob === true && top ? { output_top_logprobs: (o.alternatives ?? []).map((alt) => alt.ids.slice(0, top).map((id, r) => [alt.atTemperature[r], id, null])) } : {}),
+      ...(body.return_logprob === true ? logprobMeta(o.outputIds, o, top) : {}),
     },
     };
   });
@@ -210,17 +217,26 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   return single ? items[0] : items;
 }
 
+/** SGLang's output log-probs of a sample's ids (so far, when streaming): [logprob, id, null] per token, and the top ones with top_logprobs_num. */
+function logprobMeta(ids: readonly number[], scores: StepScores, top: number): Json {
+  return {
+    output_token_logprobs: ids.map((id, t) => [scores.logProbs[t], id, null]),
+    // After temperature, before top-k/top-p, as the sampled ids' log-probs.
+    ...(top ? { output_top_logprobs: (scores.alternatives ?? []).slice(0, ids.length).map((alt) => alt.ids.slice(0, top).map((id, r) => [alt.atTemperature[r], id, null])) } : {}),
+  };
+}
+
 /**
  * /generate with `stream: true`, as SGLang v0.5.18 streams it by default (http_server.py
  * generate_request; tokenizer_manager.py): after each token an event with the text and output_ids
  * so far (cumulative, the text held back while its tail could begin a stop string) and meta_info
  * with finish_reason null; each sample's last event is its whole item; then [DONE]. Batches and
- * n > 1 carry each item's `index`. Log-probs are not streamed here (refused).
+ * n > 1 carry each item's `index`. With return_logprob each event's meta_info holds the log-probs
+ * so far, cumulative as the text is (tokenizer_manager.add_logprob_to_meta_info).
  */
 function streamedGenerate(server: DialectHost, body: Json, res: http.ServerResponse, samples: number, single: boolean, stops: string[], skipSpecialTokens: boolean) {
   if (body.stream === undefined || body.stream === null || body.stream === false) return undefined;
   if (body.stream !== true) throw bad("'stream' must be a boolean");
-  if (body.return_logprob === true) throw bad("'return_logprob' with 'stream' true is not supported by flowrl serve; ask without streaming");
   const events = new EventStream(res);
   const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids], skipSpecialTokens), stops), shown: '' }));
   const indexed = (i: number, item: Json) => (single ? item : { ...item, index: i });

@@ -11,7 +11,8 @@ import type http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { parseHermesCalls, pythonJson, TOOL_CALL_OPEN } from '../tools/hermes.js';
 import { bad, echoedText, EventStream, MAX_TOP_LOGPROB_ENTRIES, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
-import type { SampleOutput, SampleSpec } from './serving-engine.js';
+import type { SampleOutput, SampleSpec, StepScores } from './serving-engine.js';
+import { samplesGreedily } from '../model/generate.js';
 
 /** The vLLM release whose routes, fields and status codes this dialect mirrors. */
 export const VLLM_RELEASE = 'v0.20.2';
@@ -132,11 +133,57 @@ function vllmSampling(server: DialectHost, p: Json, prompts: number[][], maxToke
   return s;
 }
 
-/** The logprobs this server reports for a sample, by --logprobs-mode. */
-function reportedLogProbs(server: DialectHost, o: SampleOutput): number[] {
-  if (server.options.logprobsMode === 'raw_logprobs') return o.rawLogProbs ?? o.logProbs;
+/** A sample's scores: a finished one's, or a streaming one's so far. */
+type Scored = StepScores & Pick<SampleOutput, 'rawLogProbs'>;
+
+/** The log-prob this server reports for token t of a sample, by --logprobs-mode. */
+function reportedLogProb(server: DialectHost, o: Scored, t: number): number {
+  if (server.options.logprobsMode === 'raw_logprobs') return (o.rawLogProbs ?? o.logProbs)[t];
   // Renormalised over the tokens top-k/top-p kept.
-  return o.keptLogMass ? o.logProbs.map((v, t) => v - o.keptLogMass![t]) : o.logProbs;
+  return o.keptLogMass ? o.logProbs[t] - o.keptLogMass[t] : o.logProbs[t];
+}
+
+/**
+ * Raw log-probs away from T = 1 are the sampled ids rescored once the sample ends, so they cannot
+ * be streamed token by token: that request is refused, naming why.
+ */
+function checkStreamedLogprobs(server: DialectHost, s: RequestSampling): void {
+  if (server.options.logprobsMode === 'raw_logprobs' && s.temperature !== 1 && !samplesGreedily(s)) {
+    throw bad("'logprobs' with 'stream' true needs temperature 1 (or 0) on a server started with --logprobs-mode raw_logprobs: raw log-probs at another temperature are computed once the sample ends; ask without streaming");
+  }
+}
+
+/** OpenAI completion logprobs of tokens [from, to) of a sample, their text offsets counted from `offset`. */
+function completionLogprobs(server: DialectHost, body: Json, o: Scored, ids: readonly number[], s: RequestSampling, k: number, from: number, to: number, offset: number): Json {
+  const tokenText = (id: number) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id]));
+  const range = Array.from({ length: Math.max(0, to - from) }, (_, j) => from + j);
+  const tokens = range.map((t) => tokenText(ids[t]));
+  const lps = range.map((t) => reportedLogProb(server, o, t));
+  return {
+    tokens,
+    token_logprobs: lps,
+    // OpenAI: the `logprobs` most likely tokens and the sampled one (up to logprobs + 1 entries).
+    top_logprobs: range.map((t, j) => ({
+      ...Object.fromEntries((k ? topLogProbsAt(server, o, t, s, k) : []).map((a) => [tokenText(a.id), a.logprob])),
+      [tokens[j]]: lps[j],
+    })),
+    // Where each token's text begins in the answer's text (after the prompt's, with echo).
+    text_offset: textOffsets(tokens, offset),
+  };
+}
+
+/** OpenAI chat logprobs of tokens [from, to) of a sample. */
+function chatLogprobs(server: DialectHost, o: Scored, ids: readonly number[], s: RequestSampling, top: number, from: number, to: number): Json {
+  const tokenizer = server.options.tokenizer!;
+  return {
+    content: Array.from({ length: Math.max(0, to - from) }, (_, j) => {
+      const t = from + j;
+      return {
+        ...chatToken(tokenizer.decode([ids[t]]), reportedLogProb(server, o, t)),
+        top_logprobs: top ? topLogProbsAt(server, o, t, s, top).map((a) => chatToken(tokenizer.decode([a.id]), a.logprob)) : [],
+      };
+    }),
+  };
 }
 
 /** vLLM's floor for a log-prob it cannot represent (-inf: a token the filters removed). */
@@ -148,7 +195,7 @@ const VLLM_LOGPROB_FLOOR = -9999;
  * the floor for tokens they removed (the kept set is a prefix of the ranking: top-k's first k, then
  * the shortest prefix holding top_p of the mass).
  */
-function topLogProbsAt(server: DialectHost, o: SampleOutput, t: number, s: RequestSampling, k: number): { id: number; logprob: number }[] {
+function topLogProbsAt(server: DialectHost, o: Scored, t: number, s: RequestSampling, k: number): { id: number; logprob: number }[] {
   const alt = o.alternatives![t];
   const raw = server.options.logprobsMode === 'raw_logprobs';
   const kept = o.keptLogMass?.[t];
@@ -204,7 +251,13 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const promptTopEntries = promptTotal * (promptLogprobs ?? 0);
   if (promptTopEntries > MAX_TOP_LOGPROB_ENTRIES) throw bad(`the request asks for ${promptTopEntries} prompt top logprobs; at most ${MAX_TOP_LOGPROB_ENTRIES}: ask for fewer prompts or a smaller prompt_logprobs`);
   const head = answerHead(server, 'text_completion', body.model);
-  const streaming = streamingAnswer(server, body, res, head, promptTotal, ['logprobs', 'prompt_logprobs', 'echo']);
+  const offsets: number[] = [];
+  const streaming = streamingAnswer(server, body, res, head, promptTotal, ['prompt_logprobs', 'echo'], logprobs === undefined ? undefined : (i, o, ids, from, to) => {
+    const json = completionLogprobs(server, body, o, ids, s, logprobs, from, to, offsets[i] ?? 0);
+    offsets[i] = (offsets[i] ?? 0) + (json.tokens as string[]).join('').length;
+    return json;
+  });
+  if (streaming.live && logprobs !== undefined) checkStreamedLogprobs(server, s);
   if (body.echo !== undefined && body.echo !== null && typeof body.echo !== 'boolean') throw bad("'echo' must be true or false");
   if (body.echo === true && logprobs !== undefined) throw bad("'echo' with 'logprobs' is not supported by flowrl serve (the prompt's tokens would need log-probs too); ask for prompt_logprobs instead");
   const choiceText = (i: number, text: string, finish: string | null = null, stopReason: string | number | null = null) => ({ index: i, text, logprobs: null, finish_reason: finish, stop_reason: stopReason });
@@ -233,34 +286,20 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
     return [null, ...own.map((lp, t) => Object.fromEntries([entry(prompt[t + 1], lp, o.promptTop?.[t].rank ?? null), ...(o.promptTop?.[t].ids.map((id, r) => entry(id, o.promptTop![t].logProbs[r], r + 1)) ?? [])]))];
   };
   const scored = promptLogprobs === undefined ? undefined : prompts.map((_, p) => promptEntries(p));
-  const tokens = (ids: number[]) => ids.map((id) => (body.return_tokens_as_token_ids === true ? `token_id:${id}` : server.decode([id])));
   return completion(
     head,
     promptTotal,
     outputs,
     outputs.map((o, i) => {
       const prompt = prompts[Math.floor(i / s.n)];
-      const lps = reportedLogProbs(server, o);
       const ended = textAndStop(o, s, body, (ids) => server.decode(ids, s.skipSpecialTokens));
+      const echoed = body.echo === true ? server.decode(prompt, s.skipSpecialTokens) : '';
       return {
         index: i,
         // echo: the prompt's text first, as vLLM writes it.
-        text: (body.echo === true ? server.decode(prompt, s.skipSpecialTokens) : '') + ended.text,
+        text: echoed + ended.text,
         ...(body.return_token_ids === true ? { token_ids: o.outputIds, prompt_token_ids: prompt } : {}),
-        logprobs:
-          logprobs === undefined
-            ? null
-            : {
-                tokens: tokens(o.outputIds),
-                token_logprobs: lps,
-                // OpenAI: the `logprobs` most likely tokens and the sampled one (up to logprobs + 1 entries).
-                top_logprobs: o.outputIds.map((id, t) => ({
-                  ...Object.fromEntries((logprobs ? topLogProbsAt(server, o, t, s, logprobs) : []).map((a) => [tokens([a.id])[0], a.logprob])),
-                  [tokens([id])[0]]: lps[t],
-                })),
-                // Where each token's text begins in the answer's text (after the prompt's, with echo).
-                text_offset: textOffsets(tokens(o.outputIds), body.echo === true ? server.decode(prompt, s.skipSpecialTokens).length : 0),
-              },
+        logprobs: logprobs === undefined ? null : completionLogprobs(server, body, o, o.outputIds, s, logprobs, 0, o.outputIds.length, echoed.length),
         ...(scored ? { prompt_logprobs: scored[Math.floor(i / s.n)] } : {}),
         finish_reason: ended.finish,
         stop_reason: ended.stopReason,
@@ -365,7 +404,8 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
   if (top && body.logprobs !== true) throw bad("'top_logprobs' needs 'logprobs' true");
   s.topLogProbs = top;
   const head = answerHead(server, 'chat.completion', body.model);
-  const streaming = streamingAnswer(server, body, res, head, prompt[0].length, ['logprobs']);
+  const streaming = streamingAnswer(server, body, res, head, prompt[0].length, [], body.logprobs === true ? (_, o, ids, from, to) => chatLogprobs(server, o, ids, s, top, from, to) : undefined);
+  if (streaming.live && body.logprobs === true) checkStreamedLogprobs(server, s);
   const stops = new Set([...server.engine.config.eosTokenIds, ...s.stopTokenIds]);
   const decodeText = (ids: readonly number[]) => tokenizer.decode(ids.filter((id) => !stops.has(id)), s.skipSpecialTokens);
   // A tool call's opening tag ends the streamed content: the calls follow whole in the last chunks.
@@ -396,20 +436,11 @@ async function chatCompletions(server: DialectHost, body: Json, res: http.Server
     prompt[0].length,
     outputs,
     outputs.map((o, i) => {
-      const lps = reportedLogProbs(server, o);
       const { ended, called, finish } = answers[i];
       return {
         index: i,
         message: { role: 'assistant', content: called ? called.content : ended.text, tool_calls: called?.calls ?? [] },
-        logprobs:
-          body.logprobs === true
-            ? {
-                content: o.outputIds.map((id, t) => ({
-                  ...chatToken(tokenizer.decode([id]), lps[t]),
-                  top_logprobs: top ? topLogProbsAt(server, o, t, s, top).map((a) => chatToken(tokenizer.decode([a.id]), a.logprob)) : [],
-                })),
-              }
-            : null,
+        logprobs: body.logprobs === true ? chatLogprobs(server, o, o.outputIds, s, top, 0, o.outputIds.length) : null,
         finish_reason: finish,
         stop_reason: ended.stopReason,
       };
@@ -454,6 +485,9 @@ function completion(head: AnswerHead, promptTokens: number, outputs: SampleOutpu
   return { ...head, choices, usage: usage(promptTokens, outputs) };
 }
 
+/** The log-probs a streamed chunk of choice i carries: those of its tokens [from, to). */
+type StreamedLogprobs = (i: number, o: Scored, ids: readonly number[], from: number, to: number) => Json;
+
 /** One choice of a streamed answer: its text in deltas, the chunk choice a delta makes, and one sent before its first (chat's role). */
 interface StreamedChoice {
   deltas: TextDeltas;
@@ -465,9 +499,11 @@ interface StreamedChoice {
  * An answer streamed as vLLM streams it when the request says `stream: true` (each choice's text in
  * chunks as it is sampled, its finish in a last chunk, the usage after them with
  * stream_options.include_usage, then [DONE]), or whole otherwise. `unstreamed`: fields refused
- * with stream true.
+ * with stream true. With `logprobsOf`, each chunk carries the log-probs of the tokens sampled since
+ * the last chunk (vLLM drops those of a step whose text is held back; here they ride on the next
+ * chunk, so the chunks' log-probs together are the whole answer's).
  */
-function streamingAnswer(server: DialectHost, body: Json, res: http.ServerResponse, head: AnswerHead, promptTokens: number, unstreamed: string[]) {
+function streamingAnswer(server: DialectHost, body: Json, res: http.ServerResponse, head: AnswerHead, promptTokens: number, unstreamed: string[], logprobsOf?: StreamedLogprobs) {
   const { includeUsage } = streamOptions(body);
   const live = body.stream === true;
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw bad("'stream' must be a boolean");
@@ -477,6 +513,14 @@ function streamingAnswer(server: DialectHost, body: Json, res: http.ServerRespon
   const stream = new EventStream(res);
   const chunkHead = { ...head, object: head.object === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion' };
   const choices: StreamedChoice[] = [];
+  /** Per choice, how many of its tokens' log-probs were sent. */
+  const reported: number[] = [];
+  const withLogprobs = (i: number, choice: Json, o: Scored, ids: readonly number[]): Json => {
+    if (!logprobsOf) return choice;
+    const from = reported[i] ?? 0;
+    reported[i] = ids.length;
+    return { ...choice, logprobs: logprobsOf(i, o, ids, from, ids.length) };
+  };
   const opened = new Set<number>();
   const open = (i: number) => {
     if (opened.has(i)) return;
@@ -491,11 +535,11 @@ function streamingAnswer(server: DialectHost, body: Json, res: http.ServerRespon
         choices[i] = choiceFor(i);
         return {
           ...spec,
-          onStep: (ids: readonly number[]) => {
+          onStep: (ids: readonly number[], scores: StepScores) => {
             const text = choices[i].deltas.next(ids);
             if (!text) return;
             open(i);
-            stream.send({ ...chunkHead, choices: [choices[i].delta(text)] });
+            stream.send({ ...chunkHead, choices: [withLogprobs(i, choices[i].delta(text), scores, ids)] });
           },
         };
       });
@@ -514,7 +558,8 @@ function streamingAnswer(server: DialectHost, body: Json, res: http.ServerRespon
     finish(outputs: SampleOutput[], last: Json[][]): undefined {
       last.forEach((chunks, i) => {
         open(i);
-        for (const choice of chunks) stream.send({ ...chunkHead, choices: [choice] });
+        // The finishing chunk carries the log-probs not yet sent.
+        chunks.forEach((choice, k) => stream.send({ ...chunkHead, choices: [k === chunks.length - 1 ? withLogprobs(i, choice, outputs[i], outputs[i].outputIds) : choice] }));
       });
       if (includeUsage) stream.send({ ...chunkHead, choices: [], usage: usage(promptTokens, outputs) });
       return stream.end();

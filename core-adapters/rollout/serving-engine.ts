@@ -34,8 +34,8 @@ export interface SampleSpec {
   stopWhen?: (ids: readonly number[]) => boolean;
   /** How many most likely tokens to report at each step (OpenAI's top logprobs); 0 or absent: none. */
   topLogProbs?: number;
-  /** Called after each decode step with this sample's ids so far (a streaming answer reads them). */
-  onStep?: (ids: readonly number[]) => void;
+  /** Called after each decode step with this sample's ids so far and their scores (a streaming answer reads them). */
+  onStep?: (ids: readonly number[], scores: StepScores) => void;
   /** Ends the sample (its client went away): queued, it finishes 'abort' at once; decoding, at the next step, with the ids so far. */
   signal?: AbortSignal;
   /** Ids the sample takes in order instead of drawing (flowrl serve's test faults script answers with it). */
@@ -49,6 +49,9 @@ export interface SampleSpec {
   /** The stop tokens (eos, stopTokenIds) cannot end the sample before this many tokens (vLLM's min_tokens). */
   minNewTokens?: number;
 }
+
+/** A decoding sample's scores so far, as its SampleOutput will hold them (read them during the call only: they grow). */
+export type StepScores = Pick<SampleOutput, 'logProbs' | 'keptLogMass' | 'alternatives'>;
 
 /** Why a sample ended, in the engines' words. */
 export type FinishReason = 'stop' | 'length' | 'abort';
@@ -126,10 +129,10 @@ function logitChange(spec: SampleSpec, stops: number[]): ((logits: Float32Array,
   };
 }
 
-/** Gives a streaming reader a step's ids; what it does with them (a closed socket) never stops the batch. */
-function reportStep(onStep: (ids: readonly number[]) => void, ids: readonly number[]): void {
+/** Gives a streaming reader a step's ids and scores; what it does with them (a closed socket) never stops the batch. */
+function reportStep(onStep: NonNullable<SampleSpec['onStep']>, ids: readonly number[], scores: StepScores): void {
   try {
-    onStep(ids);
+    onStep(ids, scores);
   } catch {
     // The reader's failure is its request's, not the batch's.
   }
@@ -392,7 +395,15 @@ export class ServingEngine {
           if (p.spec.signal?.aborted && !cancelled[b]) cancelled[b] = decoding!.endRow(b);
         });
         const going = await decoding.step();
-        for (const [b, p] of rows.entries()) if (p.spec.onStep && !cancelled[b]) reportStep(p.spec.onStep, decoding.tokens[b]);
+        for (const [b, p] of rows.entries()) {
+          if (!p.spec.onStep || cancelled[b]) continue;
+          const logProbs = decoding.logProbs![b];
+          reportStep(p.spec.onStep, decoding.tokens[b], {
+            logProbs: this.logprobSkew ? logProbs.map((v) => v + this.logprobSkew) : logProbs,
+            ...(decoding.keptLogMass ? { keptLogMass: decoding.keptLogMass[b] } : {}),
+            ...(decoding.alternatives && p.spec.topLogProbs ? { alternatives: decoding.alternatives[b] } : {}),
+          });
+        }
         if (!going) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
