@@ -3,6 +3,7 @@
 // tool_calls; a client that goes away cancels its samples.
 import { expect } from 'chai';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -10,7 +11,7 @@ import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import type { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { ROOT, runCommand, tempDir, writeTinyQwen25 } from './helpers.js';
 import { startServer } from './serve-helpers.js';
-import { TextDeltas } from '../core-adapters/rollout/serve-http.js';
+import { EventStream, TextDeltas } from '../core-adapters/rollout/serve-http.js';
 
 const SCRIPTED_CALL = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>';
 const TOOLS = [{ type: 'function' as const, function: { name: 'add', description: 'Adds two numbers.', parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] } } }];
@@ -28,7 +29,7 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     // Qwen2.5's architecture, shrunk, with the real Qwen tokenizer and its chat template (hermes tools).
     const dir = await writeTinyQwen25(path.join(tempDir(), 'Qwen2.5-tiny'));
     model = path.basename(dir);
-    ({ server, url } = await startServer({ modelDir: dir, tokenizer: TextTokenizer.load(dir), weightsRoots: [os.tmpdir()] }, true));
+    ({ server, url } = await startServer({ modelDir: dir, tokenizer: TextTokenizer.load(dir), weightsRoots: [os.tmpdir()], streamBacklogBytes: 2 ** 20 }, true));
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
   });
 
@@ -221,6 +222,55 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     }
     // The server answers the next client as before.
     expect((await client.chat.completions.create({ model, messages: MESSAGES, max_tokens: 4, seed: 1 })).choices[0].message.role).to.equal('assistant');
+  });
+
+  it('a streaming client that stops reading: past the backlog limit its connection closes (its samples cancel with it)', () => {
+    let destroyed = false;
+    const res = { writableEnded: false, destroyed: false, headersSent: false, writableLength: 0, writableNeedDrain: false, writeHead: () => undefined, destroy: () => (destroyed = true), write(text: string) { this.writableLength += text.length; this.writableNeedDrain = this.writableLength > 16_384; return !this.writableNeedDrain; } };
+    const stream = new EventStream(res as never, 100_000);
+    for (let i = 0; i < 200 && !destroyed; i++) stream.send({ text: 'x'.repeat(1000) });
+    expect([destroyed, stream.behind, res.writableLength > 100_000, res.writableLength < 102_100]).to.deep.equal([true, true, true, true]);
+  });
+
+  it('cumulative SGLang events to a client that stops reading are skipped until it reads, the stream ending whole', async () => {
+    const { hostname, port } = new URL(url);
+    /** Sends a request on a socket that reads nothing until `resume` is called. */
+    const unread = (route: string, body: object) => {
+      const text = JSON.stringify(body);
+      const socket = net.connect(Number(port), hostname);
+      socket.pause();
+      socket.write(`POST ${route} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
+      const chunks: Buffer[] = [];
+      // The whole stream once [DONE] arrives, or what came before the server closed it.
+      const read = new Promise<string>((resolve) => {
+        socket.on('close', () => resolve(Buffer.concat(chunks).toString()));
+        socket.on('data', (c: Buffer) => {
+          chunks.push(c);
+          if (c.toString().includes('[DONE]')) socket.destroy();
+        });
+      });
+      socket.on('error', () => undefined);
+      return { resume: () => socket.resume(), read };
+    };
+    const settled = async (limitMs: number) => {
+      const started = performance.now();
+      while (server.engine.busy + server.engine.waiting > 0 && performance.now() - started < limitMs) await new Promise((r) => setTimeout(r, 20));
+      return server.engine.busy + server.engine.waiting;
+    };
+    // SGLang's events are cumulative: unread, they are skipped (the backlog never reaches the limit), and the stream ends with the whole item.
+    const tokens = 1100;
+    const cumulative = unread('/generate', { text: 'Hello', sampling_params: { max_new_tokens: tokens, ignore_eos: true }, stream: true, return_logprob: true });
+    for (let i = 0; i < 400 && server.engine.busy === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await settled(120_000)).to.equal(0);
+    cumulative.resume();
+    const raw = await cumulative.read;
+    // Each event is one chunk of the chunked body, on its own line.
+    const events = [...raw.matchAll(/^data: (\{.*\})\r?$/gm)].map((m) => m[1]);
+    const last = JSON.parse(events.at(-1)!) as { output_ids: number[]; meta_info: { output_token_logprobs: unknown[]; finish_reason: unknown } };
+    expect([last.output_ids.length, last.meta_info.output_token_logprobs.length, last.meta_info.finish_reason]).to.deep.equal([tokens, tokens, { type: 'length', length: tokens }]);
+    // Sent whole, the first 1,024 would all go (tens of MB held for the client).
+    expect(events.length, 'events sent to a client that read none').to.be.below(tokens / 2);
+    expect(raw).to.include('data: [DONE]');
   });
 
   it("the official Python client (openai 3.22.1) streams chat and completions and assembles tool calls (where the machine's wheel cache has it)", async function () {

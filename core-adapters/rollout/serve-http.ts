@@ -75,6 +75,9 @@ export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 
   skipSpecialTokens: boolean;
 }
 
+/** Bytes of a streamed answer its client may leave unread, by default. */
+export const DEFAULT_STREAM_BACKLOG_BYTES = 32 * 2 ** 20;
+
 /** Most top-logprob entries one answer may hold (about 400 bytes each while it is built). */
 export const MAX_TOP_LOGPROB_ENTRIES = 2 ** 20;
 
@@ -97,16 +100,27 @@ export function firstStop(text: string, stops: string[]): { at: number; stop: st
  * token (a full queue, a bad field) still gets its status and error body.
  */
 export class EventStream {
-  constructor(private readonly res: http.ServerResponse) {}
+  constructor(
+    private readonly res: http.ServerResponse,
+    /** Unread bytes past which the client is taken as gone: the connection closes, which cancels its samples. */
+    private readonly backlogLimit = DEFAULT_STREAM_BACKLOG_BYTES,
+  ) {}
 
   get started(): boolean {
     return this.res.headersSent;
+  }
+
+  /** Whether the client has not yet read what was sent (an event that the next one makes whole may be skipped). */
+  get behind(): boolean {
+    return this.res.writableNeedDrain;
   }
 
   send(data: unknown): void {
     if (this.res.writableEnded || this.res.destroyed) return;
     if (!this.res.headersSent) this.res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
     this.res.write(`data: ${JSON.stringify(data)}\n\n`);
+    // A client that stopped reading would otherwise grow the server's memory by the whole answer.
+    if (this.res.writableLength > this.backlogLimit) this.res.destroy();
   }
 
   /** Ends the stream: a failure after the head is an error event (the status is spent), then [DONE]. */
@@ -224,7 +238,7 @@ export interface SamplingRules {
 /** What a dialect's routes use of the server (FlowrlServer implements it). */
 export interface DialectHost {
   readonly engine: ServingEngine;
-  readonly options: { modelDir: string; tokenizer?: TextTokenizer; logprobsMode: 'processed_logprobs' | 'raw_logprobs' };
+  readonly options: { modelDir: string; tokenizer?: TextTokenizer; logprobsMode: 'processed_logprobs' | 'raw_logprobs'; streamBacklogBytes?: number };
   readonly modelName: string;
   checkHealth(): Json;
   loadablePath(value: unknown, key: string): string;

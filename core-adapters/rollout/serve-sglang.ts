@@ -176,7 +176,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
     specs = specs.map((spec, i) => ({
       ...spec,
       onStep: (ids: readonly number[], scores: StepScores) =>
-        stream.progress(i, ids, {
+        stream.progress(i, ids, () => ({
           id: idOf(i),
           finish_reason: null,
           prompt_tokens: spec.inputIds.length,
@@ -184,7 +184,7 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
           cached_tokens: 0,
           weight_version: server.engine.weightVersion,
           ...(body.return_logprob === true ? logprobMeta(ids, scores, top) : {}),
-        }),
+        })),
     }));
   }
   let outputs: SampleOutput[] | undefined;
@@ -226,27 +226,38 @@ function logprobMeta(ids: readonly number[], scores: StepScores, top: number): J
   };
 }
 
+/** Past this many tokens a cumulative event is sent at most every LONG_STREAM_EVENT_MS (the n-th costs n). */
+const LONG_STREAM_TOKENS = 1024;
+const LONG_STREAM_EVENT_MS = 50;
+
 /**
  * /generate with `stream: true`, as SGLang v0.5.18 streams it by default (http_server.py
  * generate_request; tokenizer_manager.py): after each token an event with the text and output_ids
  * so far (cumulative, the text held back while its tail could begin a stop string) and meta_info
  * with finish_reason null; each sample's last event is its whole item; then [DONE]. Batches and
  * n > 1 carry each item's `index`. With return_logprob each event's meta_info holds the log-probs
- * so far, cumulative as the text is (tokenizer_manager.add_logprob_to_meta_info).
+ * so far, cumulative as the text is (tokenizer_manager.add_logprob_to_meta_info). Since each event
+ * holds all before it, some are skipped when the client lags or the sample is long (see progress).
  */
 function streamedGenerate(server: DialectHost, body: Json, res: http.ServerResponse, samples: number, single: boolean, stops: string[], skipSpecialTokens: boolean) {
   if (body.stream === undefined || body.stream === null || body.stream === false) return undefined;
   if (body.stream !== true) throw bad("'stream' must be a boolean");
-  const events = new EventStream(res);
-  const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids], skipSpecialTokens), stops), shown: '' }));
+  const events = new EventStream(res, server.options.streamBacklogBytes);
+  const texts = Array.from({ length: samples }, () => ({ deltas: new TextDeltas((ids) => server.decode([...ids], skipSpecialTokens), stops), shown: '', sentAt: 0 }));
   const indexed = (i: number, item: Json) => (single ? item : { ...item, index: i });
   return {
     get started() {
       return events.started;
     },
-    progress(i: number, ids: readonly number[], meta: Json): void {
-      texts[i].shown += texts[i].deltas.next(ids);
-      events.send(indexed(i, { text: texts[i].shown, output_ids: [...ids], meta_info: meta }));
+    progress(i: number, ids: readonly number[], meta: () => Json): void {
+      const sample = texts[i];
+      sample.shown += sample.deltas.next(ids);
+      // Each event holds everything before it, so one may be skipped: while the client has not read
+      // the last, and past LONG_STREAM_TOKENS at most every LONG_STREAM_EVENT_MS (each costs the length so far).
+      const now = performance.now();
+      if (events.behind || (ids.length > LONG_STREAM_TOKENS && now - sample.sentAt < LONG_STREAM_EVENT_MS)) return;
+      sample.sentAt = now;
+      events.send(indexed(i, { text: sample.shown, output_ids: [...ids], meta_info: meta() }));
     },
     fail(e: Error): undefined {
       return events.end({ status: e instanceof HttpError ? e.status : 500, message: e.message });

@@ -510,7 +510,7 @@ function streamingAnswer(server: DialectHost, body: Json, res: http.ServerRespon
   for (const key of live ? unstreamed : []) {
     if (body[key] !== undefined && body[key] !== null && body[key] !== false) throw bad(`'${key}' with 'stream' true is not supported by flowrl serve; ask without streaming`);
   }
-  const stream = new EventStream(res);
+  const stream = new EventStream(res, server.options.streamBacklogBytes);
   const chunkHead = { ...head, object: head.object === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion' };
   const choices: StreamedChoice[] = [];
   /** Per choice, how many of its tokens' log-probs were sent. */

@@ -50,6 +50,8 @@ export interface ServeOptions extends ServingEngineOptions {
   enableAdmin?: boolean;
   /** Directories weights and adapters may be loaded from (403 for any other path); none: loading is refused. */
   weightsRoots?: string[];
+  /** Bytes of a streamed answer its client may leave unread before it is taken as gone (default 32 MiB). */
+  streamBacklogBytes?: number;
 }
 
 /** How long a connection may take to send a request's head, by default (an idle socket is closed then). */
