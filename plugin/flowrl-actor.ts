@@ -146,6 +146,6 @@ export class FlowRLActor extends PPOActor {
       },
     );
     record(metrics);
-    return tf.mul(loss, part.share);
+    return this.withDistillation(micro, part, out, tf.mul(loss, part.share) as tf.Scalar, record);
   }
 }

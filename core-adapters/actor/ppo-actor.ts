@@ -11,7 +11,9 @@ import { Rng } from '../random.js';
 import type { Batch } from '../batch.js';
 import type { Config } from '../config/load.js';
 import type { Actor, ActorStepListener, LogProbOptions, LogProbResult, Metrics, PolicyModule } from '../contracts/index.js';
-import { scoreResponses } from '../model/logprobs.js';
+import { gatheredLogProbs, scoreResponses, type ResponseScores } from '../model/logprobs.js';
+import { distillationLoss, usesTopK, type DistillationInput } from '../algorithms/distillation.js';
+import { TEACHER_LOG_PROBS, TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS } from '../distillation/teachers.js';
 import { accumulateGradients } from '../engine/ops.js';
 import { lossAndGradients } from '../model/optim.js';
 import { runUpdateLoop, type MetricAverager } from '../model/update-loop.js';
@@ -197,7 +199,50 @@ export class PPOActor implements Actor {
       loss = tf.add(loss, tf.mul(kl, cfg.kl_loss_coef));
     }
     record(metrics);
-    return loss;
+    return this.withDistillation(micro, part, out, loss, record);
+  }
+
+  /**
+   * The micro-batch's loss with on-policy distillation's term when distillation is on (verl's
+   * distillation_ppo_loss): the task's loss plus distillation_loss_coef times the distillation
+   * loss, or the distillation loss alone without task rewards. `out` is the forward pass the task
+   * loss used; `taskLoss` carries the micro-batch's share of the mini-batch, as the term does.
+   */
+  protected withDistillation(micro: Batch, part: MicroBatchShare, out: ResponseScores, taskLoss: tf.Scalar, record: (m: PendingMetrics) => void): tf.Scalar {
+    const d = this.config.distillation;
+    if (!d.enabled) return taskLoss;
+    const l = d.distillation_loss;
+    const cfg = this.actorConfig;
+    const mask = this.floatTensor(micro, 'response_mask');
+    let input: DistillationInput;
+    if (usesTopK(l.loss_mode)) {
+      const ids = micro.tensor(TEACHER_TOPK_IDS);
+      const teacher = micro.tensor(TEACHER_TOPK_LOG_PROBS);
+      const k = ids.shape[2];
+      input = {
+        kind: 'topk',
+        studentTopLogProbs: gatheredLogProbs(this.module.lm, out.hidden, sequenceBatch(micro), ids.data as Int32Array, k, this.temperature),
+        teacherTopLogProbs: tf.tensor3d(teacher.data as Float32Array, teacher.shape as [number, number, number]),
+      };
+    } else {
+      input = { kind: 'estimator', studentLogProbs: out.logProbs as tf.Tensor2D, teacherLogProbs: this.floatTensor(micro, TEACHER_LOG_PROBS) };
+    }
+    const options = policyLossOptions(cfg, part.global);
+    const distill = distillationLoss(input, { logProb: out.logProbs as tf.Tensor2D, oldLogProb: this.floatTensor(micro, 'old_log_probs'), tokenWeights: this.tokenTisWeights(micro) }, mask, {
+      lossMode: l.loss_mode,
+      lossMaxClamp: l.loss_max_clamp,
+      logProbMinClamp: l.log_prob_min_clamp,
+      usePolicyGradient: l.use_policy_gradient,
+      clipRatioLow: l.clip_ratio_low ?? l.clip_ratio,
+      clipRatioHigh: l.clip_ratio_high ?? l.clip_ratio,
+      lossAggMode: cfg.loss_agg_mode,
+      globalBatchInfo: options.globalBatchInfo,
+    });
+    const metrics: PendingMetrics = Object.fromEntries(Object.entries(distill.metrics).map(([k, v]) => [`actor/${k}`, v]));
+    metrics['actor/distillation/loss'] = tf.keep(tf.div(distill.loss, Math.max(part.share, 1e-12)) as tf.Scalar);
+    record(metrics);
+    if (!l.use_task_rewards) return distill.loss;
+    return tf.add(taskLoss, tf.mul(distill.loss, l.distillation_loss_coef)) as tf.Scalar;
   }
 
 

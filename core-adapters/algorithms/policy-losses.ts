@@ -220,7 +220,8 @@ export const vanillaPolicyLoss: PolicyLoss = (input, options) => {
     const clipped = tf.mul(negAdvantages, tf.clipByValue(ratio, 1 - clipRatioLow, 1 + clipRatioHigh));
     const ppoLosses = torchMaximum(unclipped, clipped);
     const dualBound = tf.mul(negAdvantages, clipRatioC);
-    const negative = tf.less(advantages, 0);
+    // Off the tape: distillation's advantages derive from the student's own log-probs (no gradient through them, and tfjs has none for Less).
+    const negative = constantFrom([advantages], ([a]) => tf.less(a, 0));
     const tokenLosses = tf.where(negative, torchMinimum(dualBound, ppoLosses), ppoLosses);
     report({
       'actor/pg_clipfrac': maskedMeanTensor(asFloat(tf.greater(clipped, unclipped)), responseMask),

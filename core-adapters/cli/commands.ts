@@ -35,7 +35,7 @@ const COMMANDS: Record<string, Command> = {
   score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: scoreCommand },
   serve: {
     usage:
-      'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--dialect both|sglang|vllm] [--api-key KEY] [--admin-api-key KEY] [--allowed-host NAME ...] [--enable-admin --weights-root DIR ...] [--max-batch 64] [--max-queue 1024] [--max-model-len N] [--max-total-tokens N] [--max-body-mb 16] [--max-connections 512] [--logprobs-mode processed_logprobs|raw_logprobs]   (SGLang v0.5.18 and vLLM v0.20.2 rollout routes, OpenAI chat completions; admin routes (weights, adapters, pause) only with --enable-admin; SIGTERM drains)',
+      'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--dialect both|sglang|vllm] [--api-key KEY] [--admin-api-key KEY] [--allowed-host NAME ...] [--enable-admin --weights-root DIR ...] [--max-batch 64] [--max-queue 1024] [--max-model-len N] [--max-total-tokens N] [--max-body-mb 16] [--max-connections 512] [--logprobs-mode processed_logprobs|raw_logprobs] [--max-logprobs 20]   (SGLang v0.5.18 and vLLM v0.20.2 rollout routes, OpenAI chat completions; admin routes (weights, adapters, pause) only with --enable-admin; SIGTERM drains)',
     run: serveCommand,
   },
   'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: initModelCommand },

@@ -37,6 +37,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
     'max-total-tokens': { type: 'string' },
     'max-body-mb': { type: 'string' },
     'logprobs-mode': { type: 'string', default: 'processed_logprobs' },
+    'max-logprobs': { type: 'string' },
     'test-faults': { type: 'boolean', default: false },
     ...BACKEND_FLAG,
   });
@@ -78,6 +79,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
       maxTotalTokens: values['max-total-tokens'] === undefined ? undefined : numberFlag('serve', values, 'max-total-tokens', 0, { integer: true, min: 2 }),
       maxBodyBytes: numberFlag('serve', values, 'max-body-mb', 16, { min: 0.001 }) * 2 ** 20,
       logprobsMode,
+      maxLogprobs: numberFlag('serve', values, 'max-logprobs', 20, { integer: true, min: 0 }),
       tokenizer,
     });
   } catch (e) {

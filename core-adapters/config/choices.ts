@@ -37,6 +37,11 @@ export const KL_ESTIMATORS: readonly KlEstimator[] = ['kl', 'k1', 'abs', 'mse', 
 /** Every KlPenaltyType. */
 export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = [...KL_ESTIMATORS, ...KL_ESTIMATORS.map((e) => `${e}+` as const), 'full', 'full+'];
 
+/** distillation.distillation_loss.loss_mode (verl's): a KL estimator at the sampled token, or the forward KL over the teacher's top-k. */
+export const DISTILLATION_LOSS_MODES = [...KL_ESTIMATORS, 'forward_kl_topk'] as const;
+/** distillation.teacher_models.<name>.inference.name: a vLLM-dialect server (flowrl serve, vLLM) or the teacher loaded in this process. */
+export const TEACHER_ENGINES = ['vllm', 'local'] as const;
+
 /** algorithm.kl_ctrl.type: a fixed coefficient or Ziegler et al.'s adaptive one. */
 export const KL_CONTROLLER_TYPES = ['fixed', 'adaptive'] as const;
 

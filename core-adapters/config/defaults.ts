@@ -1,6 +1,6 @@
 // The host's configuration defaults, with verl's section and key names where verl has them.
 // Every key a user may set appears here (or in a plugin's defaults): validation rejects the rest.
-import { BACKEND_CHOICES, BYPASS_LOSS_TYPES, FROZEN_DTYPES, KL_CONTROLLER_TYPES, KL_PENALTY_TYPES, LOSS_AGG_MODES, LR_SCHEDULER_TYPES, NATIVE_CHOICES, ROLLOUT_IS_LEVELS } from './choices.js';
+import { BACKEND_CHOICES, BYPASS_LOSS_TYPES, DISTILLATION_LOSS_MODES, FROZEN_DTYPES, KL_CONTROLLER_TYPES, KL_PENALTY_TYPES, LOSS_AGG_MODES, LR_SCHEDULER_TYPES, NATIVE_CHOICES, ROLLOUT_IS_LEVELS } from './choices.js';
 
 /** A value in a config tree. */
 export type ConfigValue = null | boolean | number | string | ConfigValue[] | ConfigTree;
@@ -290,6 +290,25 @@ export const CORE_SPEC = {
     min_lr_ratio: key(0, "SFT cosine schedule: the final lr as a share of lr."),
     grad_clip: key(1.0, "SFT gradient-norm clip."),
     output_dir: key(null as string | null, "Where the fine-tuned HF directory goes; null: <default_local_dir>/sft-model.", { nullable: 'string' }),
+  },
+  /** verl's on-policy distillation keys (verl main 1dda039, trainer/config/distillation/distillation.yaml): docs/distillation.md. */
+  distillation: {
+    enabled: key(false, "On-policy distillation: a teacher scores the student's sampled tokens, and the divergence trains the student (with the task's reward, or alone)."),
+    teacher_key: key('data_source', "With several teachers, the row field whose value picks the teacher (the one whose key equals it): a batch column such as data_source, else a key of extra_info."),
+    teacher_models: key({} as Record<string, unknown>, "Teachers by name: {key, model_path, inference: {name: vllm | local, urls, api_key, timeout_s, max_inflight}}. model_path's tokenizer must be the student's; vllm scores through a server's prompt_logprobs (flowrl serve or vLLM), local loads model_path here.", { open: true }),
+    distillation_loss: {
+      loss_mode: key<(typeof DISTILLATION_LOSS_MODES)[number]>('k3', "The token divergence: kl/k1, abs, mse/k2, low_var_kl/k3 (estimators at the sampled token, student minus teacher), or forward_kl_topk (sum over the teacher's top-k of p_t (log p_t - log p_s)).", { choices: DISTILLATION_LOSS_MODES }),
+      topk: key(32, "forward_kl_topk: how many of the teacher's most likely tokens per position (the teacher server must allow this many prompt log-probs).", { positiveInteger: true }),
+      use_task_rewards: key(true, "Add the task's policy loss (rewards, advantages) to coef times the distillation loss; false trains on the distillation loss alone (coef 1)."),
+      distillation_loss_coef: key(1.0, "The distillation loss's weight beside the task's.", { min: 0 }),
+      loss_max_clamp: key(null as number | null, "Clamp each token's divergence to [-c, c]; null: none.", { nullable: 'number', min: 0, exclusiveMin: true }),
+      log_prob_min_clamp: key(null as number | null, "forward_kl_topk: both sides' log-probs are at least this before the divergence; null: none.", { nullable: 'number' }),
+      use_policy_gradient: key(false, "The divergence's negative as each token's advantage in a vanilla PPO term (on-policy distillation's reverse-KL reward; k1 needs it) instead of backpropagating the divergence itself."),
+      policy_loss_mode: key('vanilla', "The policy loss of use_policy_gradient: vanilla only, as verl.", { choices: ['vanilla'] }),
+      clip_ratio: key(0.2, "use_policy_gradient: the PPO clip of the distillation term."),
+      clip_ratio_low: key(0.2, "use_policy_gradient: its lower clip."),
+      clip_ratio_high: key(0.2, "use_policy_gradient: its upper clip."),
+    },
   },
   trainer: {
     project_name: key('flowrl', "Project name (metrics and reports)."),

@@ -66,8 +66,7 @@ function responseTargets(seq: SequenceBatch): Int32Array {
  * tokens, plus the hidden states that plugin heads read. Call inside tf.tidy or a gradient scope.
  */
 export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: ScoreOptions = {}): ResponseScores {
-  const { batch, promptLength: P, responseLength: R } = seq;
-  const L = P + R;
+  const { batch, responseLength: R } = seq;
   const H = model.config.hiddenSize;
   const out = model.forward({
     ids: seq.inputIds,
@@ -76,11 +75,7 @@ export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: Sco
     positions: positionsFromMask(seq.attentionMask, batch),
     outputLayers: options.outputLayers,
   });
-  // The state at position P-1+t predicts response token t.
-  const predicting = out.hidden
-    .reshape([batch, L, H])
-    .slice([0, P - 1, 0], [batch, R, H])
-    .reshape([batch * R, H]) as tf.Tensor2D;
+  const predicting = responseStates(out.hidden, seq, H);
   const scored = headLogProbs(predicting, model.headWeight(), responseTargets(seq), options.temperature ?? 1, options.withEntropy, options.withSumPiSquared);
   return {
     logProbs: scored.logProbs.reshape([batch, R]),
@@ -89,6 +84,30 @@ export function scoreResponses(model: CausalLM, seq: SequenceBatch, options: Sco
     hidden: out.hidden,
     layerOutputs: out.layerOutputs,
   };
+}
+
+/** The hidden states [B * R, H] that predict the response tokens: position P-1+t predicts token t. */
+export function responseStates(hidden: tf.Tensor, seq: SequenceBatch, H: number): tf.Tensor2D {
+  const { batch, promptLength: P, responseLength: R } = seq;
+  return hidden
+    .reshape([batch, P + R, H])
+    .slice([0, P - 1, 0], [batch, R, H])
+    .reshape([batch * R, H]) as tf.Tensor2D;
+}
+
+/**
+ * Log-probs [B, R, k] at T of k given ids per response position (a teacher's top-k), from the
+ * states scoreResponses returned: each state repeated k times through the fused, chunked head, so
+ * the [B * R, V] log-softmax is never held and the gradient flows as for the sampled tokens (the
+ * head's work grows k-fold).
+ */
+export function gatheredLogProbs(model: CausalLM, hidden: tf.Tensor, seq: SequenceBatch, ids: Int32Array, k: number, temperature = 1): tf.Tensor3D {
+  const H = model.config.hiddenSize;
+  const { batch, responseLength: R } = seq;
+  if (ids.length !== batch * R * k) throw new Error(`gatheredLogProbs: ${ids.length} ids for [${batch}, ${R}, ${k}]`);
+  const states = responseStates(hidden, seq, H);
+  const repeated = tf.reshape(tf.tile(tf.expandDims(states, 1), [1, k, 1]), [batch * R * k, H]) as tf.Tensor2D;
+  return headLogProbs(repeated, model.headWeight(), ids, temperature).logProbs.reshape([batch, R, k]);
 }
 
 /** Builds a SequenceBatch from unpadded prompts and responses (with `lossMasks`, each response token's loss weight, 0 or 1). */

@@ -12,15 +12,16 @@ export class MetricAverager {
 
   add(metrics: Metrics): void {
     for (const [k, v] of Object.entries(metrics)) {
-      const entry = this.sums.get(k) ?? { total: 0, count: 0 };
-      entry.total += v;
+      const entry = this.sums.get(k) ?? { total: k.endsWith('_min') ? Infinity : k.endsWith('_max') ? -Infinity : 0, count: 0 };
+      // A range's ends (verl's MIN and MAX aggregations, *_min and *_max) are the extremes, not means.
+      entry.total = k.endsWith('_min') ? Math.min(entry.total, v) : k.endsWith('_max') ? Math.max(entry.total, v) : entry.total + v;
       entry.count += 1;
       this.sums.set(k, entry);
     }
   }
 
   result(): Metrics {
-    return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, total / count]));
+    return Object.fromEntries([...this.sums].map(([k, { total, count }]) => [k, k.endsWith('_min') || k.endsWith('_max') ? total : total / count]));
   }
 }
 

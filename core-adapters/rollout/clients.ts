@@ -11,6 +11,13 @@ export interface SampleRequest extends Omit<SampleSpec, 'ignoreEos'> {
   requestId: string;
 }
 
+/** A prompt position scored by a server: its token's log-prob and, when asked, the k most likely tokens there (most likely first). */
+export interface PromptPositionScores {
+  logProb: number;
+  ids: number[];
+  logProbs: number[];
+}
+
 /** A sample as the server returned it. */
 export interface SampleResult {
   outputIds: number[];
@@ -400,14 +407,30 @@ export class VllmClient implements RolloutServerClient {
 
   /** Log-probs of ids 1.. given the ones before, at T = 1 (vLLM's prompt_logprobs: raw, whatever --logprobs-mode says). */
   async promptLogProbs(ids: number[]): Promise<number[]> {
-    const body = { ...(this.options.modelName ? { model: this.options.modelName } : {}), prompt: ids, max_tokens: 1, temperature: 0, prompt_logprobs: 0, return_token_ids: true };
+    return (await this.promptScores(ids, 0)).map((p) => p.logProb);
+  }
+
+  /**
+   * Each of ids 1.. scored given the ones before, at T = 1, with the k most likely tokens there (by
+   * rank; vLLM's prompt_logprobs k lists them and the prompt's own token). `model`: an adapter's
+   * name, else the server's model.
+   */
+  async promptScores(ids: number[], k: number, model?: string): Promise<PromptPositionScores[]> {
+    const name = model ?? this.options.modelName;
+    const body = { ...(name ? { model: name } : {}), prompt: ids, max_tokens: 1, temperature: 0, prompt_logprobs: k, return_token_ids: true };
     const out = (await callJson(this.url, '/v1/completions', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { choices?: { prompt_logprobs?: unknown }[] };
     const entries = out.choices?.[0]?.prompt_logprobs;
     if (!Array.isArray(entries) || entries.length !== ids.length) throw malformed(this.url, '/v1/completions', 'no prompt_logprobs');
     return ids.slice(1).map((id, i) => {
-      const entry = (entries[i + 1] as Record<string, { logprob?: unknown }> | null)?.[String(id)];
-      if (typeof entry?.logprob !== 'number') throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] has no entry for token ${id}`);
-      return entry.logprob;
+      const position = entries[i + 1] as Record<string, { logprob?: unknown; rank?: unknown }> | null;
+      const own = position?.[String(id)];
+      if (typeof own?.logprob !== 'number') throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] has no entry for token ${id}`);
+      if (!k) return { logProb: own.logprob, ids: [], logProbs: [] };
+      const top = Object.entries(position!)
+        .filter(([, e]) => typeof e?.rank === 'number' && e.rank >= 1 && e.rank <= k && typeof e.logprob === 'number')
+        .sort(([, a], [, b]) => (a.rank as number) - (b.rank as number));
+      if (top.length !== k) throw malformed(this.url, '/v1/completions', `prompt_logprobs[${i + 1}] lists ${top.length} of the ${k} most likely tokens (is the server's max logprobs below ${k}?)`);
+      return { logProb: own.logprob, ids: top.map(([key]) => Number(key)), logProbs: top.map(([, e]) => e.logprob as number) };
     });
   }
 

@@ -238,7 +238,7 @@ export interface SamplingRules {
 /** What a dialect's routes use of the server (FlowrlServer implements it). */
 export interface DialectHost {
   readonly engine: ServingEngine;
-  readonly options: { modelDir: string; tokenizer?: TextTokenizer; logprobsMode: 'processed_logprobs' | 'raw_logprobs'; streamBacklogBytes?: number };
+  readonly options: { modelDir: string; tokenizer?: TextTokenizer; logprobsMode: 'processed_logprobs' | 'raw_logprobs'; streamBacklogBytes?: number; maxLogprobs?: number };
   readonly modelName: string;
   checkHealth(): Json;
   loadablePath(value: unknown, key: string): string;

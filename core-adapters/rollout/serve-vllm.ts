@@ -242,9 +242,11 @@ async function completions(server: DialectHost, body: Json, res: http.ServerResp
   const longest = Math.max(...prompts.map((ids) => ids.length));
   // Omitted, max_tokens is 16 cut to what the context leaves; given, a request past the context is a 400.
   const s = vllmSampling(server, p, prompts, Math.max(0, Math.min(COMPLETION_MAX_TOKENS, server.engine.maxModelLen - longest)));
-  const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });
+  // vLLM's --max-logprobs bounds both (20 by default, as here).
+  const maxLogprobs = server.options.maxLogprobs ?? MAX_TOP_LOGPROBS;
+  const logprobs = body.logprobs === undefined || body.logprobs === null ? undefined : readNumber(body, 'logprobs', 0, { integer: true, min: 0, max: maxLogprobs });
   s.topLogProbs = logprobs;
-  const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: 20 });
+  const promptLogprobs = body.prompt_logprobs === undefined || body.prompt_logprobs === null ? undefined : readNumber(body, 'prompt_logprobs', 0, { integer: true, min: 0, max: maxLogprobs });
   // usage counts each prompt once, whatever n is (vLLM's num_prompt_tokens).
   const promptTotal = prompts.reduce((n, ids) => n + ids.length, 0);
   // The k most likely at every prompt position: bounded as the answer's top logprobs are.

@@ -50,6 +50,8 @@ export interface ServeOptions extends ServingEngineOptions {
   enableAdmin?: boolean;
   /** Directories weights and adapters may be loaded from (403 for any other path); none: loading is refused. */
   weightsRoots?: string[];
+  /** Most logprobs and prompt_logprobs a completion may ask for (vLLM's --max-logprobs; default 20). */
+  maxLogprobs?: number;
   /** Bytes of a streamed answer its client may leave unread before it is taken as gone (default 32 MiB). */
   streamBacklogBytes?: number;
 }

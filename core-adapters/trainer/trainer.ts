@@ -37,6 +37,7 @@ import { concatRollouts, promptBatch, sequencesFromSamples } from '../workers/se
 import { gatherValues } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
+import { Teachers } from '../distillation/teachers.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
@@ -123,6 +124,8 @@ export class RLTrainer implements Trainer {
   private prefetched?: StepRollouts;
   /** The step whose rollouts generateRollouts is drawing (one ahead of `step` when sampling one step off). */
   protected rolloutStep = 0;
+  /** distillation.enabled: the teachers that score each batch for the actor's distillation loss. */
+  protected teachers?: Teachers;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -187,6 +190,8 @@ export class RLTrainer implements Trainer {
     await this.worker.init();
     if (this.requirements.useCritic) await this.critic.init();
     for (const shaper of this.shapers) await shaper.init?.();
+    const model = this.config.actor_rollout_ref.model;
+    this.teachers = Teachers.fromConfig(this.config, this.tokenizer, model.tokenizer_path ?? model.path ?? '');
     if (this.writes) writeConfig(path.join(this.runDir, 'config.yaml'), this.config);
     const kl = this.config.algorithm.kl_ctrl;
     let klCoef = kl.kl_coef;
@@ -264,6 +269,7 @@ export class RLTrainer implements Trainer {
     this.worker.dispose();
     if (this.requirements.useCritic) this.critic.dispose();
     for (const shaper of this.shapers) shaper.dispose?.();
+    this.teachers?.dispose();
   }
 
   /** Loads data, scorers and the policy, then one validation pass. */
@@ -557,6 +563,7 @@ export class RLTrainer implements Trainer {
     batch.set('old_log_probs', { shape: [B, R], data: old.logProbs });
     if (old.sumPiSquared) batch.set('sum_pi_squared', { shape: [B, R], data: old.sumPiSquared });
     if (old.entropy) metrics['actor/entropy'] = maskedMean(old.entropy, mask);
+    if (this.teachers) await timed('teacher', () => this.teachers!.score(batch));
     if (this.requirements.useReference) {
       batch.set('ref_log_prob', { shape: [B, R], data: await timed('ref', () => this.worker.computeRefLogProb(batch)) });
     }
