@@ -144,7 +144,7 @@ export const LAYERS: string[][] = [
   ['data'],
   ['algorithms'],
   ['plugins'],
-  ['actor', 'rollout', 'workers', 'trainer'],
+  ['actor', 'rollout', 'workers', 'trainer', 'distillation'],
   ['report'],
   ['host.ts', 'composition.ts', 'index.ts'],
   ['cli'],
