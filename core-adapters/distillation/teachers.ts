@@ -201,6 +201,10 @@ export class Teachers {
     if (!l.use_policy_gradient && (l.loss_mode === 'k1' || l.loss_mode === 'kl')) {
       throw new InputError(`distillation.distillation_loss.loss_mode ${l.loss_mode} needs use_policy_gradient true: backpropagated directly, k1's gradient does not depend on the teacher (verl refuses it too); use k3 or forward_kl_topk, or set use_policy_gradient=true`);
     }
+    if (l.use_policy_gradient && usesTopK(l.loss_mode)) {
+      // As verl warns: the PG term moves only the sampled token's log-prob.
+      process.stderr.write('[flowrl] warning: distillation forward_kl_topk with use_policy_gradient uses the divergence only as each sampled token\'s advantage; the top-k signal (how the other tokens should move) is largely unused. Supervised (use_policy_gradient false) is what it is for\n');
+    }
     const settings = teacherSettings(config);
     if (settings.length > 1) {
       const seen = new Map<string, string>();
