@@ -328,6 +328,15 @@ export const CORE_SPEC = {
     seed: key(1, "Seed of sampling, initialisation and (unless data.seed) the data order."),
     one_step_off_policy: key(false, "Sample step t+1's rollouts on the servers while step t trains (verl's one_step_off_policy recipe): each batch comes from the weights one update behind those that train on it, corrected by algorithm.rollout_correction. Needs rollout servers (rollout.name sglang or vllm) and rollout.server.max_staleness >= 1."),
     progress: key(true, "Console progress bar and summary lines."),
+    /** verl's V1 async trainer keys (verl main 1dda039, docs/advance/v1_async_trainer.md): docs/async-training.md. */
+    v1: {
+      trainer_mode: key<'sync' | 'separate_async'>('sync', "sync: each step samples, then trains (one_step_off_policy overlaps one step); separate_async: the rollout servers sample prompt groups continuously while the trainer updates, each step training on finished groups (needs rollout servers).", { choices: ['sync', 'separate_async'] }),
+      sampler: {
+        max_off_policy_threshold: key(8, "separate_async: the most weight versions a group may age between its launch and the step that trains it.", { integer: true, min: 0 }),
+        max_off_policy_strategy: key<'drop' | 'wait'>('drop', "separate_async: drop (a step trains the oldest finished groups; one past the threshold is dropped and another prompt sampled) or wait (a step trains groups in launch order, waiting for each: none can pass the threshold).", { choices: ['drop', 'wait'] }),
+      },
+      partial_rollout: key(true, "separate_async: a sample aborted by a weight update (SGLang's pause) keeps its tokens and resumes under the new weights, each token's version recorded; false draws it again whole."),
+    },
   },
 };
 

@@ -109,6 +109,8 @@ export interface Worker {
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
   rolloutDispatched(): Promise<void>;
+  /** Changes of the policy's weights so far (updates and restores): the version rollout servers sample with, as ServerRollout counts them. */
+  policyVersion(): number;
   /** The old policy's log-probs and entropies; with withSumPiSquared, also sum pi^2 (optimal_token_baseline). */
   computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean }): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }>;
   /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
@@ -130,7 +132,7 @@ export interface SamplingSettings {
   greedy: boolean;
   maxNewTokens: number;
   seed: number;
-  /** These prompts are rows firstRow.. of the step's batch (a data-parallel rank's share): each row samples from that row's stream. */
+  /** These prompts are rows firstRow.. of the step's batch (a data-parallel rank's share, an async group): each row samples from that row's stream. */
   firstRow?: number;
 }
 

@@ -73,13 +73,19 @@ interface WeightCheck {
   tokens: number;
 }
 
-/** A sample and the server that drew it. */
+/** A sample, the server that drew it, and the policy version that drew each of its tokens. */
 interface ServedSample extends SampleResult {
   server: ServerState;
+  tokenVersions: number[];
 }
+
+/** The per-row column of the version that drew each response token (a resumed partial rollout spans several). */
+export const TOKEN_WEIGHT_VERSIONS = 'token_weight_versions';
 
 /** Counters of one generateSequences call. */
 interface RoundCounters {
+  /** Partial rollouts resumed after a weight update aborted them. */
+  resumed: number;
   retries: number;
   staleDropped: number;
   ejections: number;
@@ -112,6 +118,12 @@ export class ServerRollout implements Rollout {
 
   private get settings() {
     return this.config.actor_rollout_ref.rollout.server;
+  }
+
+  /** Whether a sample aborted by a weight update resumes from its tokens (the async trainer's partial rollouts). */
+  private get resumesPartial(): boolean {
+    const v1 = this.config.trainer.v1;
+    return v1.trainer_mode === 'separate_async' && v1.partial_rollout;
   }
 
   async attach(policy: RolloutPolicy): Promise<void> {
@@ -209,7 +221,7 @@ export class ServerRollout implements Rollout {
   }
 
   private async sampleRound(prompts: Batch, sampling: SamplingSettings, markDispatched: () => void): Promise<Batch> {
-    const counters: RoundCounters = { retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
+    const counters: RoundCounters = { resumed: 0, retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
     const promptIds = prompts.column<number[]>('prompt_ids');
     // vLLM's weight check scores one of the run's own prompts (ids its vocabulary surely holds).
     this.probeIds ??= promptIds[0].slice(0, 32);
@@ -242,6 +254,7 @@ export class ServerRollout implements Rollout {
       ...((out.meta.metrics as Metrics | undefined) ?? {}),
       'rollout/servers_live': this.servers.filter((s) => s.live).length,
       'rollout/retries': counters.retries,
+      'rollout/partial_resumed': counters.resumed,
       'rollout/stale_dropped': counters.staleDropped,
       'rollout/ejections': counters.ejections,
       'rollout/rejoins': counters.rejoins,
@@ -265,6 +278,7 @@ export class ServerRollout implements Rollout {
     const rolloutLogProbs = new Float32Array(results.length * R);
     results.forEach((r, b) => rolloutLogProbs.set(r.logProbs.slice(0, R), b * R));
     out.set('rollout_log_probs', { shape: [results.length, R], data: rolloutLogProbs });
+    out.setColumn(TOKEN_WEIGHT_VERSIONS, results.map((r) => r.tokenVersions.slice(0, R)));
     return out;
   }
 
@@ -296,26 +310,41 @@ export class ServerRollout implements Rollout {
     const seed = turnSeed ?? sampleSeed(sampling.seed, (sampling.firstRow ?? 0) + row, this.config.actor_rollout_ref.rollout.generation_batch_size);
     const tried = new Set<ServerState>();
     let lastError = '';
+    // A partial rollout's tokens so far (trainer.v1.partial_rollout): kept across a weight update's abort.
+    const kept: { ids: number[]; logProbs: number[]; versions: number[] } = { ids: [], logProbs: [], versions: [] };
+    let first = true;
     for (let attempt = 0; attempt <= this.settings.max_retries; ) {
       const server = home && home.live && !tried.size ? home : (this.leastLoaded(tried) ?? this.leastLoaded(new Set()) ?? (await this.recoverOrFail(counters, lastError)));
       await this.acquire(server);
       try {
         const request = server.client.generate({
-          inputIds,
-          maxNewTokens: sampling.maxNewTokens,
+          // Resumed: the kept tokens join the prompt (the server rebuilds their cache) and the rest is drawn.
+          inputIds: kept.ids.length ? [...inputIds, ...kept.ids] : inputIds,
+          maxNewTokens: sampling.maxNewTokens - kept.ids.length,
           temperature: sampling.greedy ? 0 : sampling.temperature,
           topP: sampling.topP,
           topK: sampling.topK,
           stopTokenIds: this.policy.stopTokenIds,
-          seed,
+          seed: kept.ids.length ? Rng.deriveSeed(seed, kept.ids.length) : seed,
           adapter: this.isAdapter ? this.label(server.version) : undefined,
-          requestId: `flowrl-${this.runTag}-${this.version}-${row}-${attempt}`,
+          // Unique among concurrent calls too (async groups each number their rows from 0): the step's seed and the row in the step.
+          requestId: `flowrl-${this.runTag}-${this.version}-${sampling.seed}-${(sampling.firstRow ?? 0) + row}-${attempt}${kept.ids.length ? `-r${kept.ids.length}` : ''}`,
         });
-        if (attempt === 0) started?.();
+        if (first) started?.();
+        first = false;
         const result = await request;
+        const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;
+        if (result.finish === 'abort' && this.resumesPartial && result.outputIds.length && sampledBy >= 0) {
+          // A weight update stopped it: its tokens stay, with the version that drew them, and it goes on under the new weights.
+          kept.ids.push(...result.outputIds);
+          kept.logProbs.push(...result.logProbs);
+          kept.versions.push(...result.outputIds.map(() => sampledBy));
+          counters.resumed += 1;
+          if (kept.ids.length < sampling.maxNewTokens && !this.policy.stopTokenIds.includes(kept.ids[kept.ids.length - 1])) continue;
+          return { outputIds: kept.ids, logProbs: kept.logProbs, finish: kept.ids.length < sampling.maxNewTokens ? 'stop' : 'length', weightVersion: result.weightVersion, server, tokenVersions: kept.versions };
+        }
         if (result.finish === 'abort') throw new ServerCallError(`${server.client.url}: the sample was aborted`, true);
         server.failures = 0;
-        const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;
         if (sampledBy < 0 || this.version - sampledBy > this.settings.max_staleness) {
           // The server lost our weights (a restart): it must take them again before serving.
           counters.staleDropped += 1;
@@ -324,7 +353,14 @@ export class ServerRollout implements Rollout {
           lastError = `${server.client.url} sampled with weight version ${result.weightVersion ?? 'unknown'}; the policy is at ${this.label(this.version)}`;
           continue;
         }
-        return { ...result, server };
+        if (!kept.ids.length) return { ...result, server, tokenVersions: result.outputIds.map(() => sampledBy) };
+        return {
+          ...result,
+          outputIds: [...kept.ids, ...result.outputIds],
+          logProbs: [...kept.logProbs, ...result.logProbs],
+          server,
+          tokenVersions: [...kept.versions, ...result.outputIds.map(() => sampledBy)],
+        };
       } catch (e) {
         if (!(e instanceof ServerCallError) || !e.retryable) throw e instanceof ServerCallError ? new InputError(`rollout server ${e.message}`) : e;
         lastError = e.message;

@@ -25,6 +25,8 @@ export interface TrainerState {
    * but before its metrics append gets that line back at resume.
    */
   metrics?: Record<string, number>;
+  /** trainer.v1 separate_async: the launch batch a resumed run samples first (data_position is where it begins). */
+  rollout_launch?: number;
 }
 
 /** Reads and checks DIR/trainer_state.json; a corrupt file is an InputError naming it. */

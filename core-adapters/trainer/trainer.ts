@@ -38,6 +38,7 @@ import { gatherValues } from '../workers/ranks.js';
 import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
 import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './matching.js';
 import { Teachers } from '../distillation/teachers.js';
+import { AsyncRollouts } from './async-rollouts.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
 import { acquireRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
@@ -126,6 +127,13 @@ export class RLTrainer implements Trainer {
   protected rolloutStep = 0;
   /** distillation.enabled: the teachers that score each batch for the actor's distillation loss. */
   protected teachers?: Teachers;
+  /** trainer.v1.trainer_mode separate_async: prompt groups sampled continuously (async-rollouts.ts). */
+  private asyncRollouts?: AsyncRollouts;
+  /** separate_async: each launch batch's prompt groups and the data position before it. */
+  private readonly launchBatches = new Map<number, { groups: Batch; before: DataPosition }>();
+  /** separate_async: where the next launch batch's prompts start, and the first launch a resumed run draws. */
+  private launchCursor: DataPosition = { epoch: 0, offset: 0 };
+  private firstLaunch = 1;
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -209,6 +217,43 @@ export class RLTrainer implements Trainer {
       if (kl.type === 'adaptive') klCoef = state.kl_coef;
     }
     this.klController = kl.type === 'adaptive' ? new AdaptiveKlController(klCoef, kl.target_kl, kl.horizon) : new FixedKlController(klCoef);
+    if (this.config.trainer.v1.trainer_mode === 'separate_async') this.startAsyncRollouts();
+  }
+
+  /**
+   * separate_async: groups launched as the synchronous trainer would sample its steps, launch batch
+   * k being step k's prompts, uids and seed (async-rollouts.ts), from the resumed position on.
+   */
+  private startAsyncRollouts(): void {
+    const rollout = this.config.actor_rollout_ref.rollout;
+    const sampler = this.config.trainer.v1.sampler;
+    const why = rollout.name === 'local' ? 'rollout.name local samples in this process, which cannot train meanwhile' : this.config.trainer.one_step_off_policy ? 'trainer.one_step_off_policy is the synchronous trainer\'s overlap' : this.config.algorithm.filter_groups.enable ? 'algorithm.filter_groups draws generation batches by need' : rollout.multi_turn.enable ? 'multi-turn rollouts are not sampled by group yet' : undefined;
+    if (why) throw new InputError(`trainer.v1.trainer_mode separate_async needs rollout servers sampling single-turn groups on their own; here ${why}`);
+    if (rollout.server.max_staleness < sampler.max_off_policy_threshold + 1) {
+      // The rollout's own check would drop what the async trainer means to keep.
+      rollout.server.max_staleness = sampler.max_off_policy_threshold + 1;
+    }
+    this.launchCursor = this.position;
+    const n = rollout.n;
+    this.asyncRollouts = new AsyncRollouts({
+      trainBatchSize: this.config.data.train_batch_size,
+      threshold: sampler.max_off_policy_threshold,
+      strategy: sampler.max_off_policy_strategy,
+      version: () => this.worker.policyVersion(),
+      drawLaunch: (launch) => {
+        const { prompts, next } = this.dataset.nextBatch(this.launchCursor, this.config.data.train_batch_size, 'data.train_batch_size');
+        this.launchBatches.set(launch + this.firstLaunch - 1, { groups: promptBatch(prompts, `s${launch + this.firstLaunch - 1}`), before: this.launchCursor });
+        this.launchCursor = next;
+        return prompts.length;
+      },
+      sample: (launch, index) => {
+        const step = launch + this.firstLaunch - 1;
+        const prompts = this.launchBatches.get(step)!.groups.selectRows([index]).repeat(n, true);
+        this.rolloutStep = step;
+        const sampling = { ...this.samplingSettings(stepSeed(this.config.trainer.seed, step)), firstRow: index * n };
+        return this.requirements.estimatorTraits.needsGreedyBaseline ? this.withRewardBaselines(this.generateRollouts(prompts, sampling), prompts.selectRows([0]), sampling) : this.generateRollouts(prompts, sampling);
+      },
+    });
   }
 
   /** trainer.one_step_off_policy needs samples from other processes, allowed to be one update old. */
@@ -287,6 +332,7 @@ export class RLTrainer implements Trainer {
     const state = readTrainerState(dir);
     this.step = state.global_step;
     this.position = state.data_position;
+    this.firstLaunch = state.rollout_launch ?? state.global_step + 1;
     this.resumedMetrics = state.metrics;
     return state;
   }
@@ -298,7 +344,13 @@ export class RLTrainer implements Trainer {
       if (this.requirements.useCritic) await this.critic.saveCheckpoint(dir);
       for (const shaper of this.shapers) await shaper.saveCheckpoint?.(dir);
       writeConfig(path.join(dir, 'config.yaml'), this.config);
-      const state: TrainerState = { global_step: this.step, data_position: this.position, kl_coef: this.klController?.value ?? 0, metrics: stepMetrics };
+      const state: TrainerState = {
+        global_step: this.step,
+        data_position: this.position,
+        kl_coef: this.klController?.value ?? 0,
+        metrics: stepMetrics,
+        ...(this.asyncRollouts ? { rollout_launch: this.asyncRollouts.resumeLaunch + this.firstLaunch - 1 } : {}),
+      };
       fs.writeFileSync(path.join(dir, TRAINER_STATE_FILE), JSON.stringify(state, null, 2) + '\n');
     });
   }
@@ -344,6 +396,7 @@ export class RLTrainer implements Trainer {
     } finally {
       // Rollouts sampled for a step that will not run (a stop, an error) are waited out and dropped.
       await this.dropPrefetched();
+      await this.asyncRollouts?.drain();
     }
     for (const sink of this.activeSinks) sink.close();
     await flushSinks(this.activeSinks);
@@ -529,14 +582,9 @@ export class RLTrainer implements Trainer {
     const stepStarted = performance.now();
     // Local sampling runs inside launchRollouts before its first await, so the clock starts first.
     const genStarted = performance.now();
-    const own = this.prefetched?.step === this.step ? this.prefetched : this.launchRollouts(this.step, this.position);
-    this.prefetched = undefined;
-    this.position = own.next;
-    const kept = this.config.algorithm.filter_groups.enable ? await this.keptGroups(own, timing) : undefined;
-    const batch = kept ? kept.batch : await own.batch;
-    // Sync: the whole sampling. One step off: the wait for samples launched while the last step trained.
+    const { batch, kept, rolloutMetrics } = this.asyncRollouts ? await this.asyncStepBatch() : await this.syncStepBatch(timing);
+    // Sync: the whole sampling. One step off: the wait for samples launched while the last step trained. Async: the wait for finished groups.
     timing['timing_s/gen'] = (performance.now() - genStarted) / 1000 - (timing['timing_s/reward'] ?? 0);
-    const rolloutMetrics: Metrics = { 'rollout/staleness': this.actorUpdates - own.updatesAtLaunch, ...kept?.metrics };
     if (this.config.trainer.one_step_off_policy && this.step < this.totalSteps) {
       const t = performance.now();
       this.prefetched = this.launchRollouts(this.step + 1, this.position);
@@ -633,6 +681,25 @@ export class RLTrainer implements Trainer {
     if (dumpDir && this.writes && this.tokenizer) dumpRollouts(dumpDir, this.step, rolloutRecords(batch, this.tokenizer, this.step));
     batch.dispose();
     return metrics;
+  }
+
+  /** This step's rollouts, sampled now or (one step off) while the last step trained; DAPO's kept groups under filter_groups. */
+  private async syncStepBatch(timing: Metrics): Promise<{ batch: Batch; kept?: { batch: Batch; reward: RewardResult; metrics: Metrics }; rolloutMetrics: Metrics }> {
+    const own = this.prefetched?.step === this.step ? this.prefetched : this.launchRollouts(this.step, this.position);
+    this.prefetched = undefined;
+    this.position = own.next;
+    const kept = this.config.algorithm.filter_groups.enable ? await this.keptGroups(own, timing) : undefined;
+    const batch = kept ? kept.batch : await own.batch;
+    return { batch, kept, rolloutMetrics: { 'rollout/staleness': this.actorUpdates - own.updatesAtLaunch, ...kept?.metrics } };
+  }
+
+  /** separate_async: the next train_batch_size finished groups; a resumed run starts from the oldest launch batch not yet trained. */
+  private async asyncStepBatch(): Promise<{ batch: Batch; kept?: undefined; rolloutMetrics: Metrics }> {
+    const { batch, metrics } = await this.asyncRollouts!.nextBatch();
+    const resume = this.launchBatches.get(this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1);
+    this.position = resume?.before ?? this.launchCursor;
+    for (const launch of this.launchBatches.keys()) if (launch < this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1) this.launchBatches.delete(launch);
+    return { batch, rolloutMetrics: metrics };
   }
 
   /**

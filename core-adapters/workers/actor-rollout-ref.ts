@@ -231,6 +231,13 @@ export class ActorRolloutRefWorker implements Worker {
     await this.rollout.dispatched?.();
   }
 
+  /** Weight changes so far, counted where the rollout is told of them. */
+  private weightChanges = 0;
+
+  policyVersion(): number {
+    return this.weightChanges;
+  }
+
   computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }> {
     return onRankRows(this.ranks, batch, async (rows) => {
       const { logProbs, entropy, sumPiSquared } = await this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
@@ -281,6 +288,7 @@ export class ActorRolloutRefWorker implements Worker {
   async updateActor(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {
     const metrics = await this.actor.updatePolicy(batch, listeners);
     this.module.lrScheduler.step();
+    this.weightChanges += 1;
     this.rollout.policyChanged();
     return metrics;
   }
@@ -306,6 +314,7 @@ export class ActorRolloutRefWorker implements Worker {
     for (const [name, head] of this.module.heads) loadParameters(path.join(actorDir, `${name}.safetensors`), head.params);
     loadOptimizerState(path.join(actorDir, OPTIMIZER_FILE), this.module.optimizer, this.module.params, this.module.lrScheduler);
     this.module.pool?.publish(this.module.params);
+    this.weightChanges += 1;
     this.rollout.policyChanged();
   }
 
