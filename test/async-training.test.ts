@@ -149,7 +149,7 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
     expectClose(weights.slice(cut), new Array(tokens.length - cut).fill(1), 1e-3, 'version 1 weights');
     expectClose(weights.slice(0, cut), before.slice(0, cut).map((v, t) => Math.min(cap, Math.exp(after[t] - v))), 1e-3, 'version 0 weights');
     sampled.dispose();
-    await worker.dispose?.();
+    worker.dispose();
     fs.rmSync(dir, { recursive: true, force: true });
   });
 });
