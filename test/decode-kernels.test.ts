@@ -202,6 +202,25 @@ describe('decoding kernels', function () {
       }));
   }
 
+  for (const enginePath of enginePaths()) {
+    it(`a prefill run in chunks of columns (the cache written in place, grouped heads, left padding, LoRA) samples what one whole prefill samples (${enginePath})`, () =>
+      onEnginePath(enginePath, async () => {
+        // A frozen base lives in the addon; the stock path keeps the weights on the heap.
+        const model = loadModel(fixture('tiny-qwen2'), enginePath === 'stock' ? {} : { frozenBase: 'float32' });
+        model.attachAdapters(loadAdapters(model.config, fixture('lora-tiny-qwen2')));
+        const prompts = [[5, 9, 17, 3, 44, 2, 8, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29], [12, 7], [30, 31, 32, 33]];
+        const options = { maxNewTokens: 8, temperature: 0.9, topP: 0.9, seed: 21, withLogProbs: true };
+        const whole = await splitFrozenProducts(() => generate(model, prompts, options));
+        // One column at a time, and a few: the chunks' attention scores [rows, heads, C, P] under each budget.
+        for (const prefillScoreFloats of [1, 3 * 4 * 17 * 5]) {
+          const chunked = await splitFrozenProducts(() => generate(model, prompts, { ...options, prefillScoreFloats }));
+          expect(chunked.tokens, `budget ${prefillScoreFloats}`).to.deep.equal(whole.tokens);
+          chunked.logProbs!.forEach((row, b) => expectClose(row, whole.logProbs![b], 1e-4, `budget ${prefillScoreFloats} row ${b}`));
+        }
+        model.dispose();
+      }));
+  }
+
   it("the addon's thread pool hands out back-to-back jobs of changing sizes, each exact, while another process keeps a core busy", async () => {
     await onEnginePath(nativePaths[0], async () => {
       const random = randoms(13);

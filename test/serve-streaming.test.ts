@@ -273,6 +273,87 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     expect(raw).to.include('data: [DONE]');
   });
 
+  it('a hostile-client sweep\'s finds: wrong-typed booleans and fields the engines act on are refused naming them; chat_template_kwargs and add_generation_prompt are applied', async () => {
+    const post = async (route: string, body: object) => {
+      const answer = await fetch(`${url}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      return { status: answer.status, json: (await answer.json()) as { error?: { message: string }; message?: string; usage?: { prompt_tokens: number } } };
+    };
+    const refused = async (route: string, body: object, ...fragments: string[]) => {
+      const { status, json } = await post(route, body);
+      const label = JSON.stringify(body).slice(0, 200);
+      expect(status, label).to.equal(400);
+      for (const f of fragments) expect(json.error?.message ?? json.message, label).to.include(f);
+    };
+    const chat = { model, messages: MESSAGES, max_tokens: 2 };
+    const completion = { model, prompt: 'Hello', max_tokens: 2 };
+    const generate = { text: 'Hello', sampling_params: { max_new_tokens: 2 } };
+    await refused('/v1/chat/completions', { ...chat, logprobs: 'true' }, "'logprobs' must be true or false");
+    await refused('/v1/completions', { ...completion, return_token_ids: 'true' }, "'return_token_ids'");
+    await refused('/v1/completions', { ...completion, include_stop_str_in_output: 1 }, "'include_stop_str_in_output'");
+    await refused('/generate', { ...generate, return_logprob: 1 }, "'return_logprob'");
+    await refused('/generate', { ...generate, sampling_params: { max_new_tokens: 2, no_stop_trim: 'yes' } }, "'sampling_params.no_stop_trim'");
+    for (const [field, value] of [['use_beam_search', true], ['length_penalty', 0.5], ['truncate_prompt_tokens', 1], ['prompt_embeds', 'AAAA'], ['add_special_tokens', false]] as const) {
+      await refused('/v1/completions', { ...completion, [field]: value }, `'${field}' is not supported`);
+    }
+    for (const [field, value] of [['continue_final_message', true], ['chat_template', '{{ messages }}'], ['documents', [{ text: 'x' }]], ['prompt_logprobs', 1], ['echo', true]] as const) {
+      await refused('/v1/chat/completions', { ...chat, [field]: value }, `'${field}' is not supported`);
+    }
+    for (const [field, value] of [['logprob_start_len', 0], ['token_ids_logprob', [1]], ['return_hidden_states', true], ['image_data', 'x'], ['input_embeds', [[0]]], ['custom_logit_processor', 'x'], ['session_params', {}]] as const) {
+      await refused('/generate', { ...generate, [field]: value }, `'${field}' is not supported`);
+    }
+    await refused('/generate', { ...generate, sampling_params: { max_new_tokens: 2, custom_params: {} } }, "'sampling_params.custom_params' is not supported");
+    await refused('/generate', { ...generate, input_ids: [1, 2] }, "'input_ids' or 'text', not both");
+    // The no-op values pass.
+    expect((await post('/v1/completions', { ...completion, use_beam_search: false, length_penalty: 1, add_special_tokens: true })).status).to.equal(200);
+    expect((await post('/generate', { ...generate, logprob_start_len: -1, return_hidden_states: false })).status).to.equal(200);
+    // Applied: the template's own variables, and a prompt without the assistant's opening.
+    const tokenizer = server.options.tokenizer!;
+    const rendered = (extra: Record<string, unknown>, generation = true) => tokenizer.encode(tokenizer.applyChatTemplate(MESSAGES, generation, undefined, extra)).length;
+    expect((await post('/v1/chat/completions', { ...chat, chat_template_kwargs: { enable_thinking: false } })).json.usage!.prompt_tokens).to.equal(rendered({ enable_thinking: false }));
+    expect(rendered({ enable_thinking: false })).to.not.equal(rendered({}));
+    expect((await post('/v1/chat/completions', { ...chat, add_generation_prompt: false })).json.usage!.prompt_tokens).to.equal(rendered({}, false));
+    // Sizes refused before any work (400,000 empty messages took 13 s to render; 2 million repeated letters 20 s to encode), within this server's 1 MB bodies.
+    const started = performance.now();
+    await refused('/v1/chat/completions', { ...chat, messages: Array.from({ length: 20_000 }, () => ({ role: 'a', content: '' })) }, "'messages' holds 20000 messages");
+    await refused('/v1/completions', { ...completion, prompt: 'a'.repeat(300_000) }, "'prompt[0]' holds 300000 characters");
+    expect(performance.now() - started, 'both refusals').to.be.below(5000);
+  });
+
+  it('/abort_request answers the aborted request at once, with its tokens so far, while the rest of its batch decodes on', async () => {
+    const body = (rid: string) => JSON.stringify({ input_ids: [5, 6], rid, sampling_params: { max_new_tokens: 3000, ignore_eos: true } });
+    const post = (rid: string) => fetch(`${url}/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(rid) }).then((r) => r.json() as Promise<{ output_ids: number[]; meta_info: { finish_reason: { type: string } } }>);
+    let keepAnswered = false;
+    const keep = post('keep-going').finally(() => (keepAnswered = true));
+    const victim = post('victim');
+    for (let i = 0; i < 400 && server.engine.busy < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(server.engine.busy).to.equal(2);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await fetch(`${url}/abort_request`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ rid: 'victim' }) })).status).to.equal(200);
+    const answered = await victim;
+    expect(answered.meta_info.finish_reason.type).to.equal('abort');
+    expect(answered.output_ids.length).to.be.within(1, 2999);
+    // Its batch still decodes the other one.
+    expect(keepAnswered, 'the other request answered too').to.equal(false);
+    await fetch(`${url}/abort_request`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ rid: 'keep-going' }) });
+    expect((await keep).meta_info.finish_reason.type).to.equal('abort');
+  });
+
+  it('64 prompts of 600 tokens at once (a prefill of 38,400 tokens) are answered, and /health meanwhile within a second', async () => {
+    const prompt = Array.from({ length: 600 }, (_, i) => 100 + (i % 5000));
+    const request = fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt, n: 64, max_tokens: 1, seed: 1 }) });
+    let slowest = 0;
+    let done = false;
+    void request.finally(() => (done = true));
+    while (!done) {
+      const t = performance.now();
+      expect((await fetch(`${url}/health`)).status).to.equal(200);
+      slowest = Math.max(slowest, performance.now() - t);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect((await request).status).to.equal(200);
+    expect(slowest, '/health during the prefill (ms)').to.be.below(1000);
+  });
+
   it("the official Python client (openai 3.22.1) streams chat and completions and assembles tool calls (where the machine's wheel cache has it)", async function () {
     const wheels = '/opt/pypi/files';
     if (!fs.existsSync(path.join(wheels, 'openai-3.22.1-py3-none-any.whl'))) this.skip();

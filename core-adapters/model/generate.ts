@@ -22,6 +22,8 @@ export interface SamplingOptions {
   /** Token used to left-pad prompts (its value never matters: it is masked). */
   padTokenId?: number;
   seed?: number;
+  /** Attention-score floats one prefill chunk may hold (default PREFILL_SCORE_FLOATS); smaller runs the prompts in more chunks. */
+  prefillScoreFloats?: number;
   /** Index of the first prompt in the whole batch: row b samples from stream (seed, firstRow + b). */
   firstRow?: number;
   /** Recompute the whole sequence every step instead of using the KV cache (for checks only). */
@@ -231,6 +233,19 @@ export function sampleToken(logits: Float32Array, options: SamplingOptions, rng:
 }
 
 /** Logits of the last position of each row, [B, V]. */
+/** Attention-score floats one prefill chunk may hold ([rows, heads, chunk, prompt]; 256 MiB). */
+export const PREFILL_SCORE_FLOATS = 2 ** 26;
+/** Prompt tokens one prefill chunk takes at most (vLLM's chunked prefill takes a few thousand a step too). */
+const PREFILL_CHUNK_TOKENS = 4096;
+
+/** Columns [start, end) of a row-major [rows, width] array. */
+function columns(data: Int32Array, rows: number, width: number, start: number, end: number): Int32Array {
+  if (start === 0 && end === width) return data;
+  const out = new Int32Array(rows * (end - start));
+  for (let b = 0; b < rows; b++) out.set(data.subarray(b * width + start, b * width + end), b * (end - start));
+  return out;
+}
+
 function lastLogits(model: CausalLM, hidden: tf.Tensor2D, batch: number): tf.Tensor2D {
   const H = model.config.hiddenSize;
   const length = hidden.shape[0] / batch;
@@ -297,17 +312,59 @@ export class Decoding {
     this.tokens = prompts.map(() => []);
     this.stopped = prompts.map(() => false);
     this.done = this.limits.map((limit) => limit <= 0);
-    if (options.maxNewTokens <= 0 || this.done.every(Boolean)) return;
-    const { ids, mask } = this;
-    // tidy keeps only what it returns, so the new cache travels out with the logits.
-    ({ logits: this.logits, cache: this.cache } = tf.tidy(() => {
-      // A cache preallocated for the whole sample grows in place instead of being copied per token.
-      const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
-      return splitFrozenProducts(() => {
-        const out = model.forward({ ids, batch, attentionMask: mask, positions: positionsFromMask(mask, batch), useCache: !options.noCache, cacheCapacity });
-        return { logits: lastLogits(model, out.hidden, batch), cache: out.cache };
-      });
-    }) as { logits: tf.Tensor2D; cache?: KVCache });
+    this.prefillPending = options.maxNewTokens > 0 && !this.done.every(Boolean);
+  }
+
+  /** The prompts are not yet through the model: the first step() runs them. */
+  private prefillPending: boolean;
+
+  /**
+   * Runs the prompts through the model, a chunk of columns at a time so the attention scores of a
+   * chunk ([rows, heads, C, P]) stay within prefillScoreFloats (64 rows of 6,000-token prompts at
+   * once needed more floats than a typed array holds), yielding between chunks.
+   */
+  private async prefill(): Promise<void> {
+    this.prefillPending = false;
+    const { model, options, batch } = this;
+    const P = this.width;
+    const mask = this.mask;
+    const positions = positionsFromMask(mask, batch);
+    const budget = options.prefillScoreFloats ?? PREFILL_SCORE_FLOATS;
+    // Also at most PREFILL_CHUNK_TOKENS tokens a chunk: a server answers /health between chunks.
+    const chunk = options.noCache ? P : Math.max(1, Math.min(P, Math.floor(budget / (batch * model.config.numHeads * P)), Math.floor(PREFILL_CHUNK_TOKENS / batch)));
+    // A cache preallocated for the whole sample grows in place instead of being copied per token.
+    const cacheCapacity = canWriteInPlace() ? P + options.maxNewTokens : undefined;
+    for (let start = 0; start < P; start += chunk) {
+      const end = Math.min(P, start + chunk);
+      const previous = this.cache;
+      this.cache = undefined;
+      let out: { logits?: tf.Tensor2D; cache?: KVCache };
+      try {
+        // tidy keeps only what it returns, so the new cache travels out with the logits.
+        out = tf.tidy(() =>
+          splitFrozenProducts(() => {
+            const step = model.forward({
+              ids: columns(this.ids, batch, P, start, end),
+              batch,
+              attentionMask: columns(mask, batch, P, 0, end),
+              positions: columns(positions, batch, P, start, end),
+              cache: previous,
+              useCache: !options.noCache,
+              cacheCapacity,
+            });
+            return end === P ? { logits: lastLogits(model, step.hidden, batch), cache: step.cache } : { cache: step.cache };
+          }),
+        ) as { logits?: tf.Tensor2D; cache?: KVCache };
+      } catch (e) {
+        if (previous) tf.dispose([...previous.keys, ...previous.values]);
+        throw e;
+      }
+      if (previous && previous.keys[0] !== out.cache?.keys[0]) tf.dispose([...previous.keys, ...previous.values]);
+      this.cache = out.cache;
+      this.logits = out.logits;
+      // A server answers /health between chunks.
+      if (end < P) await new Promise((resolve) => setImmediate(resolve));
+    }
   }
 
   /** Ends row `b` where it stands (its request was cancelled): it takes no more tokens. True when it was still going. */
@@ -319,11 +376,12 @@ export class Decoding {
 
   /** Whether every row has ended. */
   get finished(): boolean {
-    return !this.logits;
+    return !this.logits && !this.prefillPending;
   }
 
   /** Samples one token per live row and, unless every row has ended, runs the next decode step; false once finished. */
   async step(): Promise<boolean> {
+    if (this.prefillPending) await this.prefill();
     const logits = this.logits;
     if (!logits) return false;
     const { batch, done, tokens, options } = this;

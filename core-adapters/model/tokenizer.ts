@@ -134,10 +134,12 @@ export class TextTokenizer {
   }
 
   /** Renders messages with the chat template (the caller checks hasChatTemplate); `tools`: function schemas, as transformers passes them. */
-  applyChatTemplate(messages: ChatMessage[], addGenerationPrompt = true, tools?: object[]): string {
+  applyChatTemplate(messages: ChatMessage[], addGenerationPrompt = true, tools?: object[], extra: Record<string, unknown> = {}): string {
     if (!this.chatTemplate) throw new Error('this tokenizer has no chat template');
     this.compiledTemplate ??= new Template(this.chatTemplate);
     return this.compiledTemplate.render({
+      // A request's own variables (vLLM's chat_template_kwargs: enable_thinking), under the fixed ones.
+      ...extra,
       messages,
       ...(tools?.length ? { tools } : {}),
       add_generation_prompt: addGenerationPrompt,

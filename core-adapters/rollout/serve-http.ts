@@ -75,6 +75,27 @@ export interface RequestSampling extends Omit<SampleSpec, 'inputIds' | 'seed' | 
   skipSpecialTokens: boolean;
 }
 
+/** A boolean field: absent or null is `fallback`; anything but a boolean is a 400 naming it (a string "true" was once taken as false). */
+export function readFlag(body: Json, key: string, fallback: boolean, where = ''): boolean {
+  const v = body[key];
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'boolean') throw bad(`'${where}${key}' must be true or false; got ${JSON.stringify(v)?.slice(0, 40)}`);
+  return v;
+}
+
+/**
+ * Fields the real engines act on and this server does not: each is refused with a 400 naming it,
+ * unless absent, null or at its no-op value (`noop`, or absent only when undefined). A client that
+ * sent one would otherwise get an answer that silently is not what it asked for.
+ */
+export function refuseUnsupported(body: Json, fields: Record<string, unknown>, where = ''): void {
+  for (const [key, noop] of Object.entries(fields)) {
+    const v = body[key];
+    if (v === undefined || v === null || (noop !== undefined && JSON.stringify(v) === JSON.stringify(noop))) continue;
+    throw bad(`'${where}${key}' is not supported by flowrl serve${noop !== undefined ? ` (only ${JSON.stringify(noop)})` : ''}; leave it out`);
+  }
+}
+
 /** Bytes of a streamed answer its client may leave unread, by default. */
 export const DEFAULT_STREAM_BACKLOG_BYTES = 32 * 2 ** 20;
 
@@ -243,7 +264,7 @@ export interface DialectHost {
   checkHealth(): Json;
   loadablePath(value: unknown, key: string): string;
   promptIds(value: unknown, key: string): number[][];
-  textPromptIds(value: unknown, key: string): number[][];
+  textPromptIds(value: unknown, key: string): Promise<number[][]>;
   samplingSpec(p: Json, prompts: number[][], rules: SamplingRules): RequestSampling;
   specs(prompts: number[][], s: RequestSampling, adapter?: string): SampleSpec[];
   sample(res: http.ServerResponse, specs: SampleSpec[], rid?: string): Promise<SampleOutput[] | undefined>;

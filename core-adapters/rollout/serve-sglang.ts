@@ -7,7 +7,7 @@
 // and logprobs after temperature, before top-k/top-p (the trainer's convention).
 import type http from 'node:http';
 import type { SampleOutput, StepScores } from './serving-engine.js';
-import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readNumber, send, TextDeltas, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, echoedText, EventStream, firstStop, HttpError, isObject, readFlag, readNumber, refuseUnsupported, send, TextDeltas, type DialectHost, type Json, type RouteTable, type SamplingRules } from './serve-http.js';
 
 /** The SGLang release whose routes, fields and status codes this dialect mirrors. */
 export const SGLANG_RELEASE = 'v0.5.18';
@@ -153,13 +153,33 @@ async function unloadAdapter(server: DialectHost, body: Json): Promise<Json> {
   return adapterAnswer(server);
 }
 
+/** Fields of SGLang v0.5.18's GenerateReqInput it acts on and this server does not, with their no-op values. */
+const GENERATE_UNSUPPORTED_FIELDS = {
+  logprob_start_len: -1,
+  token_ids_logprob: undefined,
+  return_hidden_states: false,
+  image_data: undefined,
+  audio_data: undefined,
+  video_data: undefined,
+  input_embeds: undefined,
+  custom_logit_processor: undefined,
+  session_params: undefined,
+  bootstrap_host: undefined,
+};
+const SAMPLING_UNSUPPORTED_FIELDS = { spaces_between_special_tokens: true, custom_params: undefined };
+
 async function generate(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
+  for (const key of ['return_logprob', 'return_text_in_logprobs', 'return_hidden_states']) readFlag(body, key, false);
+  refuseUnsupported(body, GENERATE_UNSUPPORTED_FIELDS);
   // input_ids are ids only (a string there is a mistake, not a prompt); text is the text route.
   const byIds = body.input_ids !== undefined && body.input_ids !== null;
+  if (byIds && body.text !== undefined && body.text !== null) throw bad("give 'input_ids' or 'text', not both");
   if (!byIds && (body.text === undefined || body.text === null)) throw bad("'input_ids' (or 'text') is required");
-  const prompts = byIds ? server.promptIds(body.input_ids, 'input_ids') : server.textPromptIds(body.text, 'text');
+  const prompts = byIds ? server.promptIds(body.input_ids, 'input_ids') : await server.textPromptIds(body.text, 'text');
   const params = body.sampling_params ?? {};
   if (!isObject(params)) throw bad("'sampling_params' must be an object");
+  readFlag(params, 'no_stop_trim', false, 'sampling_params.');
+  refuseUnsupported(params, SAMPLING_UNSUPPORTED_FIELDS, 'sampling_params.');
   const s = server.samplingSpec(params, prompts, SAMPLING);
   const top = body.top_logprobs_num === undefined || body.top_logprobs_num === null ? 0 : readNumber(body, 'top_logprobs_num', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS_NUM });
   s.topLogProbs = body.return_logprob === true ? top : 0;

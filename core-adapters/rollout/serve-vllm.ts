@@ -10,7 +10,7 @@
 import type http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { parseHermesCalls, pythonJson, TOOL_CALL_OPEN } from '../tools/hermes.js';
-import { bad, echoedText, EventStream, MAX_TOP_LOGPROB_ENTRIES, firstStop, HttpError, isObject, readNumber, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
+import { bad, echoedText, EventStream, MAX_TOP_LOGPROB_ENTRIES, firstStop, HttpError, isObject, readFlag, readNumber, refuseUnsupported, send, streamOptions, TextDeltas, type DialectHost, type Json, type RequestSampling, type RouteTable } from './serve-http.js';
 import type { SampleOutput, SampleSpec, StepScores } from './serving-engine.js';
 import { samplesGreedily } from '../model/generate.js';
 
@@ -109,6 +109,17 @@ export function vllmRoutes(server: DialectHost): RouteTable {
 }
 
 /** vLLM's structured outputs and token filters (protocol.py at v0.20.2), which this server does not do. */
+/**
+ * Fields vLLM v0.20.2's CompletionRequest and ChatCompletionRequest act on that this server does not,
+ * with their no-op values: refused otherwise (a hostile-client sweep found them all silently ignored).
+ */
+const VLLM_UNSUPPORTED_FIELDS = { use_beam_search: false, length_penalty: 1, prompt_embeds: undefined, truncate_prompt_tokens: undefined, spaces_between_special_tokens: true, mm_processor_kwargs: undefined };
+const COMPLETION_UNSUPPORTED_FIELDS = { ...VLLM_UNSUPPORTED_FIELDS, add_special_tokens: true };
+const CHAT_UNSUPPORTED_FIELDS = { ...VLLM_UNSUPPORTED_FIELDS, add_special_tokens: false, chat_template: undefined, continue_final_message: false, documents: undefined, prompt_logprobs: undefined, echo: false };
+/** Booleans of the two routes, checked as booleans. */
+const COMPLETION_FLAGS = ['echo', 'return_token_ids', 'include_stop_str_in_output', 'return_tokens_as_token_ids', 'use_beam_search', 'add_special_tokens', 'spaces_between_special_tokens'];
+const CHAT_FLAGS = ['logprobs', 'include_stop_str_in_output', 'return_tokens_as_token_ids', 'add_generation_prompt', 'continue_final_message', 'echo', 'use_beam_search', 'add_special_tokens', 'spaces_between_special_tokens', 'parallel_tool_calls'];
+
 const VLLM_UNSUPPORTED = ['structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'guided_decoding_backend', 'guided_whitespace_pattern', 'allowed_token_ids', 'bad_words', 'logits_processors', 'suffix'];
 
 /** A request's sampling fields with the model's generation_config.json defaults under them, as vLLM reads them. */
@@ -219,8 +230,8 @@ function adapterFor(server: DialectHost, model: unknown): string | undefined {
 }
 
 /** A prompt as vLLM takes it: ids, a list of id lists, a string or a list of strings (never ids and text mixed). */
-function promptsOf(server: DialectHost, prompt: unknown): number[][] {
-  if (typeof prompt === 'string' || (Array.isArray(prompt) && prompt.length && prompt.every((p) => typeof p === 'string'))) return server.textPromptIds(prompt, 'prompt');
+async function promptsOf(server: DialectHost, prompt: unknown): Promise<number[][]> {
+  if (typeof prompt === 'string' || (Array.isArray(prompt) && prompt.length && prompt.every((p) => typeof p === 'string'))) return await server.textPromptIds(prompt, 'prompt');
   return server.promptIds(prompt, 'prompt');
 }
 
@@ -236,7 +247,9 @@ function textAndStop(o: SampleOutput, s: RequestSampling, body: Json, decode: (i
 
 async function completions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   if (body.prompt === undefined) throw bad("'prompt' is required");
-  const prompts = promptsOf(server, body.prompt);
+  for (const key of COMPLETION_FLAGS) readFlag(body, key, false);
+  refuseUnsupported(body, COMPLETION_UNSUPPORTED_FIELDS);
+  const prompts = await promptsOf(server, body.prompt);
   const adapter = adapterFor(server, body.model);
   const p = withGenerationDefaults(server, body);
   const longest = Math.max(...prompts.map((ids) => ids.length));
@@ -382,24 +395,35 @@ function toolCallsOf(text: string): { content: string | null; calls: Json[] } | 
   return { content: content.trim() ? content : null, calls };
 }
 
+/** vLLM's chat_template_kwargs: extra variables for the template (Qwen3's enable_thinking), a few short JSON values. */
+function templateKwargs(value: unknown): Record<string, unknown> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isObject(value) || Object.keys(value).length > 16 || JSON.stringify(value).length > 4096) throw bad("'chat_template_kwargs' must be an object of at most 16 keys (4 KB)");
+  return value;
+}
+
 async function chatCompletions(server: DialectHost, body: Json, res: http.ServerResponse): Promise<unknown> {
   const tokenizer = server.options.tokenizer;
   if (!tokenizer) throw bad('this server has no tokenizer, so it cannot take chat messages');
   if (!tokenizer.hasChatTemplate) throw bad(`${server.options.modelDir}: the tokenizer has no chat template`);
+  for (const key of CHAT_FLAGS) readFlag(body, key, false);
+  refuseUnsupported(body, CHAT_UNSUPPORTED_FIELDS);
+  // Before the messages are read or the template runs: 400,000 empty messages took 13 s to render into a prompt the context refuses anyway.
+  const context = server.engine.maxModelLen;
+  if (Array.isArray(body.messages) && body.messages.length > context / 2) throw bad(`'messages' holds ${body.messages.length} messages, more than this model's context (${context} tokens) can hold (each takes at least 2)`);
+  const chars = JSON.stringify(body.messages ?? null).length + JSON.stringify(body.tools ?? null).length;
+  if (chars > context * 64) throw bad(`'messages' and 'tools' hold ${chars} characters, more than any prompt this model's context (${context} tokens) holds`);
   const messages = templateMessages(body.messages);
   const tools = readTools(body);
   const withTools = parsesToolCalls(body, tools);
-  // Before the template runs: a million short messages would take it seconds to render into a prompt the context refuses anyway.
-  const chars = messages.reduce((n: number, m) => n + (m.role as string).length + (m.content as string).length, 0) + (tools ? JSON.stringify(tools).length : 0);
-  if (chars > server.engine.maxModelLen * 64) throw bad(`'messages' hold ${chars} characters, more than any prompt this model's context (${server.engine.maxModelLen} tokens) holds`);
   let text: string;
   try {
-    text = tokenizer.applyChatTemplate(messages as unknown as { role: string; content: string }[], true, tools);
+    text = tokenizer.applyChatTemplate(messages as unknown as { role: string; content: string }[], readFlag(body, 'add_generation_prompt', true), tools, templateKwargs(body.chat_template_kwargs));
   } catch (e) {
     // The template refusing the conversation (its raise_exception: roles out of order, a system message where none may be) is the request's fault.
     throw bad(`the chat template refused the messages: ${(e as Error).message}`);
   }
-  const prompt = server.textPromptIds(text, 'messages');
+  const prompt = await server.textPromptIds(text, 'messages');
   const p = withGenerationDefaults(server, { ...body, max_tokens: body.max_completion_tokens ?? body.max_tokens });
   const s = vllmSampling(server, p, prompt, 'rest');
   const top = body.top_logprobs === undefined || body.top_logprobs === null ? 0 : readNumber(body, 'top_logprobs', 0, { integer: true, min: 0, max: MAX_TOP_LOGPROBS });

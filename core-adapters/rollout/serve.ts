@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TextTokenizer } from '../model/tokenizer.js';
 import { Rng } from '../random.js';
-import { bad, errorBody, firstStop, HttpError, isObject, MAX_ECHOED_CHARS, MAX_STOP_STRINGS, MAX_TOP_LOGPROB_ENTRIES, preview, readNumber, send, type DialectHost, type Json, type RequestSampling, type Route, type RouteTable, type SamplingRules } from './serve-http.js';
+import { bad, errorBody, firstStop, HttpError, isObject, MAX_ECHOED_CHARS, MAX_STOP_STRINGS, MAX_TOP_LOGPROB_ENTRIES, preview, readFlag, readNumber, send, type DialectHost, type Json, type RequestSampling, type Route, type RouteTable, type SamplingRules } from './serve-http.js';
 import { sglangRoutes } from './serve-sglang.js';
 import { vllmRoutes } from './serve-vllm.js';
 import { EngineFault, EngineOverloaded, RequestRefused, ServingEngine, type SampleOutput, type SampleSpec, type ServingEngineOptions } from './serving-engine.js';
@@ -63,6 +63,11 @@ const REQUEST_RECEIVE_MS = 60_000;
 const DEFAULT_MAX_CONNECTIONS = 512;
 /** Request bodies' bytes held at once, in --max-body-mb units (a 503 past it). */
 const BODIES_IN_FLIGHT = 4;
+
+/** Characters a text prompt may hold per token of the context (real text has 1 to 5 per token). */
+const TEXT_CHARS_PER_TOKEN = 8;
+/** Characters encoded between turns of the event loop (about 30 ms of ordinary text). */
+const ENCODE_YIELD_CHARS = 65_536;
 
 /** Deepest nesting a request body may have (real requests nest 3 or 4 levels). */
 const MAX_JSON_DEPTH = 32;
@@ -414,17 +419,33 @@ export class FlowrlServer implements DialectHost {
   }
 
   /** Prompt ids from text (one string or a list), through the tokenizer. */
-  textPromptIds(value: unknown, key: string): number[][] {
+  /**
+   * Text prompts encoded. A text may have at most TEXT_CHARS_PER_TOKEN characters per context token
+   * (real text has 1 to 5 per token; 2 million repeated letters took the tokenizer 20 s for 250,000
+   * tokens the context refused anyway), and the event loop turns every ENCODE_YIELD_CHARS characters.
+   */
+  async textPromptIds(value: unknown, key: string): Promise<number[][]> {
     const tokenizer = this.options.tokenizer;
     if (!tokenizer) throw bad(`'${key}' is text but this server has no tokenizer; send token ids`);
     const texts = typeof value === 'string' ? [value] : Array.isArray(value) && value.length ? value : undefined;
     if (!texts) throw bad(`'${key}' must be a string or a non-empty list of strings`);
     if (texts.length > this.maxPrompts) throw tooManySamples(key, texts.length, this.maxPrompts);
-    return texts.map((t, i) => {
+    const limit = this.engine.maxModelLen * TEXT_CHARS_PER_TOKEN;
+    texts.forEach((t, i) => {
       if (typeof t !== 'string') throw bad(`'${key}[${i}]' must be a string`);
-      if (t.length > this.engine.maxModelLen * 64) throw bad(`'${key}[${i}]' is longer than any prompt this model's context holds`);
-      return this.promptIds(tokenizer.encode(t), `${key}[${i}] (encoded)`)[0];
+      if (t.length > limit) throw bad(`'${key}[${i}]' holds ${t.length} characters; at most ${limit} (${TEXT_CHARS_PER_TOKEN} per token of this model's ${this.engine.maxModelLen}-token context)`);
     });
+    const out: number[][] = [];
+    let since = 0;
+    for (const [i, t] of (texts as string[]).entries()) {
+      out.push(this.promptIds(tokenizer.encode(t), `${key}[${i}] (encoded)`)[0]);
+      since += t.length;
+      if (since >= ENCODE_YIELD_CHARS) {
+        since = 0;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    }
+    return out;
   }
 
   /** OpenAI's `stop`: a string or a list of strings, bounded in count and length. */
@@ -494,8 +515,8 @@ export class FlowrlServer implements DialectHost {
       topP: readNumber(p, 'top_p', 1, { min: Number.MIN_VALUE, max: 1 }, where),
       topK: topK <= 0 ? 0 : topK,
       stopTokenIds: this.stopIds(p.stop_token_ids, `${where}stop_token_ids`),
-      ignoreEos: this.flag(p, 'ignore_eos', false, where),
-      skipSpecialTokens: this.flag(p, 'skip_special_tokens', true, where),
+      ignoreEos: readFlag(p, 'ignore_eos', false, where),
+      skipSpecialTokens: readFlag(p, 'skip_special_tokens', true, where),
       logitBias: this.logitBias(p.logit_bias, `${where}logit_bias`),
       minNewTokens,
       n,
@@ -503,13 +524,6 @@ export class FlowrlServer implements DialectHost {
     };
   }
 
-  /** A boolean field (a string "true" was once taken as false, silently). */
-  private flag(p: Json, key: string, fallback: boolean, where: string): boolean {
-    const v = p[key];
-    if (v === undefined || v === null) return fallback;
-    if (typeof v !== 'boolean') throw bad(`'${where}${key}' must be true or false; got ${preview(v)}`);
-    return v;
-  }
 
   /** OpenAI's logit_bias: token ids (as keys) to biases, each clamped to [-100, 100] as vLLM clamps them. */
   private logitBias(value: unknown, key: string): Map<number, number> | undefined {

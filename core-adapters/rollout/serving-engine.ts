@@ -388,12 +388,40 @@ export class ServingEngine {
         },
       );
       const cancelled = rows.map(() => false);
+      const settled = rows.map(() => false);
+      const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
+      /** Answers row b with what it has sampled (an aborted row at once, not when its batch ends). */
+      const settle = async (b: number) => {
+        const p = rows[b];
+        settled[b] = true;
+        const { tokens, stopped, logProbs, keptLogMass, alternatives } = decoding!.result();
+        // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
+        const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && !decoding!.greedy;
+        const raw = this.options.logprobsMode === 'raw_logprobs' ? skew(rescore ? await this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]) : undefined;
+        const finish: FinishReason = batch.aborted || cancelled[b] ? 'abort' : stopped[b] ? 'stop' : 'length';
+        p.resolve({
+          outputIds: [...tokens[b]],
+          logProbs: skew(logProbs![b]),
+          ...(keptLogMass ? { keptLogMass: [...keptLogMass[b]] } : {}),
+          ...(alternatives && p.spec.topLogProbs ? { alternatives: [...alternatives[b]] } : {}),
+          ...(raw ? { rawLogProbs: raw } : {}),
+          ...(promptLogProbs[b] ? { promptLogProbs: promptLogProbs[b] } : {}),
+          ...(promptTop[b] ? { promptTop: promptTop[b] } : {}),
+          finish,
+          matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
+          weightVersion: this.weightVersion,
+        });
+      };
       for (;;) {
         this.beforeStep?.();
         if (batch.aborted) break;
-        rows.forEach((p, b) => {
-          if (p.spec.signal?.aborted && !cancelled[b]) cancelled[b] = decoding!.endRow(b);
-        });
+        for (const [b, p] of rows.entries()) {
+          if (p.spec.signal?.aborted && !cancelled[b]) {
+            cancelled[b] = decoding.endRow(b);
+            // Its client (or /abort_request) is answered now, not when the rest of the batch ends.
+            if (cancelled[b]) await settle(b);
+          }
+        }
         const going = await decoding.step();
         for (const [b, p] of rows.entries()) {
           if (!p.spec.onStep || cancelled[b]) continue;
@@ -407,27 +435,7 @@ export class ServingEngine {
         if (!going) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
-      const { tokens, stopped, logProbs, keptLogMass, alternatives } = decoding.result();
-      // Raw scores differ from the processed ones only away from T = 1 (greedy scores at T = 1).
-      const rescore = !batch.aborted && this.options.logprobsMode === 'raw_logprobs' && first.temperature !== 1 && !decoding.greedy;
-      const skew = (values: number[]) => values.map((v) => v + this.logprobSkew);
-      const raw: number[][] = [];
-      if (this.options.logprobsMode === 'raw_logprobs') for (const [b, p] of rows.entries()) raw.push(skew(rescore ? await this.rawLogProbs(p.spec, tokens[b]) : logProbs![b]));
-      rows.forEach((p, b) => {
-        const finish: FinishReason = batch.aborted || cancelled[b] ? 'abort' : stopped[b] ? 'stop' : 'length';
-        p.resolve({
-          outputIds: tokens[b],
-          logProbs: skew(logProbs![b]),
-          ...(keptLogMass ? { keptLogMass: keptLogMass[b] } : {}),
-          ...(alternatives && p.spec.topLogProbs ? { alternatives: alternatives[b] } : {}),
-          ...(this.options.logprobsMode === 'raw_logprobs' ? { rawLogProbs: raw[b] } : {}),
-          ...(promptLogProbs[b] ? { promptLogProbs: promptLogProbs[b] } : {}),
-          ...(promptTop[b] ? { promptTop: promptTop[b] } : {}),
-          finish,
-          matchedStop: finish === 'stop' && !p.spec.stopWhen?.(tokens[b]) ? tokens[b][tokens[b].length - 1] : undefined,
-          weightVersion: this.weightVersion,
-        });
-      });
+      for (let b = 0; b < rows.length; b++) if (!settled[b]) await settle(b);
     } catch (e) {
       this.breakDown(e as Error, rows);
     } finally {
