@@ -504,9 +504,12 @@ describe('flowrl serve: the HTTP server', () => {
         } finally {
           await strict.server.close();
         }
-        // 30,000 short messages (beyond 128 x 64 characters) are refused before the template renders them.
+        // 30,000 short messages (beyond half of this 64-token context) are refused before the template renders them, and so are
+        // 20 long ones (beyond 64 x 64 characters as JSON).
         const many = Array.from({ length: 30_000 }, () => ({ role: 'user', content: '1' }));
-        expectError(await call(chat.url, '/v1/chat/completions', { messages: many }), 400, "'messages' hold 150000 characters");
+        expectError(await call(chat.url, '/v1/chat/completions', { messages: many }), 400, "'messages' holds 30000 messages");
+        const long = Array.from({ length: 20 }, () => ({ role: 'user', content: 'x'.repeat(500) }));
+        expectError(await call(chat.url, '/v1/chat/completions', { messages: long }), 400, "'messages' and 'tools' hold");
         // Top logprobs in chat: each token lists them with its bytes.
         const top = (await call(chat.url, '/v1/chat/completions', { messages, max_tokens: 3, seed: 2, logprobs: true, top_logprobs: 2 })).body as {
           choices: { logprobs: { content: { token: string; logprob: number; bytes: number[]; top_logprobs: { logprob: number }[] }[] } }[];
