@@ -85,9 +85,15 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
         expect(m['training/off_policy/trajectory_staleness_worst/max'], `step ${m.step}`).to.be.at.most(1);
         expect(m['training/off_policy/trajectory_staleness/min']).to.be.at.least(0);
       }
-      // Groups launched ahead sample with older weights than they train with.
-      expect(Math.max(...steps.map((m) => m['training/off_policy/trajectory_staleness_worst/max']))).to.equal(1);
-      if (strategy === 'wait') expect(steps.at(-1)!['training/off_policy/dropped_groups']).to.equal(0);
+      const oldest = Math.max(...steps.map((m) => m['training/off_policy/trajectory_staleness_worst/max']));
+      if (strategy === 'wait') {
+        // Groups launched ahead sample with older weights than they train with, and all are trained.
+        expect(oldest).to.equal(1);
+        expect(steps.at(-1)!['training/off_policy/dropped_groups']).to.equal(0);
+      } else {
+        // The threshold was met: a group trained one version old, or the slow server's groups dropped for age.
+        expect(oldest === 1 || steps.at(-1)!['training/off_policy/dropped_groups'] > 0, `oldest ${oldest}, dropped ${steps.at(-1)!['training/off_policy/dropped_groups']}`).to.equal(true);
+      }
     });
   }
 

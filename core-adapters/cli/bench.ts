@@ -275,6 +275,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   kernels?.setThreads(blasThreads());
   const start = performance.now();
   const decoding = new Decoding(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
+  await decoding.prefill();
   const prefillMs = performance.now() - start;
   let decodeSteps = 0;
   while (await decoding.step()) decodeSteps++;

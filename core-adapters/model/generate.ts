@@ -319,11 +319,13 @@ export class Decoding {
   private prefillPending: boolean;
 
   /**
-   * Runs the prompts through the model, a chunk of columns at a time so the attention scores of a
-   * chunk ([rows, heads, C, P]) stay within prefillScoreFloats (64 rows of 6,000-token prompts at
-   * once needed more floats than a typed array holds), yielding between chunks.
+   * Runs the prompts through the model (once; the first step() does it when the caller has not), a
+   * chunk of columns at a time so the attention scores of a chunk ([rows, heads, C, P]) stay within
+   * prefillScoreFloats (64 rows of 6,000-token prompts at once needed more floats than a typed array
+   * holds), yielding between chunks.
    */
-  private async prefill(): Promise<void> {
+  async prefill(): Promise<void> {
+    if (!this.prefillPending) return;
     this.prefillPending = false;
     const { model, options, batch } = this;
     const P = this.width;
@@ -381,7 +383,7 @@ export class Decoding {
 
   /** Samples one token per live row and, unless every row has ended, runs the next decode step; false once finished. */
   async step(): Promise<boolean> {
-    if (this.prefillPending) await this.prefill();
+    await this.prefill();
     const logits = this.logits;
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
