@@ -126,37 +126,39 @@ describe('on-policy distillation', function () {
     const [B, R, V] = ref.shape;
     const k = ref.k;
 
+    /** The case's loss (and its metrics) of the student's logits z, built as the actor builds it. */
+    const caseLoss = (c: ReferenceCase, z: tf.Tensor) => {
+      const all = tf.logSoftmax(tf.div(z, ref.temperature)) as tf.Tensor3D;
+      const pick = (ids: number[], width: number) => tf.sum(tf.mul(all.expandDims(2), tf.oneHot(tf.tensor3d(ids, [B, R, width], 'int32'), V)), -1);
+      const sampled = tf.squeeze(pick(ref.sampled, 1), [2]) as tf.Tensor2D;
+      const input: DistillationInput =
+        c.mode === 'forward_kl_topk'
+          ? { kind: 'topk', studentTopLogProbs: pick(ref.teacher_top_ids, k) as tf.Tensor3D, teacherTopLogProbs: tf.tensor3d(ref.teacher_top_log_probs, [B, R, k]) }
+          : { kind: 'estimator', studentLogProbs: sampled, teacherLogProbs: tf.tensor2d(ref.teacher_sampled, [B, R]) };
+      return distillationLoss(input, { logProb: sampled, oldLogProb: tf.tensor2d(ref.old_log_probs, [B, R]) }, tf.tensor2d(ref.mask, [B, R]), {
+        lossMode: c.mode,
+        lossMaxClamp: c.max_clamp,
+        logProbMinClamp: c.min_clamp,
+        usePolicyGradient: c.pg,
+        clipRatioLow: 0.2,
+        clipRatioHigh: 0.2,
+        lossAggMode: c.agg,
+      });
+    };
+
     for (const c of ref.cases) {
       it(`${c.name}: the loss and its gradient on the student's logits`, async () => {
-        const mask = tf.tensor2d(ref.mask, [B, R]);
-        const oldLogProb = tf.tensor2d(ref.old_log_probs, [B, R]);
         const logits = tf.tensor3d(ref.logits, [B, R, V]);
         const before = tf.memory().numTensors;
         let metrics = {};
         const grad = tf.grad((z: tf.Tensor) => {
-          const all = tf.logSoftmax(tf.div(z, ref.temperature)) as tf.Tensor3D;
-          const pick = (ids: number[], width: number) => tf.sum(tf.mul(all.expandDims(2), tf.oneHot(tf.tensor3d(ids, [B, R, width], 'int32'), V)), -1);
-          const sampled = tf.squeeze(pick(ref.sampled, 1), [2]) as tf.Tensor2D;
-          const input: DistillationInput =
-            c.mode === 'forward_kl_topk'
-              ? { kind: 'topk', studentTopLogProbs: pick(ref.teacher_top_ids, k) as tf.Tensor3D, teacherTopLogProbs: tf.tensor3d(ref.teacher_top_log_probs, [B, R, k]) }
-              : { kind: 'estimator', studentLogProbs: sampled, teacherLogProbs: tf.tensor2d(ref.teacher_sampled, [B, R]) };
-          const out = distillationLoss(input, { logProb: sampled, oldLogProb }, mask, {
-            lossMode: c.mode,
-            lossMaxClamp: c.max_clamp,
-            logProbMinClamp: c.min_clamp,
-            usePolicyGradient: c.pg,
-            clipRatioLow: 0.2,
-            clipRatioHigh: 0.2,
-            lossAggMode: c.agg,
-          });
+          const out = caseLoss(c, z);
           metrics = out.metrics;
           return out.loss;
         });
         const g = grad(logits);
         const read = await readMetrics(metrics, 'distillation test');
         expectClose(g.dataSync(), c.grad, 2e-5, 'gradient');
-        // The loss itself: the gradient of the same graph, so recomputed without the tape.
         const valid = c.token_losses.filter((_, i) => ref.mask[i] > 0);
         expect(read['distillation/loss_min']).to.be.closeTo(Math.min(...valid), 1e-5);
         expect(read['distillation/loss_max']).to.be.closeTo(Math.max(...valid), 1e-5);
@@ -165,29 +167,14 @@ describe('on-policy distillation', function () {
         if (c.pg) expect(read).to.have.property('distillation/pg_clipfrac');
         g.dispose();
         expect(tf.memory().numTensors, 'tensors left').to.equal(before);
-        tf.dispose([mask, oldLogProb, logits]);
+        logits.dispose();
       });
     }
 
     it('the loss values themselves', () => {
       for (const c of ref.cases) {
         const value = tf.tidy(() => {
-          const all = tf.logSoftmax(tf.div(tf.tensor3d(ref.logits, [B, R, V]), ref.temperature)) as tf.Tensor3D;
-          const pick = (ids: number[], width: number) => tf.sum(tf.mul(all.expandDims(2), tf.oneHot(tf.tensor3d(ids, [B, R, width], 'int32'), V)), -1);
-          const sampled = tf.squeeze(pick(ref.sampled, 1), [2]) as tf.Tensor2D;
-          const input: DistillationInput =
-            c.mode === 'forward_kl_topk'
-              ? { kind: 'topk', studentTopLogProbs: pick(ref.teacher_top_ids, k) as tf.Tensor3D, teacherTopLogProbs: tf.tensor3d(ref.teacher_top_log_probs, [B, R, k]) }
-              : { kind: 'estimator', studentLogProbs: sampled, teacherLogProbs: tf.tensor2d(ref.teacher_sampled, [B, R]) };
-          const out = distillationLoss(input, { logProb: sampled, oldLogProb: tf.tensor2d(ref.old_log_probs, [B, R]) }, tf.tensor2d(ref.mask, [B, R]), {
-            lossMode: c.mode,
-            lossMaxClamp: c.max_clamp,
-            logProbMinClamp: c.min_clamp,
-            usePolicyGradient: c.pg,
-            clipRatioLow: 0.2,
-            clipRatioHigh: 0.2,
-            lossAggMode: c.agg,
-          });
+          const out = caseLoss(c, tf.tensor3d(ref.logits, [B, R, V]));
           tf.dispose(Object.values(out.metrics).filter((m): m is tf.Scalar => typeof m !== 'number'));
           return out.loss;
         });
