@@ -39,6 +39,8 @@ export interface AsyncRolloutHost {
   strategy: 'drop' | 'wait';
   /** The policy's version now (updates and restores so far). */
   version(): number;
+  /** Groups the run still trains (this step's included): none is launched beyond them. */
+  wanted(): number;
   /** Draws launch batch `launch`'s prompts from the data (advancing the cursor) and returns how many groups it has. */
   drawLaunch(launch: number): number;
   /** Samples group `index` of launch batch `launch` (rows index × n.. of that batch, its seed). */
@@ -74,9 +76,11 @@ export class AsyncRollouts {
     return open.length ? Math.min(...open.map((g) => g.launch)) : this.launches + 1;
   }
 
-  /** Launches groups while fewer than the capacity are out. */
+  /** Launches groups while fewer than the capacity are out (and the run still needs more). */
   private fill(): void {
-    while (this.groups.filter((g) => !g.dropped).length < this.capacity) {
+    for (;;) {
+      const live = this.groups.filter((g) => !g.dropped).length;
+      if (live >= Math.min(this.capacity, this.host.wanted())) return;
       if (!this.pending.length) {
         const launch = ++this.launches;
         const size = this.host.drawLaunch(launch);

@@ -240,6 +240,7 @@ export class RLTrainer implements Trainer {
       threshold: sampler.max_off_policy_threshold,
       strategy: sampler.max_off_policy_strategy,
       version: () => this.worker.policyVersion(),
+      wanted: () => (this.totalSteps - this.step + 1) * this.config.data.train_batch_size,
       drawLaunch: (launch) => {
         const { prompts, next } = this.dataset.nextBatch(this.launchCursor, this.config.data.train_batch_size, 'data.train_batch_size');
         this.launchBatches.set(launch + this.firstLaunch - 1, { groups: promptBatch(prompts, `s${launch + this.firstLaunch - 1}`), before: this.launchCursor });
