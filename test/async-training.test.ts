@@ -15,7 +15,7 @@ import { FlowrlServer } from '../core-adapters/rollout/serve.js';
 import { installFaults } from '../core-adapters/rollout/serve-faults.js';
 import { TOKEN_WEIGHT_VERSIONS } from '../core-adapters/rollout/server-rollout.js';
 import { main } from '../core-adapters/cli/commands.js';
-import { expectClose, fixture, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectClose, fixture, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
 const BASE_MODEL = path.join(fixture('countdown'), 'base-model');
 type Metrics = Record<string, number>;
@@ -97,7 +97,16 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
     });
   }
 
-  it("a partial rollout: a weight update's abort keeps the tokens drawn so far with version 0, the rest come from version 1, and the TIS weights read each segment's log-probs", async () => {
+  it('FlowRL trains in it: its trainer and objective over groups launched ahead (threshold 1, wait)', async () => {
+    const steps = await train(urls, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' }, trainer: { total_training_steps: 3, test_freq: -1, val_before_train: false, v1: { trainer_mode: 'separate_async', sampler: { max_off_policy_threshold: 1, max_off_policy_strategy: 'wait' } } } }, []);
+    expect(steps).to.have.length(3);
+    for (const m of steps) {
+      expect(m['actor/log_z'], `step ${m.step}`).to.be.a('number').and.satisfy(Number.isFinite);
+      expect(m['training/off_policy/trajectory_staleness_worst/max']).to.be.at.most(1);
+    }
+  });
+
+  it("a partial rollout: a weight update's abort keeps the tokens drawn so far with version 0, the rest come from version 1, and the TIS weights read each segment's log-probs; one cut before its first token is sent again, no server ejected", async () => {
     const dir = tempDir();
     const file = writeCountdownConfig(dir, {
       actor_rollout_ref: { rollout: { name: 'sglang', temperature: 1, server: { urls: [urls[0]], timeout_s: 60 } } },
@@ -155,6 +164,29 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
     expectClose(weights.slice(cut), new Array(tokens.length - cut).fill(1), 1e-3, 'version 1 weights');
     expectClose(weights.slice(0, cut), before.slice(0, cut).map((v, t) => Math.min(cap, Math.exp(after[t] - v))), 1e-3, 'version 0 weights');
     sampled.dispose();
+    // Cut before its first token (a weight update's pause as the sample starts): sent again, no server ejected for it.
+    let first = true;
+    let second: Promise<Batch> | undefined;
+    engine.beforeStep = () => {
+      if (!first) return;
+      first = false;
+      void engine.pause('abort');
+      (worker as unknown as { rollout: { policyChanged(): void } }).rollout.policyChanged();
+      second = worker.generateSequences(prompts, { ...sampling, seed: 8 });
+    };
+    let redrawn: Batch;
+    try {
+      redrawn = await worker.generateSequences(prompts, { ...sampling, seed: 7 });
+    } finally {
+      engine.beforeStep = undefined;
+    }
+    (await second!).dispose();
+    const m = redrawn.meta.metrics as Metrics;
+    // Once for the pause, maybe again for the load's own pause-abort while it waited queued.
+    expect(m['rollout/update_redraws']).to.be.at.least(1);
+    expect([m['rollout/ejections'], m['rollout/retries']]).to.deep.equal([0, 0]);
+    expect(new Set(redrawn.column<number[]>(TOKEN_WEIGHT_VERSIONS)[0])).to.deep.equal(new Set([2]));
+    redrawn.dispose();
     worker.dispose();
     fs.rmSync(dir, { recursive: true, force: true });
   });

@@ -17,7 +17,7 @@ import { gatheredLogProbs, scoreResponses } from '../core-adapters/model/logprob
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
 import { TEACHER_LOG_PROBS, TEACHER_TOPK_IDS, TEACHER_TOPK_LOG_PROBS, Teachers } from '../core-adapters/distillation/teachers.js';
 import { sequenceBatch } from '../core-adapters/workers/sequences.js';
-import { expectClose, expectInputError, expectInputErrorAsync, fixture, flowrlInProcess, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectClose, expectInputError, expectInputErrorAsync, fixture, flowrlInProcess, readJson, readRunMetrics, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 import { startServer } from './serve-helpers.js';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -307,6 +307,26 @@ describe('on-policy distillation', function () {
       expect(losses[3], `divergence by step: ${losses.join(', ')}`).to.be.below(losses[0] * 0.8);
       for (const key of ['actor/distillation/teacher_mass', 'actor/distillation/student_mass', 'actor/distillation/loss_max', 'timing_s/teacher']) expect(steps[0], key).to.have.property(key);
       expect(steps[0]['actor/distillation/loss_min']).to.be.at.most(steps[0]['actor/distillation/loss_max']);
+    });
+
+    it("FlowRL's actor adds the term too: PG OPD (k1) beside FlowRL's objective and its task reward", async () => {
+      const run = tempDir('flowrl-distill-flowrl-');
+      const file = writeCountdownConfig(run, {
+        plugins: [path.join(ROOT, 'plugin.json')],
+        algorithm: { name: 'flowrl' },
+        trainer: { total_training_steps: 2, val_before_train: false, test_freq: -1 },
+        distillation: { enabled: true, teacher_models: { teacher: { model_path: teacherDir, inference: { name: 'local' } } }, distillation_loss: { loss_mode: 'k1', use_policy_gradient: true, distillation_loss_coef: 0.5 } },
+      });
+      const result = await flowrlInProcess(['train', file]);
+      expect(result.status, result.stderr).to.equal(0);
+      const steps = readRunMetrics(path.join(run, 'run'));
+      for (const m of steps) {
+        expect(m['actor/distillation/loss'], `step ${m.step}`).to.be.a('number').and.satisfy(Number.isFinite);
+        expect(m['actor/distillation/abs_loss']).to.be.above(0);
+        expect(m).to.have.property('actor/distillation/pg_clipfrac');
+        // FlowRL's own terms are still there.
+        expect(m).to.have.property('actor/log_z');
+      }
     });
   });
 });

@@ -98,6 +98,8 @@ export interface Rollout {
    * this process samples within the call and need not define it).
    */
   dispatched?(): Promise<void>;
+  /** Resolves once every generateSequences call in progress has its weights on its engines (written and loaded), so the policy may change. */
+  synced?(): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -109,6 +111,8 @@ export interface Worker {
   generateSequences(prompts: Batch, sampling: SamplingSettings): Promise<Batch>;
   /** Resolves once sampling in progress has its weights on the engines and its requests sent (Rollout.dispatched). */
   rolloutDispatched(): Promise<void>;
+  /** Resolves once sampling in progress has its weights on the engines (Rollout.synced): the policy may then change under it. */
+  rolloutSynced(): Promise<void>;
   /** Changes of the policy's weights so far (updates and restores): the version rollout servers sample with, as ServerRollout counts them. */
   policyVersion(): number;
   /** The old policy's log-probs and entropies; with withSumPiSquared, also sum pi^2 (optimal_token_baseline). */

@@ -21,6 +21,8 @@ import { MultiTurn } from './multi-turn.js';
 import { Rng } from '../random.js';
 import { ServerCallError, SglangClient, VllmClient, type RolloutServerClient, type SampleResult } from './clients.js';
 
+/** Weight-update aborts one sample may meet under the async trainer before one counts as a failure. */
+const MAX_UPDATE_ABORTS = 64;
 /** Consecutive failures after which a server is ejected until it answers a probe. */
 const EJECT_AFTER_FAILURES = 2;
 /** Weight versions kept on disk (a server may still be reading the previous one). */
@@ -61,6 +63,8 @@ interface ServerState {
   modeChecked: boolean;
   /** Why it was last ejected. */
   lastError?: string;
+  /** A weight load in progress on it. */
+  pushing?: Promise<void>;
 }
 
 /** One weight check: the mean |difference| the probe measured, and what it was held to. */
@@ -86,6 +90,8 @@ export const TOKEN_WEIGHT_VERSIONS = 'token_weight_versions';
 interface RoundCounters {
   /** Partial rollouts resumed after a weight update aborted them. */
   resumed: number;
+  /** Samples a weight update aborted that were sent again from the start (no tokens kept). */
+  updateRedraws: number;
   retries: number;
   staleDropped: number;
   ejections: number;
@@ -110,6 +116,8 @@ export class ServerRollout implements Rollout {
   private readonly expectedProbes = new Map<number, number[]>();
   /** Rounds whose requests are not all started yet. */
   private readonly dispatching = new Set<Promise<void>>();
+  /** Rounds whose weights are not yet written and loaded. */
+  private readonly syncing = new Set<Promise<unknown>>();
 
   constructor(
     @inject(TOKENS.Config) protected readonly config: Config,
@@ -120,10 +128,14 @@ export class ServerRollout implements Rollout {
     return this.config.actor_rollout_ref.rollout.server;
   }
 
+  /** The async trainer's rollouts: weight updates land while samples run (their pause aborts them). */
+  private get asyncMode(): boolean {
+    return this.config.trainer.v1.trainer_mode === 'separate_async';
+  }
+
   /** Whether a sample aborted by a weight update resumes from its tokens (the async trainer's partial rollouts). */
   private get resumesPartial(): boolean {
-    const v1 = this.config.trainer.v1;
-    return v1.trainer_mode === 'separate_async' && v1.partial_rollout;
+    return this.asyncMode && this.config.trainer.v1.partial_rollout;
   }
 
   async attach(policy: RolloutPolicy): Promise<void> {
@@ -215,18 +227,30 @@ export class ServerRollout implements Rollout {
    * then gives the event loop DISPATCH_TURNS turns to open connections and write them (64 requests
    * reach a local server within 20), so the caller's computing does not hold them back.
    */
+  /** Resolves once every round in progress has its weights written and loaded (a failed sync is its round's to report). */
+  async synced(): Promise<void> {
+    await Promise.all([...this.syncing].map((p) => p.catch(() => undefined)));
+  }
+
   async dispatched(): Promise<void> {
     await Promise.all(this.dispatching);
     for (let turn = 0; turn < DISPATCH_TURNS; turn++) await new Promise((resolve) => setImmediate(resolve));
   }
 
   private async sampleRound(prompts: Batch, sampling: SamplingSettings, markDispatched: () => void): Promise<Batch> {
-    const counters: RoundCounters = { resumed: 0, retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
+    const counters: RoundCounters = { resumed: 0, updateRedraws: 0, retries: 0, staleDropped: 0, ejections: 0, rejoins: 0 };
     const promptIds = prompts.column<number[]>('prompt_ids');
     // vLLM's weight check scores one of the run's own prompts (ids its vocabulary surely holds).
     this.probeIds ??= promptIds[0].slice(0, 32);
     const syncStarted = performance.now();
-    await this.sync(counters);
+    // The weights are read while they are written: the caller waits (synced) before changing them.
+    const syncing = this.sync(counters);
+    this.syncing.add(syncing);
+    try {
+      await syncing;
+    } finally {
+      this.syncing.delete(syncing);
+    }
     await this.checkLogprobsMode();
     const syncSeconds = (performance.now() - syncStarted) / 1000;
     const sampledVersion = this.version;
@@ -255,6 +279,7 @@ export class ServerRollout implements Rollout {
       'rollout/servers_live': this.servers.filter((s) => s.live).length,
       'rollout/retries': counters.retries,
       'rollout/partial_resumed': counters.resumed,
+      'rollout/update_redraws': counters.updateRedraws,
       'rollout/stale_dropped': counters.staleDropped,
       'rollout/ejections': counters.ejections,
       'rollout/rejoins': counters.rejoins,
@@ -313,6 +338,7 @@ export class ServerRollout implements Rollout {
     // A partial rollout's tokens so far (trainer.v1.partial_rollout): kept across a weight update's abort.
     const kept: { ids: number[]; logProbs: number[]; versions: number[] } = { ids: [], logProbs: [], versions: [] };
     let first = true;
+    let aborts = 0;
     for (let attempt = 0; attempt <= this.settings.max_retries; ) {
       const server = home && home.live && !tried.size ? home : (this.leastLoaded(tried) ?? this.leastLoaded(new Set()) ?? (await this.recoverOrFail(counters, lastError)));
       await this.acquire(server);
@@ -334,14 +360,21 @@ export class ServerRollout implements Rollout {
         first = false;
         const result = await request;
         const sampledBy = result.weightVersion !== undefined ? this.versionOf(result.weightVersion) : server.version;
-        if (result.finish === 'abort' && this.resumesPartial && result.outputIds.length && sampledBy >= 0) {
-          // A weight update stopped it: its tokens stay, with the version that drew them, and it goes on under the new weights.
-          kept.ids.push(...result.outputIds);
-          kept.logProbs.push(...result.logProbs);
-          kept.versions.push(...result.outputIds.map(() => sampledBy));
-          counters.resumed += 1;
-          if (kept.ids.length < sampling.maxNewTokens && !this.policy.stopTokenIds.includes(kept.ids[kept.ids.length - 1])) continue;
-          return { outputIds: kept.ids, logProbs: kept.logProbs, finish: kept.ids.length < sampling.maxNewTokens ? 'stop' : 'length', weightVersion: result.weightVersion, server, tokenVersions: kept.versions };
+        if (result.finish === 'abort' && this.asyncMode && aborts++ < MAX_UPDATE_ABORTS) {
+          // Under the async trainer an abort is a weight update's pause (SGLang's pause_generation), not a
+          // failure: the sample goes on under the new weights, from its tokens with partial rollouts
+          // (each with the version that drew it), else from the start. One cut before its first token
+          // is simply sent again.
+          if (this.resumesPartial && result.outputIds.length && sampledBy >= 0) {
+            kept.ids.push(...result.outputIds);
+            kept.logProbs.push(...result.logProbs);
+            kept.versions.push(...result.outputIds.map(() => sampledBy));
+            counters.resumed += 1;
+            if (kept.ids.length >= sampling.maxNewTokens || this.policy.stopTokenIds.includes(kept.ids[kept.ids.length - 1])) {
+              return { outputIds: kept.ids, logProbs: kept.logProbs, finish: kept.ids.length < sampling.maxNewTokens ? 'stop' : 'length', weightVersion: result.weightVersion, server, tokenVersions: kept.versions };
+            }
+          } else counters.updateRedraws += 1;
+          continue;
         }
         if (result.finish === 'abort') throw new ServerCallError(`${server.client.url}: the sample was aborted`, true);
         server.failures = 0;
@@ -624,19 +657,36 @@ export class ServerRollout implements Rollout {
 
   /** Loads the current version on one server (written first if it is new) and records it. */
   private async push(server: ServerState): Promise<void> {
+    // One load at a time per server: rounds launched together (the async trainer's groups) would
+    // otherwise interleave their pauses and loads, and one finishing late could leave older weights
+    // on a server taken to hold newer ones.
+    while (server.pushing) await server.pushing;
+    if (server.version === this.version) return;
+    const pushing = this.load(server);
+    server.pushing = pushing;
+    try {
+      await pushing;
+    } finally {
+      server.pushing = undefined;
+    }
+  }
+
+  /** Loads the current version on one server; it is recorded as the version loaded, whatever moved meanwhile. */
+  private async load(server: ServerState): Promise<void> {
+    const version = this.version;
     // A server rejoining while a round sampled for the next step is in flight gets the newest weights.
     await this.writeCurrent();
-    const dir = path.join(this.weightsDir, `v${this.version}`);
-    const label = this.label(this.version);
+    const dir = path.join(this.weightsDir, `v${version}`);
+    const label = this.label(version);
     await server.client.loadWeights(dir, label, this.isAdapter);
     // vLLM cannot report what it loaded (reload_weights only logs weights it skipped): check.
     if (this.checksByProbe()) {
-      const check = await this.holdsPolicy(server);
+      const check = await this.holdsPolicy(server, version);
       if (!check.ok) throw new ServerCallError(`${server.client.url}: after loading ${dir}, ${describeCheck(check)}`, true);
     }
     // Adapters are loaded per version: the one before the previous is no longer named by any request.
-    if (this.isAdapter) await server.client.unloadAdapter(this.label(this.version - KEPT_VERSIONS));
-    server.version = this.version;
+    if (this.isAdapter) await server.client.unloadAdapter(this.label(version - KEPT_VERSIONS));
+    server.version = version;
   }
 
   private pruneVersions(): void {

@@ -47,6 +47,18 @@ export interface AsyncRolloutHost {
   sample(launch: number, index: number): Promise<Batch>;
 }
 
+/** The rollout's per-call counters (retries, resumes, ejections...) summed over the groups a step trains (concatenation keeps one group's). */
+const SUMMED_COUNTERS = ['rollout/retries', 'rollout/partial_resumed', 'rollout/update_redraws', 'rollout/stale_dropped', 'rollout/ejections', 'rollout/rejoins'];
+
+function summedCounters(batches: Batch[]): Metrics {
+  const out: Metrics = {};
+  for (const b of batches) {
+    const m = (b.meta.metrics ?? {}) as Metrics;
+    for (const key of SUMMED_COUNTERS) if (typeof m[key] === 'number') out[key] = (out[key] ?? 0) + m[key];
+  }
+  return out;
+}
+
 /** A metric family's mean, max and min, as verl reports them. */
 function stats(prefix: string, values: number[]): Metrics {
   if (!values.length) return {};
@@ -140,7 +152,7 @@ export class AsyncRollouts {
         const taken = ready.slice(0, want).sort((a, b) => a.seq - b.seq);
         this.remove((g) => taken.includes(g));
         const batch = concatRollouts(taken.map((g) => g.batch!));
-        const metrics = this.offPolicyMetrics(batch, taken, now);
+        const metrics = { ...summedCounters(taken.map((g) => g.batch!)), ...this.offPolicyMetrics(batch, taken, now) };
         taken.forEach((g) => g.batch!.dispose());
         return { batch, metrics };
       }

@@ -697,6 +697,8 @@ export class RLTrainer implements Trainer {
   /** separate_async: the next train_batch_size finished groups; a resumed run starts from the oldest launch batch not yet trained. */
   private async asyncStepBatch(): Promise<{ batch: Batch; kept?: undefined; rolloutMetrics: Metrics }> {
     const { batch, metrics } = await this.asyncRollouts!.nextBatch();
+    // Groups launched meanwhile may still be writing the weights out for their servers: not under an update.
+    await this.worker.rolloutSynced();
     const resume = this.launchBatches.get(this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1);
     this.position = resume?.before ?? this.launchCursor;
     for (const launch of this.launchBatches.keys()) if (launch < this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1) this.launchBatches.delete(launch);

@@ -231,6 +231,10 @@ export class ActorRolloutRefWorker implements Worker {
     await this.rollout.dispatched?.();
   }
 
+  async rolloutSynced(): Promise<void> {
+    await this.rollout.synced?.();
+  }
+
   /** Weight changes so far, counted where the rollout is told of them. */
   private weightChanges = 0;
 
