@@ -8,6 +8,7 @@
 #      opd (GKD from the served teacher), sft-teacher (SFT on the kept teacher samples), grpo (RL alone)
 #   5. every final model evaluated by `flowrl eval` on the 512 held-out validation prompts
 #      (8 samples each at temperature 0.6, the same evaluation seed for all), then stats.mjs
+# Needs only bash, curl and Node (the helper scripts are Node modules; the project's dist/ built).
 # Models and runs go to $WORK (default /tmp/distill-work), never into the repository.
 # Usage: examples/distillation/run.sh [distill|async|all]   (default distill)
 set -euo pipefail
@@ -22,14 +23,22 @@ FLOWRL="node ../../bin/flowrl.js"
 WHAT=${1:-distill}
 mkdir -p "$WORK"
 PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
+cleanup() {  # stops the servers this script started, and waits for them (their ports are reused)
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 
-serve() {  # serve MODEL PORT: a background flowrl serve, waited for
+serve() {  # serve MODEL PORT [FLAGS]: a background flowrl serve, waited for
+  # a server left on the port (another run's, with other weights) would answer in its place
+  if curl -sf "http://127.0.0.1:$2/health" > /dev/null; then echo "port $2 already has a server: stop it or choose other ports" >&2; exit 1; fi
   $FLOWRL serve --model "$1" --port "$2" --max-logprobs 20 ${3:-} > "$WORK/serve-$2.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 60); do curl -sf "http://127.0.0.1:$2/health" > /dev/null && return 0; sleep 1; done
+  local pid=$!; PIDS+=($pid)
+  for _ in $(seq 60); do
+    kill -0 "$pid" 2>/dev/null || { echo "server on $2 exited: $(tail -3 "$WORK/serve-$2.log")" >&2; exit 1; }
+    curl -sf "http://127.0.0.1:$2/health" > /dev/null && return 0; sleep 1
+  done
   echo "server on $2 did not start" >&2; exit 1
 }
 
@@ -38,12 +47,14 @@ evaluate() {  # evaluate MODEL_DIR OUT.json
 }
 
 timed() {  # timed LOG cmd...: runs cmd, prints its wall seconds
-  local t0 t1; t0=$(date +%s.%N); "${@:2}" > "$1" 2>&1; t1=$(date +%s.%N)
-  python3 -c "print(round($t1 - $t0, 1))"
+  local t0 t1; t0=$(date +%s.%N)
+  "${@:2}" > "$1" 2>&1 || { local rc=$?; echo "exit $rc: ${*:2} (log $1)" >&2; return $rc; }
+  t1=$(date +%s.%N)
+  node -e "console.log(($t1 - $t0).toFixed(1))"
 }
 
 row() {  # row ARM SEED WALL STEPS EVAL.json
-  python3 -c "import json,sys; m=json.load(open('$5')); print('\t'.join(['$1','$2','$3','$4',str(m['val/accuracy']),str(m['val/pass@8'])]))"
+  node -e "const m = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); console.log([...process.argv.slice(2), m['val/accuracy'], m['val/pass@8']].join('\t'))" "$5" "$1" "$2" "$3" "$4"
 }
 
 if [ "$WHAT" = distill ] || [ "$WHAT" = all ]; then
@@ -60,9 +71,9 @@ if [ "$WHAT" = distill ] || [ "$WHAT" = all ]; then
   # 3. the teacher server and its samples
   serve "$WORK/teacher" "$PORT"
   S="$WORK/teacher-samples"; mkdir -p "$S"
-  python3 sample_teacher.py "http://127.0.0.1:$PORT" 4 "$S/rows.jsonl" "$S/responses.jsonl"
+  node sample_teacher.mjs "http://127.0.0.1:$PORT" 4 "$S/rows.jsonl" "$S/responses.jsonl"
   $FLOWRL reward "$S/rows.jsonl" --responses "$S/responses.jsonl" --json > "$S/scores.jsonl"
-  python3 keep_correct.py "$S/rows.jsonl" "$S/responses.jsonl" "$S/scores.jsonl" "$S/sft.jsonl"
+  node keep_correct.mjs "$S/rows.jsonl" "$S/responses.jsonl" "$S/scores.jsonl" "$S/sft.jsonl"
   # 4-5. the arms
   R="$WORK/results.tsv"; printf 'arm\tseed\twall_s\tsteps\tval_accuracy\tpass8\n' > "$R"
   for seed in $SEEDS; do
@@ -91,12 +102,15 @@ fi
 if [ "$WHAT" = async ] || [ "$WHAT" = all ]; then
   # GRPO on the student with rollouts on two flowrl serve processes (fresh for each run, so every run
   # starts from the student's weights), the trainer on the same 2 cores: sync, one-step-off, async.
+  # The modes are interleaved by seed; STEPS_* give each mode about 75-85 s of process wall time here.
+  # ASYNC_PORTS: the two servers' ports (default 30111 30112); a port already serving stops the script.
   ASEEDS=${ASEEDS:-"1 2 3"}
-  STEPS_SYNC=${STEPS_SYNC:-60}
-  STEPS_ONE_STEP_OFF=${STEPS_ONE_STEP_OFF:-60}
-  STEPS_ASYNC=${STEPS_ASYNC:-60}
+  STEPS_SYNC=${STEPS_SYNC:-180}
+  STEPS_ONE_STEP_OFF=${STEPS_ONE_STEP_OFF:-210}
+  STEPS_ASYNC=${STEPS_ASYNC:-180}
+  read -r P1 P2 <<< "${ASYNC_PORTS:-30111 30112}"
   A="$WORK/async-results.tsv"
-  printf 'mode\tseed\twall_s\tsteps\tval_accuracy\tpass8\tcorrect_per_s\ttrain_score\tstaleness_mean\tstaleness_max\tstaleness_worst_mean\tstaleness_worst_max\trollout_staleness\tgen_s\tstep_s\n' > "$A"
+  printf 'mode\tseed\twall_s\tsteps\tval_accuracy\tpass8\tcorrect_per_s\ttrain_score\tstaleness_mean\tstaleness_max\tstaleness_worst_mean\tstaleness_worst_max\trollout_staleness\tgen_s\tstep_s\tejections\tretries\tupdate_redraws\tdropped_groups\n' > "$A"
   for seed in $ASEEDS; do
     for mode in sync one-step-off async; do
       case $mode in
@@ -105,26 +119,18 @@ if [ "$WHAT" = async ] || [ "$WHAT" = all ]; then
         async) steps=$STEPS_ASYNC; extra=(trainer.v1.trainer_mode=separate_async trainer.v1.sampler.max_off_policy_threshold=1 trainer.v1.sampler.max_off_policy_strategy=wait) ;;
       esac
       d="$WORK/async-$mode-$seed"; rm -rf "$d"
-      serve "$WORK/student-base" 30111 "--enable-admin --weights-root $WORK"
-      serve "$WORK/student-base" 30112 "--enable-admin --weights-root $WORK"
+      serve "$WORK/student-base" "$P1" "--enable-admin --weights-root $WORK"
+      serve "$WORK/student-base" "$P2" "--enable-admin --weights-root $WORK"
       w=$(timed "$d.log" $FLOWRL train async.yaml trainer.seed=$seed data.seed=$seed trainer.total_training_steps=$steps \
-        trainer.default_local_dir="$d" "actor_rollout_ref.model.path=$WORK/student-base" "${extra[@]}")
+        trainer.default_local_dir="$d" "actor_rollout_ref.model.path=$WORK/student-base" \
+        "actor_rollout_ref.rollout.server.urls=[http://127.0.0.1:$P1,http://127.0.0.1:$P2]" "${extra[@]}")
       cleanup; PIDS=()
       evaluate "$d/checkpoints/global_step_$steps/actor" "$d/eval.json"
-      python3 async_summary.py $mode $seed $w "$d" "$d/eval.json" 128 >> "$A"
+      node async_summary.mjs $mode $seed $w "$d" "$d/eval.json" 128 >> "$A"
       tail -1 "$A"
     done
   done
-  python3 -c "
-import csv, statistics as s
-rows = list(csv.DictReader(open('$A'), delimiter='\t'))
-print('| mode | seeds | wall s | steps | correct train samples / wall s | val accuracy | pass@8 | staleness mean (max) | worst mean (max) | rollout/staleness |')
-print('|---|---|---|---|---|---|---|---|---|---|')
-for mode in ['sync', 'one-step-off', 'async']:
-    r = [x for x in rows if x['mode'] == mode]
-    f = lambda k: s.mean(float(x[k]) for x in r) if r and r[0][k] != 'NA' else float('nan')
-    mx = lambda k: max(float(x[k]) for x in r) if r and r[0][k] != 'NA' else float('nan')
-    print(f\"| {mode} | {len(r)} | {f('wall_s'):.1f} | {r[0]['steps'] if r else ''} | {f('correct_per_s'):.2f} | {f('val_accuracy'):.3f} | {f('pass8'):.3f} | {f('staleness_mean'):.2f} ({mx('staleness_max'):.0f}) | {f('staleness_worst_mean'):.2f} ({mx('staleness_worst_max'):.0f}) | {f('rollout_staleness'):.2f} |\")
-" | tee "$WORK/async-results.md"
+  node async_table.mjs "$A" | tee "$WORK/async-results.md"
+  echo | tee -a "$WORK/async-results.md"
   node stats.mjs <(cut -f1-6 "$A") async sync one-step-off | tee -a "$WORK/async-results.md"
 fi

@@ -7,7 +7,7 @@ const [file, first, ...others] = process.argv.slice(2);
 const rows = fs.readFileSync(file, 'utf8').trim().split('\n').slice(1).map((l) => l.split('\t'));
 const arms = [...new Set(rows.map((r) => r[0]))];
 const get = (arm, col) => new Map(rows.filter((r) => r[0] === arm).map((r) => [r[1], Number(r[col])]));
-const fmt = (i, d = 3) => `${i.mean.toFixed(d)} [${i.low?.toFixed(d)}, ${i.high?.toFixed(d)}]`;
+const fmt = (i, d = 3) => (i.low === null ? `${i.mean.toFixed(d)} [–]` : `${i.mean.toFixed(d)} [${i.low.toFixed(d)}, ${i.high.toFixed(d)}]`);
 console.log('| arm | seeds | wall s (mean) | steps | val accuracy (mean [95 % t]) | pass@8 |');
 console.log('|---|---|---|---|---|---|');
 for (const arm of arms) {
