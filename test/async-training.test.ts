@@ -79,8 +79,8 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
   for (const strategy of ['wait', 'drop'] as const) {
     it(`${strategy}: no trained group is older than max_off_policy_threshold 1, with one server slow`, async () => {
       await fetch(`${urls[1]}/_flowrl/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ delay_ms: 150 }) });
-      const steps = await train(urls, { trainer: { total_training_steps: 5, test_freq: -1, val_before_train: false, v1: { trainer_mode: 'separate_async', sampler: { max_off_policy_threshold: 1, max_off_policy_strategy: strategy } } } }, []);
-      expect(steps).to.have.length(5);
+      const steps = await train(urls, { trainer: { total_training_steps: 4, test_freq: -1, val_before_train: false, v1: { trainer_mode: 'separate_async', sampler: { max_off_policy_threshold: 1, max_off_policy_strategy: strategy } } } }, []);
+      expect(steps).to.have.length(4);
       for (const m of steps) {
         expect(m['training/off_policy/trajectory_staleness_worst/max'], `step ${m.step}`).to.be.at.most(1);
         expect(m['training/off_policy/trajectory_staleness/min']).to.be.at.least(0);
@@ -98,8 +98,8 @@ describe('the async trainer (separate_async) on flowrl serve', function () {
   }
 
   it('FlowRL trains in it: its trainer and objective over groups launched ahead (threshold 1, wait)', async () => {
-    const steps = await train(urls, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' }, trainer: { total_training_steps: 3, test_freq: -1, val_before_train: false, v1: { trainer_mode: 'separate_async', sampler: { max_off_policy_threshold: 1, max_off_policy_strategy: 'wait' } } } }, []);
-    expect(steps).to.have.length(3);
+    const steps = await train(urls, { plugins: [path.join(ROOT, 'plugin.json')], algorithm: { name: 'flowrl' }, trainer: { total_training_steps: 2, test_freq: -1, val_before_train: false, v1: { trainer_mode: 'separate_async', sampler: { max_off_policy_threshold: 1, max_off_policy_strategy: 'wait' } } } }, []);
+    expect(steps).to.have.length(2);
     for (const m of steps) {
       expect(m['actor/log_z'], `step ${m.step}`).to.be.a('number').and.satisfy(Number.isFinite);
       expect(m['training/off_policy/trajectory_staleness_worst/max']).to.be.at.most(1);

@@ -258,18 +258,24 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
       return server.engine.busy + server.engine.waiting;
     };
     // SGLang's events are cumulative: unread, they are skipped (the backlog never reaches the limit), and the stream ends with the whole item.
-    const tokens = 1100;
-    const cumulative = unread('/generate', { text: 'Hello', sampling_params: { max_new_tokens: tokens, ignore_eos: true }, stream: true, return_logprob: true });
+    // Four samples of 700 tokens: sent whole, their events would hold over 30 MB, past what loopback's buffers absorb.
+    const tokens = 700;
+    const samples = 4;
+    const cumulative = unread('/generate', { text: 'Hello', sampling_params: { max_new_tokens: tokens, ignore_eos: true, n: samples }, stream: true, return_logprob: true });
     for (let i = 0; i < 400 && server.engine.busy === 0; i++) await new Promise((r) => setTimeout(r, 10));
     expect(await settled(120_000)).to.equal(0);
     cumulative.resume();
     const raw = await cumulative.read;
     // Each event is one chunk of the chunked body, on its own line.
     const events = [...raw.matchAll(/^data: (\{.*\})\r?$/gm)].map((m) => m[1]);
-    const last = JSON.parse(events.at(-1)!) as { output_ids: number[]; meta_info: { output_token_logprobs: unknown[]; finish_reason: unknown } };
-    expect([last.output_ids.length, last.meta_info.output_token_logprobs.length, last.meta_info.finish_reason]).to.deep.equal([tokens, tokens, { type: 'length', length: tokens }]);
-    // Sent whole, the first 1,024 would all go (tens of MB held for the client).
-    expect(events.length, 'events sent to a client that read none').to.be.below(tokens / 2);
+    const items = events.map((e) => JSON.parse(e) as { index: number; output_ids: number[]; meta_info: { output_token_logprobs: unknown[]; finish_reason: unknown } });
+    // Each sample's last event is its whole item.
+    for (let i = 0; i < samples; i++) {
+      const last = items.filter((item) => item.index === i).at(-1)!;
+      expect([last.output_ids.length, last.meta_info.output_token_logprobs.length, last.meta_info.finish_reason]).to.deep.equal([tokens, tokens, { type: 'length', length: tokens }]);
+    }
+    // Sent whole, every token of every sample would have its event.
+    expect(events.length, 'events sent to a client that read none').to.be.below((samples * tokens) / 2);
     expect(raw).to.include('data: [DONE]');
   });
 
