@@ -219,7 +219,7 @@ describe('on-policy distillation', function () {
       }
     });
 
-    it('scores hand-built sequences with the teacher: PG OPD\'s k1 reward is teacher minus student at each token (in process and through flowrl serve\'s prompt_logprobs, top-k too)', async () => {
+    it('scores hand-built sequences with the teacher: PG OPD\'s k1 reward is teacher minus student at each token (in process, and through flowrl serve in both dialects, top-k too)', async () => {
       const local = Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'local' } } }, distillation_loss: { loss_mode: 'k1', use_policy_gradient: true } }), undefined, STUDENT)!;
       const batch = handBuiltBatch(ROWS);
       await local.score(batch);
@@ -247,6 +247,14 @@ describe('on-policy distillation', function () {
           for (let i = row.response.length; i < R; i++) expect(teacherScores[b * R + i]).to.equal(0);
         }
         served.dispose();
+        // SGLang's dialect (input_token_logprobs from logprob_start_len 0): the same scores and top-k.
+        const viaSglang = Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'sglang', urls: [url] } } }, distillation_loss: { loss_mode: 'forward_kl_topk', topk: 4 } }), undefined, STUDENT)!;
+        const sglangBatch = handBuiltBatch(ROWS);
+        await viaSglang.score(sglangBatch);
+        expectClose(sglangBatch.tensor(TEACHER_LOG_PROBS).data, teacherScores, 1e-5, 'sglang vs in process');
+        expect(Array.from(sglangBatch.tensor(TEACHER_TOPK_IDS).data)).to.deep.equal(Array.from(topIds.data));
+        expectClose(sglangBatch.tensor(TEACHER_TOPK_LOG_PROBS).data, viaServer.tensor(TEACHER_TOPK_LOG_PROBS).data, 1e-6, 'sglang top-k vs vllm top-k');
+        viaSglang.dispose();
       } finally {
         await server.close();
         local.dispose();
@@ -266,7 +274,8 @@ describe('on-policy distillation', function () {
       expectInputError(() => Teachers.fromConfig(distillationConfig(dir, {}), undefined, STUDENT), 'distillation.teacher_models is empty');
       expectInputError(() => Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'vllm', gpu_memory_utilization: 0.5 } } } }), undefined, STUDENT), 'distillation.teacher_models.t.inference.gpu_memory_utilization');
       expectInputError(() => Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'vllm' } } } }), undefined, STUDENT), 'distillation.teacher_models.t.inference.urls');
-      expectInputError(() => Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'sglang' } } } }), undefined, STUDENT), 'inference.name', 'vllm, local');
+      expectInputError(() => Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'trtllm' } } } }), undefined, STUDENT), 'inference.name', 'vllm, sglang, local');
+      expectInputError(() => Teachers.fromConfig(distillationConfig(dir, { teacher_models: { t: { model_path: teacherDir, inference: { name: 'sglang' } } } }), undefined, STUDENT), 'inference.urls');
       const two = (keys: [string | null, string | null]) => distillationConfig(dir, { teacher_models: { first: { key: keys[0], model_path: teacherDir, inference: { name: 'local' } }, second: { key: keys[1], model_path: STUDENT, inference: { name: 'local' } } } });
       expectInputError(() => Teachers.fromConfig(two(['countdown', null]), undefined, STUDENT), 'teacher_models.second.key is required');
       expectInputError(() => Teachers.fromConfig(two(['countdown', 'countdown']), undefined, STUDENT), 'also first');

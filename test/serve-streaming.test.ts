@@ -304,7 +304,8 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     for (const [field, value] of [['continue_final_message', true], ['chat_template', '{{ messages }}'], ['documents', [{ text: 'x' }]], ['prompt_logprobs', 1], ['echo', true]] as const) {
       await refused('/v1/chat/completions', { ...chat, [field]: value }, `'${field}' is not supported`);
     }
-    for (const [field, value] of [['logprob_start_len', 0], ['token_ids_logprob', [1]], ['return_hidden_states', true], ['image_data', 'x'], ['input_embeds', [[0]]], ['custom_logit_processor', 'x'], ['session_params', {}]] as const) {
+    await refused('/generate', { ...generate, return_logprob: true, logprob_start_len: 2 }, "'logprob_start_len' other than -1 or 0");
+    for (const [field, value] of [['token_ids_logprob', [1]], ['return_hidden_states', true], ['image_data', 'x'], ['input_embeds', [[0]]], ['custom_logit_processor', 'x'], ['session_params', {}]] as const) {
       await refused('/generate', { ...generate, [field]: value }, `'${field}' is not supported`);
     }
     await refused('/generate', { ...generate, sampling_params: { max_new_tokens: 2, custom_params: {} } }, "'sampling_params.custom_params' is not supported");
@@ -312,6 +313,11 @@ describe('flowrl serve streams, calls tools and cancels for the openai clients',
     // The no-op values pass.
     expect((await post('/v1/completions', { ...completion, use_beam_search: false, length_penalty: 1, add_special_tokens: true })).status).to.equal(200);
     expect((await post('/generate', { ...generate, logprob_start_len: -1, return_hidden_states: false })).status).to.equal(200);
+    // SGLang's input log-probs from position 0: the first token has none, the rest the prompt's own.
+    const scored = (await post('/generate', { input_ids: [9707, 1879, 11], sampling_params: { max_new_tokens: 0, temperature: 1 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: 2 })).json as unknown as { meta_info: { input_token_logprobs: [number | null, number, null][]; input_top_logprobs: ([number, number, null][] | null)[] } };
+    expect(scored.meta_info.input_token_logprobs.map(([lp, id]) => [lp === null, id])).to.deep.equal([[true, 9707], [false, 1879], [false, 11]]);
+    expect(scored.meta_info.input_top_logprobs[0]).to.equal(null);
+    expect(scored.meta_info.input_top_logprobs[1]).to.have.length(2);
     // Applied: the template's own variables, and a prompt without the assistant's opening.
     const tokenizer = server.options.tokenizer!;
     const rendered = (extra: Record<string, unknown>, generation = true) => tokenizer.encode(tokenizer.applyChatTemplate(MESSAGES, generation, undefined, extra)).length;

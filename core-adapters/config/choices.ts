@@ -39,8 +39,8 @@ export const KL_PENALTY_TYPES: readonly KlPenaltyType[] = [...KL_ESTIMATORS, ...
 
 /** distillation.distillation_loss.loss_mode (verl's): a KL estimator at the sampled token, or the forward KL over the teacher's top-k. */
 export const DISTILLATION_LOSS_MODES = [...KL_ESTIMATORS, 'forward_kl_topk'] as const;
-/** distillation.teacher_models.<name>.inference.name: a vLLM-dialect server (flowrl serve, vLLM) or the teacher loaded in this process. */
-export const TEACHER_ENGINES = ['vllm', 'local'] as const;
+/** distillation.teacher_models.<name>.inference.name: a server in vLLM's or SGLang's dialect (flowrl serve speaks both), or the teacher loaded in this process. */
+export const TEACHER_ENGINES = ['vllm', 'sglang', 'local'] as const;
 
 /** algorithm.kl_ctrl.type: a fixed coefficient or Ziegler et al.'s adaptive one. */
 export const KL_CONTROLLER_TYPES = ['fixed', 'adaptive'] as const;

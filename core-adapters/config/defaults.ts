@@ -295,7 +295,7 @@ export const CORE_SPEC = {
   distillation: {
     enabled: key(false, "On-policy distillation: a teacher scores the student's sampled tokens, and the divergence trains the student (with the task's reward, or alone)."),
     teacher_key: key('data_source', "With several teachers, the row field whose value picks the teacher (the one whose key equals it): a batch column such as data_source, else a key of extra_info."),
-    teacher_models: key({} as Record<string, unknown>, "Teachers by name: {key, model_path, inference: {name: vllm | local, urls, api_key, timeout_s, max_inflight}}. model_path's tokenizer must be the student's; vllm scores through a server's prompt_logprobs (flowrl serve or vLLM), local loads model_path here.", { open: true }),
+    teacher_models: key({} as Record<string, unknown>, "Teachers by name: {key, model_path, inference: {name: vllm | sglang | local, urls, api_key, timeout_s, max_inflight}}. model_path's tokenizer must be the student's; vllm scores through a server's prompt_logprobs, sglang through /generate's input log-probs (flowrl serve speaks both), local loads model_path here.", { open: true }),
     distillation_loss: {
       loss_mode: key<(typeof DISTILLATION_LOSS_MODES)[number]>('k3', "The token divergence: kl/k1, abs, mse/k2, low_var_kl/k3 (estimators at the sampled token, student minus teacher), or forward_kl_topk (sum over the teacher's top-k of p_t (log p_t - log p_s)).", { choices: DISTILLATION_LOSS_MODES }),
       topk: key(32, "forward_kl_topk: how many of the teacher's most likely tokens per position (the teacher server must allow this many prompt log-probs).", { positiveInteger: true }),

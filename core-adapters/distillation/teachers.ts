@@ -14,7 +14,7 @@ import { promptTopLogProbs, responseLogProbs } from '../model/logprobs.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { usesTopK } from '../algorithms/distillation.js';
-import { VllmClient, type PromptPositionScores } from '../rollout/clients.js';
+import { SglangClient, VllmClient, type PromptPositionScores } from '../rollout/clients.js';
 
 /** The batch's teacher scores: [B, R] at the sampled tokens; with top-k, [B, R, k] ids and log-probs. */
 export const TEACHER_LOG_PROBS = 'teacher_log_probs';
@@ -70,10 +70,10 @@ function teacherSettings(config: Config): TeacherSettings[] {
     if (t.key !== undefined && t.key !== null && typeof t.key !== 'string') throw new InputError(`${at}.key must be a string (the ${config.distillation.teacher_key} value its rows carry)`);
     const engine = inference.name ?? 'vllm';
     if (typeof engine !== 'string' || !(TEACHER_ENGINES as readonly string[]).includes(engine)) {
-      throw new InputError(`${at}.inference.name must be one of ${TEACHER_ENGINES.join(', ')}; got ${JSON.stringify(engine)} (an SGLang teacher: serve it with flowrl serve or vLLM's routes)`);
+      throw new InputError(`${at}.inference.name must be one of ${TEACHER_ENGINES.join(', ')}; got ${JSON.stringify(engine)}`);
     }
     const urls = ([] as unknown[]).concat(inference.urls ?? []);
-    if (engine === 'vllm' && (!urls.length || urls.some((u) => typeof u !== 'string' || !/^https?:\/\//.test(u)))) throw new InputError(`${at}.inference.urls must list the teacher servers' base URLs (http://host:port) for inference.name vllm`);
+    if (engine !== 'local' && (!urls.length || urls.some((u) => typeof u !== 'string' || !/^https?:\/\//.test(u)))) throw new InputError(`${at}.inference.urls must list the teacher servers' base URLs (http://host:port) for inference.name ${engine}`);
     const count = (k: string, fallback: number) => {
       const v = inference[k] ?? fallback;
       if (typeof v !== 'number' || !(v > 0)) throw new InputError(`${at}.inference.${k} must be a number > 0; got ${JSON.stringify(v)}`);
@@ -130,11 +130,12 @@ async function mapLimited<T, R>(items: T[], limit: number, work: (item: T) => Pr
   return out;
 }
 
-/** A teacher behind vLLM's routes: each sequence is one prompt_logprobs request, spread over the servers. */
+/** A teacher behind a server's routes (vLLM's prompt_logprobs, SGLang's input log-probs): each sequence one request, spread over the servers. */
 class ServerTeacher implements Teacher {
-  private readonly clients: VllmClient[];
+  private readonly clients: (VllmClient | SglangClient)[];
   constructor(private readonly settings: TeacherSettings) {
-    this.clients = settings.urls.map((url) => new VllmClient(url.replace(/\/+$/, ''), { timeoutMs: settings.timeoutS * 1000, apiKey: settings.apiKey }));
+    const Client = settings.engine === 'sglang' ? SglangClient : VllmClient;
+    this.clients = settings.urls.map((url) => new Client(url.replace(/\/+$/, ''), { timeoutMs: settings.timeoutS * 1000, apiKey: settings.apiKey }));
   }
 
   get name(): string {

@@ -274,6 +274,30 @@ export class SglangClient implements RolloutServerClient {
     return answers(this.url, '/health_generate', this.options.timeoutMs, this.options.apiKey);
   }
 
+  /**
+   * Each of ids 1.. scored given the ones before, at T = 1, with the k most likely tokens there:
+   * /generate with no new tokens, return_logprob and logprob_start_len 0 (input_token_logprobs,
+   * input_top_logprobs; SGLang v0.5.18).
+   */
+  async promptScores(ids: number[], k: number): Promise<PromptPositionScores[]> {
+    const body = { input_ids: ids, sampling_params: { max_new_tokens: 0, temperature: 1 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: k };
+    const out = (await callJson(this.url, '/generate', { body, timeoutMs: this.options.timeoutMs, apiKey: this.options.apiKey })) as { meta_info?: { input_token_logprobs?: unknown; input_top_logprobs?: unknown } };
+    const own = out.meta_info?.input_token_logprobs;
+    const tops = out.meta_info?.input_top_logprobs;
+    if (!Array.isArray(own) || own.length !== ids.length) throw malformed(this.url, '/generate', 'no input_token_logprobs for every prompt token');
+    if (k && (!Array.isArray(tops) || tops.length !== ids.length)) throw malformed(this.url, '/generate', 'no input_top_logprobs for every prompt token');
+    return ids.slice(1).map((id, i) => {
+      const [logProb, tokenId] = (own[i + 1] ?? []) as unknown[];
+      if (typeof logProb !== 'number' || tokenId !== id) throw malformed(this.url, '/generate', `input_token_logprobs[${i + 1}] is not token ${id}'s log-prob`);
+      if (!k) return { logProb, ids: [], logProbs: [] };
+      const entries = (tops as unknown[][])[i + 1];
+      if (!Array.isArray(entries) || entries.length < k) throw malformed(this.url, '/generate', `input_top_logprobs[${i + 1}] lists fewer than ${k} tokens`);
+      const top = (entries as unknown[][]).slice(0, k);
+      if (top.some((e) => typeof e?.[0] !== 'number' || !Number.isInteger(e?.[1]))) throw malformed(this.url, '/generate', `input_top_logprobs[${i + 1}] is not [logprob, id] pairs`);
+      return { logProb, ids: top.map((e) => e[1] as number), logProbs: top.map((e) => e[0] as number) };
+    });
+  }
+
   async loadWeights(dir: string, version: string, adapter: boolean): Promise<void> {
     const admin = this.admin;
     const delay = this.options.retryDelayMs ?? ADMIN_RETRY_DELAY_MS;

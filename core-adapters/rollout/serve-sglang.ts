@@ -155,7 +155,6 @@ async function unloadAdapter(server: DialectHost, body: Json): Promise<Json> {
 
 /** Fields of SGLang v0.5.18's GenerateReqInput it acts on and this server does not, with their no-op values. */
 const GENERATE_UNSUPPORTED_FIELDS = {
-  logprob_start_len: -1,
   token_ids_logprob: undefined,
   return_hidden_states: false,
   image_data: undefined,
@@ -190,7 +189,12 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
   const source = byIds ? body.input_ids : body.text;
   const single = prompts.length === 1 && s.n === 1 && !(Array.isArray(source) && (Array.isArray(source[0]) || typeof source[0] === 'string'));
   const idOf = (i: number) => (prompts.length * s.n > 1 ? `${rid}-${i}` : rid);
-  let specs = server.specs(prompts, s, adapter);
+  // logprob_start_len 0 with return_logprob: the prompt's tokens scored too (input_token_logprobs), by the weights that sample.
+  const startLen = body.logprob_start_len === undefined || body.logprob_start_len === null ? -1 : readNumber(body, 'logprob_start_len', -1, { integer: true, min: -1 });
+  if (startLen > 0) throw bad("'logprob_start_len' other than -1 or 0 is not supported by flowrl serve");
+  const inputLogprobs = startLen === 0 && body.return_logprob === true;
+  if (inputLogprobs && s.temperature !== 1) throw bad("'logprob_start_len' 0 is supported by flowrl serve at temperature 1 only (the prompt is scored at T = 1)");
+  let specs = server.specs(prompts, s, adapter).map((spec, i) => (inputLogprobs && i % s.n === 0 ? { ...spec, withPromptLogProbs: true, promptTopLogProbs: top } : spec));
   const stream = streamedGenerate(server, body, res, specs.length, single, s.stopStrings, s.skipSpecialTokens);
   if (stream) {
     specs = specs.map((spec, i) => ({
@@ -230,11 +234,25 @@ async function generate(server: DialectHost, body: Json, res: http.ServerRespons
       cached_tokens: 0,
       weight_version: o.weightVersion,
       ...(body.return_logprob === true ? logprobMeta(o.outputIds, o, top) : {}),
+      ...(inputLogprobs ? inputLogprobMeta(prompts[Math.floor(i / s.n)], outputs![Math.floor(i / s.n) * s.n], top) : {}),
     },
     };
   });
   if (stream) return stream.finish(items);
   return single ? items[0] : items;
+}
+
+/**
+ * SGLang's input log-probs from position 0 (v0.5.18, logprob_result_processor.py): [logprob, id,
+ * null] per prompt token, the first with logprob null (nothing before it), and with
+ * top_logprobs_num the most likely tokens at each position (null at the first).
+ */
+function inputLogprobMeta(prompt: number[], scored: SampleOutput, top: number): Json {
+  const own = scored.promptLogProbs ?? [];
+  return {
+    input_token_logprobs: prompt.map((id, t) => [t === 0 ? null : own[t - 1], id, null]),
+    ...(top ? { input_top_logprobs: [null, ...(scored.promptTop ?? []).map((p) => p.ids.map((id, r) => [p.logProbs[r], id, null]))] } : {}),
+  };
 }
 
 /** SGLang's output log-probs of a sample's ids (so far, when streaming): [logprob, id, null] per token, and the top ones with top_logprobs_num. */
