@@ -34,6 +34,8 @@ interface Group {
 
 /** What the trainer gives the async rollouts. */
 export interface AsyncRolloutHost {
+  /** The first launch batch's number (a resumed run goes on from its checkpoint's). */
+  firstLaunch: number;
   trainBatchSize: number;
   threshold: number;
   strategy: 'drop' | 'wait';
@@ -70,12 +72,15 @@ export class AsyncRollouts {
   /** Groups of drawn launch batches not yet launched. */
   private readonly pending: Group[] = [];
   private seq = 0;
-  private launches = 0;
+  /** The last launch batch drawn. */
+  private launches: number;
   /** Wakes a step waiting for a group to finish. */
   private wake?: () => void;
   private dropped = 0;
 
-  constructor(private readonly host: AsyncRolloutHost) {}
+  constructor(private readonly host: AsyncRolloutHost) {
+    this.launches = host.firstLaunch - 1;
+  }
 
   /** Groups out at most: launched and not yet trained (dropped ones excepted). */
   private get capacity(): number {

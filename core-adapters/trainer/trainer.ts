@@ -236,6 +236,7 @@ export class RLTrainer implements Trainer {
     this.launchCursor = this.position;
     const n = rollout.n;
     this.asyncRollouts = new AsyncRollouts({
+      firstLaunch: this.firstLaunch,
       trainBatchSize: this.config.data.train_batch_size,
       threshold: sampler.max_off_policy_threshold,
       strategy: sampler.max_off_policy_strategy,
@@ -243,15 +244,14 @@ export class RLTrainer implements Trainer {
       wanted: () => (this.totalSteps - this.step + 1) * this.config.data.train_batch_size,
       drawLaunch: (launch) => {
         const { prompts, next } = this.dataset.nextBatch(this.launchCursor, this.config.data.train_batch_size, 'data.train_batch_size');
-        this.launchBatches.set(launch + this.firstLaunch - 1, { groups: promptBatch(prompts, `s${launch + this.firstLaunch - 1}`), before: this.launchCursor });
+        this.launchBatches.set(launch, { groups: promptBatch(prompts, `s${launch}`), before: this.launchCursor });
         this.launchCursor = next;
         return prompts.length;
       },
       sample: (launch, index) => {
-        const step = launch + this.firstLaunch - 1;
-        const prompts = this.launchBatches.get(step)!.groups.selectRows([index]).repeat(n, true);
-        this.rolloutStep = step;
-        const sampling = { ...this.samplingSettings(stepSeed(this.config.trainer.seed, step)), firstRow: index * n };
+        const prompts = this.launchBatches.get(launch)!.groups.selectRows([index]).repeat(n, true);
+        this.rolloutStep = launch;
+        const sampling = { ...this.samplingSettings(stepSeed(this.config.trainer.seed, launch)), firstRow: index * n };
         return this.requirements.estimatorTraits.needsGreedyBaseline ? this.withRewardBaselines(this.generateRollouts(prompts, sampling), prompts.selectRows([0]), sampling) : this.generateRollouts(prompts, sampling);
       },
     });
@@ -350,7 +350,7 @@ export class RLTrainer implements Trainer {
         data_position: this.position,
         kl_coef: this.klController?.value ?? 0,
         metrics: stepMetrics,
-        ...(this.asyncRollouts ? { rollout_launch: this.asyncRollouts.resumeLaunch + this.firstLaunch - 1 } : {}),
+        ...(this.asyncRollouts ? { rollout_launch: this.asyncRollouts.resumeLaunch } : {}),
       };
       fs.writeFileSync(path.join(dir, TRAINER_STATE_FILE), JSON.stringify(state, null, 2) + '\n');
     });
@@ -699,9 +699,9 @@ export class RLTrainer implements Trainer {
     const { batch, metrics } = await this.asyncRollouts!.nextBatch();
     // Groups launched meanwhile may still be writing the weights out for their servers: not under an update.
     await this.worker.rolloutSynced();
-    const resume = this.launchBatches.get(this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1);
+    const resume = this.launchBatches.get(this.asyncRollouts!.resumeLaunch);
     this.position = resume?.before ?? this.launchCursor;
-    for (const launch of this.launchBatches.keys()) if (launch < this.asyncRollouts!.resumeLaunch + this.firstLaunch - 1) this.launchBatches.delete(launch);
+    for (const launch of this.launchBatches.keys()) if (launch < this.asyncRollouts!.resumeLaunch) this.launchBatches.delete(launch);
     return { batch, rolloutMetrics: metrics };
   }
 
