@@ -301,10 +301,12 @@ describe('on-policy distillation', function () {
       }
     });
 
-    it('trains a student toward its teacher: forward KL over the top-k alone, the divergence falls step by step (metrics actor/distillation/*)', async () => {
+    it('trains a student toward its teacher on two threads: forward KL over the top-k alone, the divergence falls step by step (metrics actor/distillation/*)', async () => {
       const run = tempDir('flowrl-distill-run-');
       const file = writeCountdownConfig(run, {
-        actor_rollout_ref: { actor: { optim: { lr: 5e-3 } } },
+        actor_rollout_ref: { actor: { optim: { lr: 5e-3 }, ppo_micro_batch_size: 16 } },
+        // Two threads: the worker replicas compute the distillation term on their rows too.
+        engine: { workers: 2 },
         trainer: { total_training_steps: 4, val_before_train: false, test_freq: -1 },
         distillation: { enabled: true, teacher_models: { teacher: { model_path: teacherDir, inference: { name: 'local' } } }, distillation_loss: { loss_mode: 'forward_kl_topk', topk: 6, use_task_rewards: false } },
       });
