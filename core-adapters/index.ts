@@ -83,7 +83,7 @@ export {
   type AdvantageOutput,
   type EstimatorTraits,
 } from './algorithms/advantages.js';
-export { PolicyLossRegistry } from './algorithms/policy-loss.js';
+export { PolicyLossRegistry, policyLossOptions } from './algorithms/policy-loss.js';
 export { aggregateLoss, type AggregateLossOptions } from './algorithms/loss-aggregation.js';
 export { vanillaPolicyLoss, type PolicyLoss, type PolicyLossInput, type PolicyLossOptions, type PolicyLossResult } from './algorithms/policy-losses.js';
 export { klPenalty } from './algorithms/kl.js';

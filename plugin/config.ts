@@ -19,7 +19,11 @@ export interface FlowRLConfig {
   /** true (the recipe): log-probs as per-token means; false: sequence sums, whose fixed point is pi_ref * exp(beta * r) / Z. */
   length_normalize: boolean;
   /** proj_z: the learned head (the recipe); group: each prompt group's own estimate from its samples (VarGrad), no lag. */
-  log_z: 'proj_z' | 'group';
+  log_z: 'proj_z' | 'group' | 'none';
+  /** The policy the residual subtracts: ref (the paper), old (the policy that sampled), none. */
+  reference: 'ref' | 'old' | 'none';
+  /** sequence: one residual per response (the paper); token: per token, with clamped token weights (the authors' later code). */
+  level: 'sequence' | 'token';
   /** Multiplier of the actor's lr for ProjZ's parameters (GFlowNet practice: log Z learns faster than the policy). */
   log_z_lr_scale: number;
   /** Rows of each prompt group taken from past correct answers instead of sampled (0: off; local rollouts only). */
@@ -58,6 +62,12 @@ export function flowrlConfig(config: Config): FlowRLConfig {
   }
   if (section.explore_temperature !== null && config.actor_rollout_ref.rollout.name !== 'local') {
     throw new InputError(`flowrl.explore_temperature needs actor_rollout_ref.rollout.name local (got ${config.actor_rollout_ref.rollout.name}): a server's log-probs are at the temperature it sampled at`);
+  }
+  if (section.level === 'token' && section.log_z !== 'none') {
+    throw new InputError(`flowrl.level token has no log Z per token; set flowrl.log_z none (got ${section.log_z})`);
+  }
+  if (section.level === 'token' && !section.length_normalize) {
+    throw new InputError('flowrl.length_normalize false sums a sequence\'s log-probs; at flowrl.level token there is no sequence sum (leave it true)');
   }
   return section;
 }

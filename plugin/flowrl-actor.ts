@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { injectable, injectFromBase } from 'inversify';
 import {
+  policyLossOptions,
   PPOActor,
   Rng,
   rowsByGroup,
@@ -36,7 +37,8 @@ export class FlowRLActor extends PPOActor {
 
   /**
    * log Z per row as its prompt group's estimate (flowrl.log_z: group): the Z that zeroes the group's
-   * mean residual under the sampling policy, -mean_g(lp_old(y) - beta * r(y) - lp_ref(y)), with lp the
+   * mean residual under the sampling policy, -mean_g(lp_old(y) - beta * r(y) - lp_ref(y)) (lp_ref: the
+   * flowrl.reference term, none for reference none), with lp the
    * (length-normalised or summed) sequence log-prob. The residuals are then deviations from the
    * group's mean (VarGrad, Richter et al. 2020), so no learned head lags behind a moving target.
    */
@@ -44,7 +46,8 @@ export class FlowRLActor extends PPOActor {
     const flowrl = flowrlConfig(this.config);
     const mask = batch.tensor('response_mask').data;
     const old = batch.tensor('old_log_probs').data;
-    const ref = batch.tensor('ref_log_prob').data;
+    // The term the residual subtracts (flowrl.reference): the reference, the sampling policy, or nothing.
+    const term = flowrl.reference === 'ref' ? batch.tensor('ref_log_prob').data : flowrl.reference === 'old' ? old : undefined;
     const reward = flowrl.reward_source === 'score' ? batch.tensor('token_level_rewards').data : batch.tensor('advantages').data;
     const B = batch.size;
     const R = mask.length / B;
@@ -57,7 +60,7 @@ export class FlowRLActor extends PPOActor {
       for (let t = 0; t < R; t++) {
         const m = mask[b * R + t];
         lp += m * old[b * R + t];
-        lpRef += m * ref[b * R + t];
+        if (term) lpRef += m * term[b * R + t];
         rewardSum += m * reward[b * R + t];
         tokens += m;
       }
@@ -118,34 +121,42 @@ export class FlowRLActor extends PPOActor {
     return this.projZ.forward(pooled, { training: true, rowRngs });
   }
 
-  /** The FlowRL loss is a plain mean over sequences, so a micro-batch weighs by its share of rows. */
+  /** Sequence level: a plain mean over sequences, so a micro-batch weighs by its share of rows; token level: the mini-batch's denominators. */
   protected override microBatchLoss(micro: Batch, part: MicroBatchShare, record: (m: PendingMetrics) => void): tf.Scalar {
     const flowrl = flowrlConfig(this.config);
+    const actor = this.config.actor_rollout_ref.actor;
+    const token = flowrl.level === 'token';
     const seq = sequenceBatch(micro);
     const out = scoreResponses(this.module.lm, seq, { temperature: this.temperature });
-    const logZ = flowrl.log_z === 'group' ? tf.tensor1d(micro.tensor(GROUP_LOG_Z).data as Float32Array) : this.projZLogZ(out.hidden, seq, part);
+    const logZ = flowrl.log_z === 'none' ? undefined : flowrl.log_z === 'group' ? tf.tensor1d(micro.tensor(GROUP_LOG_Z).data as Float32Array) : this.projZLogZ(out.hidden, seq, part);
+    const options = policyLossOptions(actor, part.global);
     const { loss, metrics } = computeFlowRLLoss(
       {
         logProb: out.logProbs,
         oldLogProb: part.onPolicy ? stopGradient(out.logProbs) : this.floatTensor(micro, 'old_log_probs'),
-        refLogProb: this.floatTensor(micro, 'ref_log_prob'),
+        refLogProb: micro.has('ref_log_prob') ? this.floatTensor(micro, 'ref_log_prob') : undefined,
         advantages: flowrl.reward_source === 'score' ? this.sequenceScores(micro) : this.floatTensor(micro, 'advantages'),
         responseMask: this.floatTensor(micro, 'response_mask'),
         logZ,
         // From the batch's old_log_probs even on-policy: the gap is between the trainer's and the engine's scores.
-        rolloutWeights: this.sequenceTisWeights(micro),
+        rolloutWeights: token ? this.tokenTisWeights(micro) : this.sequenceTisWeights(micro),
       },
       {
         beta: flowrl.beta,
         importanceWeightMax: flowrl.importance_weight_max,
         importanceWeightClip: flowrl.importance_weight_clip,
-        clipRatioLow: this.config.actor_rollout_ref.actor.clip_ratio_low ?? this.config.actor_rollout_ref.actor.clip_ratio,
-        clipRatioHigh: this.config.actor_rollout_ref.actor.clip_ratio_high ?? this.config.actor_rollout_ref.actor.clip_ratio,
+        clipRatioLow: options.clipRatioLow,
+        clipRatioHigh: options.clipRatioHigh,
         importanceSampling: flowrl.importance_sampling,
         lengthNormalize: flowrl.length_normalize,
+        reference: flowrl.reference,
+        level: flowrl.level,
+        lossAggMode: options.lossAggMode,
+        globalBatchInfo: options.globalBatchInfo,
+        share: part.share,
       },
     );
     record(metrics);
-    return this.withDistillation(micro, part, out, tf.mul(loss, part.share) as tf.Scalar, record);
+    return this.withDistillation(micro, part, out, token ? loss : (tf.mul(loss, part.share) as tf.Scalar), record);
   }
 }

@@ -16,6 +16,8 @@ export class FlowRLWorker extends OffPolicyRowsWorker {
   protected override buildPolicyModule(lm: CausalLM): PolicyModule {
     const module = super.buildPolicyModule(lm);
     const flowrl = flowrlConfig(this.config);
+    // Only the learned log Z has parameters.
+    if (flowrl.log_z !== 'proj_z') return module;
     const head = new ProjZ(lm.config.hiddenSize, { layers: flowrl.proj_layer, dropout: flowrl.proj_dropout, seed: this.config.trainer.seed });
     module.heads.set(PROJ_Z, head);
     for (const [name, variable] of head.params) {

@@ -3,13 +3,15 @@
 // (flowrl.replay_samples, reference_samples or explore_temperature) it rebinds the Worker and Trainer
 // to the ones that make them, so a baseline gets the same rows as flowrl-matching; with
 // reward.flow.enable it contributes RLFR's flow rewards as a RewardShaper, with any algorithm; it
-// always contributes `flowrl flow-pretrain`.
+// always contributes `flowrl flow-pretrain` and the policy loss flowrl_token_level (the authors' async
+// branch's loss, for any algorithm).
 import { ContainerModule } from 'inversify';
 import { TOKENS, type PluginContext } from '../core-adapters/index.js';
 import { FlowRLActor } from './flowrl-actor.js';
 import { FlowRLTrainer } from './flowrl-trainer.js';
 import { FlowRLWorker } from './flowrl-worker.js';
 import { flowrlConfig, usesOffPolicyRows } from './config.js';
+import { flowrlTokenLevelLoss } from './objective.js';
 import { OffPolicyRowsTrainer, OffPolicyRowsWorker } from './off-policy-rows.js';
 import { CorrectReplay, FLOWRL_REPLAY } from './replay.js';
 import { flowRewardConfig } from './rlfr/config.js';
@@ -17,8 +19,12 @@ import { FlowPretrainCommand } from './rlfr/pretrain.js';
 import { FlowRewardShaper } from './rlfr/shaper.js';
 
 export const ALGORITHM = 'flowrl';
+export const TOKEN_LEVEL_LOSS = 'flowrl_token_level';
 
 export default function flowrlPlugin(context: PluginContext): ContainerModule {
+  // The authors' async loss, usable as actor.policy_loss.loss_mode with any algorithm (registered
+  // now: the host binds the policy loss before it loads the plugins' modules).
+  context.registries.policyLosses.register(TOKEN_LEVEL_LOSS, flowrlTokenLevelLoss(flowrlConfig(context.config).beta));
   return new ContainerModule(({ bind, rebind }) => {
     bind(TOKENS.Command).to(FlowPretrainCommand).inSingletonScope();
     if (flowRewardConfig(context.config).enable) bind(TOKENS.RewardShaper).to(FlowRewardShaper).inSingletonScope();
@@ -34,7 +40,7 @@ export default function flowrlPlugin(context: PluginContext): ContainerModule {
 export { FlowRLActor, PROJ_Z } from './flowrl-actor.js';
 export { FlowRLWorker } from './flowrl-worker.js';
 export { FlowRLTrainer } from './flowrl-trainer.js';
-export { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions, type FlowRLResult } from './objective.js';
+export { computeFlowRLLoss, flowrlTokenLevelLoss, type FlowRLInputs, type FlowRLOptions, type FlowRLResult } from './objective.js';
 export { ProjZ, poolPromptStates, type ProjZOptions } from './proj-z.js';
 export { flowrlConfig, usesOffPolicyRows, type FlowRLConfig } from './config.js';
 export { OffPolicyRowsTrainer, OffPolicyRowsWorker } from './off-policy-rows.js';

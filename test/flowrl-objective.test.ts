@@ -124,7 +124,7 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
           const r = computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options);
           gradMetrics = r.metrics;
           return r.loss;
-        })([t.logProb, t.logZ]);
+        })([t.logProb, t.logZ!]);
         disposeMetrics(gradMetrics);
         expect(gLp.shape).to.deep.equal([c.batch, c.length]);
         expect(gLz.shape).to.deep.equal([c.batch]);
@@ -220,7 +220,7 @@ describe('FlowRL objective vs the PyTorch reference (compute_flowrl)', () => {
         const r = computeFlowRLLoss({ ...t, logProb: lp as tf.Tensor2D, logZ: lz as tf.Tensor1D }, c.options);
         pending = r.metrics;
         return r.loss;
-      })([t.logProb, t.logZ]);
+      })([t.logProb, t.logZ!]);
       tf.dispose(grads);
       disposeMetrics(pending);
     });

@@ -8,6 +8,7 @@ import { InputError, RunStopped } from '../errors.js';
 import { createHost } from '../composition.js';
 import { loadPluginEntries, readPluginManifests, type Host } from '../host.js';
 import { orderByExtends } from '../plugins/loader.js';
+import { describeReferenceNeed } from '../plugins/algorithms.js';
 import { pluginConfigLayer } from '../plugins/manifest.js';
 import { initEngine } from '../engine/backend.js';
 import { TOKENS } from '../tokens.js';
@@ -226,7 +227,7 @@ export async function pluginsCommand(argv: string[]): Promise<void> {
     console.log(`${p.name} ${p.version} (host ${p.host}) from ${p.file}`);
     console.log(`  entry:      ${p.loadedFrom ?? 'not loaded'}`);
     if (p.description) console.log(`  ${p.description}`);
-    console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference ? ', reference policy' : ''}]`).join(', ') || 'none'}`);
+    console.log(`  algorithms: ${p.algorithms.map((a) => `${a.name} [advantages ${a.advEstimator}${a.needsReference === true ? ', reference policy' : a.needsReference ? `, reference policy when ${describeReferenceNeed(a.needsReference)}` : ''}]`).join(', ') || 'none'}`);
     console.log(`  overrides:  ${p.overrides.join(', ') || 'none'}${p.extends.length ? ` (extends ${p.extends.join(', ')}: loaded after ${p.extends.length > 1 ? 'them' : 'it'})` : ''}`);
     const replaced = [...host.replacements].filter(([, by]) => by === p).map(([role]) => role);
     console.log(`  replaced:   ${replaced.join(', ') || 'none'} (with this config)`);

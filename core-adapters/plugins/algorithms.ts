@@ -1,15 +1,21 @@
 // Algorithms by name: what users swap with algorithm.name. Each implies an advantage estimator and
 // whether the run needs a critic and a reference policy. Plugins add theirs through plugin.json.
 import type { AdvantageEstimatorRegistry, EstimatorTraits } from '../algorithms/advantages.js';
+import { getPath } from '../config/load.js';
 import { InputError } from '../errors.js';
+
+/** The reference policy is needed when any listed config key holds one of its listed values. */
+export interface ReferenceCondition {
+  when: Record<string, unknown[]>;
+}
 
 /** An algorithm by name: the advantage estimator it implies and whether it reads the reference policy. */
 export interface AlgorithmSpec {
   name: string;
   /** The advantage estimator used unless algorithm.adv_estimator names another. */
   advEstimator: string;
-  /** The reference policy is needed even without KL terms (FlowRL's objective reads it). */
-  needsReference: boolean;
+  /** The reference policy is needed even without KL terms (FlowRL's objective reads it), always or under a config condition. */
+  needsReference: boolean | ReferenceCondition;
   /** The policy loss (actor.policy_loss.loss_mode) used while that key is left at vanilla; a plugin algorithm such as DAPO's names its own. */
   policyLoss?: string;
   description: string;
@@ -83,6 +89,19 @@ function checkEstimatorSettings(advEstimator: string, traits: EstimatorTraits, c
   if (weights && weights.length !== keys.length) throw new InputError(`algorithm.gdpo_reward_weights has ${weights.length} weights for ${keys.length} gdpo_reward_keys`);
 }
 
+/** Whether the algorithm itself reads the reference policy under this config. */
+export function algorithmNeedsReference(algorithm: AlgorithmSpec, config: object): boolean {
+  const needs = algorithm.needsReference;
+  if (typeof needs === 'boolean') return needs;
+  return Object.entries(needs.when).some(([key, values]) => values.includes(getPath(config, key)));
+}
+
+/** needs_reference_policy as a phrase: 'always', 'never' or the condition. */
+export function describeReferenceNeed(needs: boolean | ReferenceCondition): string {
+  if (typeof needs === 'boolean') return needs ? 'always' : 'never';
+  return Object.entries(needs.when).map(([key, values]) => `${key} is ${values.map(String).join(' or ')}`).join(', or ');
+}
+
 /** What a run needs, from algorithm.name and the KL settings (as verl derives use_critic / use_reference_policy). */
 export function runRequirements(config: RequirementsConfig, registry: AlgorithmRegistry, estimators: AdvantageEstimatorRegistry): RunRequirements {
   const algorithm = registry.get(config.algorithm.name);
@@ -93,6 +112,6 @@ export function runRequirements(config: RequirementsConfig, registry: AlgorithmR
     advEstimator,
     estimatorTraits: estimators.traits(advEstimator),
     useCritic: estimators.traits(advEstimator).needsValues === true,
-    useReference: algorithm.needsReference || config.actor_rollout_ref.actor.use_kl_loss || config.algorithm.use_kl_in_reward,
+    useReference: algorithmNeedsReference(algorithm, config) || config.actor_rollout_ref.actor.use_kl_loss || config.algorithm.use_kl_in_reward,
   };
 }

@@ -9,6 +9,14 @@ import { isTree } from '../config/load.js';
 import { InputError } from '../errors.js';
 import type { AlgorithmSpec } from './algorithms.js';
 
+/** needs_reference_policy: a boolean, or {when: {dotted key: [values]}} with at least one key. */
+function isReferenceNeed(v: unknown): boolean {
+  if (typeof v === 'boolean') return true;
+  if (!isTree(v) || Object.keys(v).length !== 1 || !isTree(v.when)) return false;
+  const when = v.when;
+  return Object.keys(when).length > 0 && Object.values(when).every((values) => Array.isArray(values) && values.length > 0);
+}
+
 /** A checked plugin.json: name, version, host range, entry, algorithms, overrides, defaults, commands. */
 export interface PluginManifest {
   name: string;
@@ -97,7 +105,7 @@ export function readManifest(file: string, hostVersion: string, knownBindings: s
     return {
       name: get<string>('name', isString, 'a non-empty string'),
       advEstimator: get<string>('adv_estimator', isString, 'an advantage estimator name'),
-      needsReference: get<boolean>('needs_reference_policy', (v) => typeof v === 'boolean', 'true or false'),
+      needsReference: get<AlgorithmSpec['needsReference']>('needs_reference_policy', isReferenceNeed, 'true, false or {"when": {"<config key>": [values]}}'),
       ...(spec.policy_loss === undefined ? {} : { policyLoss: get<string>('policy_loss', isString, 'a policy loss name (actor.policy_loss.loss_mode)') }),
       description: typeof spec.description === 'string' ? spec.description : '',
       source: name,
