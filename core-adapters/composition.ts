@@ -23,8 +23,8 @@ export function createHost(configFile: string, options: HostOptions = {}): Promi
 
 export type ActorTask =
   | { kind: 'actor-grads'; batch: ReturnType<Batch['toPlain']>; part: MicroBatchShare }
-  | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean; withSumPiSquared: boolean }
-  | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']> }
+  | { kind: 'log-prob'; batch: ReturnType<Batch['toPlain']>; withEntropy: boolean; withSumPiSquared: boolean; temperature?: number }
+  | { kind: 'ref-log-prob'; batch: ReturnType<Batch['toPlain']>; temperature?: number }
   | { kind: 'generate'; prompts: number[][]; options: SamplingOptions };
 
 /** What a replica thread builds: the host (one thread) and its worker's replica of the policy. */
@@ -42,9 +42,9 @@ export async function createActorReplica(args: { config: ConfigTree; frozenBases
         case 'generate':
           return { result: await generate(worker.module.lm, t.prompts, t.options) };
         case 'log-prob':
-          return { result: await actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy, withSumPiSquared: t.withSumPiSquared }) };
+          return { result: await actor.computeLogProbHere(Batch.fromPlain(t.batch), { withEntropy: t.withEntropy, withSumPiSquared: t.withSumPiSquared, temperature: t.temperature }) };
         case 'ref-log-prob':
-          return { result: await worker.computeRefLogProbHere(Batch.fromPlain(t.batch)) };
+          return { result: await worker.computeRefLogProbHere(Batch.fromPlain(t.batch), t.temperature) };
         case 'actor-grads': {
           const { grads, metrics } = await actor.microBatchGradients(Batch.fromPlain(t.batch), t.part);
           return { grads, result: metrics };

@@ -129,7 +129,7 @@ export { MetricAverager, runUpdateLoop, shuffledBatches, type MicroBatchPlace, t
 export { addColumns, linear, rmsNorm, scaleColumns, silu, stopGradient } from './engine/ops.js';
 
 // Statistics over seeds, as flowrl compare reports them.
-export { tInterval, type Interval } from './report/statistics.js';
+export { tCdf, tInterval, type Interval } from './report/statistics.js';
 export { formatDifferenceInterval, formatInterval, formatSigned } from './report/comparison.js';
 // Per-prompt validation records (val_prompts.jsonl), with the matching over each prompt's correct set.
 export { readValPrompts, type PromptMatchingRecord, type ValPromptRecord } from './trainer/val-prompts.js';

@@ -368,6 +368,46 @@ describe('examples/countdown/collapse/ablation-table.ts', function () {
   });
 });
 
+describe('examples/countdown/preregistered: the analysis PROTOCOL.md fixes', function () {
+  this.timeout(60_000);
+
+  it('interpolates along each beta curve, pairs by seed, applies Holm and the margin, on synthetic runs', async () => {
+    const { atAccuracy, holm, pairedPValue, preregisteredTables, verdict, ARMS, BETAS, SEEDS } = await import('../examples/countdown/preregistered/table.js');
+    // Interpolation: between the bracketing points, clamped (and flagged) outside.
+    const curve = [{ accuracy: 0.9, value: 4 }, { accuracy: 0.5, value: 12 }, { accuracy: 0.7, value: 8 }];
+    expect(atAccuracy(curve, 0.6)).to.deep.equal({ value: 10, clamped: false });
+    expect(atAccuracy(curve, 0.95)).to.deep.equal({ value: 4, clamped: true });
+    expect(atAccuracy(curve, 0.5)).to.deep.equal({ value: 12, clamped: false });
+    // A paired t test: differences 1..5 give t = 4.243 on 4 df, p = 0.013236 (numerical integration of the t density).
+    expect(pairedPValue([1, 2, 3, 4, 5])).to.be.closeTo(0.013236, 1e-5);
+    // Holm: 0.01 <= 0.05/3 rejects; 0.03 > 0.05/2 stops, so 0.04 is not rejected either.
+    expect(holm([0.04, 0.01, 0.03])).to.deep.equal([false, true, false]);
+    expect(holm([0.001, 0.02, 0.04])).to.deep.equal([true, true, true]);
+    expect(verdict({ low: 0.2, high: 2 }, true)).to.equal('more distinct answers');
+    expect(verdict({ low: -0.5, high: 0.9 }, false)).to.equal('equivalent (within ±1)');
+    expect(verdict({ low: -0.5, high: 1.5 }, false)).to.equal('not shown either way');
+
+    // Synthetic runs: accuracy falls with beta the same way in every arm; flowrl-matching keeps 3
+    // more distinct answers (plus seed noise), flowrl-recipe the same as grpo-kl.
+    const dir = tempDir();
+    for (const arm of ARMS) for (const [b, beta] of BETAS.entries()) for (const [s, seed] of SEEDS.entries()) {
+      const accuracy = 0.9 - 0.1 * b + 0.01 * s;
+      const distinct = 6 + 2 * b + (arm === 'flowrl-matching' ? 3 + 0.1 * s : arm === 'flowrl-no-log-z' ? 0.5 * (s % 2 ? 1 : -1) : 0);
+      const name = `${arm}-beta${beta}-seed${seed}`;
+      fs.mkdirSync(path.join(dir, name));
+      const line = { step: 150, 'val/accuracy': accuracy, 'val/distinct_correct': distinct, 'val/matching/entropy': 1, 'val/matching/kl': 0.5 };
+      fs.writeFileSync(path.join(dir, name, 'metrics.jsonl'), JSON.stringify(line) + '\n');
+    }
+    const text = preregisteredTables(dir);
+    expect(text).to.include('(60 of 60 runs finished)').and.include('A* = 0.8200');
+    const primary = text.split('\n').filter((l) => l.startsWith('| flowrl-'));
+    expect(primary[0]).to.match(/^\| flowrl-recipe \| 5 \| .* \| \+0\.000 \[\+0\.000, \+0\.000\] \| 1\.0000 \| no \| 0 \| equivalent/);
+    expect(primary[1]).to.match(/^\| flowrl-matching \| 5 \| .* \| \+3\.200 \[.*\] \| 0\.0000 \| rejects \| 0 \| more distinct answers \|$/);
+    expect(primary[2]).to.match(/\| no \| 0 \| (not shown either way|equivalent \(within ±1\)) \|$/);
+    expectInputError(() => preregisteredTables(tempDir()), 'no finished run');
+  });
+});
+
 describe('examples/code: programming by example scored in the sandbox', function () {
   this.timeout(120_000);
   const CODE = path.join(ROOT, 'examples', 'code');

@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createHost, loadModel, NaiveRewardManager, scoreResponses, solveCountdown, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { correctSetMatching, matchingMetrics } from '../core-adapters/trainer/matching.js';
 import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';
+import { matchingTemperature } from '../core-adapters/trainer/trainer.js';
 import { buildReport } from '../core-adapters/report/report.js';
 import { fixture, flowrlInProcess, ROOT, tempDir, writeCountdownConfig } from './helpers.js';
 
@@ -56,13 +57,24 @@ describe('matching over correct answers', function () {
     expect(customManager.correctResponses(prompt)).to.equal(undefined);
   });
 
-  it('validation scores every listed answer under the policy and the reference, as scoring each directly does', async () => {
+  it('validation scores every listed answer under the policy and the reference at its own temperature, as scoring each directly does', async () => {
     const dir = tempDir();
     // The policy is the fixture's base; the reference another model with the same tokenizer (the
     // example's base). Two threads: the replicas load that reference on first use and score shards.
+    // Rollouts at 1.5, validation at 0.7: both are scored at 0.7, so runs at any rollout temperature compare.
     const referenceDir = path.join(ROOT, 'examples', 'countdown', 'base-model');
+    const T = 0.7;
+    expect(matchingTemperature({ temperature: 0, do_sample: false }), 'greedy validation').to.equal(1);
+    expect(matchingTemperature({ temperature: T, do_sample: true })).to.equal(T);
     const host = await createHost(writeCountdownConfig(dir), {
-      overrides: ['algorithm.name=grpo', `actor_rollout_ref.ref.model_path=${referenceDir}`, 'data.val_max_samples=6', 'engine.workers=2'],
+      overrides: [
+        'algorithm.name=grpo',
+        `actor_rollout_ref.ref.model_path=${referenceDir}`,
+        'data.val_max_samples=6',
+        'engine.workers=2',
+        'actor_rollout_ref.rollout.temperature=1.5',
+        `actor_rollout_ref.rollout.val_kwargs.temperature=${T}`,
+      ],
       quiet: true,
     });
     const trainer = host.container.get<Trainer>(TOKENS.Trainer);
@@ -81,7 +93,7 @@ describe('matching over correct answers', function () {
       tf.tidy(() => {
         const L = prompt.length + response.length;
         const seq = { batch: 1, promptLength: prompt.length, responseLength: response.length, inputIds: Int32Array.from([...prompt, ...response]), attentionMask: new Int32Array(L).fill(1) };
-        return tf.sum(scoreResponses(model, seq).logProbs).dataSync()[0];
+        return tf.sum(scoreResponses(model, seq, { temperature: T }).logProbs).dataSync()[0];
       });
     let klTotal = 0;
     for (const prompt of dataset.val) {

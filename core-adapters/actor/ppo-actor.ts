@@ -71,7 +71,7 @@ export class PPOActor implements Actor {
     // Rows split across the worker threads; each shard is scored whole, so the result is the same.
     const parts = await pool.runOnRowShards(
       batch.size,
-      (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared === true }),
+      (a, b) => ({ kind: 'log-prob', batch: batch.slice(a, b).toPlain(), withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared === true, temperature: options.temperature }),
       (a, b) => this.computeLogProbHere(batch.slice(a, b), options),
     );
     return {
@@ -89,7 +89,7 @@ export class PPOActor implements Actor {
     const sums: Float32Array[] = [];
     for (const part of batch.split(micro)) {
       const [lp, ent, sq] = tf.tidy(() => {
-        const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: this.temperature, withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared });
+        const out = scoreResponses(this.module.lm, sequenceBatch(part), { temperature: options.temperature ?? this.temperature, withEntropy: options.withEntropy, withSumPiSquared: options.withSumPiSquared });
         return [out.logProbs, out.entropy ?? tf.zeros([0]), out.sumPiSquared ?? tf.zeros([0])];
       });
       try {

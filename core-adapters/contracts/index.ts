@@ -35,6 +35,8 @@ export interface LogProbOptions {
   withEntropy: boolean;
   /** sum_v pi_v^2 per position (verl's actor.calculate_sum_pi_squared), for optimal_token_baseline. */
   withSumPiSquared?: boolean;
+  /** Scoring temperature; default the rollout's (validation's matching scores at its own). */
+  temperature?: number;
 }
 
 /** [B * R] each: log-probs, and what LogProbOptions asked for. */
@@ -116,9 +118,9 @@ export interface Worker {
   /** Changes of the policy's weights so far (updates and restores): the version rollout servers sample with, as ServerRollout counts them. */
   policyVersion(): number;
   /** The old policy's log-probs and entropies; with withSumPiSquared, also sum pi^2 (optimal_token_baseline). */
-  computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean }): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }>;
-  /** Reference log-probs; a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
-  computeRefLogProb(batch: Batch): Promise<Float32Array>;
+  computeLogProb(batch: Batch, options?: { withSumPiSquared?: boolean; temperature?: number }): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }>;
+  /** Reference log-probs (at the rollout temperature unless given); a run whose algorithm needs no reference loads it on first use (validation's matching metrics). */
+  computeRefLogProb(batch: Batch, options?: { temperature?: number }): Promise<Float32Array>;
   updateActor(batch: Batch, listeners?: ActorStepListener[]): Promise<Metrics>;
   /** Writes the actor (HF directory), its heads and optimizer state into dir. */
   saveCheckpoint(dir: string): Promise<void>;

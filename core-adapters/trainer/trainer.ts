@@ -51,6 +51,14 @@ function mean(values: ArrayLike<number>): number {
   return values.length ? total / values.length : 0;
 }
 
+/**
+ * The temperature validation's matching metrics score the policy and the reference at: validation's
+ * sampling temperature (val_kwargs.temperature), or 1 under greedy validation (T = 0 has no distribution).
+ */
+export function matchingTemperature(valKwargs: { temperature: number; do_sample: boolean }): number {
+  return valKwargs.do_sample && valKwargs.temperature > 0 ? valKwargs.temperature : 1;
+}
+
 /** Per-row sums of a [B, R] array over the mask, as plain numbers. */
 function rowSums(data: ArrayLike<number>, mask: ArrayLike<number>, rows: number): number[] {
   const width = data.length / rows;
@@ -781,8 +789,10 @@ export class RLTrainer implements Trainer {
     const R = Math.max(...responses.map((r) => r.length));
     const batch = new Batch({ tensors: sequencesFromSamples(prompts, responses, R, 0) });
     const mask = batch.tensor('response_mask').data;
-    const policy = rowSums((await this.worker.computeLogProb(batch)).logProbs, mask, batch.size);
-    const reference = rowSums(await this.worker.computeRefLogProb(batch), mask, batch.size);
+    // One temperature for every run, whatever its rollouts were drawn at.
+    const temperature = matchingTemperature(this.config.actor_rollout_ref.rollout.val_kwargs);
+    const policy = rowSums((await this.worker.computeLogProb(batch, { temperature })).logProbs, mask, batch.size);
+    const reference = rowSums(await this.worker.computeRefLogProb(batch, { temperature }), mask, batch.size);
     batch.dispose();
     let row = 0;
     return sets.map((set) => {

@@ -242,26 +242,26 @@ export class ActorRolloutRefWorker implements Worker {
     return this.weightChanges;
   }
 
-  computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean } = {}): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }> {
+  computeLogProb(batch: Batch, options: { withSumPiSquared?: boolean; temperature?: number } = {}): Promise<{ logProbs: Float32Array; entropy: Float32Array; sumPiSquared?: Float32Array }> {
     return onRankRows(this.ranks, batch, async (rows) => {
-      const { logProbs, entropy, sumPiSquared } = await this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared });
+      const { logProbs, entropy, sumPiSquared } = await this.actor.computeLogProb(rows, { withEntropy: true, withSumPiSquared: options.withSumPiSquared, temperature: options.temperature });
       return { logProbs, entropy: entropy!, sumPiSquared };
     });
   }
 
-  async computeRefLogProb(whole: Batch): Promise<Float32Array> {
-    return (await onRankRows(this.ranks, whole, async (batch) => ({ refLogProbs: await this.computeRefLogProbOnThreads(batch) }))).refLogProbs;
+  async computeRefLogProb(whole: Batch, options: { temperature?: number } = {}): Promise<Float32Array> {
+    return (await onRankRows(this.ranks, whole, async (batch) => ({ refLogProbs: await this.computeRefLogProbOnThreads(batch, options.temperature) }))).refLogProbs;
   }
 
   /** Reference log-probs of `batch`'s rows on this rank, split across the pool's threads. */
-  private async computeRefLogProbOnThreads(batch: Batch): Promise<Float32Array> {
+  private async computeRefLogProbOnThreads(batch: Batch, temperature?: number): Promise<Float32Array> {
     const pool = this.module.pool;
-    if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch);
+    if (!pool || batch.size < 2) return this.computeRefLogProbHere(batch, temperature);
     return concatFloat32(
       await pool.runOnRowShards(
         batch.size,
-        (a, b) => ({ kind: 'ref-log-prob', batch: batch.slice(a, b).toPlain() }),
-        (a, b) => this.computeRefLogProbHere(batch.slice(a, b)),
+        (a, b) => ({ kind: 'ref-log-prob', batch: batch.slice(a, b).toPlain(), temperature }),
+        (a, b) => this.computeRefLogProbHere(batch.slice(a, b), temperature),
       ),
     );
   }
@@ -270,12 +270,11 @@ export class ActorRolloutRefWorker implements Worker {
    * Reference log-probs on this thread, in ref.log_prob_micro_batch_size pieces. A run whose
    * algorithm reads no reference loads it on first use (validation's matching metrics) and keeps it.
    */
-  async computeRefLogProbHere(batch: Batch): Promise<Float32Array> {
+  async computeRefLogProbHere(batch: Batch, temperature = this.config.actor_rollout_ref.rollout.temperature || 1): Promise<Float32Array> {
     this.loadReference();
     const lm = this.module.lm;
     const reference = lm.adapters ? lm : this.reference!;
     const micro = this.config.actor_rollout_ref.ref.log_prob_micro_batch_size;
-    const temperature = this.config.actor_rollout_ref.rollout.temperature || 1;
     const parts: Float32Array[] = [];
     for (const part of batch.split(micro)) {
       const lp = tf.tidy(() => reference.withoutAdapters(() => scoreResponses(reference, sequenceBatch(part), { temperature }).logProbs));
