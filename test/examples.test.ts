@@ -224,12 +224,35 @@ describe('examples/countdown: the main job', function () {
     expect(val.filter((k) => train.has(k))).to.deep.equal([]);
   });
 
-  it("has a base policy in the 15-50 % band: validation Avg@8 at the paper's temperature 0.6, top-p 0.95", async () => {
-    const run = await flowrlInProcess(['eval', path.join(COUNTDOWN, 'flowrl.yaml'), `trainer.default_local_dir=${tempDir()}`, 'trainer.progress=false']);
+  it("has a base policy in the 15-50 % band (validation Avg@8 at the paper's temperature 0.6, top-p 0.95), and the README prints npm start's block: its rows, and the base's column as the base scores", async () => {
+    const run = await flowrlInProcess(['eval', path.join(COUNTDOWN, 'flowrl-matching.yaml'), `trainer.default_local_dir=${tempDir()}`, 'trainer.progress=false']);
     expect(run.status, run.stderr).to.equal(0);
     const metrics = JSON.parse(run.stdout);
     expect(metrics['val/k']).to.equal(8);
     expect(metrics['val/accuracy']).to.be.within(0.15, 0.5);
+    // The README's block after "What `npm start` prints": the summary npm start ends with. Its step-0
+    // column is the base's validation, which this eval repeats (the same seed and settings); the
+    // last column needs the 120 steps, so only its presence is checked here.
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const block = /What `npm start` prints[\s\S]*?```\n([\s\S]*?)```/.exec(readme)?.[1].trim().split('\n');
+    expect(block, 'the README block').to.not.equal(undefined);
+    expect(block![0]).to.match(/^validation\s+step 0\s+step 120$/);
+    const rows: [string, string][] = [
+      ['accuracy (mean over k samples)', 'val/accuracy'],
+      ['pass@8', 'val/pass@k'],
+      ['distinct correct per prompt', 'val/distinct_correct'],
+      ['entropy over correct (nats)', 'val/correct_entropy'],
+      ['entropy over all correct', 'val/matching/entropy'],
+      ["  the reference's", 'val/matching/ref_entropy'],
+      ['KL to reference over correct', 'val/matching/kl'],
+    ];
+    expect(block!.slice(1, 1 + rows.length).map((line) => line.slice(0, 32).trimEnd())).to.deep.equal(rows.map(([label]) => label));
+    rows.forEach(([label, key], i) => {
+      const cells = block![1 + i].slice(32).trim().split(/\s+/);
+      expect(cells, label).to.have.length(2);
+      expect(cells[0], `${label}, step 0`).to.equal(metrics[key].toFixed(3));
+    });
+    expect(block!.slice(1 + rows.length)).to.deep.equal(['run directory: runs/countdown-flowrl-matching', 'report: runs/countdown-flowrl-matching/report.html']);
   });
 });
 

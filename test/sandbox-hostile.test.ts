@@ -55,7 +55,9 @@ class Permissive extends Sandbox {
 }
 const limits = { wallSeconds: 2, cpuSeconds: 1, memoryMb: 256, processes: 16, outputBytes: 65536, tmpMb: 16 };
 const checks = await hostileChecks(new Sandbox({ limits, concurrency: 8 }), new Permissive({ limits, concurrency: 4 }));
-const batch = await hostileBatch(new Sandbox({ limits, concurrency: 16 }));
+// 64 at once: wall three times the CPU limit (reward_model.code.wall_factor's default), since 16 runs
+// share two cores with the hogs and the correct programs among them may wait for a core.
+const batch = await hostileBatch(new Sandbox({ limits: { ...limits, wallSeconds: 3 }, concurrency: 16 }));
 console.log(JSON.stringify({ uid: process.getuid(), bounds: new Sandbox({ limits }).describeBounds(), checks, batch }));
 `;
 
