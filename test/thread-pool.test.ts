@@ -86,7 +86,7 @@ describe('data-parallel workers in the RL trainer', function () {
   });
 
   for (const [algorithm, loraRank] of [['grpo', 0], ['flowrl', 0], ['flowrl', 4]] as const) {
-    it(`${algorithm}${loraRank ? ' with LoRA (the frozen base shared with the threads)' : ''}: two threads (micro-batches and rollouts split) match one thread to float tolerance`, async () => {
+    it(`${algorithm}${loraRank ? ' with LoRA (the frozen base shared with the threads)' : ''}: three threads (micro-batches and rollouts split unevenly) match one thread to float tolerance, the loss metrics too`, async () => {
       const run = async (workers: number) => {
         const dir = tempDir();
         const file = writeCountdownConfig(dir, {
@@ -104,11 +104,15 @@ describe('data-parallel workers in the RL trainer', function () {
         return readRunMetrics(path.join(dir, 'run'));
       };
       const single = await run(1);
-      const parallel = await run(2);
+      // 16 rows a mini-batch over 3 threads: pieces of 6, 5 and 5 rows.
+      const parallel = await run(3);
       expect(parallel.length).to.equal(single.length);
-      // Per-micro-batch averages (clip fractions, ...) are averaged over shards, so compare what the
-      // summed gradients and the rollouts determine: gradient norms, rewards, lengths, entropies.
-      const determined = (key: string) => key === 'actor/grad_norm' || key === 'actor/entropy' || key.startsWith('critic/') || key.startsWith('response_length/');
+      // Token means within a piece (clip fractions, ...) are averaged over pieces by their rows, so
+      // compare what the summed gradients and the rollouts determine: gradient norms, rewards,
+      // lengths, entropies, and the losses (each piece's metric weighs its share of the rows).
+      const losses = ['actor/pg_loss', 'actor/final_loss'];
+      const determined = (key: string) => key === 'actor/grad_norm' || key === 'actor/entropy' || losses.includes(key) || key.startsWith('critic/') || key.startsWith('response_length/');
+      expect(Object.keys(single[0]).some((key) => losses.includes(key)), 'a loss metric is compared').to.equal(true);
       single.forEach((m, i) => {
         for (const [key, value] of Object.entries(m)) {
           if (!determined(key)) continue;

@@ -275,20 +275,20 @@ export class PPOActor implements Actor {
    * loss, so the sum over pieces, threads and ranks is the same.
    */
   protected async accumulateMicroBatch(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, averages: MetricAverager): Promise<void> {
-    if (this.ranks.size === 1) return this.accumulateRows(micro, part, mini, grads, (m) => averages.add(m));
+    if (this.ranks.size === 1) return this.accumulateRows(micro, part, mini, grads, (m, weight) => averages.add(m, weight));
     const [a, b] = rankRows(this.ranks, micro.size);
-    const mine: Metrics[] = [];
-    if (b > a) await this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m) => mine.push(m));
-    for (const m of gatherValues(this.ranks, mine).flat()) averages.add(m);
+    const mine: [Metrics, number][] = [];
+    if (b > a) await this.accumulateRows(micro.slice(a, b), { ...part, share: (b - a) / mini.size, firstRow: part.firstRow + a }, mini, grads, (m, weight) => mine.push([m, weight]));
+    for (const [m, weight] of gatherValues(this.ranks, mine).flat()) averages.add(m, weight);
   }
 
-  /** Gradients of rows of a micro-batch on this rank, split across the pool's threads when it has one. */
-  private async accumulateRows(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, record: (metrics: Metrics) => void): Promise<void> {
+  /** Gradients of rows of a micro-batch on this rank, split across the pool's threads when it has one; each piece's metrics weigh its share. */
+  private async accumulateRows(micro: Batch, part: MicroBatchShare, mini: Batch, grads: Map<string, tf.Tensor>, record: (metrics: Metrics, weight: number) => void): Promise<void> {
     const pool = this.module.pool;
     if (!pool || micro.size < 2) {
       const local = await this.microBatchGradients(micro, part);
       accumulateGradients(grads, local.grads);
-      local.metrics.forEach(record);
+      local.metrics.forEach((m) => record(m, part.share));
       return;
     }
     const ranges = shardRanges(micro.size, pool.size);
@@ -300,7 +300,7 @@ export class PPOActor implements Actor {
       grads,
     );
     accumulateGradients(grads, local.grads);
-    for (const metrics of [local.metrics, ...(results as Metrics[][])]) metrics.forEach(record);
+    [local.metrics, ...(results as Metrics[][])].forEach((metrics, i) => metrics.forEach((m) => record(m, parts[i].share)));
   }
 
   async updatePolicy(batch: Batch, listeners: ActorStepListener[] = []): Promise<Metrics> {

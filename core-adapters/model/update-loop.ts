@@ -6,16 +6,20 @@ import type { Metrics } from '../metrics.js';
 import type { Rng } from '../random.js';
 import { clippedStep, type AdamW } from './optim.js';
 
-/** Averages of metric values collected over micro-batches. */
+/**
+ * Averages of metric values collected over micro-batches, each weighted (default 1). A piece of a
+ * mini-batch weighs its share of the rows, so pieces of uneven size (threads, ranks, a short last
+ * micro-batch) average to what the mini-batch whole gives: the sum of the pieces' losses.
+ */
 export class MetricAverager {
   private readonly sums = new Map<string, { total: number; count: number }>();
 
-  add(metrics: Metrics): void {
+  add(metrics: Metrics, weight = 1): void {
     for (const [k, v] of Object.entries(metrics)) {
       const entry = this.sums.get(k) ?? { total: k.endsWith('_min') ? Infinity : k.endsWith('_max') ? -Infinity : 0, count: 0 };
       // A range's ends (verl's MIN and MAX aggregations, *_min and *_max) are the extremes, not means.
-      entry.total = k.endsWith('_min') ? Math.min(entry.total, v) : k.endsWith('_max') ? Math.max(entry.total, v) : entry.total + v;
-      entry.count += 1;
+      entry.total = k.endsWith('_min') ? Math.min(entry.total, v) : k.endsWith('_max') ? Math.max(entry.total, v) : entry.total + v * weight;
+      entry.count += weight;
       this.sums.set(k, entry);
     }
   }

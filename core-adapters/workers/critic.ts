@@ -112,7 +112,7 @@ export class ValueCritic implements Critic {
         const global = denominators.global;
         // Under data-parallel ranks each takes its rows (the loss is additive over rows with the mini-batch's denominators).
         const [a, b] = rankRows(this.ranks, whole.size);
-        const mine: Metrics[] = [];
+        const mine: [Metrics, number][] = [];
         if (b > a) {
           const micro = this.ranks.size === 1 ? whole : whole.slice(a, b);
           let pending: PendingMetrics = {};
@@ -124,9 +124,10 @@ export class ValueCritic implements Critic {
           }, this.params);
           loss.dispose();
           accumulateGradients(grads, g);
-          mine.push(await readMetrics(pending, 'critic loss metrics'));
+          // Weighed by its share of the mini-batch's rows, so uneven pieces average to the whole's loss.
+          mine.push([await readMetrics(pending, 'critic loss metrics'), micro.size / mini.size]);
         }
-        for (const m of this.ranks.size === 1 ? mine : gatherValues(this.ranks, mine).flat()) averages.add(m);
+        for (const [m, weight] of this.ranks.size === 1 ? mine : gatherValues(this.ranks, mine).flat()) averages.add(m, weight);
       },
       sumGradients: this.ranks.size > 1 ? (grads) => sumGradientsOverRanks(this.ranks, grads, this.params) : undefined,
       optimizer: this.optimizer,
