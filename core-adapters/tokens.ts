@@ -44,6 +44,9 @@ export const TOKENS = {
 /** The name of a binding in TOKENS. */
 export type TokenName = keyof typeof TOKENS;
 
+/** Contribution points: many bindings each (multiInject), so a plugin adds to them with bind. */
+export const CONTRIBUTION_POINTS: TokenName[] = ['RewardShaper', 'Command', 'MetricsSink'];
+
 /** Bindings a plugin manifest may declare as overridden. */
 export const OVERRIDABLE_BINDINGS: TokenName[] = [
   'Worker',

@@ -241,6 +241,26 @@ describe('plugins', () => {
     it('a rebind the manifest does not declare in overrides is refused', async () => {
       await expectHostError(configWith([fixture('plugins', 'undeclared', 'plugin.json')]), {}, 'undeclared', 'rebinds Actor', "which 'overrides' does not list");
     });
+
+    it('bind of a host role (instead of rebind) is refused, naming it and the fix, declared or not; bind of a contribution point is not', async () => {
+      const inversify = JSON.stringify(import.meta.resolve('inversify'));
+      const core = JSON.stringify(pathToFileURL(path.join(ROOT, 'core-adapters', 'index.ts')).href);
+      const binding = (overrides: string[], body: string) => {
+        const file = writeManifest((m) => {
+          m.entry = 'entry.mjs';
+          m.overrides = overrides;
+          delete m.source;
+        });
+        fs.writeFileSync(path.join(path.dirname(file), 'entry.mjs'), `import { ContainerModule } from ${inversify};\nimport { RLTrainer, TOKENS } from ${core};\nexport default new ContainerModule(({ bind }) => { ${body} });\n`);
+        return file;
+      };
+      for (const overrides of [[], ['Trainer']]) {
+        await expectHostError(configWith([binding(overrides, 'bind(TOKENS.Trainer).to(RLTrainer).inSingletonScope();')]), {}, 'binds Trainer, which the host binds already', 'rebind(TOKENS.Trainer)', "list Trainer in 'overrides'");
+      }
+      const sink = binding([], 'bind(TOKENS.MetricsSink).toConstantValue({ log() {} });');
+      const host = await createHost(configWith([sink]), { skipEngine: true });
+      expect(host.container.getAll(TOKENS.MetricsSink).length).to.be.at.least(2);
+    });
   });
 
   describe('an algorithm that names its policy loss', () => {

@@ -11,7 +11,7 @@ import type { ScorerRegistry } from '../rewards/registry.js';
 import type { ToolRegistry } from '../tools/registry.js';
 import { InputError } from '../errors.js';
 import { PACKAGE_ROOT } from '../package-root.js';
-import { OVERRIDABLE_BINDINGS, TOKENS, type TokenName } from '../tokens.js';
+import { CONTRIBUTION_POINTS, OVERRIDABLE_BINDINGS, TOKENS, type TokenName } from '../tokens.js';
 import type { PluginManifest } from './manifest.js';
 
 /** The host's registries by name, where a plugin entry function adds its estimators, losses, scorers and tool classes. */
@@ -229,9 +229,18 @@ export function guardedModule(module: ContainerModule, manifest: PluginManifest,
     }
     replaced.set(role, manifest);
   };
+  // A second binding of a one-binding role makes every lookup of it ambiguous: refused before it is made.
+  const checkBind = (id: unknown) => {
+    const role = ROLE_OF.get(id);
+    if (!role || !OVERRIDABLE_BINDINGS.includes(role) || CONTRIBUTION_POINTS.includes(role)) return;
+    throw new InputError(
+      `${manifest.file}: its entry binds ${role}, which the host binds already (a second binding is ambiguous); replace it with rebind(TOKENS.${role}) and list ${role} in 'overrides'${manifest.overrides.includes(role) ? '' : ` (overrides: [${manifest.overrides.join(', ')}])`}`,
+    );
+  };
   return new ContainerModule(async (options: ContainerModuleLoadOptions) => {
     await module.load({
       ...options,
+      bind: (id) => (checkBind(id), options.bind(id)),
       rebind: (id) => (check(id, 'rebind'), options.rebind(id)),
       rebindAsync: (id) => (check(id, 'rebind'), options.rebindAsync(id)),
       unbind: (id) => (check(id, 'unbind'), options.unbind(id)),
