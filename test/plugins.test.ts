@@ -17,7 +17,7 @@ import {
 import { type HostOptions } from '../core-adapters/host.js';
 import { HOST_VERSION } from '../core-adapters/package-root.js';
 import { evalCommand } from '../core-adapters/cli/rl-commands.js';
-import { expectInputErrorAsync, fixture, ROOT, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
+import { expectInputErrorAsync, fixture, ROOT, runBuiltFlowrl, runFlowrl, tempDir, writeCountdownConfig, type CliResult } from './helpers.js';
 
 const TOY_DIR = fixture('plugins', 'toy');
 type ToyModule = typeof import('./fixtures/plugins/toy/index.js');
@@ -273,6 +273,39 @@ describe('plugins', () => {
       expect(other.config.actor_rollout_ref.actor.policy_loss.loss_mode).to.equal('cispo');
       const grpo = await createHost(configWith([plugin]), { skipEngine: true });
       expect(grpo.config.actor_rollout_ref.actor.policy_loss.loss_mode).to.equal('vanilla');
+    });
+  });
+
+  describe('a build older than its sources', () => {
+    it('the built command warns naming the newest source the build predates: the entry\'s, or a module beside it; tests and dependencies do not count', async function () {
+      this.timeout(120_000);
+      const dir = tempDir('flowrl-stale-');
+      fs.mkdirSync(path.join(dir, 'dist'));
+      fs.mkdirSync(path.join(dir, 'test'));
+      fs.mkdirSync(path.join(dir, 'node_modules', 'dep'), { recursive: true });
+      fs.writeFileSync(path.join(dir, 'plugin.json'), JSON.stringify({ name: 'stale', version: '1.0.0', host: '>=0.0.0', entry: 'dist/index.js', source: 'index.ts', algorithms: [], overrides: [] }));
+      fs.writeFileSync(path.join(dir, 'dist', 'index.js'), `import { ContainerModule } from ${JSON.stringify(import.meta.resolve('inversify'))};\nexport default new ContainerModule(() => {});\n`);
+      fs.writeFileSync(path.join(dir, 'index.ts'), "export { default } from './helper.js';\n");
+      fs.writeFileSync(path.join(dir, 'helper.ts'), 'export default 1;\n');
+      fs.writeFileSync(path.join(dir, 'test', 'stale.test.ts'), '');
+      fs.writeFileSync(path.join(dir, 'node_modules', 'dep', 'index.ts'), '');
+      fs.writeFileSync(path.join(dir, 'list.yaml'), 'plugins: [./plugin.json]\n');
+      const at = (file: string, hoursAgo: number) => fs.utimesSync(path.join(dir, file), new Date(Date.now() - hoursAgo * 3_600_000), new Date(Date.now() - hoursAgo * 3_600_000));
+      const list = () => runBuiltFlowrl(['plugins', path.join(dir, 'list.yaml')]);
+      // The build after every source: silent, though a test and a dependency are newer.
+      at('index.ts', 3);
+      at('helper.ts', 3);
+      at('dist/index.js', 2);
+      const fresh = await list();
+      expect(fresh.status, fresh.stderr).to.equal(0);
+      expect(fresh.stderr).to.not.include('is older than');
+      // A module the entry imports changed after the build: named.
+      at('helper.ts', 1);
+      const stale = await list();
+      expect(stale.stderr).to.include('plugin stale: ').and.include('dist/index.js is older than').and.include('helper.ts');
+      // The entry's own source newer: it is the one named.
+      at('index.ts', 0.5);
+      expect((await list()).stderr).to.match(/is older than \S*index\.ts;/);
     });
   });
 

@@ -45,6 +45,41 @@ function typeScriptLoads(): boolean {
   return /--(?:import|loader|experimental-loader|require)[=\s]+["']?tsx(?:\/[\w-]+)?["']?(?:\s|$)/.test(flags) || /[\\/]node_modules[\\/]tsx[\\/]/.test(flags);
 }
 
+const SOURCE_FILE = /\.(?:[mc]?ts|tsx)$/;
+// Not the plugin's sources: dependencies, build output, tests.
+const NOT_SOURCES = new Set(['node_modules', 'dist', 'build', 'test', 'tests']);
+
+/**
+ * The newest TypeScript source under `dir` changed after `than` (ms), or undefined: the modules a
+ * plugin's entry imports live beside it. Declarations, tests and build output are left out; the
+ * walk stops after 5,000 entries (a plugin, not a monorepo).
+ */
+function newestSource(dir: string, entry: string, than: number): string | undefined {
+  let newest: { file: string; mtime: number } | undefined;
+  let budget = 5000;
+  const entryDir = path.dirname(entry);
+  const walk = (at: string) => {
+    let names: fs.Dirent[];
+    try {
+      names = fs.readdirSync(at, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const d of names) {
+      if (--budget < 0) return;
+      const file = path.join(at, d.name);
+      if (d.isDirectory()) {
+        if (!d.name.startsWith('.') && !NOT_SOURCES.has(d.name) && file !== entryDir) walk(file);
+      } else if (d.isFile() && SOURCE_FILE.test(d.name) && !d.name.endsWith('.d.ts') && !/\.test\.[mc]?tsx?$/.test(d.name)) {
+        const mtime = fs.statSync(file).mtimeMs;
+        if (mtime > than && (!newest || mtime > newest.mtime)) newest = { file, mtime };
+      }
+    }
+  };
+  walk(dir);
+  return newest?.file;
+}
+
 function entryFile(manifest: PluginManifest): string {
   const dir = path.dirname(manifest.file);
   const resolve = (f: string | undefined) => (f && fs.existsSync(path.resolve(dir, f)) ? path.resolve(dir, f) : undefined);
@@ -58,9 +93,12 @@ function entryFile(manifest: PluginManifest): string {
   const sourceRuns = insideHost ? HOST_RUNS_FROM_SOURCE : !installed && typeScriptLoads();
   if (source && (sourceRuns || !entry)) return source;
   if (entry) {
-    // A build older than its source runs code the author has since changed: said, not silent.
-    if (source && fs.statSync(source).mtimeMs > fs.statSync(entry).mtimeMs) {
-      console.warn(`[flowrl] plugin ${manifest.name}: ${path.relative(process.cwd(), entry) || entry} is older than ${path.relative(process.cwd(), source) || source}; running the build (rebuild it, or run with NODE_OPTIONS=--import=tsx to load the source)`);
+    // A build older than its sources (the entry's source or a module beside it that it may import)
+    // runs code the author has since changed: said, not silent.
+    const built = fs.statSync(entry).mtimeMs;
+    const newer = !source ? undefined : fs.statSync(source).mtimeMs > built ? source : newestSource(path.dirname(source), entry, built);
+    if (newer) {
+      console.warn(`[flowrl] plugin ${manifest.name}: ${path.relative(process.cwd(), entry) || entry} is older than ${path.relative(process.cwd(), newer) || newer}; running the build (rebuild it, or run with NODE_OPTIONS=--import=tsx to load the source)`);
     }
     return entry;
   }
