@@ -187,6 +187,19 @@ describe('data-parallel ranks over MPI', function () {
       expect(run.stderr.match(/rank 1's config differs from rank 0's at trainer\.seed \(rank 0: 3, rank 1: 4\); every rank must run the same command/g)).to.have.length(1);
     });
 
+    it('ranks on different engine paths (one without the native addon) stop with one message naming what differs', () => {
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 1 } });
+      const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, BUILT_CLI, 'train', config, ':', '-np', '1', 'env', 'FLOWRL_NATIVE=off', process.execPath, BUILT_CLI, 'train', config], {
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: MPI_ENV,
+      });
+      expect(run.status).to.not.equal(0);
+      expect(run.stderr.match(/rank 1's engine path differs from rank 0's at kernels/g), run.stderr).to.have.length(1);
+      expect(run.stderr).to.include('every rank must compute the same way');
+    });
+
     it('a rank that dies ends the job on every rank, bounded, and the same command resumes from rank 0\'s checkpoint', async () => {
       const dir = tempDir();
       const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 4, test_freq: 0, save_freq: 1, val_before_train: false } });

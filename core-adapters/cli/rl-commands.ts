@@ -19,6 +19,7 @@ import { REPORT_FILE, writeReport } from '../report/report.js';
 import { runSft } from '../trainer/sft.js';
 import type { RankWorld } from '../engine/mpi.js';
 import { configDifference, gatherValues } from '../workers/ranks.js';
+import { resolveThreadCount } from '../engine/thread-pool.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
 import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
 import { GGUF_DTYPES, writeGguf, type GgufDtype } from '../model/gguf.js';
@@ -113,10 +114,13 @@ export async function trainCommand(argv: string[]): Promise<void> {
   const { config, requirements, plugins, replacements } = host;
   const ranks = host.container.get<RankWorld>(TOKENS.Ranks);
   if (ranks.size > 1) {
-    const difference = configDifference(ranks, config);
+    // The same command, and the same arithmetic: ranks whose kernels or threads differ sum their
+    // gradients in other orders and their weights drift apart from the first step.
+    const enginePath = { backend: host.engine?.backend, simd: host.engine?.simd, kernels: host.engine?.accelerations, blasMissing: host.engine?.blasMissing ?? false, threads: resolveThreadCount(config.engine.workers) };
+    const difference = configDifference(ranks, config)?.concat('; every rank must run the same command') ?? configDifference(ranks, enginePath, 'engine path')?.concat('; every rank must compute the same way (the native addon, its BLAS, the threads: FLOWRL_NATIVE, FLOWRL_BLAS, FLOWRL_WORKERS), or their weights drift apart');
     if (difference) {
       // One message, from rank 0; the others leave quietly (mpirun then ends the job).
-      if (ranks.rank === 0) throw new InputError(`${difference}; every rank must run the same command`);
+      if (ranks.rank === 0) throw new InputError(difference);
       process.exit(2);
     }
   }

@@ -109,11 +109,11 @@ export async function sumGradientsOverRanks(ranks: RankWorld, grads: Map<string,
  * The ranks run one command: a rank whose resolved config differs from rank 0's would train
  * something else in lock-step with it. Returns the first difference (key and both values), if any.
  */
-export function configDifference(ranks: RankWorld, config: unknown): string | undefined {
+export function configDifference(ranks: RankWorld, config: unknown, what = 'config'): string | undefined {
   const all = gatherValues(ranks, config);
   for (let r = 1; r < all.length; r++) {
     const diff = firstDifference(all[0], all[r], '');
-    if (diff) return `rank ${r}'s config differs from rank 0's at ${diff.key || '(the whole config)'} (rank 0: ${JSON.stringify(diff.first)}, rank ${r}: ${JSON.stringify(diff.other)})`;
+    if (diff) return `rank ${r}'s ${what} differs from rank 0's at ${diff.key || `(the whole ${what})`} (rank 0: ${JSON.stringify(diff.first)}, rank ${r}: ${JSON.stringify(diff.other)})`;
   }
   return undefined;
 }
