@@ -29,8 +29,17 @@ function mpirun(ranks: number, nodeArgs: string[], env: Record<string, string> =
 }
 
 /** Two ranks training `config` under mpirun in the background, once its first step is logged in `runDir`. */
+/**
+ * mpirun started as docs/data-parallel.md says, from a project whose node_modules/.bin/flowrl is the
+ * installed command (here a link to this checkout's bin/flowrl.js): the ranks are node itself, so
+ * mpirun's SIGUSR1 reaches them (through npx it would reach npm, which dies of it).
+ */
 async function trainingStarted(config: string, runDir: string) {
-  const job = spawn('mpirun', ['-np', '2', '--oversubscribe', process.execPath, BUILT_CLI, 'train', config], { env: MPI_ENV, stdio: ['ignore', 'pipe', 'pipe'] });
+  const project = tempDir();
+  fs.mkdirSync(path.join(project, 'node_modules', '.bin'), { recursive: true });
+  fs.symlinkSync(path.join(ROOT, 'bin', 'flowrl.js'), path.join(project, 'node_modules', '.bin', 'flowrl'));
+  expectFreshDist();
+  const job = spawn('mpirun', ['-np', '2', '--oversubscribe', 'node_modules/.bin/flowrl', 'train', config], { cwd: project, env: { ...MPI_ENV, PATH: `${path.dirname(process.execPath)}:${process.env.PATH}` }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   job.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
   const exited = new Promise<number | null>((resolve) => job.on('exit', (code) => resolve(code)));
