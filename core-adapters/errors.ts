@@ -30,6 +30,17 @@ export class RunStopped extends Error {
 }
 
 /**
+ * A data-parallel rank stopping for a reason every rank found together, which rank 0 reports: the
+ * CLI exits with the code without a message, so the job prints it once.
+ */
+export class ReportedByRankZero extends Error {
+  constructor(readonly exitCode = 2) {
+    super('stopped with rank 0 (which says why)');
+    this.name = 'ReportedByRankZero';
+  }
+}
+
+/**
  * Every rollout server stopped answering. The trainer saves a checkpoint of the last finished step
  * first; the CLI prints the message and exits with code 3, and the same command resumes.
  */

@@ -75,11 +75,17 @@ describe('data-parallel ranks over MPI', function () {
     expect(gatherValues(SINGLE_RANK, { loss: NaN, rows: Float32Array.of(1, 2) })).to.deep.equal([{ loss: NaN, rows: Float32Array.of(1, 2) }]);
   });
 
-  it('a launch of several ranks without the MPI addon stops with one message naming the addon and how to build it', () => {
+  it('a launch of several ranks without the MPI addon, or with one that does not load, stops with one message naming the addon and what to do', () => {
     const saved = process.env.FLOWRL_MPI_ADDON;
     process.env.FLOWRL_MPI_ADDON = '/nonexistent/flowrl_mpi.node';
     try {
       expectInputError(() => rankWorld(10, { OMPI_COMM_WORLD_SIZE: '2' }), 'one of 2 ranks', '/nonexistent/flowrl_mpi.node', 'libopenmpi-dev');
+      // One that exists but does not load (built elsewhere, damaged): one line, not a stack trace.
+      const broken = path.join(tempDir(), 'flowrl_mpi.node');
+      fs.writeFileSync(broken, 'not a shared object');
+      process.env.FLOWRL_MPI_ADDON = broken;
+      const error = expectInputError(() => rankWorld(10, { OMPI_COMM_WORLD_SIZE: '2' }), 'one of 2 ranks', `MPI addon (${broken}) does not load`, 'rebuild it on this machine');
+      expect(error.message.split('\n')).to.have.length(1);
     } finally {
       if (saved === undefined) delete process.env.FLOWRL_MPI_ADDON;
       else process.env.FLOWRL_MPI_ADDON = saved;
@@ -207,6 +213,24 @@ describe('data-parallel ranks over MPI', function () {
       expect(run.status).to.not.equal(0);
       expect(run.stderr.match(/rank 1's engine path differs from rank 0's at kernels/g), run.stderr).to.have.length(1);
       expect(run.stderr).to.include('every rank must compute the same way');
+    });
+
+    it('a run directory the ranks do not share stops the fresh run at once with one message naming the rank and host', function () {
+      // Rank 1 in its own mount namespace with an empty tmpfs over the run directory: a machine that lacks rank 0's files.
+      if (process.getuid?.() !== 0 || spawnSync('unshare', ['--version']).status !== 0) this.skip();
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 1 } });
+      const runDir = path.join(dir, 'run');
+      fs.mkdirSync(runDir);
+      const blind = `mount -t tmpfs tmpfs ${JSON.stringify(runDir)} && exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BUILT_CLI)} train ${JSON.stringify(config)}`;
+      const run = spawnSync('mpirun', ['-np', '1', '--oversubscribe', process.execPath, BUILT_CLI, 'train', config, ':', '-np', '1', 'unshare', '-m', '--propagation', 'private', 'sh', '-c', blind], {
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: MPI_ENV,
+      });
+      expect(run.status).to.not.equal(0);
+      expect(run.stderr.match(/is not shared by the ranks: rank 1 on \S+ does not see the lock rank 0 took/g), run.stderr).to.have.length(1);
+      expect(fs.existsSync(path.join(runDir, 'metrics.jsonl')), 'no step was trained').to.equal(false);
     });
 
     it('a rank that dies ends the job on every rank, bounded, and the same command resumes from rank 0\'s checkpoint', async () => {

@@ -1,8 +1,9 @@
 // The flowrl command's subcommands, one per job, and its dispatcher. Bad input exits 2 with one
 // message, no stack. (cli/main.ts runs it; tests call main in-process.)
-import { launchedRanks } from '../engine/mpi.js';
+import os from 'node:os';
+import { launchedRank, launchedRanks } from '../engine/mpi.js';
 import 'reflect-metadata';
-import { GpuDeviceError, InputError, RolloutUnavailable, RunStopped } from '../errors.js';
+import { GpuDeviceError, InputError, ReportedByRankZero, RolloutUnavailable, RunStopped } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
@@ -86,9 +87,12 @@ export async function main(argv: string[]): Promise<number> {
     await run();
     return 0;
   } catch (e) {
+    if (e instanceof ReportedByRankZero) return e.exitCode;
+    // Under mpirun, which rank on which machine: a file one machine lacks is found by its rank alone.
+    const where = launchedRanks() > 1 ? `rank ${launchedRank()} on ${os.hostname()}: ` : '';
     // The GPU failing under a run is not a bug here either: its message names the operation.
     if (e instanceof InputError || e instanceof RunStopped || e instanceof RolloutUnavailable || e instanceof GpuDeviceError) {
-      console.error(`flowrl ${name}: ${e.message}`);
+      console.error(`flowrl ${name}: ${where}${e.message}`);
       return e.exitCode;
     }
     // Printed here: rethrown, the wasm runtime's exception hook would dump its own source.

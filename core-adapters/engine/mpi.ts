@@ -38,6 +38,12 @@ export function launchedRanks(env: NodeJS.ProcessEnv = process.env): number {
   return Number.isInteger(size) && size > 0 ? size : 1;
 }
 
+/** This process's rank as the launcher numbered it (0 outside one). */
+export function launchedRank(env: NodeJS.ProcessEnv = process.env): number {
+  const rank = Number(env.OMPI_COMM_WORLD_RANK ?? env.PMI_RANK ?? env.PMIX_RANK ?? 0);
+  return Number.isInteger(rank) && rank >= 0 ? rank : 0;
+}
+
 /** This process's share of the machine's cores when the launcher started several ranks on it (at least 1). */
 export function coresForThisRank(env: NodeJS.ProcessEnv = process.env): number {
   const ranksHere = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? 1) || 1;
@@ -78,7 +84,15 @@ export function rankWorld(timeoutSeconds: number, env: NodeJS.ProcessEnv = proce
       `launched as one of ${launched} ranks (mpirun), but flowrl's MPI addon is not built (${file}); install Open MPI's headers (apt-get install libopenmpi-dev) and rebuild it (npm rebuild flowrl, or node scripts/build-native.mjs in a checkout), or run without mpirun`,
     );
   }
-  const addon = createRequire(import.meta.url)(file) as MpiAddon;
+  let addon: MpiAddon;
+  try {
+    addon = createRequire(import.meta.url)(file) as MpiAddon;
+  } catch (e) {
+    // Built against another Open MPI, Node or machine (a copied tree, a changed library): said in one line.
+    throw new InputError(
+      `launched as one of ${launched} ranks (mpirun), but flowrl's MPI addon (${file}) does not load: ${((e as Error).message ?? String(e)).split('\n')[0]}; rebuild it on this machine (npm rebuild flowrl, or node scripts/build-native.mjs in a checkout), or run without mpirun`,
+    );
+  }
   const { rank, size } = addon.init();
   const timeoutMs = timeoutSeconds * 1000;
   // A failed collective means another rank is gone or stuck: every rank stops, not just this one.

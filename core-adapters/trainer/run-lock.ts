@@ -24,6 +24,12 @@ function alive(pid: number): boolean {
   }
 }
 
+/** Whether this process sees `runDir`'s lock as held by `owner` (a rank checks it sees rank 0's directory). */
+export function seesRunLock(runDir: string, owner: { pid: number; host: string }): boolean {
+  const seen = readOwner(path.join(runDir, RUN_LOCK_FILE));
+  return seen?.pid === owner.pid && seen.host === owner.host;
+}
+
 function readOwner(file: string): LockOwner | undefined {
   try {
     const owner = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<LockOwner>;

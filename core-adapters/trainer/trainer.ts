@@ -1,6 +1,7 @@
 // The core RL trainer (verl's RayPPOTrainer.fit) for every algorithm: rollout, reward, old and
 // reference log-probs, values, advantages, critic and actor updates, validation, checkpoints.
 // Algorithms differ only through the bindings it is given.
+import os from 'node:os';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inject, injectable, multiInject, optional } from 'inversify';
@@ -26,7 +27,7 @@ import type {
   Trainer,
   Worker,
 } from '../contracts/index.js';
-import { InputError, RolloutUnavailable } from '../errors.js';
+import { InputError, ReportedByRankZero, RolloutUnavailable } from '../errors.js';
 import type { RunRequirements } from '../plugins/algorithms.js';
 import { Rng } from '../random.js';
 import { TOKENS } from '../tokens.js';
@@ -40,7 +41,7 @@ import { correctSetMatching, matchingMetrics, type CorrectSetMatching } from './
 import { Teachers } from '../distillation/teachers.js';
 import { AsyncRollouts } from './async-rollouts.js';
 import { readTrainerState, TRAINER_STATE_FILE, type TrainerState } from './checkpoints.js';
-import { acquireRunLock } from './run-lock.js';
+import { acquireRunLock, seesRunLock } from './run-lock.js';
 import { isRunAware } from './metrics.js';
 import { validationMetrics } from './val-metrics.js';
 import { promptHash, StepRecordLog, VAL_GENERATIONS_FILE, ValPromptLog, type PromptMatchingRecord, type ValGeneration, type ValPromptRecord } from './val-prompts.js';
@@ -216,6 +217,7 @@ export class RLTrainer implements Trainer {
     if (this.ranks.size > 1) {
       const found = gatherValues(this.ranks, target?.step ?? 0);
       if (found.some((step) => step !== found[0])) {
+        if (!this.writes) throw new ReportedByRankZero();
         throw new InputError(`data-parallel ranks found different checkpoints to resume from in ${path.join(this.runDir, 'checkpoints')} (steps by rank: ${found.join(', ')}); the ranks need the run directory on a shared file system`);
       }
     }
@@ -377,10 +379,26 @@ export class RLTrainer implements Trainer {
   async fit(): Promise<Metrics> {
     const release = this.writes ? acquireRunLock(this.runDir) : () => {};
     try {
+      if (this.ranks.size > 1) this.checkSharedRunDir();
       return await this.train();
     } finally {
       release();
     }
+  }
+
+  /**
+   * Data-parallel ranks: every rank must see rank 0's run directory (its lock, just taken), or a
+   * fresh run would succeed and its first resume fail on the ranks without the checkpoints.
+   */
+  private checkSharedRunDir(): void {
+    const [owner] = gatherValues(this.ranks, this.writes ? { pid: process.pid, host: os.hostname() } : undefined);
+    const views = gatherValues(this.ranks, { host: os.hostname(), sees: seesRunLock(this.runDir, owner!) });
+    const blind = views.map((v, rank) => ({ ...v, rank })).filter((v) => !v.sees);
+    if (!blind.length) return;
+    if (!this.writes) throw new ReportedByRankZero();
+    throw new InputError(
+      `trainer.default_local_dir (${this.runDir}) is not shared by the ranks: ${blind.map((v) => `rank ${v.rank} on ${v.host}`).join(', ')} ${blind.length > 1 ? 'do' : 'does'} not see the lock rank 0 took on ${owner!.host}; put the run directory on a file system every machine mounts at that path`,
+    );
   }
 
   protected async train(): Promise<Metrics> {
