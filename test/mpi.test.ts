@@ -120,6 +120,8 @@ describe('data-parallel ranks over MPI', function () {
         expect(line.double[0]).to.be.closeTo(3e-12, 1e-24);
         expect(line.double[1]).to.equal(6);
         expect(line.gathered).to.deep.equal(['rank 0', 'rank 1!']);
+        // libnbc's ring all-reduce, chosen before MPI_Init (its default in place is a binomial tree).
+        expect((line as { allreduce?: string }).allreduce).to.equal('1');
       }
     });
 
