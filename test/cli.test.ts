@@ -9,7 +9,8 @@ import { initWeights } from '../core-adapters/model/checkpoint.js';
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';
 import { readHeader, readTensors } from '../core-adapters/model/safetensors.js';
-import { expectClose, flowrlInProcess, tempDir, type CliResult } from './helpers.js';
+import { expectClose, flowrlInProcess, ROOT, tempDir, type CliResult } from './helpers.js';
+import YAML from 'yaml';
 
 let queue: Promise<unknown> = Promise.resolve();
 
@@ -271,7 +272,16 @@ describe('flowrl new-plugin into an existing project', () => {
     fs.writeFileSync(path.join(esm, 'package.json'), JSON.stringify({ name: 'scratch', type: 'module', dependencies: { flowrl: '*' } }));
     const made = await flowrl(['new-plugin', esm, '--name', 'acme']);
     expect(made.status, describeRun(made)).to.equal(0);
-    expect(JSON.parse(fs.readFileSync(path.join(esm, 'package.json'), 'utf8'))).to.include({ name: 'scratch', type: 'module' });
+    const completed = JSON.parse(fs.readFileSync(path.join(esm, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(completed).to.include({ name: 'scratch', type: 'module' });
+    // A sample config for `npm run train`: the plugin's algorithm on the countdown example of this installation.
+    expect(completed.scripts.train).to.equal('tsc && flowrl train acme.yaml');
+    const sample = YAML.parse(fs.readFileSync(path.join(esm, 'acme.yaml'), 'utf8')) as { plugins: string[]; algorithm: { name: string }; data: { train_files: string; val_files: string }; actor_rollout_ref: { model: { path: string } } };
+    expect(sample.plugins).to.deep.equal(['./plugin.json']);
+    expect(sample.algorithm.name).to.equal('acme_rloo');
+    for (const file of [sample.data.train_files, sample.data.val_files, path.join(sample.actor_rollout_ref.model.path, 'config.json')]) {
+      expect(path.resolve(esm, file), file).to.satisfy((f: string) => fs.existsSync(f) && f.startsWith(path.join(ROOT, 'examples', 'countdown')));
+    }
     for (const type of [undefined, 'commonjs']) {
       const cjs = tempDir();
       const before = JSON.stringify({ name: 'scratch', ...(type ? { type } : {}) });

@@ -488,6 +488,16 @@ describe('flowrl example: the shipped examples copied out for an installed flowr
     expect(fs.readFileSync(path.join(out, 'countdown', 'grpo.yaml'), 'utf8')).to.contain('plugins: [flowrl]');
     expect(fs.readFileSync(path.join(out, 'custom-plugin', 'config.yaml'), 'utf8')).to.contain('- flowrl').and.contain('../countdown/base-model').and.not.contain('test/fixtures');
     expect(fs.readFileSync(path.join(out, 'custom-plugin', 'index.ts'), 'utf8')).to.contain("from 'flowrl/core'");
+    // TypeScript sources are ES modules whatever the project's type: each example with them says so.
+    expect(JSON.parse(fs.readFileSync(path.join(out, 'custom-plugin', 'package.json'), 'utf8'))).to.deep.equal({ type: 'module' });
+    // Every example the README links from the package is one this command copies, or the README says it is not shipped.
+    const { EXAMPLES } = await import('../core-adapters/cli/example-command.js');
+    const shipped = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')).files as string[];
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    for (const [, name] of readme.matchAll(/\]\(examples\/([\w-]+)\/README\.md\)/g)) {
+      if (Object.hasOwn(EXAMPLES, name)) expect(shipped, `examples/${name} ships`).to.include(`examples/${name}`);
+      else expect(readme, `the README says examples/${name} is not shipped`).to.match(new RegExp(`${name}[^.]*are in this repository only`));
+    }
     for (const bad of [['toString'], ['nope'], ['custom-plugin', out]]) await expectInputErrorAsync(exampleCommand(bad), bad[0] === 'custom-plugin' ? 'exists; nothing was written' : 'flowrl example');
   });
 });

@@ -37,12 +37,15 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     const host = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> };
     for (const name of ['inversify', 'reflect-metadata', '@tensorflow/tfjs']) expect(manifest.peerDependencies[name], name).to.equal(host.peerDependencies[name]);
     expect(manifest.files).to.include.members(['dist', 'plugin.json']).and.not.include('runs');
-    expect(manifest.scripts).to.include({ prepack: 'tsc' }).and.not.have.property('train');
+    expect(manifest.scripts).to.include({ prepack: 'tsc', train: 'tsc && flowrl train acme-rloo.yaml' });
     expect(manifest.devDependencies).to.include.keys('typescript', 'tsx');
     expect(fs.readdirSync(project)).to.include.members(Object.keys(pluginFiles('acme-rloo')).filter((f) => !f.includes('/')));
     expectOk(await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], project), 'npm install (the scaffold dependencies)');
     expectOk(await run(path.join(project, 'node_modules', '.bin', 'tsc'), ['--noEmit'], project), 'tsc --noEmit');
     expectOk(await run(process.execPath, ['--import', 'tsx', '--test', 'test/acme-rloo.test.ts'], project), 'the scaffold test');
+    // The scaffold's own first run: its sample config on the countdown example the package ships.
+    expectOk(await run('npm', ['run', 'train', '--', 'trainer.total_training_steps=1', 'trainer.test_freq=-1', 'trainer.val_before_train=false'], project), 'npm run train (the scaffold)');
+    expect(fs.existsSync(path.join(project, 'runs', 'acme-rloo', 'metrics.jsonl'))).to.equal(true);
     const countdown = fixture('countdown');
     fs.writeFileSync(
       path.join(project, 'config.yaml'),
@@ -94,15 +97,22 @@ describe('the packed package, installed into a fresh project, with a scaffolded 
     expect(doubled.status, doubled.stderr).to.equal(2);
     expect(doubled.stderr).to.include(`resolves its own flowrl (${fs.realpathSync(ownCopy)})`).and.include('two copies cannot share one engine');
     fs.rmSync(clash, { recursive: true });
-    // The shipped examples, copied out and trained from the project (compiled host; the plugin example from its source).
-    const examples = path.join(project, 'examples-out');
-    fs.mkdirSync(examples);
-    expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['example', 'custom-plugin', examples], project), 'flowrl example custom-plugin');
+    // The shipped examples, copied out and trained with the compiled host. The countdown example
+    // outside any project (its configs name the plugin by package, which the running flowrl is);
+    // the plugin example into a CommonJS package (npm init's default) inside the project, loaded
+    // from its TypeScript source on the default threads.
     const quick = ['trainer.total_training_steps=1', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'trainer.default_local_dir=./run'];
-    const countdownRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'countdown/grpo.yaml', ...quick], examples);
-    expectOk(countdownRun, 'the copied countdown example trains');
-    const pluginRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'custom-plugin/config.yaml', ...quick], examples, { NODE_OPTIONS: '--import=tsx' });
-    expectOk(pluginRun, 'the copied custom-plugin example trains');
+    const outside = path.join(dir, 'outside');
+    expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['example', 'countdown', outside], project), 'flowrl example countdown (outside the project)');
+    const countdownRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'countdown/grpo.yaml', ...quick], outside);
+    expectOk(countdownRun, 'the copied countdown example trains outside the project');
+    const examples = path.join(project, 'examples-cjs');
+    fs.mkdirSync(examples);
+    fs.writeFileSync(path.join(examples, 'package.json'), JSON.stringify({ name: 'examples-cjs', version: '1.0.0' }));
+    expectOk(await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['example', 'custom-plugin', examples], project), 'flowrl example custom-plugin');
+    const pluginRun = await run(path.join(project, 'node_modules', '.bin', 'flowrl'), ['train', 'custom-plugin/config.yaml', ...quick, 'engine.workers=2'], examples, { NODE_OPTIONS: '--import=tsx' });
+    expectOk(pluginRun, 'the copied custom-plugin example trains in a CommonJS package');
+    expect(pluginRun.stderr).to.include('2 threads');
     expect(pluginRun.stderr).to.include('short-answers@0.1.0 (custom-plugin/index.ts)').and.include('replaced: RewardManager by short-answers');
     // What the plugin would publish: small, no run directories or tests.
     fs.rmSync(path.join(project, 'dist', 'test'), { recursive: true, force: true });

@@ -10,6 +10,7 @@ import { PACKAGE_ROOT } from '../package-root.js';
 export const EXAMPLES: Record<string, { uses: string[]; next: string }> = {
   countdown: { uses: [], next: 'npx flowrl train countdown/flowrl-matching.yaml   # or any config there; see countdown/README.md' },
   'custom-plugin': { uses: ['countdown'], next: 'npm install tsx && NODE_OPTIONS=--import=tsx npx flowrl train custom-plugin/config.yaml' },
+  'local-hf-model': { uses: [], next: 'read local-hf-model/README.md: download the checkpoint it names, then npx flowrl train local-hf-model/config.yaml' },
 };
 
 const USAGE = `usage: flowrl example NAME [DIR]   (NAME: ${Object.keys(EXAMPLES).join(', ')}; DIR: where NAME/ is written, default .)`;
@@ -39,6 +40,10 @@ function copyTree(from: string, to: string): void {
   }
 }
 
+function hasTypeScript(dir: string): boolean {
+  return fs.readdirSync(dir, { withFileTypes: true }).some((e) => (e.isDirectory() ? hasTypeScript(path.join(dir, e.name)) : /\.m?ts$/.test(e.name) && !e.name.endsWith('.d.ts')));
+}
+
 export async function exampleCommand(argv: string[]): Promise<void> {
   const [name, dir = '.', ...rest] = argv;
   const known = name !== undefined && Object.hasOwn(EXAMPLES, name);
@@ -60,6 +65,9 @@ export async function exampleCommand(argv: string[]): Promise<void> {
     const staging = fs.mkdtempSync(path.join(out, `.${example}-`));
     try {
       copyTree(source, staging);
+      // TypeScript sources are ES modules; in a project without "type": "module" (npm init's default)
+      // Node would load them as CommonJS and the worker threads' require of them fails.
+      if (hasTypeScript(staging) && !fs.existsSync(path.join(staging, 'package.json'))) fs.writeFileSync(path.join(staging, 'package.json'), '{ "type": "module" }\n');
       fs.renameSync(staging, target);
     } catch (e) {
       fs.rmSync(staging, { recursive: true, force: true });

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';
-import { HOST_VERSION } from '../package-root.js';
+import { HOST_VERSION, PACKAGE_ROOT } from '../package-root.js';
 import { parseFlags } from './args.js';
 
 /** The host's ranges of what a plugin shares with it (kept equal to the host's package.json by a test). */
@@ -15,7 +15,7 @@ export const HOST_DEPENDENCIES = { inversify: '^8.2.3', 'reflect-metadata': '^0.
 const NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
 /** The files of a new plugin called `name`, by path relative to its directory. */
-export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<string, string> {
+export function pluginFiles(name: string, hostVersion = HOST_VERSION, countdown = 'node_modules/flowrl/examples/countdown'): Record<string, string> {
   const id = name.replace(/-/g, '_');
   const hostRange = `^${hostVersion}`;
   return {
@@ -29,7 +29,8 @@ export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<st
         // What `npm pack` ships: the build, the manifest, the source for tsx users (not runs/ or tests).
         files: ['dist', '!dist/test', 'index.ts', 'plugin.json', 'README.md'],
         // Built when packed (prepack), not on every install: a production install has no TypeScript.
-        scripts: { build: 'tsc', prepack: 'tsc', test: 'node --import tsx --test test/*.test.ts' },
+        // train: the sample config with the build (npm run train -- key=value ... adds overrides).
+        scripts: { build: 'tsc', prepack: 'tsc', test: 'node --import tsx --test test/*.test.ts', train: `tsc && flowrl train ${name}.yaml` },
         // The host's own copies: a second inversify or tfjs in the plugin's folder would be a second engine.
         peerDependencies: { flowrl: hostRange, inversify: HOST_DEPENDENCIES.inversify, 'reflect-metadata': HOST_DEPENDENCIES['reflect-metadata'], '@tensorflow/tfjs': HOST_DEPENDENCIES['@tensorflow/tfjs'] },
         // Optional, so npm installs none of them into the plugin's own folder: Node and tsc find the
@@ -54,6 +55,25 @@ export function pluginFiles(name: string, hostVersion = HOST_VERSION): Record<st
       null,
       2,
     )}\n`,
+    // A first run: this plugin's algorithm on the countdown example the flowrl package ships.
+    [`${name}.yaml`]: [
+      `# A first run of ${name}'s algorithm on flowrl's countdown example (its data and base model ship`,
+      `# in the flowrl package): npm run train, or npx flowrl train ${name}.yaml key=value ...`,
+      'plugins: [./plugin.json]',
+      `algorithm: { name: ${id}_rloo }`,
+      'data:',
+      `  train_files: ${countdown}/data/train.jsonl`,
+      `  val_files: ${countdown}/data/val.jsonl`,
+      '  train_batch_size: 8',
+      '  max_prompt_length: 32',
+      '  max_response_length: 16',
+      'actor_rollout_ref:',
+      `  model: { path: ${countdown}/base-model }`,
+      '  actor: { ppo_mini_batch_size: 8, optim: { lr: 5.0e-4 } }',
+      '  rollout: { n: 4, val_kwargs: { n: 4, temperature: 0.6, top_p: 0.95, do_sample: true } }',
+      `trainer: { total_training_steps: 20, test_freq: 10, default_local_dir: runs/${name} }`,
+      '',
+    ].join('\n'),
     // tsc --init's settings, plus experimentalDecorators for inversify's @injectable/@inject.
     'tsconfig.json': `${JSON.stringify(
       {
@@ -163,7 +183,9 @@ export async function newPluginCommand(argv: string[]): Promise<void> {
   const dir = path.resolve(positionals[0]);
   const name = (values.name as string | undefined) ?? path.basename(dir);
   if (!NAME.test(name)) throw new InputError(`plugin name '${name}' must be lower case letters, digits and hyphens, starting with a letter (give one with --name)`);
-  const files = pluginFiles(name);
+  // The sample config reads the countdown example from this installation, wherever the plugin sits.
+  const countdown = PACKAGE_ROOT ? path.relative(dir, path.join(PACKAGE_ROOT, 'examples', 'countdown')).split(path.sep).join('/') : undefined;
+  const files = pluginFiles(name, HOST_VERSION, countdown);
   // An existing package.json (the project flowrl was installed into) is completed, not replaced.
   const packageFile = path.join(dir, 'package.json');
   if (fs.existsSync(packageFile)) files['package.json'] = mergePackage(packageFile, files['package.json']!);
@@ -173,7 +195,7 @@ export async function newPluginCommand(argv: string[]): Promise<void> {
     fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
     fs.writeFileSync(path.join(dir, file), text);
   }
-  console.log(`wrote the plugin '${name}' in ${dir}: ${Object.keys(files).join(', ')}\nnext: cd ${positionals[0]} && npm install && npm test`);
+  console.log(`wrote the plugin '${name}' in ${dir}: ${Object.keys(files).join(', ')}\nnext: cd ${positionals[0]} && npm install && npm test && npm run train`);
 }
 
 /** The project's package.json with what the plugin needs added: its own fields and dependencies win. */

@@ -7,6 +7,10 @@ import semver from 'semver';
 import { defaultsOf, isKeySpec, type ConfigTree, type KeySpec } from '../config/defaults.js';
 import { isTree } from '../config/load.js';
 import { InputError } from '../errors.js';
+import { PACKAGE_ROOT } from '../package-root.js';
+
+/** The host's package name: a plugins: entry naming it is this host's own plugin.json. */
+const HOST_PACKAGE = 'flowrl';
 import type { AlgorithmSpec } from './algorithms.js';
 
 /** needs_reference_policy: a boolean, or {when: {dotted key: [values]}} with at least one key. */
@@ -66,6 +70,10 @@ export function locateManifest(entry: string, baseDir: string): string {
         throw new InputError(`plugins: package '${entry}' is installed but its exports map does not export './plugin.json'; add "./plugin.json": "./plugin.json" to "exports" in ${packageFile}`);
       }
     }
+    // This host's own package (the FlowRL plugin ships in it), from a config outside the project
+    // that installed it (flowrl example countdown /tmp/x): the running copy is the one to use.
+    const own = PACKAGE_ROOT && path.join(PACKAGE_ROOT, 'plugin.json');
+    if (entry === HOST_PACKAGE && own && fs.existsSync(own)) return own;
   }
   throw new InputError(`plugins: '${entry}' is neither a plugin.json file, a directory holding one, nor an installed package with one`);
 }
