@@ -136,7 +136,7 @@ async function trainLoggingTo(logger: string, dir: string, steps: number) {
  * MLflow's rules (mlflow/utils/validation.py: key characters and length, batch limits, no duplicate
  * param keys, numeric values, non-negative millisecond timestamps); `fail` makes every request answer 500.
  */
-async function fakeMlflow(options: { fail?: boolean } = {}) {
+async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; requests: number } } = {}) {
   const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), artifacts: new Map<string, string>(), problems: [] as string[], requests: 0 };
   const keyOk = (k: unknown) => typeof k === 'string' && /^[/\w.\- :]*$/.test(k) && k.length <= 250;
   const server = http.createServer((req, res) => {
@@ -146,6 +146,8 @@ async function fakeMlflow(options: { fail?: boolean } = {}) {
       state.requests += 1;
       const send = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
       if (options.fail) return send(500, { error_code: 'INTERNAL_ERROR' });
+      // An outage: after `after` requests, the next `requests` answer 503 (a restart behind a proxy).
+      if (options.outage && state.requests > options.outage.after && state.requests <= options.outage.after + options.outage.requests) return send(503, { error_code: 'TEMPORARILY_UNAVAILABLE' });
       const url = new URL(req.url!, 'http://x');
       // The routes' JSON bodies, read field by field below.
       const json = (body ? JSON.parse(body) : {}) as { name: string; experiment_id: string; run_name: string; run_id: string; status: string; metrics?: { key: string; value: number; step: number; timestamp: number }[]; params?: { key: string; value: string }[] };
@@ -201,6 +203,9 @@ describe('trainer.logger: MLflow over its REST API', function () {
   this.timeout(120_000);
   restoreEnvAfterEach(['MLFLOW_TRACKING_URI', 'MLFLOW_RUN_ID']);
   const train = (dir: string, steps = 3) => trainLoggingTo('mlflow', dir, steps);
+  // Retries 0.1, 0.2, 0.4 and 0.8 s apart here (0.5 to 4 s by default), to keep the suite short.
+  before(() => (process.env.FLOWRL_MLFLOW_RETRY_MS = '100'));
+  after(() => delete process.env.FLOWRL_MLFLOW_RETRY_MS);
 
   it("keys and params as verl sends them: '@' -> '_at_', refused characters -> '_', the config flattened with '/' and lists by index", () => {
     expect(mlflowKey('val/pass@8')).to.equal('val/pass_at_8');
@@ -242,6 +247,29 @@ describe('trainer.logger: MLflow over its REST API', function () {
     }
   });
 
+  it('an outage of a few requests mid-run loses nothing: each is retried with growing waits; the run ends FINISHED with every step and param', async () => {
+    // Requests 4-7 answer 503: the params' first batch, then a step's metrics, wait it out.
+    const mlflow = await fakeMlflow({ outage: { after: 3, requests: 4 } });
+    const warnings: string[] = [];
+    const warn = console.warn;
+    console.warn = (line: string) => warnings.push(line);
+    try {
+      process.env.MLFLOW_TRACKING_URI = mlflow.url;
+      const dir = tempDir();
+      await train(dir, 3);
+      const [run] = [...mlflow.state.runs.values()];
+      expect(run.status).to.equal('FINISHED');
+      // Every step metrics.jsonl has (the validation before training is step 0).
+      expect(new Set(run.metrics.map((m) => m.step))).to.deep.equal(new Set(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)));
+      expect(run.params.size).to.be.greaterThan(100);
+      expect(mlflow.state.problems).to.deep.equal([]);
+    } finally {
+      console.warn = warn;
+      await mlflow.close();
+    }
+    expect(warnings).to.deep.equal([]);
+  });
+
   it('a server that is down or answers 500 costs one warning; the run finishes; a local-store URI is refused naming MLFLOW_TRACKING_URI', async () => {
     const failing = await fakeMlflow({ fail: true });
     const warnings: string[] = [];
@@ -250,8 +278,13 @@ describe('trainer.logger: MLflow over its REST API', function () {
     try {
       process.env.MLFLOW_TRACKING_URI = failing.url;
       await train(tempDir(), 2);
-      expect(failing.state.requests).to.equal(3); // the first request, tried 3 times, then nothing more
-      process.env.MLFLOW_TRACKING_URI = 'http://127.0.0.1:9'; // nothing listens
+      expect(failing.state.requests).to.equal(5); // the first request, tried 5 times, then nothing more
+      // Nothing listens: a port just freed (port 9 would be refused by fetch itself as unsafe).
+      const free = http.createServer();
+      await new Promise<void>((resolve) => free.listen(0, '127.0.0.1', resolve));
+      const { port } = free.address() as { port: number };
+      await new Promise((resolve) => free.close(resolve));
+      process.env.MLFLOW_TRACKING_URI = `http://127.0.0.1:${port}`;
       await train(tempDir(), 2);
     } finally {
       console.warn = warn;
@@ -259,6 +292,8 @@ describe('trainer.logger: MLflow over its REST API', function () {
     }
     expect(warnings).to.have.length(2);
     for (const w of warnings) expect(w).to.contain('trainer.logger mlflow: starting the run failed').and.contain('the run goes on without MLflow');
+    // Why, not just "fetch failed".
+    expect(warnings[1]).to.contain('ECONNREFUSED');
     process.env.MLFLOW_TRACKING_URI = 'sqlite:////tmp/mlruns.db';
     await expectInputErrorAsync(createHost(writeCountdownConfig(tempDir(), { trainer: { logger: 'mlflow' } }), { skipEngine: true }), 'set MLFLOW_TRACKING_URI to an MLflow tracking server', "'sqlite:////tmp/mlruns.db'");
   });

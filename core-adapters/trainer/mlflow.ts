@@ -5,7 +5,9 @@
 // log-batch with verl's key sanitising ('@' -> '_at_', other characters MLflow refuses -> '_').
 // Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
 // API at /api/2.0/mlflow). Requests go out in order in the background; a step never waits for one.
-// A request is tried 3 times (verl's MLFLOW_MAX_ATTEMPTS); a tracker that fails costs a warning.
+// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (verl tries 3 times, 5 s apart), so an outage
+// of a few seconds loses nothing; a step that still fails costs a warning and the next steps go on;
+// only a run that cannot be started stops the tracker.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +18,11 @@ import { InputError } from '../errors.js';
 import { TOKENS } from '../tokens.js';
 import { SECRET_KEY, type RunAwareSink } from './metrics.js';
 
-const ATTEMPTS = 3;
+/** Waits before each retry, in ms (5 attempts: 7.5 s of waiting in all); FLOWRL_MLFLOW_RETRY_MS sets the first (the others double it). */
+function retryDelays(): number[] {
+  const first = Number(process.env.FLOWRL_MLFLOW_RETRY_MS ?? 500);
+  return [1, 2, 4, 8].map((k) => k * (Number.isFinite(first) && first >= 0 ? first : 500));
+}
 const REQUEST_TIMEOUT_MS = 10_000;
 const MAX_METRICS_PER_BATCH = 1000;
 const MAX_PARAMS_PER_BATCH = 100;
@@ -42,6 +48,19 @@ export function mlflowBase(uri = process.env.MLFLOW_TRACKING_URI): string {
     throw new InputError(`trainer.logger mlflow: set MLFLOW_TRACKING_URI to an MLflow tracking server (http://host:5000)${uri ? `; got '${uri}', and this host speaks MLflow's REST API, not its local stores` : ''}`);
   }
   return `${uri.replace(/\/+$/, '')}/api/2.0/mlflow`;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts (an abandoned sink does not keep the process up). */
+function waitUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 @injectable()
@@ -80,7 +99,7 @@ export class MlflowSink implements RunAwareSink {
     const values = [...new Map(entries.map(([k, v]) => [mlflowKey(k), { key: mlflowKey(k), value: v, timestamp, step }])).values()];
     this.enqueue(`logging step ${step}`, async () => {
       for (let i = 0; i < values.length; i += MAX_METRICS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: values.slice(i, i + MAX_METRICS_PER_BATCH) });
-    });
+    }, false);
   }
 
   /**
@@ -160,7 +179,7 @@ export class MlflowSink implements RunAwareSink {
         await work();
       } catch (e) {
         if (fatal) this.failed = true;
-        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message})${fatal ? '; the run goes on without MLflow' : ''}`);
+        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message})${fatal ? '; the run goes on without MLflow' : '; the next ones are still sent'}`);
       }
     });
   }
@@ -175,7 +194,12 @@ export class MlflowSink implements RunAwareSink {
     else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
     const route = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
     let last = '';
-    for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+    const delays = retryDelays();
+    for (let attempt = 0; attempt <= delays.length; attempt++) {
+      if (attempt > 0) {
+        await waitUnlessAborted(delays[attempt - 1], this.abandoned.signal);
+        if (this.abandoned.signal.aborted) break;
+      }
       try {
         const response = await fetch(url, { method, headers, body, signal: AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), this.abandoned.signal]) });
         const text = await response.text();
@@ -184,7 +208,9 @@ export class MlflowSink implements RunAwareSink {
         // A refusal (4xx) will not change on a retry.
         if (response.status < 500) break;
       } catch (e) {
-        last = `${method} ${route}: ${(e as Error).message}`;
+        // fetch says only "fetch failed"; its cause says why (ECONNREFUSED, a reset, a timeout).
+        const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+        last = `${method} ${route}: ${(e as Error).message}${cause ? ` (${cause.message ?? cause.code})` : ''}`;
         if (this.abandoned.signal.aborted) break;
       }
     }
