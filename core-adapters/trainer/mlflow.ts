@@ -1,219 +1,85 @@
-// MLflow over its REST API (trainer.logger: mlflow; verl v0.9.0's _MlflowLoggingAdapter does the same
-// through the mlflow package): the experiment is trainer.project_name (made when missing), the run is
-// named trainer.experiment_name (or MLFLOW_RUN_ID's run is continued), the resolved config goes in
-// as params (flattened with '/', lists as list_len and indices, as verl), each step's metrics as a
-// log-batch with verl's key sanitising ('@' -> '_at_', other characters MLflow refuses -> '_').
-// Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
-// API at /api/2.0/mlflow). Requests go out in order in the background; a step never waits for one.
-// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (verl tries 3 times, 5 s apart), so an outage
-// of a few seconds loses nothing; a step that still fails costs a warning and the next steps go on;
-// only a run that cannot be started stops the tracker.
-import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+// MLflow (trainer.logger: mlflow): the trainer's sink, which hands every call to an MlflowClient
+// (mlflow-client.ts: the REST calls, verl's keys and params, retries) on a thread of its own
+// (mlflow-thread.ts), so requests advance while the trainer's thread computes.
+import { Worker } from 'node:worker_threads';
 import { inject, injectable } from 'inversify';
 import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
-import { InputError } from '../errors.js';
+import { threadEntrySource } from '../thread-entry.js';
 import { TOKENS } from '../tokens.js';
-import { SECRET_KEY, type RunAwareSink } from './metrics.js';
+import { mlflowBase, type MlflowMessage } from './mlflow-client.js';
+import type { RunAwareSink } from './metrics.js';
 
-/** Waits before each retry, in ms (5 attempts: 7.5 s of waiting in all); FLOWRL_MLFLOW_RETRY_MS sets the first (the others double it). */
-function retryDelays(): number[] {
-  const first = Number(process.env.FLOWRL_MLFLOW_RETRY_MS ?? 500);
-  return [1, 2, 4, 8].map((k) => k * (Number.isFinite(first) && first >= 0 ? first : 500));
-}
-const REQUEST_TIMEOUT_MS = 10_000;
-const MAX_METRICS_PER_BATCH = 1000;
-const MAX_PARAMS_PER_BATCH = 100;
-const MAX_PARAM_VALUE_LENGTH = 6000;
-const MAX_KEY_LENGTH = 250;
+export { mlflowBase, mlflowKey, mlflowParams } from './mlflow-client.js';
 
-/** verl's _sanitize_key: '@' becomes '_at_', runs of '/' one '/', any character but [/\w.\- :] '_'. */
-export function mlflowKey(key: string): string {
-  return key.replaceAll('@', '_at_').replace(/\/+/g, '/').replace(/[^/\w.\- :]/g, '_').slice(0, MAX_KEY_LENGTH);
-}
-
-/** The config as MLflow params: nested keys joined with '/', a list as list_len and its indices (verl's flattening). */
-export function mlflowParams(tree: unknown, prefix = ''): [string, string][] {
-  const join = (key: string) => (prefix ? `${prefix}/${key}` : key);
-  if (Array.isArray(tree)) return [[join('list_len'), String(tree.length)], ...tree.flatMap((v, i) => mlflowParams(v, join(String(i))))];
-  if (tree && typeof tree === 'object') return Object.entries(tree).flatMap(([k, v]) => (v && typeof v === 'object' ? mlflowParams(v, join(k)) : [[join(k), String(v)] as [string, string]]));
-  return prefix ? [[prefix, String(tree)]] : [];
-}
-
-/** The tracking server's REST base from MLFLOW_TRACKING_URI (http or https only: this host speaks the REST API). */
-export function mlflowBase(uri = process.env.MLFLOW_TRACKING_URI): string {
-  if (!uri || !/^https?:\/\//.test(uri)) {
-    throw new InputError(`trainer.logger mlflow: set MLFLOW_TRACKING_URI to an MLflow tracking server (http://host:5000)${uri ? `; got '${uri}', and this host speaks MLflow's REST API, not its local stores` : ''}`);
-  }
-  return `${uri.replace(/\/+$/, '')}/api/2.0/mlflow`;
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts (an abandoned sink does not keep the process up). */
-function waitUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
+/**
+ * The trainer's MLflow sink: hands each call to the MLflow client on its own thread (mlflow-thread.ts),
+ * whose warnings it prints; flush waits for the thread to have sent what it was given, then ends it.
+ */
 @injectable()
 export class MlflowSink implements RunAwareSink {
-  private readonly base: string;
-  private queue: Promise<unknown> = Promise.resolve();
-  private runId?: string;
-  private artifactUri?: string;
-  private generationsOff = false;
-  private readonly abandoned = new AbortController();
-  private failed = false;
+  private readonly thread: Worker;
+  private readonly flushes = new Map<number, () => void>();
+  private nextFlush = 0;
+  private ended = false;
 
-  constructor(@inject(TOKENS.Config) private readonly config: Config) {
-    this.base = mlflowBase();
+  constructor(@inject(TOKENS.Config) config: Config) {
+    mlflowBase(); // a missing or local-store MLFLOW_TRACKING_URI is refused here, before the thread starts
+    this.thread = new Worker(threadEntrySource(new URL('./mlflow-thread.js', import.meta.url)), { eval: true, workerData: { config } });
+    this.thread.on('message', (m: { type: 'warn'; line: string } | { type: 'flushed'; id: number }) => {
+      if (m.type === 'warn') console.warn(m.line);
+      else this.flushes.get(m.id)?.();
+    });
+    const gone = (why: string) => {
+      if (!this.ended) console.warn(`[flowrl] trainer.logger mlflow: its thread stopped (${why}); the run goes on without MLflow`);
+      this.ended = true;
+      for (const done of this.flushes.values()) done();
+    };
+    this.thread.on('error', (e) => gone(e.message));
+    this.thread.on('exit', (code) => gone(`exit code ${code}`));
+  }
+
+  private post(message: MlflowMessage): void {
+    if (!this.ended) this.thread.postMessage(message);
   }
 
   begin(): void {
-    this.enqueue('starting the run', async () => {
-      const t = this.config.trainer;
-      this.runId = process.env.MLFLOW_RUN_ID || (await this.createRun(t.project_name, t.experiment_name));
-    });
-    // Params apart from the run: a resumed run (MLFLOW_RUN_ID) whose config changed is refused them
-    // (MLflow keeps a param's first value), and its metrics must still go.
-    this.enqueue('logging the config as params', async () => {
-      // Keys that hold secrets (the servers' api_key, admin_api_key) are sent as set or not, never as values.
-      const params = mlflowParams(this.config).map(([key, value]) => ({ key: mlflowKey(key), value: SECRET_KEY.test(key) && value !== 'null' ? '(set)' : value.slice(0, MAX_PARAM_VALUE_LENGTH) }));
-      // A key made twice by sanitising would be refused as a duplicate: the last one is kept.
-      const unique = [...new Map(params.map((p) => [p.key, p])).values()];
-      for (let i = 0; i < unique.length; i += MAX_PARAMS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, params: unique.slice(i, i + MAX_PARAMS_PER_BATCH) });
-    }, false);
+    this.post({ type: 'begin' });
   }
 
   log(step: number, metrics: Metrics): void {
-    const timestamp = Date.now();
-    const entries = Object.entries(metrics).filter(([, v]) => Number.isFinite(v));
-    const values = [...new Map(entries.map(([k, v]) => [mlflowKey(k), { key: mlflowKey(k), value: v, timestamp, step }])).values()];
-    this.enqueue(`logging step ${step}`, async () => {
-      for (let i = 0; i < values.length; i += MAX_METRICS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: values.slice(i, i + MAX_METRICS_PER_BATCH) });
-    }, false);
+    this.post({ type: 'log', step, metrics, timestamp: Date.now() });
   }
 
-  /**
-   * trainer.log_val_generations: verl's log_generations_to_mlflow, an artifact val_step<step>.json at
-   * the run's artifact root holding [{input, output, score}]. Over REST that reaches the server's
-   * proxied store (an artifact URI mlflow-artifacts:/..., PUT to /api/2.0/mlflow-artifacts/artifacts/...,
-   * as mlflow/store/artifact/mlflow_artifacts_repo.py resolves it) or a local directory; another
-   * store (s3://, gs://, ...) needs its own client, which costs one warning.
-   */
   logGenerations(step: number, generations: { prompt: string; response: string; score: number }[]): void {
-    const file = `val_step${step}.json`;
-    const body = JSON.stringify(generations.map((g) => ({ input: g.prompt, output: g.response, score: g.score })));
-    this.enqueue(`logging step ${step}'s generations`, async () => {
-      if (this.generationsOff) return;
-      // One warning, not one a validation: the first failure stops the rest.
-      this.generationsOff = true;
-      if (this.artifactUri === undefined) this.artifactUri = ((await this.call('GET', `runs/get?run_id=${encodeURIComponent(this.runId!)}`)) as { run: { info: { artifact_uri: string } } }).run.info.artifact_uri;
-      const uri = this.artifactUri;
-      if (uri.startsWith('mlflow-artifacts:')) {
-        const parsed = new URL(uri);
-        const tracking = new URL(this.base);
-        const root = `${tracking.protocol}//${parsed.host || tracking.host}${tracking.pathname.replace(/\/api\/2\.0\/mlflow$/, '')}`;
-        await this.request('PUT', `${root}/api/2.0/mlflow-artifacts/artifacts/${`${parsed.pathname}/${file}`.replace(/^\/+/, '').replace(/\/\/+/g, '/')}`, body);
-      } else if (uri.startsWith('file:') || uri.startsWith('/')) {
-        const dir = uri.startsWith('file:') ? fileURLToPath(uri) : uri;
-        if (!fs.existsSync(dir) && !fs.existsSync(path.dirname(dir))) throw new Error(`the run's artifact directory ${dir} is not on this machine`);
-        fs.mkdirSync(dir, { recursive: true });
-        fs.writeFileSync(path.join(dir, file), body);
-      } else {
-        throw new Error(`the run's artifact store ${uri} is not reachable over MLflow's REST API; the generations stay in val_generations.jsonl`);
-      }
-      this.generationsOff = false;
-    }, false);
+    this.post({ type: 'generations', step, generations });
   }
 
   close(): void {
-    this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status: 'FINISHED', end_time: Date.now() }));
+    this.post({ type: 'close' });
   }
 
-  /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */
+  /** Resolves once the thread has sent what it was given; the thread then ends. */
   async flush(): Promise<void> {
-    await this.queue;
-  }
-
-  /** Sends nothing more (the trainer stopped waiting or the run failed); a request under way is aborted. */
-  abandon(): void {
-    this.failed = true;
-    this.abandoned.abort();
-  }
-
-  private async createRun(experiment: string, runName: string): Promise<string> {
-    let id: string | undefined;
-    try {
-      id = ((await this.call('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(experiment)}`)) as { experiment: { experiment_id: string } }).experiment.experiment_id;
-    } catch (e) {
-      if (!(e as Error).message.includes('RESOURCE_DOES_NOT_EXIST')) throw e;
-    }
-    if (id === undefined) {
-      try {
-        id = ((await this.call('POST', 'experiments/create', { name: experiment })) as { experiment_id: string }).experiment_id;
-      } catch (e) {
-        // Another run made it meanwhile (two first runs of a project at once): read it, as the mlflow package does.
-        if (!(e as Error).message.includes('RESOURCE_ALREADY_EXISTS')) throw e;
-        id = ((await this.call('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(experiment)}`)) as { experiment: { experiment_id: string } }).experiment.experiment_id;
-      }
-    }
-    const run = (await this.call('POST', 'runs/create', { experiment_id: id, run_name: runName, start_time: Date.now(), tags: [{ key: 'mlflow.runName', value: runName }] })) as { run: { info: { run_id: string; artifact_uri?: string } } };
-    this.artifactUri = run.run.info.artifact_uri;
-    return run.run.info.run_id;
-  }
-
-  /** Queues `work` after what is queued; once something `fatal` fails for good, nothing more is sent. */
-  private enqueue(what: string, work: () => Promise<unknown>, fatal = true): void {
-    this.queue = this.queue.then(async () => {
-      if (this.failed) return;
-      try {
-        await work();
-      } catch (e) {
-        if (fatal) this.failed = true;
-        console.warn(`[flowrl] trainer.logger mlflow: ${what} failed (${(e as Error).message})${fatal ? '; the run goes on without MLflow' : '; the next ones are still sent'}`);
-      }
+    if (this.ended) return;
+    const id = this.nextFlush++;
+    await new Promise<void>((resolve) => {
+      this.flushes.set(id, resolve);
+      this.post({ type: 'flush', id });
     });
+    this.flushes.delete(id);
+    this.end();
   }
 
-  private call(method: 'GET' | 'POST', route: string, body?: unknown): Promise<unknown> {
-    return this.request(method, `${this.base}/${route}`, body === undefined ? undefined : JSON.stringify(body));
+  /** Sends nothing more: the thread (and a request under way) is stopped. */
+  abandon(): void {
+    this.end();
   }
 
-  private async request(method: 'GET' | 'POST' | 'PUT', url: string, body?: string): Promise<unknown> {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (process.env.MLFLOW_TRACKING_TOKEN) headers.authorization = `Bearer ${process.env.MLFLOW_TRACKING_TOKEN}`;
-    else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
-    const route = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
-    let last = '';
-    const delays = retryDelays();
-    for (let attempt = 0; attempt <= delays.length; attempt++) {
-      if (attempt > 0) {
-        await waitUnlessAborted(delays[attempt - 1], this.abandoned.signal);
-        if (this.abandoned.signal.aborted) break;
-      }
-      try {
-        const response = await fetch(url, { method, headers, body, signal: AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), this.abandoned.signal]) });
-        const text = await response.text();
-        if (response.ok) return text ? JSON.parse(text) : {};
-        last = `${method} ${route}: HTTP ${response.status} ${text.slice(0, 200)}`;
-        // A refusal (4xx) will not change on a retry.
-        if (response.status < 500) break;
-      } catch (e) {
-        // fetch says only "fetch failed"; its cause says why (ECONNREFUSED, a reset, a timeout).
-        const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-        last = `${method} ${route}: ${(e as Error).message}${cause ? ` (${cause.message ?? cause.code})` : ''}`;
-        if (this.abandoned.signal.aborted) break;
-      }
-    }
-    throw new Error(last);
+  private end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    void this.thread.terminate();
   }
 }
+
