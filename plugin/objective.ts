@@ -127,8 +127,10 @@ function sequenceLevel(inputs: FlowRLInputs, options: FlowRLOptions): { value: t
   const reduce = (options.lengthNormalize ?? true) ? rowMean : rowSum;
   const { logProb, oldLogProb, advantages, responseMask: mask, logZ } = inputs;
   const term = referenceTerm(inputs, options.reference ?? 'ref');
-  let delta = tf.sub(reduce(logProb, mask), tf.mul(rowMean(advantages, mask), beta));
-  if (logZ) delta = tf.add(delta, logZ);
+  // Summed in the recipe's order, (log Z + lp) - beta A - lp_ref: float32 rounding, and so a run's
+  // trajectory, stays what it was before the later objectives were added.
+  const policyTerm = logZ ? tf.add(logZ, reduce(logProb, mask)) : reduce(logProb, mask);
+  let delta = tf.sub(policyTerm, tf.mul(rowMean(advantages, mask), beta));
   if (term) delta = tf.sub(delta, reduce(term, mask));
   const logW = stopGradient(tf.sum(tf.mul(tf.sub(logProb, oldLogProb), mask), 1));
   const clippedLogW = tf.clipByValue(logW, logLow, logHigh);
