@@ -170,6 +170,8 @@ describe('data-parallel ranks over MPI', function () {
       expect(readRunMetrics(runs.ranks)).to.have.length(2);
       expect(fs.readdirSync(path.join(runs.ranks, 'checkpoints')).filter((d) => d.startsWith('global_step_'))).to.deep.equal(['global_step_2']);
       expect(runs.output.stderr.match(/data-parallel ranks: 2/g)).to.have.length(1);
+      // Said once for the job, by rank 0: the engine's banner too.
+      expect(runs.output.stderr.match(/\[flowrl\] tfjs backend:/g)).to.have.length(1);
       // The sums' time is logged beside the update's, only where there is a sum.
       expect(readRunMetrics(runs.ranks)[0]['timing_s/actor_rank_sum']).to.be.above(0);
       expect(readRunMetrics(runs.threads)[0]).not.to.have.property('timing_s/actor_rank_sum');

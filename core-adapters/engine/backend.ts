@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { InputError } from '../errors.js';
 import { registerFusedKernels } from './fused.js';
+import { launchedRank } from './mpi.js';
 import { installWasmKernelOverrides } from './kernels.js';
 import { blasDisabledByEnv, loadNativeKernels } from './native.js';
 import { describeAdapter, openGpu, probeGpuInChild, registerWebgpuBackend, type GpuAdapterReport } from './webgpu.js';
@@ -181,7 +182,8 @@ export async function initEngine(requested: BackendChoice = 'auto', options: { q
   if (gpuNotChosen && choice === 'auto') Object.assign(info, { gpu: gpuNotChosen.gpu, gpuNotChosen: gpuNotChosen.reason });
   if (info.backend === 'wasm') accelerate(info, native);
   active = info;
-  if (!announced && !options.quiet) for (const line of engineBanner(info)) process.stderr.write(`${line}\n`);
+  // Under mpirun only rank 0 says it: the ranks' engine paths are checked to be the same.
+  if (!announced && !options.quiet && launchedRank() === 0) for (const line of engineBanner(info)) process.stderr.write(`${line}\n`);
   announced = true;
   return info;
 }
