@@ -274,6 +274,16 @@ describe('data-parallel ranks over MPI', function () {
       expect(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)).to.deep.equal([1, 2, 3, 4, 5, 6]);
     });
 
+    it('SIGTERM to mpirun ends the job at once, and rank 0 says so once, naming the stop that keeps a checkpoint', async () => {
+      const dir = tempDir();
+      const config = writeCountdownConfig(dir, { trainer: { total_training_steps: 50, test_freq: 0, save_freq: 0, val_before_train: false } });
+      const { job, exited, stderr } = await trainingStarted(config, path.join(dir, 'run'));
+      job.kill('SIGTERM');
+      expect(await exited).to.not.equal(0);
+      expect(stderr().match(/SIGTERM under mpirun: mpirun is ending the job now/g), stderr()).to.have.length(1);
+      expect(stderr()).to.include('send mpirun SIGUSR1');
+    });
+
     it('another command under mpirun stops with one message (only training splits over ranks)', () => {
       const run = mpirun(2, [BUILT_CLI, 'eval', writeCountdownConfig(tempDir())], {}, 60_000);
       expect(run.status).to.not.equal(0);

@@ -20,6 +20,7 @@ import { runSft } from '../trainer/sft.js';
 import type { RankWorld } from '../engine/mpi.js';
 import { configDifference, gatherValues } from '../workers/ranks.js';
 import { resolveThreadCount } from '../engine/thread-pool.js';
+import { launchedRank } from '../engine/mpi.js';
 import { loadModel, saveModel, TOKENIZER_FILES, writeDirectoryAtomically } from '../model/checkpoint.js';
 import { adapterBase, isAdapterDir, loadAdapters, writeAdapterFiles } from '../model/lora.js';
 import { GGUF_DTYPES, writeGguf, type GgufDtype } from '../model/gguf.js';
@@ -99,7 +100,11 @@ function stopOnSignals(trainer: Trainer, underMpirun = false): { received?: stri
     const code = 128 + os.constants.signals[signal];
     if (state.received || !trainer.requestStop) process.exit(code);
     state.received = signal;
-    console.error(`[flowrl] ${signal}: finishing this step and saving a checkpoint (${signal} again stops at once)`);
+    // Under mpirun, SIGINT and SIGTERM reach the ranks from mpirun ending the job: it kills them about
+    // a second later, so the step cannot finish; said once, with the stop that keeps a checkpoint.
+    if (underMpirun && signal !== 'SIGUSR1') {
+      if (launchedRank() === 0) console.error(`[flowrl] ${signal} under mpirun: mpirun is ending the job now, without a checkpoint of this step (the last one is trainer.save_freq's); to stop after the step with a checkpoint, send mpirun SIGUSR1 (kill -USR1 <mpirun's pid>)`);
+    } else console.error(`[flowrl] ${signal}: finishing this step and saving a checkpoint (${signal} again stops at once)`);
     trainer.requestStop();
   };
   const signals = underMpirun ? (['SIGINT', 'SIGTERM', 'SIGUSR1'] as const) : (['SIGINT', 'SIGTERM'] as const);
