@@ -136,15 +136,18 @@ async function trainLoggingTo(logger: string, dir: string, steps: number) {
  * MLflow's rules (mlflow/utils/validation.py: key characters and length, batch limits, no duplicate
  * param keys, numeric values, non-negative millisecond timestamps); `fail` makes every request answer 500.
  */
-async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; requests: number } } = {}) {
-  const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), artifacts: new Map<string, string>(), problems: [] as string[], requests: 0 };
+async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; requests: number }; delayMs?: number } = {}) {
+  const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), artifacts: new Map<string, string>(), problems: [] as string[], requests: 0, metricBatches: 0 as number | undefined };
   const keyOk = (k: unknown) => typeof k === 'string' && /^[/\w.\- :]*$/.test(k) && k.length <= 250;
   const server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => (body += c));
     req.on('end', () => {
       state.requests += 1;
-      const send = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      const answer = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      // A slow server answers each request after delayMs.
+      const send = (status: number, value: unknown) => (options.delayMs ? void setTimeout(() => answer(status, value), options.delayMs) : answer(status, value));
+      if (req.url?.includes('runs/log-batch') && body.includes('"metrics"')) state.metricBatches = (state.metricBatches ?? 0) + 1;
       if (options.fail) return send(500, { error_code: 'INTERNAL_ERROR' });
       // An outage: after `after` requests, the next `requests` answer 503 (a restart behind a proxy).
       if (options.outage && state.requests > options.outage.after && state.requests <= options.outage.after + options.outage.requests) return send(503, { error_code: 'TEMPORARILY_UNAVAILABLE' });
@@ -268,6 +271,24 @@ describe('trainer.logger: MLflow over its REST API', function () {
       await mlflow.close();
     }
     expect(warnings).to.deep.equal([]);
+  });
+
+  it('a server slower than the steps gets the steps that waited together, and the run ends FINISHED with every step', async () => {
+    const mlflow = await fakeMlflow({ delayMs: 600 });
+    try {
+      process.env.MLFLOW_TRACKING_URI = mlflow.url;
+      const dir = tempDir();
+      await train(dir, 6);
+      const [run] = [...mlflow.state.runs.values()];
+      const steps = readRunMetrics(path.join(dir, 'run')).map((m) => m.step);
+      expect(run.status).to.equal('FINISHED');
+      expect(new Set(run.metrics.map((m) => m.step))).to.deep.equal(new Set(steps));
+      // Fewer metric requests than logged steps: those that waited went in one.
+      expect(mlflow.state.metricBatches).to.be.below(steps.length);
+      expect(mlflow.state.problems).to.deep.equal([]);
+    } finally {
+      await mlflow.close();
+    }
   });
 
   it('a server that is down or answers 500 costs one warning; the run finishes; a local-store URI is refused naming MLFLOW_TRACKING_URI', async () => {

@@ -78,6 +78,8 @@ export class MlflowClient {
   private artifactUri?: string;
   private generationsOff = false;
   private readonly abandoned = new AbortController();
+  /** Metrics logged and not yet sent, in order. */
+  private readonly unsent: { key: string; value: number; timestamp: number; step: number }[] = [];
   private failed = false;
 
   constructor(
@@ -106,9 +108,24 @@ export class MlflowClient {
   log(step: number, metrics: Metrics, timestamp = Date.now()): void {
     const entries = Object.entries(metrics).filter(([, v]) => Number.isFinite(v));
     const values = [...new Map(entries.map(([k, v]) => [mlflowKey(k), { key: mlflowKey(k), value: v, timestamp, step }])).values()];
-    this.enqueue(`logging step ${step}`, async () => {
-      for (let i = 0; i < values.length; i += MAX_METRICS_PER_BATCH) await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: values.slice(i, i + MAX_METRICS_PER_BATCH) });
-    }, false);
+    // Steps that wait behind a slow request go out together, up to MLflow's 1,000 metrics a batch:
+    // a server slower than the steps gets fewer, larger requests instead of falling behind.
+    const idle = this.unsent.length === 0;
+    this.unsent.push(...values);
+    if (idle) this.enqueue('logging metrics', () => this.sendUnsent(), false);
+  }
+
+  private async sendUnsent(): Promise<void> {
+    while (this.unsent.length) {
+      const batch = this.unsent.splice(0, MAX_METRICS_PER_BATCH);
+      try {
+        await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: batch });
+      } catch (e) {
+        const steps = [...new Set(batch.map((m) => m.step))];
+        this.warn(`[flowrl] trainer.logger mlflow: logging step${steps.length > 1 ? `s ${steps[0]}-${steps.at(-1)}` : ` ${steps[0]}`} failed (${(e as Error).message}); the next ones are still sent`);
+        if (this.abandoned.signal.aborted) return;
+      }
+    }
   }
 
   /**
