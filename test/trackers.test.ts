@@ -291,6 +291,28 @@ describe('trainer.logger: MLflow over its REST API', function () {
     }
   });
 
+  it('a run that fails ends its MLflow run FAILED, with the steps it finished', async () => {
+    const mlflow = await fakeMlflow();
+    try {
+      process.env.MLFLOW_TRACKING_URI = mlflow.url;
+      const dir = tempDir();
+      const host = await createHost(writeCountdownConfig(dir, { trainer: { logger: ['console', 'mlflow'], total_training_steps: 3, test_freq: -1, val_before_train: false } }), { quiet: true });
+      const trainer = host.container.get<Trainer>(TOKENS.Trainer) as Trainer & { trainStep(): Promise<Record<string, number>> };
+      const step = trainer.trainStep.bind(trainer);
+      let steps = 0;
+      trainer.trainStep = () => (++steps === 2 ? Promise.reject(new Error('a step that fails')) : step());
+      let error: unknown;
+      await trainer.fit().catch((e: unknown) => (error = e));
+      trainer.dispose();
+      expect((error as Error).message).to.equal('a step that fails');
+      const [run] = [...mlflow.state.runs.values()];
+      expect(run.status).to.equal('FAILED');
+      expect([...new Set(run.metrics.map((m) => m.step))]).to.deep.equal([1]);
+    } finally {
+      await mlflow.close();
+    }
+  });
+
   it('a server that is down or answers 500 costs one warning; the run finishes; a local-store URI is refused naming MLFLOW_TRACKING_URI', async () => {
     const failing = await fakeMlflow({ fail: true });
     const warnings: string[] = [];

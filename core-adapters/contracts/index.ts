@@ -222,6 +222,8 @@ export interface MetricsSink {
   flush?(): Promise<void>;
   /** The trainer stopped waiting for flush(): drop what is left and hold nothing open. */
   abandon?(): void;
+  /** The run failed: close the tracker's run as failed (MLflow's FAILED); flush is then awaited, briefly. */
+  fail?(): void;
   /** trainer.log_val_generations: the validation's logged samples (verl logs them as a table or text where the tracker can). */
   logGenerations?(step: number, generations: { prompt: string; response: string; score: number }[]): void;
 }

@@ -67,7 +67,7 @@ export type MlflowMessage =
   | { type: 'begin' }
   | { type: 'log'; step: number; metrics: Metrics; timestamp: number }
   | { type: 'generations'; step: number; generations: { prompt: string; response: string; score: number }[] }
-  | { type: 'close' }
+  | { type: 'close'; status: 'FINISHED' | 'FAILED' }
   | { type: 'flush'; id: number };
 
 /** MLflow's REST calls for one run, in order (runs on the sink's thread; `warn` prints on the trainer's). */
@@ -161,8 +161,9 @@ export class MlflowClient {
     }, false);
   }
 
-  close(): void {
-    this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status: 'FINISHED', end_time: Date.now() }));
+  /** Ends the run: FINISHED, or FAILED for a run that stopped on an error. */
+  close(status: 'FINISHED' | 'FAILED' = 'FINISHED'): void {
+    this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status, end_time: Date.now() }));
   }
 
   /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */

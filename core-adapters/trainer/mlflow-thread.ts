@@ -10,6 +10,6 @@ parentPort!.on('message', (m: MlflowMessage) => {
   if (m.type === 'begin') client.begin();
   else if (m.type === 'log') client.log(m.step, m.metrics, m.timestamp);
   else if (m.type === 'generations') client.logGenerations(m.step, m.generations);
-  else if (m.type === 'close') client.close();
+  else if (m.type === 'close') client.close(m.status);
   else void client.flush().then(() => parentPort!.postMessage({ type: 'flushed', id: m.id }));
 });

@@ -56,7 +56,11 @@ export class MlflowSink implements RunAwareSink {
   }
 
   close(): void {
-    this.post({ type: 'close' });
+    this.post({ type: 'close', status: 'FINISHED' });
+  }
+
+  fail(): void {
+    this.post({ type: 'close', status: 'FAILED' });
   }
 
   /** Resolves once the thread has sent what it was given; the thread then ends. */

@@ -417,8 +417,12 @@ export class RLTrainer implements Trainer {
     try {
       await this.trainSteps(total, testFreq, saveFreq, (v) => (lastValidation = v));
     } catch (e) {
-      // A run that fails drops what its trackers still hold rather than waiting on them.
-      for (const sink of this.activeSinks) sink.abandon?.();
+      // A run that fails closes its trackers' runs as failed where they can say so (waiting briefly),
+      // and drops what the others still hold rather than waiting on them.
+      const failing = this.activeSinks.filter((sink) => sink.fail);
+      for (const sink of this.activeSinks) if (sink.fail) sink.fail();
+      else sink.abandon?.();
+      await flushSinks(failing, FAILED_FLUSH_SECONDS);
       throw e;
     } finally {
       // Rollouts sampled for a step that will not run (a stop, an error) are waited out and dropped.
@@ -922,16 +926,18 @@ function mergeRewards(parts: RewardResult[]): RewardResult {
 
 /** Background sinks (trackers) get this long after a run to send what they were given. */
 const SINK_FLUSH_SECONDS = 30;
+/** ...and after a failure, long enough to mark the trackers' runs failed. */
+const FAILED_FLUSH_SECONDS = 10;
 
-async function flushSinks(sinks: MetricsSink[]): Promise<void> {
+async function flushSinks(sinks: MetricsSink[], seconds = SINK_FLUSH_SECONDS): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const pending = new Set(sinks.filter((s) => s.flush));
   const late = new Promise<void>((resolve) => {
     timer = setTimeout(() => {
-      console.warn(`[flowrl] a tracker had not sent everything after ${SINK_FLUSH_SECONDS} s; the run ends without waiting for it`);
+      console.warn(`[flowrl] a tracker had not sent everything after ${seconds} s; the run ends without waiting for it`);
       for (const sink of pending) sink.abandon?.();
       resolve();
-    }, SINK_FLUSH_SECONDS * 1000);
+    }, seconds * 1000);
     timer.unref();
   });
   try {
