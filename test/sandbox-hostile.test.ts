@@ -382,8 +382,8 @@ describe('run cgroups: the files each hierarchy is driven by (on a fake tree, fo
     const groups = findRunCgroups(root, {});
     expect(groups.version).to.equal('v2');
     if (!groups.version) return;
-    expect(fs.readFileSync(path.join(root, 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids');
-    expect(fs.readFileSync(path.join(root, 'flowrl-sandbox', 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids');
+    expect(fs.readFileSync(path.join(root, 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids +cpu');
+    expect(fs.readFileSync(path.join(root, 'flowrl-sandbox', 'cgroup.subtree_control'), 'utf8')).to.equal('+memory +pids +cpu');
     const run = groups.create({ memoryBytes: 64 << 20, processes: 18 });
     const dir = path.dirname(run.procsFiles[0]);
     expect(path.dirname(dir)).to.equal(path.join(root, 'flowrl-sandbox'));
@@ -402,7 +402,7 @@ describe('run cgroups: the files each hierarchy is driven by (on a fake tree, fo
     expect((none as { why: string }).why).to.include('cgroup.subtree_control');
   });
 
-  it('v1: a group in each of memory, pids and cpuacct under this process\'s own, limited; cpuacct.usage and memory.oom_control read', function () {
+  it('v1: a group in each of memory, pids and cpuacct (and cpu, mounted apart) under this process\'s own, limited; cpuacct.usage and memory.oom_control read', function () {
     if (!isRoot) this.skip();
     const own = new Map(fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n').flatMap((l) => { const [, c, p] = l.split(':'); return (c ?? '').split(',').filter(Boolean).map((name) => [name, p] as [string, string]); }));
     const files: Record<string, string> = {};
@@ -419,5 +419,12 @@ describe('run cgroups: the files each hierarchy is driven by (on a fake tree, fo
     fs.writeFileSync(path.join(dirs[2], 'cpuacct.usage'), '1250000000\n');
     fs.writeFileSync(path.join(dirs[0], 'memory.oom_control'), 'oom_kill_disable 0\nunder_oom 0\noom_kill 2\n');
     expect([run.cpuSeconds(), run.oomKilled()]).to.deep.equal([1.25, true]);
+    // A cpu hierarchy mounted apart from cpuacct: the run joins a group there too, so each run weighs
+    // the same for the scheduler whatever its process count.
+    const withCpu = tree({ ...files, [path.join('cpu', 'cgroup.procs')]: '' });
+    const fair = findRunCgroups(withCpu, {});
+    if (!fair.version) throw new Error('no groups');
+    const dirsWithCpu = fair.create({ memoryBytes: 32 << 20, processes: 5 }).procsFiles.map((f) => path.relative(withCpu, path.dirname(path.dirname(f))));
+    expect(dirsWithCpu).to.deep.equal(['memory', 'pids', 'cpuacct', 'cpu'].map((c) => path.join(c, own.get(c) ?? '/', 'flowrl-sandbox').replace(/^\/+/, '')));
   });
 });

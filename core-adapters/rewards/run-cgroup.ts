@@ -83,8 +83,17 @@ function cgroupV2(root: string): RunCgroups {
   const parent = path.join(root, PARENT);
   fs.mkdirSync(parent, { recursive: true });
   // The root group takes no part in the no-internal-processes rule; below it the controllers must be passed down.
-  write(path.join(root, 'cgroup.subtree_control'), '+memory +pids');
-  write(path.join(parent, 'cgroup.subtree_control'), '+memory +pids');
+  // With the cpu controller where the host delegates it: each run then weighs the same whatever its
+  // process count (a fork chain does not starve a one-process run); without it, CFS shares by process.
+  for (const controllers of ['+memory +pids +cpu', '+memory +pids']) {
+    try {
+      write(path.join(root, 'cgroup.subtree_control'), controllers);
+      write(path.join(parent, 'cgroup.subtree_control'), controllers);
+      break;
+    } catch (e) {
+      if (!controllers.includes('cpu')) throw e;
+    }
+  }
   sweep([parent]);
   return {
     version: 'v2',
@@ -129,12 +138,20 @@ function cgroupV1(root: string): RunCgroups {
     parents[controller] = path.join(mount, own.get(controller) ?? '/', PARENT);
     fs.mkdirSync(parents[controller], { recursive: true });
   }
-  sweep(Object.values(parents));
+  // The cpu hierarchy, where it is mounted apart from cpuacct: a group there makes each run weigh the
+  // same (cpu.shares 1024) whatever its process count, so a fork chain does not starve a one-process
+  // run; without it CFS shares the CPU per process. Where the two are mounted together, the cpuacct
+  // group is already in it.
+  const cpuMount = path.join(root, 'cpu');
+  const shares =
+    fs.existsSync(path.join(cpuMount, 'cgroup.procs')) && fs.realpathSync(cpuMount) !== fs.realpathSync(path.join(root, 'cpuacct')) ? path.join(cpuMount, own.get('cpu') ?? '/', PARENT) : undefined;
+  if (shares) fs.mkdirSync(shares, { recursive: true });
+  sweep([...Object.values(parents), ...(shares ? [shares] : [])]);
   return {
     version: 'v1',
     create(limits) {
       const name = runName();
-      const dirs = Object.values(parents).map((p) => path.join(p, name));
+      const dirs = [...Object.values(parents), ...(shares ? [shares] : [])].map((p) => path.join(p, name));
       const [memory, pids, cpu] = dirs;
       try {
         for (const dir of dirs) fs.mkdirSync(dir);
