@@ -10,7 +10,7 @@ import { createHost, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { encodeEvent, readEventFile, tfRecord } from '../core-adapters/trainer/tensorboard.js';
 import { mlflowKey, mlflowParams } from '../core-adapters/trainer/mlflow.js';
 import { parse, type OperationDefinitionNode, type FieldNode, type ObjectValueNode } from 'graphql';
-import { expectInputErrorAsync, fixture, readJson, readRunMetrics, tempDir, writeCountdownConfig } from './helpers.js';
+import { expectInputErrorAsync, fixture, readJson, readRunMetrics, runBuiltFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
 interface FixtureEvent {
   wallTime: number;
@@ -286,6 +286,17 @@ describe('trainer.logger: MLflow over its REST API', function () {
       // Fewer metric requests than logged steps: those that waited went in one.
       expect(mlflow.state.metricBatches).to.be.below(steps.length);
       expect(mlflow.state.problems).to.deep.equal([]);
+    } finally {
+      await mlflow.close();
+    }
+  });
+
+  it('a command that trains nothing (flowrl eval) with the MLflow logger set ends: the sink\'s thread holds no process up', async () => {
+    const mlflow = await fakeMlflow();
+    try {
+      const config = writeCountdownConfig(tempDir(), { data: { val_max_samples: 4 }, trainer: { logger: ['console', 'mlflow'] } });
+      const run = await runBuiltFlowrl(['eval', config], 60_000, { MLFLOW_TRACKING_URI: mlflow.url });
+      expect(run.status, run.stderr).to.equal(0);
     } finally {
       await mlflow.close();
     }

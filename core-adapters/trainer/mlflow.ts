@@ -37,6 +37,9 @@ export class MlflowSink implements RunAwareSink {
     };
     this.thread.on('error', (e) => gone(e.message));
     this.thread.on('exit', (code) => gone(`exit code ${code}`));
+    // It does not keep the process up (a command that never flushes, flowrl eval, must end); flush
+    // holds it while it waits. (After the listeners: adding one refs the thread again.)
+    this.thread.unref();
   }
 
   private post(message: MlflowMessage): void {
@@ -67,6 +70,7 @@ export class MlflowSink implements RunAwareSink {
   async flush(): Promise<void> {
     if (this.ended) return;
     const id = this.nextFlush++;
+    this.thread.ref();
     await new Promise<void>((resolve) => {
       this.flushes.set(id, resolve);
       this.post({ type: 'flush', id });
