@@ -39,7 +39,6 @@ Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity".
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -47,6 +46,10 @@ import sys
 import types
 
 import torch
+
+# The by-path loading helpers of the verl v0.9.0 oracle beside this script (its module only defines them).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from verl_core_algos_oracle import _load, _pkg, _stub_missing_third_party  # noqa: E402
 
 DT = torch.float64
 
@@ -59,48 +62,11 @@ def _fresh(prefix):
             del sys.modules[name]
 
 
-def _pkg(name):
-    mod = types.ModuleType(name)
-    mod.__path__ = []
-    sys.modules[name] = mod
-    parent, _, child = name.rpartition(".")
-    if parent and parent in sys.modules:
-        setattr(sys.modules[parent], child, mod)
-    return mod
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    parent, _, child = name.rpartition(".")
-    if parent and parent in sys.modules:
-        setattr(sys.modules[parent], child, mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _stub_third_party():
-    try:
-        import tensordict  # noqa: F401
-    except ImportError:
-        td = types.ModuleType("tensordict")
-        td.TensorDict = type("TensorDict", (), {})
-        sys.modules["tensordict"] = td
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        tr = types.ModuleType("transformers")
-        tr.PreTrainedTokenizer = type("PreTrainedTokenizer", (), {})
-        tr.AutoConfig = type("AutoConfig", (), {})
-        sys.modules["transformers"] = tr
-
-
 def load_torch_functional(root):
     """verl.utils.torch_functional of one commit's tree (its verl package left unexecuted)."""
     _fresh("verl")
     _fresh("recipe")
-    _stub_third_party()
+    _stub_missing_third_party()
     for name in ["verl", "verl.utils"]:
         _pkg(name)
     device = types.ModuleType("verl.utils.device")

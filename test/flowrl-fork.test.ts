@@ -185,12 +185,12 @@ describe('the later objectives in a run', function () {
     await expectInputErrorAsync(createHost(file, { skipEngine: true, overrides: ['flowrl.reference=sometimes'] }), 'flowrl.reference');
   });
 
-  it("the authors' final objective (token level, no reference, no log Z) trains: no proj_z, no reference, finite losses that move", async () => {
+  it("the authors' final objective (token level, no reference, no log Z) trains on two threads: no proj_z, no reference, finite losses that move", async () => {
     const dir = tempDir();
     const file = writeConfig(dir);
     const host = await createHost(file, {
       quiet: true,
-      overrides: ['flowrl.level=token', 'flowrl.reference=none', 'flowrl.log_z=none', 'actor_rollout_ref.actor.clip_ratio_high=0.28', 'trainer.total_training_steps=3', 'trainer.test_freq=-1', 'trainer.val_before_train=false'],
+      overrides: ['engine.workers=2', 'flowrl.level=token', 'flowrl.reference=none', 'flowrl.log_z=none', 'actor_rollout_ref.actor.clip_ratio_high=0.28', 'trainer.total_training_steps=3', 'trainer.test_freq=-1', 'trainer.val_before_train=false'],
     });
     const worker = host.container.get<Worker>(TOKENS.Worker);
     await host.container.get<Trainer>(TOKENS.Trainer).fit();

@@ -16,7 +16,7 @@ const METRICS: [string, string][] = [
 ];
 
 /** A run's validation line at the last step, or undefined while it trains. */
-function finalLine(dir: string): Record<string, number> | undefined {
+export function finalLine(dir: string): Record<string, number> | undefined {
   const file = path.join(dir, 'metrics.jsonl');
   if (!fs.existsSync(file)) return undefined;
   return fs

@@ -4,33 +4,20 @@
 // intervals, two-sided p-values, Holm over the primary table, and the verdict against the 1.0 margin.
 // Secondary tables: accuracy per beta, and matching entropy and KL at A*, Holm within each.
 //   npx tsx examples/countdown/preregistered/table.ts [RUNS_DIR]
-import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { formatInterval, formatSigned, InputError, tCdf, tInterval } from '../../../core-adapters/index.js';
+import { finalLine } from '../collapse/ablation-table.js';
 
 export const ARMS = ['flowrl-recipe', 'flowrl-matching', 'flowrl-no-log-z', 'grpo-kl'] as const;
 export const BASELINE = 'grpo-kl';
 export const BETAS = [7, 10, 15];
 export const SEEDS = [21, 22, 23, 24, 25];
-const STEPS = 150;
 /** The margin of PROTOCOL.md, in distinct correct answers per prompt. */
 export const MARGIN = 1.0;
 const ALPHA = 0.05;
 
 type Line = Record<string, number>;
-
-/** A run's validation line at step 150, or undefined while it trains. */
-function finalLine(dir: string): Line | undefined {
-  const file = path.join(dir, 'metrics.jsonl');
-  if (!fs.existsSync(file)) return undefined;
-  return fs
-    .readFileSync(file, 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as Line)
-    .find((l) => l.step === STEPS && 'val/accuracy' in l);
-}
 
 /**
  * `metric` at accuracy `target` along one seed's beta curve: the points sorted by accuracy and
