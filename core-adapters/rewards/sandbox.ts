@@ -247,12 +247,32 @@ const CPU_POLL_MS = 100;
 /** How long a run may take past its end (bwrap's exit or the kill) for its pipes to drain. */
 const GRACE_MS = 500;
 
-/** Kills the sandbox's init from the host, when `pid` is still that process (its pid namespace checked, as pids are reused). */
-function killInit(pid: number, pidNamespace: number): void {
+/** How long bwrap is left to reap its killed init before it is killed too, and how often the host looks. */
+const BWRAP_WAIT_MS = 10_000;
+const INIT_POLL_MS = 50;
+
+/** A process's start time (clock ticks since boot, /proc/PID/stat's 22nd field), which tells it from a later one with its pid; undefined once reaped. */
+function startTime(pid: number): string | undefined {
   try {
-    if (fs.readlinkSync(`/proc/${pid}/ns/pid`) === `pid:[${pidNamespace}]`) process.kill(pid, 'SIGKILL');
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
   } catch {
-    // Gone already.
+    return undefined;
+  }
+}
+
+/**
+ * Kills the sandbox's init from the host, when `pid` is still that process (its pid namespace
+ * checked, as pids are reused). Returns the init's start time, to tell when it has been reaped.
+ */
+function killInit(pid: number, pidNamespace: number): string | undefined {
+  try {
+    if (fs.readlinkSync(`/proc/${pid}/ns/pid`) !== `pid:[${pidNamespace}]`) return undefined;
+    const started = startTime(pid);
+    process.kill(pid, 'SIGKILL');
+    return started;
+  } catch {
+    return undefined;
   }
 }
 
@@ -414,7 +434,7 @@ export class Sandbox {
         clearTimeout(timer);
         clearInterval(cpuWatch);
         clearTimeout(deadline);
-        clearTimeout(bwrapKill);
+        // bwrapKill stays: a bwrap still waiting on its dying init is killed once that is reaped.
         // Whatever still holds the pipes, the run is over: stop reading and writing them.
         for (let fd = 0; fd < stdio.length; fd++) pipe(fd)?.destroy();
         const err = stderr().toString('utf8');
@@ -439,11 +459,19 @@ export class Sandbox {
         resolve(result);
       };
       let bwrapKill: NodeJS.Timeout | undefined;
+      // bwrap reaps its killed init and exits. Killed while the init is still dying (a large
+      // process's exit takes a while on a loaded machine), it would orphan the init to the host's
+      // reaper: bwrap is killed only once its init is reaped, or after a generous wait.
+      const killBwrapOnceInitReaped = (initStarted: string | undefined, since: number) => {
+        if (init && initStarted !== undefined && startTime(init.pid) === initStarted && performance.now() - since < BWRAP_WAIT_MS) {
+          bwrapKill = setTimeout(() => killBwrapOnceInitReaped(initStarted, since), INIT_POLL_MS);
+        } else child.kill('SIGKILL');
+      };
       const kill = () => {
         if (!init) return void child.kill('SIGKILL');
-        // bwrap reaps its killed init and exits; killed at once, it would leave the init a zombie for the host's init to reap.
-        killInit(init.pid, init.pidNamespace);
-        bwrapKill ??= setTimeout(() => child.kill('SIGKILL'), GRACE_MS / 2);
+        const initStarted = killInit(init.pid, init.pidNamespace);
+        const since = performance.now();
+        bwrapKill ??= setTimeout(() => killBwrapOnceInitReaped(initStarted, since), GRACE_MS / 2);
       };
       const stop = (why: RunStatus) => {
         status ??= why;
