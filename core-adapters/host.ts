@@ -28,7 +28,7 @@ import { LocalCheckpointStore } from './trainer/checkpoints.js';
 import { ConsoleMetricsSink, JsonlMetricsSink } from './trainer/metrics.js';
 import { TensorBoardSink } from './trainer/tensorboard.js';
 import { mlflowBase, MlflowSink } from './trainer/mlflow.js';
-import { wandbSdk, WandbSink } from './trainer/wandb.js';
+import { wandbSettings, WandbSink } from './trainer/wandb.js';
 import { rankWorld, SINGLE_RANK } from './engine/mpi.js';
 import { isMainThread } from 'node:worker_threads';
 import { RLTrainer } from './trainer/trainer.js';
@@ -106,7 +106,7 @@ export function coreModule(config: Config, requirements: RunRequirements, regist
       bind(TOKENS.MetricsSink).to(MlflowSink).inSingletonScope();
     }
     // The SDK, a key and a mode it can serve are found now; WANDB_MODE=disabled sends nothing.
-    if (loggers.includes('wandb') && wandbSdk()) bind(TOKENS.MetricsSink).to(WandbSink).inSingletonScope();
+    if (loggers.includes('wandb') && wandbSettings()) bind(TOKENS.MetricsSink).to(WandbSink).inSingletonScope();
   });
 }
 

@@ -46,7 +46,7 @@ fs.mkdirSync(out, { recursive: true });
 
 // The command in one file. Dawn stays outside (its .node file is loaded from .gpu/node_modules);
 // packages only a wasm or CPU run loads, or none of the check's commands, stay out too.
-const externals = ['webgpu', '@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu', '@wandb/sdk', 'node-llama-cpp', 'playwright-core', 'canvas', 'tsx'];
+const externals = ['webgpu', '@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu', 'node-llama-cpp', 'playwright-core', 'canvas', 'tsx'];
 run(esbuild, [
   path.join(root, 'dist', 'core-adapters', 'cli', 'main.js'),
   '--bundle',

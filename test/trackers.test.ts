@@ -10,6 +10,7 @@ import { createHost, TOKENS, type Config, type Trainer } from '../core-adapters/
 import { encodeEvent, readEventFile, tfRecord } from '../core-adapters/trainer/tensorboard.js';
 import { mlflowKey, mlflowParams } from '../core-adapters/trainer/mlflow.js';
 import { MlflowClient } from '../core-adapters/trainer/mlflow-client.js';
+import { netrcPassword, wandbAppUrl, WandbClient } from '../core-adapters/trainer/wandb-client.js';
 import { parse, type OperationDefinitionNode, type FieldNode, type ObjectValueNode } from 'graphql';
 import { expectInputErrorAsync, fixture, readJson, readRunMetrics, runBuiltFlowrl, tempDir, writeCountdownConfig } from './helpers.js';
 
@@ -208,8 +209,8 @@ describe('trainer.logger: MLflow over its REST API', function () {
   restoreEnvAfterEach(['MLFLOW_TRACKING_URI', 'MLFLOW_RUN_ID']);
   const train = (dir: string, steps = 3) => trainLoggingTo('mlflow', dir, steps);
   // Retries 0.1, 0.2, 0.4 and 0.8 s apart here (0.5 to 4 s by default), to keep the suite short.
-  before(() => (process.env.FLOWRL_MLFLOW_RETRY_MS = '100'));
-  after(() => delete process.env.FLOWRL_MLFLOW_RETRY_MS);
+  before(() => (process.env.FLOWRL_TRACKER_RETRY_MS = '100'));
+  after(() => delete process.env.FLOWRL_TRACKER_RETRY_MS);
 
   it("keys and params as verl sends them: '@' -> '_at_', refused characters -> '_', the config flattened with '/' and lists by index", () => {
     expect(mlflowKey('val/pass@8')).to.equal('val/pass_at_8');
@@ -375,12 +376,14 @@ const WANDB_KEY = 'k'.repeat(40);
  * A fake W&B server: the GraphQL queries a run makes (Viewer, UpsertBucket), each parsed by the
  * graphql package and its input fields checked against what W&B's clients send, and the file
  * stream (wandb v0.28.2 core/internal/filestream/filestreamrequest.go: {files: {name: {offset,
- * content}}}, then {complete, exitcode}), each history chunk's offset checked to follow the last;
- * every request must carry the key as Basic api:KEY. `refuse` answers the run's upsert with that status.
+ * content}}}, then {complete, exitcode}), a history chunk's lines stored at its offset (a chunk sent
+ * again replaces its lines; one past the end is a gap, a problem); every request must carry the key
+ * as Basic api:KEY. `refuse` answers the run's upsert with that status; `outage` answers file-stream
+ * requests after the first `after` with 503, `requests` of them; `refuseStream` answers them 404.
  */
-async function fakeWandb(options: { refuse?: number } = {}) {
+async function fakeWandb(options: { refuse?: number; outage?: { after: number; requests: number }; refuseStream?: boolean } = {}) {
   type WandbRun = { project: string; entity: string; displayName: string; config: Record<string, { value: unknown }>; history: Record<string, number>[]; summary?: Record<string, number>; exitcode?: number };
-  const state = { runs: new Map<string, WandbRun>(), problems: [] as string[], requests: 0 };
+  const state = { runs: new Map<string, WandbRun>(), problems: [] as string[], requests: 0, streamRequests: 0 };
   const server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => (body += c));
@@ -419,11 +422,14 @@ async function fakeWandb(options: { refuse?: number } = {}) {
         state.problems.push(`unexpected ${req.method} ${req.url}`);
         return send(404, {});
       }
+      state.streamRequests += 1;
+      if (options.refuseStream) return send(404, { error: 'run not found' });
+      if (options.outage && state.streamRequests > options.outage.after && state.streamRequests <= options.outage.after + options.outage.requests) return send(503, { error: 'unavailable' });
       if (json.complete) run.exitcode = json.exitcode;
       for (const [name, chunk] of Object.entries(json.files ?? {})) {
         if (name === 'wandb-history.jsonl') {
-          if (chunk.offset !== run.history.length) state.problems.push(`history offset ${chunk.offset} after ${run.history.length} lines`);
-          run.history.push(...chunk.content.map((line) => JSON.parse(line) as Record<string, number>));
+          if (chunk.offset > run.history.length) state.problems.push(`history offset ${chunk.offset} after ${run.history.length} lines`);
+          run.history.splice(chunk.offset, chunk.content.length, ...chunk.content.map((line) => JSON.parse(line) as Record<string, number>));
         } else if (name === 'wandb-summary.json' && chunk.offset === 0 && chunk.content.length === 1) run.summary = JSON.parse(chunk.content[0]) as Record<string, number>;
         else state.problems.push(`file ${name} at ${chunk.offset}`);
       }
@@ -433,9 +439,11 @@ async function fakeWandb(options: { refuse?: number } = {}) {
   return { state, ...(await listening(server)) };
 }
 
-describe("trainer.logger: W&B through its JavaScript SDK", function () {
+describe('trainer.logger: W&B over its GraphQL API and file stream', function () {
   this.timeout(120_000);
   restoreEnvAfterEach(['WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_MODE', 'WANDB_ENTITY', 'HOME']);
+  before(() => (process.env.FLOWRL_TRACKER_RETRY_MS = '100'));
+  after(() => delete process.env.FLOWRL_TRACKER_RETRY_MS);
   const train = (dir: string, steps = 3) => trainLoggingTo('wandb', dir, steps);
 
   it('a run: named after the experiment in the project, the config in W&B\'s form with secrets left out, every step of metrics.jsonl in the history at its step, the run complete; every request valid', async () => {
@@ -464,6 +472,62 @@ describe("trainer.logger: W&B through its JavaScript SDK", function () {
     }
   });
 
+  it('an outage mid-run loses no step: one warning with the cause, the steps kept and sent once the server answers, at their offsets; the run complete', async () => {
+    // The first 7 file-stream requests answer 503: the first rows' five tries (0.1-0.8 s apart) all
+    // fail while the run goes on, the next rows' third try succeeds with every row kept.
+    const wandb = await fakeWandb({ outage: { after: 0, requests: 7 } });
+    Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: wandb.url });
+    const warnings: string[] = [];
+    const notes: string[] = [];
+    const [warn, note] = [console.warn, console.error];
+    console.warn = (line: string) => warnings.push(line);
+    console.error = (line: string) => notes.push(String(line));
+    try {
+      const dir = tempDir();
+      await train(dir, 6);
+      expect(wandb.state.problems).to.deep.equal([]);
+      const [run] = [...wandb.state.runs.values()];
+      expect(run.history.map((h) => h._step)).to.deep.equal(readRunMetrics(path.join(dir, 'run')).map((m) => m.step));
+      expect(run.exitcode, JSON.stringify([warnings, notes])).to.equal(0);
+      expect(warnings).to.have.length(1);
+      expect(warnings[0]).to.match(/trainer\.logger wandb: the server does not answer \(POST \/files\/fake-entity\/countdown\/\w+\/file_stream: HTTP 503 .*\); the steps from \d+ are kept and sent when it does/);
+      expect(notes.filter((l) => l.includes('the server answers again'))).to.have.length(1);
+    } finally {
+      [console.warn, console.error] = [warn, note];
+      await wandb.close();
+    }
+  });
+
+  it('the client alone: a failed run ends with exit code 1; a refused file stream costs one warning and stops; .netrc keys and app URLs as W&B reads them', async () => {
+    Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_ENTITY: 'team' });
+    const config = { trainer: { project_name: 'p', experiment_name: 'e' } } as unknown as Config;
+    for (const refuseStream of [false, true]) {
+      const wandb = await fakeWandb({ refuseStream });
+      process.env.WANDB_BASE_URL = wandb.url;
+      const warnings: string[] = [];
+      const client = new WandbClient(config, (line) => warnings.push(line), () => {});
+      client.begin();
+      for (const step of [1, 2, 3]) client.log(step, { 'reward/mean': step / 10, 'bad/nan': NaN }, Date.now());
+      client.close('FAILED');
+      await client.flush();
+      await wandb.close();
+      const [run] = [...wandb.state.runs.values()];
+      expect(run.entity).to.equal('team');
+      if (refuseStream) {
+        expect(warnings).to.have.length(1);
+        expect(warnings[0]).to.contain("the server refused step 1's metrics (POST /files/team/p/").and.contain('HTTP 404').and.contain('the run goes on without W&B');
+        expect(wandb.state.streamRequests, 'a refusal is not retried').to.equal(1);
+      } else {
+        expect(warnings).to.deep.equal([]);
+        expect(run.history.map((h) => [h._step, h['reward/mean'], 'bad/nan' in h])).to.deep.equal([[1, 0.1, false], [2, 0.2, false], [3, 0.3, false]]);
+        expect(run.exitcode).to.equal(1);
+      }
+    }
+    const netrc = 'machine api.wandb.ai\n  login user\n  password k1\nmachine wandb.example.com login user password k2\n';
+    expect([netrcPassword(netrc, 'api.wandb.ai'), netrcPassword(netrc, 'wandb.example.com'), netrcPassword(netrc, 'other')]).to.deep.equal(['k1', 'k2', undefined]);
+    expect(['https://api.wandb.ai', 'https://api.example.com', 'http://localhost:8080'].map(wandbAppUrl)).to.deep.equal(['https://wandb.ai', 'https://app.example.com', 'http://localhost:8080']);
+  });
+
   it('a server that refuses the run or is down costs one warning and the run finishes; a missing key, a missing mode and offline mode are refused before training', async () => {
     const refusing = await fakeWandb({ refuse: 403 });
     const warnings: string[] = [];
@@ -474,7 +538,9 @@ describe("trainer.logger: W&B through its JavaScript SDK", function () {
     try {
       Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: refusing.url });
       await train(tempDir(), 2);
-      process.env.WANDB_BASE_URL = 'http://127.0.0.1:9'; // nothing listens
+      const closed = await listening(http.createServer());
+      await closed.close();
+      process.env.WANDB_BASE_URL = closed.url; // nothing listens there now
       await train(tempDir(), 2);
     } finally {
       console.warn = warn;
@@ -482,12 +548,12 @@ describe("trainer.logger: W&B through its JavaScript SDK", function () {
       await refusing.close();
     }
     expect(warnings).to.have.length(2);
-    expect(warnings[0]).to.contain('trainer.logger wandb: Failed to upsert run; the run goes on without W&B');
-    expect(warnings[1]).to.contain('trainer.logger wandb: Unable to determine default entity; the run goes on without W&B');
+    expect(warnings[0]).to.contain('trainer.logger wandb: starting the run failed (POST /graphql: HTTP 403').and.contain('; the run goes on without W&B');
+    expect(warnings[1], warnings[1]).to.contain('trainer.logger wandb: starting the run failed (POST /graphql: fetch failed (').and.contain('ECONNREFUSED').and.contain('; the run goes on without W&B');
     delete process.env.WANDB_API_KEY;
     process.env.HOME = tempDir(); // no ~/.netrc
     const config = writeCountdownConfig(tempDir(), { trainer: { logger: 'wandb' } });
-    await expectInputErrorAsync(createHost(config, { skipEngine: true }), 'trainer.logger wandb: set WANDB_API_KEY', '127.0.0.1:9');
+    await expectInputErrorAsync(createHost(config, { skipEngine: true }), 'trainer.logger wandb: set WANDB_API_KEY', new URL(process.env.WANDB_BASE_URL).host);
     process.env.WANDB_MODE = 'offline';
     await expectInputErrorAsync(createHost(config, { skipEngine: true }), 'WANDB_MODE=offline is not served by', 'WANDB_MODE=disabled');
     process.env.WANDB_MODE = 'disabled';

@@ -4,9 +4,9 @@
 // as params (flattened with '/', lists as list_len and indices, as verl), each step's metrics as a
 // log-batch with verl's key sanitising ('@' -> '_at_', other characters MLflow refuses -> '_').
 // Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
-// API at /api/2.0/mlflow). Requests go out in order from a thread of their own (mlflow-thread.ts),
+// API at /api/2.0/mlflow). Requests go out in order from a thread of their own (tracker-sink.ts),
 // so they advance while the trainer's thread computes; a step never waits for one.
-// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (verl tries 3 times, 5 s apart), so an outage
+// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (tracker-client.ts; verl tries 3 times, 5 s apart), so an outage
 // of a few seconds loses nothing; a step that still fails costs a warning and the next steps go on;
 // only a run that cannot be started stops the tracker.
 import fs from 'node:fs';
@@ -16,13 +16,8 @@ import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { SECRET_KEY } from './metrics.js';
+import { trackerRequest, type TrackerClient } from './tracker-client.js';
 
-/** Waits before each retry, in ms (5 attempts: 7.5 s of waiting in all); FLOWRL_MLFLOW_RETRY_MS sets the first (the others double it). */
-function retryDelays(): number[] {
-  const first = Number(process.env.FLOWRL_MLFLOW_RETRY_MS ?? 500);
-  return [1, 2, 4, 8].map((k) => k * (Number.isFinite(first) && first >= 0 ? first : 500));
-}
-const REQUEST_TIMEOUT_MS = 10_000;
 const MAX_METRICS_PER_BATCH = 1000;
 const MAX_PARAMS_PER_BATCH = 100;
 const MAX_PARAM_VALUE_LENGTH = 6000;
@@ -49,29 +44,8 @@ export function mlflowBase(uri = process.env.MLFLOW_TRACKING_URI): string {
   return `${uri.replace(/\/+$/, '')}/api/2.0/mlflow`;
 }
 
-/** Resolves after `ms`, or at once when `signal` aborts (an abandoned sink does not keep the process up). */
-function waitUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
-/** What the sink tells its thread (the client's calls, in order); flush is answered with flushed. */
-export type MlflowMessage =
-  | { type: 'begin' }
-  | { type: 'log'; step: number; metrics: Metrics; timestamp: number }
-  | { type: 'generations'; step: number; generations: { prompt: string; response: string; score: number }[] }
-  | { type: 'close'; status: 'FINISHED' | 'FAILED' }
-  | { type: 'flush'; id: number };
-
 /** MLflow's REST calls for one run, in order (runs on the sink's thread; `warn` prints on the trainer's). */
-export class MlflowClient {
+export class MlflowClient implements TrackerClient {
   private readonly base: string;
   private queue: Promise<unknown> = Promise.resolve();
   private runId?: string;
@@ -215,32 +189,12 @@ export class MlflowClient {
     return this.request(method, `${this.base}/${route}`, body === undefined ? undefined : JSON.stringify(body));
   }
 
-  private async request(method: 'GET' | 'POST' | 'PUT', url: string, body?: string): Promise<unknown> {
+  private request(method: 'GET' | 'POST' | 'PUT', url: string, body?: string): Promise<unknown> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (process.env.MLFLOW_TRACKING_TOKEN) headers.authorization = `Bearer ${process.env.MLFLOW_TRACKING_TOKEN}`;
     else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
-    const route = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
-    let last = '';
-    const delays = retryDelays();
-    for (let attempt = 0; attempt <= delays.length; attempt++) {
-      if (attempt > 0) {
-        await waitUnlessAborted(delays[attempt - 1], this.abandoned.signal);
-        if (this.abandoned.signal.aborted) break;
-      }
-      try {
-        const response = await fetch(url, { method, headers, body, signal: AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), this.abandoned.signal]) });
-        const text = await response.text();
-        if (response.ok) return text ? JSON.parse(text) : {};
-        last = `${method} ${route}: HTTP ${response.status} ${text.slice(0, 200)}`;
-        // A refusal (4xx) will not change on a retry.
-        if (response.status < 500) break;
-      } catch (e) {
-        // fetch says only "fetch failed"; its cause says why (ECONNREFUSED, a reset, a timeout).
-        const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-        last = `${method} ${route}: ${(e as Error).message}${cause ? ` (${cause.message ?? cause.code})` : ''}`;
-        if (this.abandoned.signal.aborted) break;
-      }
-    }
-    throw new Error(last);
+    const label = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
+    // A refusal (4xx) will not change on a retry.
+    return trackerRequest({ method, url, label, headers, body, signal: this.abandoned.signal, retryable: (status) => status >= 500 });
   }
 }
