@@ -138,7 +138,7 @@ async function trainLoggingTo(logger: string, dir: string, steps: number) {
  * MLflow's rules (mlflow/utils/validation.py: key characters and length, batch limits, no duplicate
  * param keys, numeric values, non-negative millisecond timestamps); `fail` makes every request answer 500.
  */
-async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; requests: number }; delayMs?: number } = {}) {
+async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; requests: number }; metricsOutage?: number; delayMs?: number } = {}) {
   const state = { experiments: new Map<string, string>(), runs: new Map<string, { name: string; status: string; params: Map<string, string>; metrics: { key: string; value: number; step: number; timestamp: number }[] }>(), artifacts: new Map<string, string>(), problems: [] as string[], requests: 0, metricBatches: 0 as number | undefined };
   const keyOk = (k: unknown) => typeof k === 'string' && /^[/\w.\- :]*$/.test(k) && k.length <= 250;
   const server = http.createServer((req, res) => {
@@ -153,6 +153,8 @@ async function fakeMlflow(options: { fail?: boolean; outage?: { after: number; r
       if (options.fail) return send(500, { error_code: 'INTERNAL_ERROR' });
       // An outage: after `after` requests, the next `requests` answer 503 (a restart behind a proxy).
       if (options.outage && state.requests > options.outage.after && state.requests <= options.outage.after + options.outage.requests) return send(503, { error_code: 'TEMPORARILY_UNAVAILABLE' });
+      // A longer one for the metrics alone: the first `metricsOutage` batches of metrics answer 502.
+      if (options.metricsOutage && state.metricBatches! <= options.metricsOutage && body.includes('"metrics"')) return send(502, { error_code: 'BAD_GATEWAY' });
       const url = new URL(req.url!, 'http://x');
       // The routes' JSON bodies, read field by field below.
       const json = (body ? JSON.parse(body) : {}) as { name: string; experiment_id: string; run_name: string; run_id: string; status: string; metrics?: { key: string; value: number; step: number; timestamp: number }[]; params?: { key: string; value: string }[] };
@@ -273,6 +275,31 @@ describe('trainer.logger: MLflow over its REST API', function () {
       await mlflow.close();
     }
     expect(warnings).to.deep.equal([]);
+  });
+
+  it('a longer outage (a batch fails all its tries) loses no step either: one warning with the cause, the steps kept and sent with the next, a note when the server is back', async () => {
+    // The first 7 metric batches answer 502: the first steps' five tries fail while the run goes on; the next request's third try succeeds.
+    const mlflow = await fakeMlflow({ metricsOutage: 7 });
+    const warnings: string[] = [];
+    const notes: string[] = [];
+    const [warn, note] = [console.warn, console.error];
+    console.warn = (line: string) => warnings.push(line);
+    console.error = (line: string) => notes.push(String(line));
+    try {
+      process.env.MLFLOW_TRACKING_URI = mlflow.url;
+      const dir = tempDir();
+      await train(dir, 4);
+      const [run] = [...mlflow.state.runs.values()];
+      expect(run.status).to.equal('FINISHED');
+      expect(new Set(run.metrics.map((m) => m.step))).to.deep.equal(new Set(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)));
+      expect(mlflow.state.problems).to.deep.equal([]);
+    } finally {
+      [console.warn, console.error] = [warn, note];
+      await mlflow.close();
+    }
+    expect(warnings).to.have.length(1);
+    expect(warnings[0]).to.match(/trainer\.logger mlflow: the server does not answer \(POST runs\/log-batch: HTTP 502 .*\); the steps from \d+ are kept and sent when it does/);
+    expect(notes.filter((l) => l.includes('trainer.logger mlflow: the server answers again'))).to.have.length(1);
   });
 
   it('a server slower than the steps gets every step and the run ends FINISHED; steps that wait behind a request go together', async () => {

@@ -6,9 +6,10 @@
 // Endpoints and limits: mlflow/protos/service.proto and mlflow/utils/validation.py (MLflow 2.x REST
 // API at /api/2.0/mlflow). Requests go out in order from a thread of their own (tracker-sink.ts),
 // so they advance while the trainer's thread computes; a step never waits for one.
-// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (tracker-client.ts; verl tries 3 times, 5 s apart), so an outage
-// of a few seconds loses nothing; a step that still fails costs a warning and the next steps go on;
-// only a run that cannot be started stops the tracker.
+// A request is tried 5 times, 0.5, 1, 2 and 4 s apart (tracker-client.ts; verl tries 3 times, 5 s
+// apart); metrics the server did not take through a longer outage stay queued and go with the next
+// step's (one warning). A refused batch costs a warning and the next steps go on; only a run that
+// cannot be started stops the tracker.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +17,7 @@ import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { SECRET_KEY } from './metrics.js';
-import { trackerRequest, type TrackerClient } from './tracker-client.js';
+import { FINAL_ROUNDS, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
 
 const MAX_METRICS_PER_BATCH = 1000;
 const MAX_PARAMS_PER_BATCH = 100;
@@ -55,12 +56,16 @@ export class MlflowClient implements TrackerClient {
   /** Metrics logged and not yet sent, in order. */
   private readonly unsent: { key: string; value: number; timestamp: number; step: number }[] = [];
   private failed = false;
+  private sendQueued = false;
+  private readonly outage: OutageNotice;
 
   constructor(
     private readonly config: Config,
     private readonly warn: (line: string) => void,
+    say: (line: string) => void = warn,
   ) {
     this.base = mlflowBase();
+    this.outage = new OutageNotice('mlflow', warn, say);
   }
 
   begin(): void {
@@ -84,21 +89,31 @@ export class MlflowClient implements TrackerClient {
     const values = [...new Map(entries.map(([k, v]) => [mlflowKey(k), { key: mlflowKey(k), value: v, timestamp, step }])).values()];
     // Steps that wait behind a slow request go out together, up to MLflow's 1,000 metrics a batch:
     // a server slower than the steps gets fewer, larger requests instead of falling behind.
-    const idle = this.unsent.length === 0;
     this.unsent.push(...values);
-    if (idle) this.enqueue('logging metrics', () => this.sendUnsent(), false);
+    if (this.sendQueued) return;
+    this.sendQueued = true;
+    this.enqueue('logging metrics', () => {
+      this.sendQueued = false;
+      return this.sendUnsent();
+    }, false);
   }
 
+  /** Sends the metrics not yet sent; through an outage they stay queued, to go with the next step's. */
   private async sendUnsent(): Promise<void> {
-    while (this.unsent.length) {
-      const batch = this.unsent.splice(0, MAX_METRICS_PER_BATCH);
+    while (this.unsent.length && !this.abandoned.signal.aborted) {
+      const batch = this.unsent.slice(0, MAX_METRICS_PER_BATCH);
       try {
         await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: batch });
       } catch (e) {
+        if (!(e instanceof TrackerRequestError && e.refused)) return this.outage.failed(batch[0].step, e instanceof Error ? e.message : String(e));
+        // A refusal will not change: those are dropped, the next ones still go.
+        this.unsent.splice(0, batch.length);
         const steps = [...new Set(batch.map((m) => m.step))];
-        this.warn(`[flowrl] trainer.logger mlflow: logging step${steps.length > 1 ? `s ${steps[0]}-${steps.at(-1)}` : ` ${steps[0]}`} failed (${(e as Error).message}); the next ones are still sent`);
-        if (this.abandoned.signal.aborted) return;
+        this.warn(`[flowrl] trainer.logger mlflow: logging step${steps.length > 1 ? `s ${steps[0]}-${steps.at(-1)}` : ` ${steps[0]}`} was refused (${e.message}); the next ones are still sent`);
+        continue;
       }
+      this.unsent.splice(0, batch.length);
+      this.outage.sent(batch.at(-1)!.step);
     }
   }
 
@@ -137,7 +152,17 @@ export class MlflowClient implements TrackerClient {
 
   /** Ends the run: FINISHED, or FAILED for a run that stopped on an error. */
   close(status: 'FINISHED' | 'FAILED' = 'FINISHED'): void {
-    this.enqueue('finishing the run', () => this.call('POST', 'runs/update', { run_id: this.runId, status, end_time: Date.now() }));
+    this.enqueue('finishing the run', async () => {
+      for (let round = 0; round < FINAL_ROUNDS && this.unsent.length && !this.abandoned.signal.aborted; round++) await this.sendUnsent();
+      if (this.unsent.length) this.warn(`[flowrl] trainer.logger mlflow: steps ${this.unsent[0].step}-${this.unsent.at(-1)!.step} were not sent (the server did not answer); they are in metrics.jsonl`);
+      for (let round = 0; ; round++) {
+        try {
+          return await this.call('POST', 'runs/update', { run_id: this.runId, status, end_time: Date.now() });
+        } catch (e) {
+          if ((e instanceof TrackerRequestError && e.refused) || round >= FINAL_ROUNDS - 1) throw e;
+        }
+      }
+    });
   }
 
   /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */

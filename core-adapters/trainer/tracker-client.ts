@@ -101,3 +101,29 @@ export async function trackerRequest(request: TrackerRequest): Promise<unknown> 
   }
   throw new TrackerRequestError(last, refused);
 }
+
+/** Rounds of tries (each trackerRequest's five) for what is left, and the run's end, when a run ends (within the trainer's 30 s). */
+export const FINAL_ROUNDS = 3;
+
+/** Tells of a server that does not answer once, when it starts (the steps kept from then), and once when it answers again. */
+export class OutageNotice {
+  private from?: number;
+
+  constructor(
+    private readonly tracker: string,
+    private readonly warn: (line: string) => void,
+    private readonly say: (line: string) => void,
+  ) {}
+
+  failed(step: number, cause: string): void {
+    if (this.from !== undefined) return;
+    this.from = step;
+    this.warn(`[flowrl] trainer.logger ${this.tracker}: the server does not answer (${cause}); the steps from ${step} are kept and sent when it does`);
+  }
+
+  sent(lastStep: number): void {
+    if (this.from === undefined) return;
+    this.say(`[flowrl] trainer.logger ${this.tracker}: the server answers again; steps ${this.from}-${lastStep} sent`);
+    this.from = undefined;
+  }
+}

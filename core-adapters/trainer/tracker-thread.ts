@@ -10,7 +10,7 @@ import { WandbClient } from './wandb-client.js';
 const { kind, config } = workerData as { kind: TrackerKind; config: Config };
 const warn = (line: string) => parentPort!.postMessage({ type: 'warn', line });
 const say = (line: string) => parentPort!.postMessage({ type: 'say', line });
-const client: TrackerClient = kind === 'mlflow' ? new MlflowClient(config, warn) : new WandbClient(config, warn, say);
+const client: TrackerClient = kind === 'mlflow' ? new MlflowClient(config, warn, say) : new WandbClient(config, warn, say);
 
 parentPort!.on('message', (m: TrackerMessage) => {
   if (m.type === 'begin') client.begin();

@@ -21,12 +21,10 @@ import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { redactSecrets } from './metrics.js';
-import { trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
+import { FINAL_ROUNDS, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
 
 /** The statuses W&B's own client does not retry (wandb v0.28.2 core/internal/clients/retry_policy.go). */
 const NOT_RETRIED = new Set([400, 401, 403, 404, 409, 410, 413, 422, 501]);
-/** Rounds of tries (each tracker-client.ts's five) for the rows left and the run's end when the run ends. */
-const FINAL_ROUNDS = 3;
 /** History rows a request carries at most (W&B's core caps a request at 10 MB; a row here is a few kB). */
 const MAX_ROWS_PER_REQUEST = 1000;
 
@@ -113,8 +111,7 @@ export class WandbClient implements TrackerClient {
   private sentRows = 0;
   private summary: Record<string, number> = {};
   private sendQueued = false;
-  /** Set while the server does not answer: the first step it did not take. */
-  private outageFrom?: number;
+  private readonly outage: OutageNotice;
 
   constructor(
     private readonly config: Config,
@@ -124,6 +121,7 @@ export class WandbClient implements TrackerClient {
     const settings = wandbSettings();
     if (!settings) throw new Error('WANDB_MODE=disabled: no W&B client');
     this.settings = settings;
+    this.outage = new OutageNotice('wandb', warn, say);
   }
 
   begin(): void {
@@ -193,18 +191,11 @@ export class WandbClient implements TrackerClient {
         await this.post(this.stream!, { files: { 'wandb-history.jsonl': { offset: this.sentRows, content: rows.map((r) => r.row) }, 'wandb-summary.json': { offset: 0, content: [JSON.stringify(this.summary)] } } });
       } catch (e) {
         if (e instanceof TrackerRequestError && e.refused) return this.stop(`the server refused step ${rows[0].step}'s metrics (${e.message})`);
-        if (this.outageFrom === undefined) {
-          this.outageFrom = rows[0].step;
-          this.warn(`[flowrl] trainer.logger wandb: the server does not answer (${(e as Error).message}); the steps from ${rows[0].step} are kept and sent when it does`);
-        }
-        return;
+        return this.outage.failed(rows[0].step, (e as Error).message);
       }
       this.unsent.splice(0, rows.length);
       this.sentRows += rows.length;
-      if (this.outageFrom !== undefined) {
-        this.say(`[flowrl] trainer.logger wandb: the server answers again; steps ${this.outageFrom}-${rows.at(-1)!.step} sent`);
-        this.outageFrom = undefined;
-      }
+      this.outage.sent(rows.at(-1)!.step);
     }
   }
 
