@@ -406,15 +406,16 @@ const WANDB_KEY = 'k'.repeat(40);
  * content}}}, then {complete, exitcode}), a history chunk's lines stored at its offset (a chunk sent
  * again replaces its lines; one past the end is a gap, a problem); every request must carry the key
  * as Basic api:KEY. `refuse` answers the run's upsert with that status; `outage` answers file-stream
- * requests after the first `after` with 503, `requests` of them; `refuseStream` answers them 404.
+ * requests after the first `after` with 503, `requests` of them; `refuseStream` answers them 404;
+ * `streamDelayMs` answers each of them that late (a stalled server).
  */
-async function fakeWandb(options: { refuse?: number; outage?: { after: number; requests: number }; refuseStream?: boolean } = {}) {
+async function fakeWandb(options: { refuse?: number; outage?: { after: number; requests: number }; refuseStream?: boolean; streamDelayMs?: number } = {}) {
   type WandbRun = { project: string; entity: string; displayName: string; config: Record<string, { value: unknown }>; history: Record<string, number>[]; summary?: Record<string, number>; exitcode?: number };
   const state = { runs: new Map<string, WandbRun>(), problems: [] as string[], requests: 0, streamRequests: 0 };
   const server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => (body += c));
-    req.on('end', () => {
+    req.on('end', () => void (async () => {
       state.requests += 1;
       const send = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
       if (req.headers.authorization !== `Basic ${Buffer.from(`api:${WANDB_KEY}`).toString('base64')}`) state.problems.push(`${req.url}: authorization ${req.headers.authorization}`);
@@ -450,6 +451,7 @@ async function fakeWandb(options: { refuse?: number; outage?: { after: number; r
         return send(404, {});
       }
       state.streamRequests += 1;
+      if (options.streamDelayMs) await new Promise((resolve) => setTimeout(resolve, options.streamDelayMs));
       if (options.refuseStream) return send(404, { error: 'run not found' });
       if (options.outage && state.streamRequests > options.outage.after && state.streamRequests <= options.outage.after + options.outage.requests) return send(503, { error: 'unavailable' });
       if (json.complete) run.exitcode = json.exitcode;
@@ -461,7 +463,7 @@ async function fakeWandb(options: { refuse?: number; outage?: { after: number; r
         else state.problems.push(`file ${name} at ${chunk.offset}`);
       }
       send(200, {});
-    });
+    })());
   });
   return { state, ...(await listening(server)) };
 }
@@ -525,16 +527,20 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
     }
   });
 
-  it('the client alone: a failed run ends with exit code 1; a refused file stream costs one warning and stops; .netrc keys and app URLs as W&B reads them', async () => {
+  it('the client alone: a stalled server gets every step, those that waited going together; a failed run ends with exit code 1; a refused file stream costs one warning and stops; .netrc keys and app URLs as W&B reads them', async () => {
     Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_ENTITY: 'team' });
     const config = { trainer: { project_name: 'p', experiment_name: 'e' } } as unknown as Config;
     for (const refuseStream of [false, true]) {
-      const wandb = await fakeWandb({ refuseStream });
+      // A stalled server too: each file-stream answer takes 300 ms while a step comes every 50 ms.
+      const wandb = await fakeWandb({ refuseStream, streamDelayMs: refuseStream ? 0 : 300 });
       process.env.WANDB_BASE_URL = wandb.url;
       const warnings: string[] = [];
       const client = new WandbClient(config, (line) => warnings.push(line), () => {});
       client.begin();
-      for (const step of [1, 2, 3]) client.log(step, { 'reward/mean': step / 10, 'bad/nan': NaN }, Date.now());
+      for (const step of [1, 2, 3, 4, 5, 6]) {
+        client.log(step, { 'reward/mean': step / 10, 'bad/nan': NaN }, Date.now());
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
       client.close('FAILED');
       await client.flush();
       await wandb.close();
@@ -546,8 +552,10 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
         expect(wandb.state.streamRequests, 'a refusal is not retried').to.equal(1);
       } else {
         expect(warnings).to.deep.equal([]);
-        expect(run.history.map((h) => [h._step, h['reward/mean'], 'bad/nan' in h])).to.deep.equal([[1, 0.1, false], [2, 0.2, false], [3, 0.3, false]]);
+        expect(run.history.map((h) => [h._step, h['reward/mean'], 'bad/nan' in h])).to.deep.equal([1, 2, 3, 4, 5, 6].map((step) => [step, step / 10, false]));
         expect(run.exitcode).to.equal(1);
+        // Steps that waited behind the slow answers went together: fewer requests than steps (and the end).
+        expect(wandb.state.streamRequests).to.be.lessThan(6);
       }
     }
     const netrc = 'machine api.wandb.ai\n  login user\n  password k1\nmachine wandb.example.com login user password k2\n';
