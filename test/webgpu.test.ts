@@ -2,12 +2,14 @@
 // driver (lavapipe, unpacked by scripts/lavapipe.mjs from test-prerequisites). Everything runs in
 // child processes: the driver is found through environment variables set before Dawn loads.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { lavapipeEnv } from '../scripts/lavapipe.mjs';
 import type { BackendResult } from './webgpu-equivalence.js';
-import { readRunMetrics, ROOT, runBuiltFlowrl, runNode, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { BUILT_CLI, readRunMetrics, ROOT, runBuiltFlowrl, runNode, tempDir, withoutTiming, writeCountdownConfig } from './helpers.js';
+import { call, type SglangItem } from './serve-helpers.js';
 
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
@@ -143,6 +145,44 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(message).to.match(/\(during sampling \(the next-token logits\); GPU programs since the last readback: .*SoftmaxProgram/);
     expect(run.stderr).to.not.match(/internal error|\n\s+at /);
     expect(fs.existsSync(path.join(runDir, 'checkpoints'))).to.equal(false);
+  });
+
+  it('flowrl serve on webgpu answers as on wasm: the same greedy and seeded tokens, log-probs within 1e-4', async () => {
+    const body = (sampling: Record<string, unknown>) => ({ input_ids: [1, 5, 9, 6], return_logprob: true, sampling_params: { max_new_tokens: 12, ignore_eos: true, ...sampling } });
+    const answers: Record<string, SglangItem[]> = {};
+    for (const backend of ['webgpu', 'wasm']) {
+      const child = spawn(process.execPath, [BUILT_CLI, 'serve', '--model', path.join(ROOT, 'examples', 'countdown', 'base-model'), '--port', '0', '--backend', backend], { cwd: ROOT, env: { ...process.env, ...(backend === 'webgpu' ? gpuEnv : {}) } });
+      let stderr = '';
+      child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+      const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+      try {
+        const [listening, url] = await new Promise<string[]>((resolve, reject) => {
+          let out = '';
+          child.stdout.setEncoding('utf8').on('data', (d: string) => {
+            out += d;
+            const m = /.*listening on (http:\/\/\S+).*/.exec(out);
+            if (m) resolve([m[0], m[1]]);
+          });
+          void exited.then((code) => reject(new Error(`flowrl serve --backend ${backend} exited ${code}: ${stderr.slice(0, 400)}`)));
+        });
+        expect(listening).to.include(backend === 'webgpu' ? 'tfjs backend webgpu on llvmpipe' : 'tfjs backend wasm;');
+        answers[backend] = [];
+        for (const sampling of [{ temperature: 0 }, { temperature: 0.9, top_p: 0.95, sampling_seed: 7 }]) {
+          const answer = await call(url, '/generate', body(sampling));
+          expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+          answers[backend].push(answer.body as SglangItem);
+        }
+      } finally {
+        child.kill('SIGTERM');
+      }
+      expect(await exited, stderr).to.equal(0);
+    }
+    for (const [i, gpu] of answers.webgpu.entries()) {
+      const cpu = answers.wasm[i];
+      expect(gpu.output_ids, `request ${i}`).to.deep.equal(cpu.output_ids);
+      const logprobs = (item: SglangItem) => item.meta_info.output_token_logprobs.map(([logprob]) => logprob);
+      expect(maxAbsDiff(logprobs(gpu), logprobs(cpu)), `request ${i}`).to.be.at.most(1e-4);
+    }
   });
 
   it('flowrl bench --limits --backend webgpu measures matmul GFLOP/s and copy bandwidth on the adapter', async () => {

@@ -57,7 +57,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
   if (!apiKey && !isLoopback(host)) {
     console.error(`flowrl serve: warning: listening on ${host} without --api-key: anyone who can reach this address can sample${values['enable-admin'] ? ' and load weights' : ''}`);
   }
-  await initEngine(values.backend as BackendChoice, { quiet: true });
+  const engineInfo = await initEngine(values.backend as BackendChoice, { quiet: true });
   const tokenizer = fs.existsSync(path.join(modelDir, 'tokenizer.json')) ? TextTokenizer.load(modelDir) : undefined;
   let server: FlowrlServer;
   try {
@@ -97,7 +97,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const engine = server.engine;
   // One line on stdout, so a launcher can wait for it and read the port.
   console.log(
-    `flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; ${dialect === 'vllm' ? '' : 'SGLang /generate, '}${dialect === 'sglang' ? '' : 'vLLM /v1/completions, OpenAI /v1/chat/completions, '}context ${engine.maxModelLen}, KV budget ${engine.maxTotalTokens} tokens; admin routes ${values['enable-admin'] ? 'on' : 'off'}${apiKey ? ', API key required' : ''}${adminApiKey ? ', admin key required on admin routes' : ''})`,
+    `flowrl serve: listening on ${url} (model ${modelDir}${values.adapter ? `, adapter ${values.adapter as string}` : ''}; tfjs backend ${engineInfo.backend}${engineInfo.backend === 'webgpu' && engineInfo.gpu ? ` on ${engineInfo.gpu.description}` : ''}; ${dialect === 'vllm' ? '' : 'SGLang /generate, '}${dialect === 'sglang' ? '' : 'vLLM /v1/completions, OpenAI /v1/chat/completions, '}context ${engine.maxModelLen}, KV budget ${engine.maxTotalTokens} tokens; admin routes ${values['enable-admin'] ? 'on' : 'off'}${apiKey ? ', API key required' : ''}${adminApiKey ? ', admin key required on admin routes' : ''})`,
   );
   const stopped = await new Promise<'signal' | 'fault'>((resolve) => {
     process.once('SIGINT', () => resolve('signal'));
