@@ -11,8 +11,8 @@ import { generate } from '../core-adapters/model/generate.js';
 import { writeGguf, type GgufDtype } from '../core-adapters/model/gguf.js';
 import { readTensors, writeSafetensors } from '../core-adapters/model/safetensors.js';
 import { TextTokenizer } from '../core-adapters/model/tokenizer.js';
-import { NODE_LLAMA_CPP_VERSION } from '../core-adapters/cli/llama-cpp-bench.js';
-import { fixture, flowrlInProcess, nodeLlamaCppForTests, runBuiltFlowrl, tempDir } from './helpers.js';
+import { importNodeLlamaCpp, NODE_LLAMA_CPP_VERSION, nodeLlamaCppInstallAdvice } from '../core-adapters/cli/llama-cpp-bench.js';
+import { fixture, flowrlInProcess, nodeLlamaCppForTests, ROOT, runBuiltFlowrl, tempDir } from './helpers.js';
 
 const BASE = fixture('countdown', 'base-model');
 
@@ -246,6 +246,22 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     expect(fs.readdirSync(dir).filter((f) => f.endsWith('.gguf') || f.startsWith('.flowrl-gguf-'))).to.deep.equal([]);
   });
 
+  it("--compare-llama-cpp's install advice works where it is given: beside flowrl in a project that depends on it, apart and named by FLOWRL_NODE_LLAMA_CPP in a checkout (where npm 10 installs nothing: 'up to date')", async () => {
+    expect(nodeLlamaCppInstallAdvice(path.join('/srv', 'app', 'node_modules', 'flowrl'))).to.equal(`install it beside flowrl: npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`);
+    const apart = path.join(ROOT, '.llama-cpp');
+    expect(nodeLlamaCppInstallAdvice(ROOT)).to.include(`npm install --prefix ${apart} node-llama-cpp@${NODE_LLAMA_CPP_VERSION} && export FLOWRL_NODE_LLAMA_CPP=${path.join(apart, 'node_modules', 'node-llama-cpp')}`);
+    const saved = process.env.FLOWRL_NODE_LLAMA_CPP;
+    process.env.FLOWRL_NODE_LLAMA_CPP = path.join(tempDir(), 'no-such-package');
+    try {
+      const missing = await importNodeLlamaCpp();
+      expect(missing.module).to.equal(undefined);
+      expect(missing.error).to.include(`FLOWRL_NODE_LLAMA_CPP=${process.env.FLOWRL_NODE_LLAMA_CPP} does not load`).and.include(nodeLlamaCppInstallAdvice());
+    } finally {
+      if (saved === undefined) delete process.env.FLOWRL_NODE_LLAMA_CPP;
+      else process.env.FLOWRL_NODE_LLAMA_CPP = saved;
+    }
+  });
+
   describe(`decoded by llama.cpp (node-llama-cpp ${NODE_LLAMA_CPP_VERSION}, prebuilt CPU build)`, function () {
     let entry = '';
 
@@ -278,7 +294,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
       expect(missing.status, missing.stderr).to.equal(0);
       const skipped = JSON.parse(missing.stdout) as Record<string, unknown>;
       expect(skipped.llama_cpp).to.equal(null);
-      expect(skipped.llama_cpp_error).to.include(`npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`);
+      expect(skipped.llama_cpp_error).to.include(nodeLlamaCppInstallAdvice());
       // A shape llama.cpp cannot take as written is refused before either bench runs.
       const scaled = path.join(tempDir(), 'qwen2-llama3.json');
       fs.writeFileSync(scaled, JSON.stringify({ ...JSON.parse(fs.readFileSync(fixture('tiny-qwen2', 'config.json'), 'utf8')), rope_scaling: { rope_type: 'llama3', factor: 8 } }));

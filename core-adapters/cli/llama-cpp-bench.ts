@@ -11,6 +11,7 @@ import { coresForThisRank } from '../engine/mpi.js';
 import { initWeights } from '../model/checkpoint.js';
 import { readModelConfig } from '../model/config.js';
 import { byteLevelTokenizerValues, ggufArchitecture, writeGgufWeights } from '../model/gguf.js';
+import { PACKAGE_ROOT } from '../package-root.js';
 import { Rng } from '../random.js';
 
 /** The node-llama-cpp release the comparison was written and checked against. */
@@ -57,8 +58,21 @@ export async function importNodeLlamaCpp(): Promise<{ module?: NodeLlamaCpp; ver
     return { module: (await import(pathToFileURL(entry).href)) as NodeLlamaCpp, version };
   } catch (e) {
     const what = named ? `FLOWRL_NODE_LLAMA_CPP=${named} does not load (${(e as Error).message.split('\n')[0]})` : 'node-llama-cpp is not installed';
-    return { error: `${what}; install it beside flowrl: npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}` };
+    return { error: `${what}; ${nodeLlamaCppInstallAdvice()}` };
   }
+}
+
+/**
+ * How to install node-llama-cpp where flowrl finds it. In a project that depends on flowrl, beside it.
+ * In a checkout of flowrl itself npm takes `npm install node-llama-cpp` for flowrl's own optional
+ * peer and installs nothing ("up to date", npm 10), so there it goes into a directory of its own.
+ */
+export function nodeLlamaCppInstallAdvice(packageRoot = PACKAGE_ROOT): string {
+  const spec = `node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`;
+  const checkout = packageRoot !== '' && !packageRoot.split(path.sep).includes('node_modules');
+  if (!checkout) return `install it beside flowrl: npm install ${spec}`;
+  const dir = path.join(packageRoot, '.llama-cpp');
+  return `in this checkout of flowrl (where npm takes node-llama-cpp for flowrl's own optional peer and installs nothing), install it apart and name it: npm install --prefix ${dir} ${spec} && export FLOWRL_NODE_LLAMA_CPP=${path.join(dir, 'node_modules', 'node-llama-cpp')}`;
 }
 
 export interface LlamaCppBenchOptions {
