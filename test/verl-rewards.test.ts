@@ -91,8 +91,10 @@ describe("rewards against verl v0.9.0's own scorers (differential)", function ()
   it('prime_code (codecontests, apps, codeforces, taco): continuous scores, programs run in the sandbox', async () => {
     const cases = load<number>('prime_code');
     expect(cases.length).to.be.at.least(150);
-    // Two programs loop forever: a 2 s limit fails them as verl's 5 s does, sooner.
-    const runner = new SandboxRunner(new Sandbox({ limits: { wallSeconds: 2, cpuSeconds: 2 } }));
+    // Two programs loop forever: a 2 s CPU limit fails them as verl's 5 s does, sooner. The wall
+    // limit is three times that (reward_model.code.wall_factor's default): at 2 s, a correct program
+    // on a loaded machine once failed on time (two rows of a fresh clone's run).
+    const runner = new SandboxRunner(new Sandbox({ limits: { wallSeconds: 6, cpuSeconds: 2 } }));
     const results = await Promise.all(
       cases.map(async (c) => {
         const verl = Math.round(c.verl * 1e9) / 1e9;
