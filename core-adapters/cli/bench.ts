@@ -26,7 +26,7 @@ import { formatLimits, measureLimits, type Limits } from './limits.js';
 import { engineLimits, formatGpuLimits, measureGpuLimits } from './gpu-limits.js';
 import { llamaCppRefusal, runLlamaCppBench } from './llama-cpp-bench.js';
 import { benchModel, formatRlStep, runRlStepBench, weightFigures, type RlStepOptions, type TorchRlStep } from './rl-step-bench.js';
-import { Sandbox } from '../rewards/sandbox.js';
+import { SandboxProcess } from '../rewards/sandbox-process.js';
 import { BACKEND_FLAG, numberFlag, parseFlags } from './args.js';
 
 export const BENCH_MODEL = {
@@ -627,7 +627,7 @@ function runTorchModelBench(o: ModelBenchOptions): { result?: TorchResult & { pe
  * Python program scored through the local sandbox with the default pool (one per core).
  */
 async function sandboxBench(programs: number, json: boolean): Promise<void> {
-  const runner = new SandboxRunner(new Sandbox());
+  const runner = new SandboxRunner(new SandboxProcess());
   const program = 'n = int(input())\nprint(sum(i * i for i in range(n)))';
   const truth = { inputs: ['1000'], outputs: [String((999 * 1000 * 1999) / 6)] };
   await scoreCode(runner, program, truth, 'fraction');

@@ -13,7 +13,7 @@ import { InputError, ScorerUnavailable, ScoringError } from '../errors.js';
 import { isTree } from '../config/load.js';
 import { threadEntrySource } from '../thread-entry.js';
 import { harnessInput, pythonHarness, readHarnessRecord, type Execution, type HarnessMode, type HarnessTest, type PyValue, type ReportChannel } from './python-harness.js';
-import { Sandbox, type SandboxLimits } from './sandbox.js';
+import type { ProgramSandbox, SandboxLimits } from './sandbox.js';
 import { judgeRunHere, pyText, type RunToJudge } from './judge.js';
 import type { ScoreResult } from './types.js';
 
@@ -129,7 +129,7 @@ export interface CodeRunner {
 export class SandboxRunner implements CodeRunner {
   readonly channel: ReportChannel = { kind: 'descriptors' };
 
-  constructor(readonly sandbox: Sandbox) {}
+  constructor(readonly sandbox: ProgramSandbox) {}
 
   get outputBytes(): number {
     return this.sandbox.limits.outputBytes;

@@ -7,6 +7,7 @@ export * from './registry.js';
 export * from './code.js';
 export * from './judge.js';
 export * from './sandbox.js';
+export * from './sandbox-process.js';
 export * from './math-reward.js';
 export * from './python-harness.js';
 export * from './text.js';

@@ -12,7 +12,7 @@ import { COUNTDOWN_OPTIONS, countdownCorrectAnswers, scoreCountdown } from './co
 import { GSM8K_OPTIONS, scoreGsm8k } from './gsm8k.js';
 import { MATH_DAPO_OPTIONS, scoreMath } from './math.js';
 import { scoreMathReward } from './math-reward.js';
-import { Sandbox } from './sandbox.js';
+import { SandboxProcess } from './sandbox-process.js';
 import { checkScorerOptions, type ScoreExtra, type ScoreResult, type Scorer, type ScorerOptionRules } from './types.js';
 
 export type { ScoreResult, Scorer } from './types.js';
@@ -76,9 +76,9 @@ export class ScorerRegistry {
   }
 
   /** The local sandbox, its bounds said once on stderr (whether each run has a cgroup, or why not). */
-  private localSandbox(): Sandbox {
+  private localSandbox(): SandboxProcess {
     const { code } = this.settings;
-    const sandbox = new Sandbox({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined });
+    const sandbox = new SandboxProcess({ limits: codeSandboxLimits(code), concurrency: code.concurrency ?? undefined });
     console.error(`[flowrl] code sandbox: ${sandbox.describeBounds()}`);
     return sandbox;
   }

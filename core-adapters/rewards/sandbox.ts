@@ -276,8 +276,17 @@ function killInit(pid: number, pidNamespace: number): string | undefined {
   }
 }
 
+/** What runs a program in a sandbox: this process's Sandbox, or one in a helper process (sandbox-process.ts). */
+export interface ProgramSandbox {
+  readonly limits: SandboxLimits;
+  /** Programs run at once; the rest wait their turn. */
+  readonly concurrency: number;
+  /** Runs `code` in `language` with `stdin`; never rejects for anything the program does. */
+  run(language: string, code: string, stdin?: string, options?: RunOptions): Promise<RunResult>;
+}
+
 /** A pool of sandboxes: at most `concurrency` programs run at once, the rest wait their turn. */
-export class Sandbox {
+export class Sandbox implements ProgramSandbox {
   readonly limits: SandboxLimits;
   readonly concurrency: number;
   private readonly tools: Tools;

@@ -9,7 +9,7 @@ import type { AgentRouting, Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import type { ChatMessage, TextTokenizer } from '../model/tokenizer.js';
 import { codeSandboxLimits } from '../rewards/code.js';
-import { Sandbox } from '../rewards/sandbox.js';
+import { SandboxProcess } from '../rewards/sandbox-process.js';
 import { TOKENS } from '../tokens.js';
 import { ToolRegistry } from '../tools/registry.js';
 import type { Tool } from '../tools/tool.js';
@@ -58,7 +58,7 @@ export class MultiTurn implements AgentRouting {
     if (this.loaded) return this.loaded;
     const code = this.config.reward_model.code;
     const tools = this.registry.load(this.config.actor_rollout_ref.rollout.multi_turn.tool_config_path!, {
-      codeSandbox: (o) => new Sandbox({ limits: { ...codeSandboxLimits(code), ...(o.wallSeconds ? { wallSeconds: o.wallSeconds, cpuSeconds: Math.ceil(o.wallSeconds) } : {}), ...(o.memoryMb ? { memoryMb: o.memoryMb } : {}) }, concurrency: code.concurrency ?? undefined }),
+      codeSandbox: (o) => new SandboxProcess({ limits: { ...codeSandboxLimits(code), ...(o.wallSeconds ? { wallSeconds: o.wallSeconds, cpuSeconds: Math.ceil(o.wallSeconds) } : {}), ...(o.memoryMb ? { memoryMb: o.memoryMb } : {}) }, concurrency: code.concurrency ?? undefined }),
     });
     this.loaded = { tools, renderer: new ToolTurnRenderer(this.tokenizer, [...tools.values()].map((t) => t.schema)) };
     return this.loaded;

@@ -2,7 +2,7 @@
 // evaluator) and a code interpreter (Python in the project's sandbox, as verl v0.7.1's
 // SandboxFusionTool was before v0.8.0 removed its built-in tools).
 import { evaluateExpression } from '../rewards/countdown.js';
-import type { Sandbox } from '../rewards/sandbox.js';
+import type { ProgramSandbox } from '../rewards/sandbox.js';
 import { StatelessTool, type FunctionToolSchema, type ToolResult } from './tool.js';
 
 export const CALCULATOR_SCHEMA: FunctionToolSchema = {
@@ -46,7 +46,7 @@ export class CodeInterpreterTool extends StatelessTool {
 
   constructor(
     schema: FunctionToolSchema,
-    private readonly sandbox: Sandbox,
+    private readonly sandbox: ProgramSandbox,
   ) {
     super(schema);
   }

@@ -4,7 +4,7 @@
 // trajectory calls the tool and releases it when the trajectory ends. (verl v0.9.0 creates and
 // releases one per call and never calls calc_reward; per trajectory is what its base class's
 // instance ids are for, and what a stateful tool needs.)
-import type { Sandbox } from '../rewards/sandbox.js';
+import type { ProgramSandbox } from '../rewards/sandbox.js';
 
 /** An OpenAI function-tool schema (verl's OpenAIFunctionToolSchema); it goes into the chat template's `tools`. */
 export interface FunctionToolSchema {
@@ -46,7 +46,7 @@ export interface Tool {
 /** What a tool class may use from the run. */
 export interface ToolContext {
   /** A sandbox for programs: reward_model.code's limits, with a tool's own wall time and memory where it sets them. */
-  codeSandbox(overrides: { wallSeconds?: number; memoryMb?: number }): Sandbox;
+  codeSandbox(overrides: { wallSeconds?: number; memoryMb?: number }): ProgramSandbox;
 }
 
 /** Builds a tool from its entry in a tool config file: `config` (less `type`) and the schema, if the entry gives one. */

@@ -15,7 +15,7 @@ import { packSequences } from '../model/logprobs.js';
 import { AdamW, checkMinLrRatio, scheduledLr } from '../model/optim.js';
 import { TextTokenizer, type ChatMessage } from '../model/tokenizer.js';
 import { codeSandboxLimits } from '../rewards/code.js';
-import { Sandbox } from '../rewards/sandbox.js';
+import { SandboxProcess } from '../rewards/sandbox-process.js';
 import { ToolTurnRenderer } from '../rollout/agent-loop.js';
 import { checkSchema, ToolRegistry } from '../tools/registry.js';
 import type { FunctionToolSchema } from '../tools/tool.js';
@@ -161,7 +161,7 @@ export interface SftResult {
 /** The multi-turn renderer of the run's tools (rollout.multi_turn.tool_config_path), so SFT conversations match rollouts token for token. */
 function conversationRenderer(config: Config, tokenizer: TextTokenizer, registry: ToolRegistry): ToolTurnRenderer {
   const toolConfig = config.actor_rollout_ref.rollout.multi_turn.tool_config_path;
-  const tools = toolConfig ? registry.load(toolConfig, { codeSandbox: () => new Sandbox({ limits: codeSandboxLimits(config.reward_model.code) }) }) : new Map();
+  const tools = toolConfig ? registry.load(toolConfig, { codeSandbox: () => new SandboxProcess({ limits: codeSandboxLimits(config.reward_model.code) }) }) : new Map();
   return new ToolTurnRenderer(tokenizer, [...tools.values()].map((t) => t.schema));
 }
 
