@@ -2,8 +2,10 @@
 // message's options, running what it is sent and answering each run by its id. It ends when the
 // process that started it goes (the IPC channel closes).
 import { InputError } from '../errors.js';
-import { Sandbox, type RunOptions } from './sandbox.js';
-import type { SandboxHostReply, SandboxOptions } from './sandbox-process.js';
+import { Sandbox, type RunOptions, type RunResult, type SandboxOptions } from './sandbox.js';
+
+/** What the helper answers: a run's result, or why it could not run (InputError kept as such). */
+export type SandboxHostReply = { id: number; result: RunResult } | { id: number; error: { input: boolean; message: string } };
 
 type Message = { type: 'init'; options: SandboxOptions } | { type: 'run'; id: number; language: string; code: string; stdin: string; options: RunOptions };
 

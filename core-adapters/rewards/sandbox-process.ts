@@ -8,15 +8,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { InputError } from '../errors.js';
 import { threadEntrySource } from '../thread-entry.js';
-import { Sandbox, type ProgramSandbox, type RunOptions, type RunResult, type SandboxLimits } from './sandbox.js';
-
-export interface SandboxOptions {
-  limits?: Partial<SandboxLimits>;
-  concurrency?: number;
-}
-
-/** What the helper answers: a run's result, or why it could not run (InputError kept as such). */
-export type SandboxHostReply = { id: number; result: RunResult } | { id: number; error: { input: boolean; message: string } };
+import type { SandboxHostReply } from './sandbox-host.js';
+import { Sandbox, type ProgramSandbox, type RunOptions, type RunResult, type SandboxLimits, type SandboxOptions } from './sandbox.js';
 
 /** A Sandbox whose runs start in a helper process (started on first use; it does not keep this process alive). */
 export class SandboxProcess implements ProgramSandbox {

@@ -276,6 +276,12 @@ function killInit(pid: number, pidNamespace: number): string | undefined {
   }
 }
 
+export interface SandboxOptions {
+  limits?: Partial<SandboxLimits>;
+  /** Programs run at once (default: one per core). */
+  concurrency?: number;
+}
+
 /** What runs a program in a sandbox: this process's Sandbox, or one in a helper process (sandbox-process.ts). */
 export interface ProgramSandbox {
   readonly limits: SandboxLimits;
@@ -299,7 +305,7 @@ export class Sandbox implements ProgramSandbox {
   /** Each run's control group, or why runs have none (see run-cgroup.ts). */
   readonly cgroups: RunCgroups;
 
-  constructor(options: { limits?: Partial<SandboxLimits>; concurrency?: number } = {}) {
+  constructor(options: SandboxOptions = {}) {
     this.tools = findSandboxTools();
     // Built here so an architecture the filter does not know is refused before any run.
     this.filter = seccompFilter();
