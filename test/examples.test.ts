@@ -429,6 +429,18 @@ describe('examples/countdown/preregistered: the analysis PROTOCOL.md fixes', fun
     expect(primary[2]).to.match(/\| no \| 0 \| (not shown either way|equivalent \(within ±1\)) \|$/);
     expectInputError(() => preregisteredTables(tempDir()), 'no finished run');
   });
+
+  it("RESULTS.md is what table.ts prints from the committed runs (all 60), and each run's line is its step-150 validation", async () => {
+    const { preregisteredTables } = await import('../examples/countdown/preregistered/table.js');
+    const here = path.join(ROOT, 'examples', 'countdown', 'preregistered');
+    const runs = fs.readdirSync(path.join(here, 'results'));
+    expect(runs).to.have.length(60);
+    for (const run of runs) {
+      const lines = fs.readFileSync(path.join(here, 'results', run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+      expect(lines.map((l) => [l.step, 'val/accuracy' in l, 'val/distinct_correct' in l]), run).to.deep.equal([[150, true, true]]);
+    }
+    expect(fs.readFileSync(path.join(here, 'RESULTS.md'), 'utf8')).to.equal(preregisteredTables(path.join(here, 'results')) + '\n');
+  });
 });
 
 describe('examples/code: programming by example scored in the sandbox', function () {
