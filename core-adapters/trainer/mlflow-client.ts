@@ -17,7 +17,7 @@ import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { SECRET_KEY } from './metrics.js';
-import { FINAL_ROUNDS, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
+import { FINAL_ROUNDS, inFinalRounds, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
 
 const MAX_METRICS_PER_BATCH = 1000;
 const MAX_PARAMS_PER_BATCH = 100;
@@ -52,7 +52,6 @@ export class MlflowClient implements TrackerClient {
   private runId?: string;
   private artifactUri?: string;
   private generationsOff = false;
-  private readonly abandoned = new AbortController();
   /** Metrics logged and not yet sent, in order. */
   private readonly unsent: { key: string; value: number; timestamp: number; step: number }[] = [];
   private failed = false;
@@ -100,7 +99,7 @@ export class MlflowClient implements TrackerClient {
 
   /** Sends the metrics not yet sent; through an outage they stay queued, to go with the next step's. */
   private async sendUnsent(): Promise<void> {
-    while (this.unsent.length && !this.abandoned.signal.aborted) {
+    while (this.unsent.length) {
       const batch = this.unsent.slice(0, MAX_METRICS_PER_BATCH);
       try {
         await this.call('POST', 'runs/log-batch', { run_id: this.runId, metrics: batch });
@@ -153,27 +152,15 @@ export class MlflowClient implements TrackerClient {
   /** Ends the run: FINISHED, or FAILED for a run that stopped on an error. */
   close(status: 'FINISHED' | 'FAILED' = 'FINISHED'): void {
     this.enqueue('finishing the run', async () => {
-      for (let round = 0; round < FINAL_ROUNDS && this.unsent.length && !this.abandoned.signal.aborted; round++) await this.sendUnsent();
-      if (this.unsent.length) this.warn(`[flowrl] trainer.logger mlflow: steps ${this.unsent[0].step}-${this.unsent.at(-1)!.step} were not sent (the server did not answer); they are in metrics.jsonl`);
-      for (let round = 0; ; round++) {
-        try {
-          return await this.call('POST', 'runs/update', { run_id: this.runId, status, end_time: Date.now() });
-        } catch (e) {
-          if ((e instanceof TrackerRequestError && e.refused) || round >= FINAL_ROUNDS - 1) throw e;
-        }
-      }
+      for (let round = 0; round < FINAL_ROUNDS && this.unsent.length; round++) await this.sendUnsent();
+      if (this.unsent.length) this.outage.unsent(this.unsent[0].step, this.unsent.at(-1)!.step);
+      await inFinalRounds(() => this.call('POST', 'runs/update', { run_id: this.runId, status, end_time: Date.now() }));
     });
   }
 
   /** Waits for the requests already queued (the trainer waits, bounded, at the end of a run). */
   async flush(): Promise<void> {
     await this.queue;
-  }
-
-  /** Sends nothing more (the trainer stopped waiting or the run failed); a request under way is aborted. */
-  abandon(): void {
-    this.failed = true;
-    this.abandoned.abort();
   }
 
   private async createRun(experiment: string, runName: string): Promise<string> {
@@ -220,6 +207,6 @@ export class MlflowClient implements TrackerClient {
     else if (process.env.MLFLOW_TRACKING_USERNAME) headers.authorization = `Basic ${Buffer.from(`${process.env.MLFLOW_TRACKING_USERNAME}:${process.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
     const label = url.startsWith(this.base) ? url.slice(this.base.length + 1) : new URL(url).pathname;
     // A refusal (4xx) will not change on a retry.
-    return trackerRequest({ method, url, label, headers, body, signal: this.abandoned.signal, retryable: (status) => status >= 500 });
+    return trackerRequest({ method, url, label, headers, body, retryable: (status) => status >= 500 });
   }
 }

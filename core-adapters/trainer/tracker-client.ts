@@ -33,19 +33,6 @@ export function trackerRetryDelays(env = process.env): number[] {
 
 const REQUEST_TIMEOUT_MS = 10_000;
 
-/** Resolves after `ms`, or at once when `signal` aborts (an abandoned tracker does not keep the process up). */
-function waitUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}
-
 export interface TrackerRequest {
   method: 'GET' | 'POST' | 'PUT';
   url: string;
@@ -53,8 +40,6 @@ export interface TrackerRequest {
   label: string;
   headers: Record<string, string>;
   body?: string;
-  /** Stops waiting and retrying (the tracker was abandoned). */
-  signal: AbortSignal;
   /** Whether an answer with this status may change on a retry. */
   retryable: (status: number) => boolean;
 }
@@ -74,17 +59,15 @@ export class TrackerRequestError extends Error {
  * network, a status `retryable` accepts); returns the parsed JSON answer, or throws a TrackerRequestError with the last cause.
  */
 export async function trackerRequest(request: TrackerRequest): Promise<unknown> {
-  const { method, url, label, headers, body, signal } = request;
+  const { method, url, label, headers, body } = request;
   let last = '';
   let refused = false;
   const delays = trackerRetryDelays();
   for (let attempt = 0; attempt <= delays.length; attempt++) {
-    if (attempt > 0) {
-      await waitUnlessAborted(delays[attempt - 1], signal);
-      if (signal.aborted) break;
-    }
+    // An abandoned tracker's thread is terminated, waits and all.
+    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, delays[attempt - 1]));
     try {
-      const response = await fetch(url, { method, headers, body, signal: AbortSignal.any([AbortSignal.timeout(REQUEST_TIMEOUT_MS), signal]) });
+      const response = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
       const text = await response.text();
       if (response.ok) return text ? JSON.parse(text) : {};
       last = `${method} ${label}: HTTP ${response.status} ${text.slice(0, 200)}`;
@@ -96,7 +79,6 @@ export async function trackerRequest(request: TrackerRequest): Promise<unknown> 
       // fetch says only "fetch failed"; its cause says why (ECONNREFUSED, a reset, a timeout).
       const cause = (e as { cause?: { code?: string; message?: string } }).cause;
       last = `${method} ${label}: ${(e as Error).message}${cause ? ` (${cause.message ?? cause.code})` : ''}`;
-      if (signal.aborted) break;
     }
   }
   throw new TrackerRequestError(last, refused);
@@ -104,6 +86,17 @@ export async function trackerRequest(request: TrackerRequest): Promise<unknown> 
 
 /** Rounds of tries (each trackerRequest's five) for what is left, and the run's end, when a run ends (within the trainer's 30 s). */
 export const FINAL_ROUNDS = 3;
+
+/** The run's last request, given FINAL_ROUNDS rounds of tries; a refusal is not tried again. */
+export async function inFinalRounds<T>(request: () => Promise<T>): Promise<T> {
+  for (let round = 1; ; round++) {
+    try {
+      return await request();
+    } catch (e) {
+      if ((e instanceof TrackerRequestError && e.refused) || round >= FINAL_ROUNDS) throw e;
+    }
+  }
+}
 
 /** Tells of a server that does not answer once, when it starts (the steps kept from then), and once when it answers again. */
 export class OutageNotice {
@@ -119,6 +112,11 @@ export class OutageNotice {
     if (this.from !== undefined) return;
     this.from = step;
     this.warn(`[flowrl] trainer.logger ${this.tracker}: the server does not answer (${cause}); the steps from ${step} are kept and sent when it does`);
+  }
+
+  /** Said once at the end of a run for the steps still queued (they are in metrics.jsonl). */
+  unsent(firstStep: number, lastStep: number): void {
+    this.warn(`[flowrl] trainer.logger ${this.tracker}: steps ${firstStep}-${lastStep} were not sent (the server did not answer); they are in metrics.jsonl`);
   }
 
   sent(lastStep: number): void {

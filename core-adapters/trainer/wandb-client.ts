@@ -21,7 +21,7 @@ import type { Config } from '../config/load.js';
 import type { Metrics } from '../contracts/index.js';
 import { InputError } from '../errors.js';
 import { redactSecrets } from './metrics.js';
-import { FINAL_ROUNDS, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
+import { FINAL_ROUNDS, inFinalRounds, OutageNotice, trackerRequest, TrackerRequestError, type TrackerClient } from './tracker-client.js';
 
 /** The statuses W&B's own client does not retry (wandb v0.28.2 core/internal/clients/retry_policy.go). */
 const NOT_RETRIED = new Set([400, 401, 403, 404, 409, 410, 413, 422, 501]);
@@ -102,7 +102,6 @@ function runId(): string {
 export class WandbClient implements TrackerClient {
   private readonly settings: WandbSettings;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly abandoned = new AbortController();
   private stream?: string;
   private stopped = false;
   private readonly started = Date.now();
@@ -161,26 +160,17 @@ export class WandbClient implements TrackerClient {
       // The end gets FINAL_ROUNDS rounds of tries (the trainer waits up to 30 s for them).
       for (let round = 0; round < FINAL_ROUNDS && !this.stopped && this.unsent.length; round++) await this.sendUnsent();
       if (this.stopped) return;
-      if (this.unsent.length) this.warn(`[flowrl] trainer.logger wandb: steps ${this.unsent[0].step}-${this.unsent.at(-1)!.step} were not sent (the server did not answer); they are in metrics.jsonl`);
-      for (let round = 0; round < FINAL_ROUNDS; round++) {
-        try {
-          await this.post(this.stream!, { complete: true, exitcode: status === 'FINISHED' ? 0 : 1 });
-          return;
-        } catch (e) {
-          if ((e instanceof TrackerRequestError && e.refused) || round === FINAL_ROUNDS - 1) return this.warn(`[flowrl] trainer.logger wandb: finishing the run failed (${(e as Error).message})`);
-        }
+      if (this.unsent.length) this.outage.unsent(this.unsent[0].step, this.unsent.at(-1)!.step);
+      try {
+        await inFinalRounds(() => this.post(this.stream!, { complete: true, exitcode: status === 'FINISHED' ? 0 : 1 }));
+      } catch (e) {
+        this.warn(`[flowrl] trainer.logger wandb: finishing the run failed (${(e as Error).message})`);
       }
     });
   }
 
   async flush(): Promise<void> {
     await this.queue;
-  }
-
-  /** Sends nothing more; a request under way is aborted. */
-  abandon(): void {
-    this.stopped = true;
-    this.abandoned.abort();
   }
 
   /** Sends the rows the server has not taken, in requests of at most MAX_ROWS_PER_REQUEST; keeps them when it does not answer. */
@@ -219,6 +209,6 @@ export class WandbClient implements TrackerClient {
   private post(url: string, body: unknown): Promise<unknown> {
     const headers = { 'content-type': 'application/json', authorization: `Basic ${Buffer.from(`api:${this.settings.apiKey}`).toString('base64')}` };
     const label = new URL(url).pathname;
-    return trackerRequest({ method: 'POST', url, label, headers, body: JSON.stringify(body), signal: this.abandoned.signal, retryable: (status) => !NOT_RETRIED.has(status) && status >= 400 });
+    return trackerRequest({ method: 'POST', url, label, headers, body: JSON.stringify(body), retryable: (status) => !NOT_RETRIED.has(status) && status >= 400 });
   }
 }
