@@ -87,15 +87,13 @@ describe('trainer.logger: TensorBoard event files', function () {
       });
       // The directory is a file: the run finishes, with one warning.
       process.env.TENSORBOARD_DIR = path.join(run, 'config.yaml');
-      const warnings: string[] = [];
-      const warn = console.warn;
-      console.warn = (line: string) => warnings.push(line);
+      const { warnings, restore } = captureConsole();
       try {
         const other = await createHost(writeCountdownConfig(tempDir(), { trainer: { logger: 'tensorboard', total_training_steps: 2, test_freq: -1, val_before_train: false } }), { quiet: true });
         await other.container.get<Trainer>(TOKENS.Trainer).fit();
         other.container.get<Trainer>(TOKENS.Trainer).dispose();
       } finally {
-        console.warn = warn;
+        restore();
       }
       expect(warnings).to.have.length(1);
       expect(warnings[0]).to.contain('trainer.logger tensorboard: cannot write').and.contain('the run goes on without it');
@@ -114,6 +112,16 @@ describe('trainer.logger: TensorBoard event files', function () {
 async function listening(server: http.Server): Promise<{ url: string; close: () => Promise<void> }> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+/** Collects what console.warn (warnings) and console.error (notes) print, until restore(). */
+function captureConsole(): { warnings: string[]; notes: string[]; restore: () => void } {
+  const warnings: string[] = [];
+  const notes: string[] = [];
+  const saved = [console.warn, console.error];
+  console.warn = (line: unknown) => warnings.push(String(line));
+  console.error = (line: unknown) => notes.push(String(line));
+  return { warnings, notes, restore: () => ([console.warn, console.error] = saved) };
 }
 
 /** Restores the environment variables `keys` after each test of the suite that calls it. */
@@ -257,9 +265,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
   it('an outage of a few requests mid-run loses nothing: each is retried with growing waits; the run ends FINISHED with every step and param', async () => {
     // Requests 4-7 answer 503: the params' first batch, then a step's metrics, wait it out.
     const mlflow = await fakeMlflow({ outage: { after: 3, requests: 4 } });
-    const warnings: string[] = [];
-    const warn = console.warn;
-    console.warn = (line: string) => warnings.push(line);
+    const { warnings, restore } = captureConsole();
     try {
       process.env.MLFLOW_TRACKING_URI = mlflow.url;
       const dir = tempDir();
@@ -271,7 +277,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
       expect(run.params.size).to.be.greaterThan(100);
       expect(mlflow.state.problems).to.deep.equal([]);
     } finally {
-      console.warn = warn;
+      restore();
       await mlflow.close();
     }
     expect(warnings).to.deep.equal([]);
@@ -280,11 +286,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
   it('a longer outage (a batch fails all its tries) loses no step either: one warning with the cause, the steps kept and sent with the next, a note when the server is back', async () => {
     // The first 7 metric batches answer 502: the first steps' five tries fail while the run goes on; the next request's third try succeeds.
     const mlflow = await fakeMlflow({ metricsOutage: 7 });
-    const warnings: string[] = [];
-    const notes: string[] = [];
-    const [warn, note] = [console.warn, console.error];
-    console.warn = (line: string) => warnings.push(line);
-    console.error = (line: string) => notes.push(String(line));
+    const { warnings, notes, restore } = captureConsole();
     try {
       process.env.MLFLOW_TRACKING_URI = mlflow.url;
       const dir = tempDir();
@@ -294,7 +296,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
       expect(new Set(run.metrics.map((m) => m.step))).to.deep.equal(new Set(readRunMetrics(path.join(dir, 'run')).map((m) => m.step)));
       expect(mlflow.state.problems).to.deep.equal([]);
     } finally {
-      [console.warn, console.error] = [warn, note];
+      restore();
       await mlflow.close();
     }
     expect(warnings).to.have.length(1);
@@ -368,9 +370,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
 
   it('a server that is down or answers 500 costs one warning; the run finishes; a local-store URI is refused naming MLFLOW_TRACKING_URI', async () => {
     const failing = await fakeMlflow({ fail: true });
-    const warnings: string[] = [];
-    const warn = console.warn;
-    console.warn = (line: string) => warnings.push(line);
+    const { warnings, restore } = captureConsole();
     try {
       process.env.MLFLOW_TRACKING_URI = failing.url;
       await train(tempDir(), 2);
@@ -383,7 +383,7 @@ describe('trainer.logger: MLflow over its REST API', function () {
       process.env.MLFLOW_TRACKING_URI = `http://127.0.0.1:${port}`;
       await train(tempDir(), 2);
     } finally {
-      console.warn = warn;
+      restore();
       await failing.close();
     }
     expect(warnings).to.have.length(2);
@@ -506,11 +506,7 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
     // fail while the run goes on, the next rows' third try succeeds with every row kept.
     const wandb = await fakeWandb({ outage: { after: 0, requests: 7 } });
     Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: wandb.url });
-    const warnings: string[] = [];
-    const notes: string[] = [];
-    const [warn, note] = [console.warn, console.error];
-    console.warn = (line: string) => warnings.push(line);
-    console.error = (line: string) => notes.push(String(line));
+    const { warnings, notes, restore } = captureConsole();
     try {
       const dir = tempDir();
       await train(dir, 6);
@@ -522,7 +518,7 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
       expect(warnings[0]).to.match(/trainer\.logger wandb: the server does not answer \(POST \/files\/fake-entity\/countdown\/\w+\/file_stream: HTTP 503 .*\); the steps from \d+ are kept and sent when it does/);
       expect(notes.filter((l) => l.includes('the server answers again'))).to.have.length(1);
     } finally {
-      [console.warn, console.error] = [warn, note];
+      restore();
       await wandb.close();
     }
   });
@@ -565,11 +561,7 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
 
   it('a server that refuses the run or is down costs one warning and the run finishes; a missing key, a missing mode and offline mode are refused before training', async () => {
     const refusing = await fakeWandb({ refuse: 403 });
-    const warnings: string[] = [];
-    const warn = console.warn;
-    console.warn = (line: string) => warnings.push(line);
-    const quiet = console.error;
-    console.error = () => {};
+    const { warnings, restore } = captureConsole();
     try {
       Object.assign(process.env, { WANDB_API_KEY: WANDB_KEY, WANDB_BASE_URL: refusing.url });
       await train(tempDir(), 2);
@@ -578,8 +570,7 @@ describe('trainer.logger: W&B over its GraphQL API and file stream', function ()
       process.env.WANDB_BASE_URL = closed.url; // nothing listens there now
       await train(tempDir(), 2);
     } finally {
-      console.warn = warn;
-      console.error = quiet;
+      restore();
       await refusing.close();
     }
     expect(warnings).to.have.length(2);
