@@ -4,7 +4,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { InputError } from '../core-adapters/errors.js';
+import { InputError, ScorerUnavailable } from '../core-adapters/errors.js';
 import { Sandbox } from '../core-adapters/rewards/sandbox.js';
 import { SandboxProcess } from '../core-adapters/rewards/sandbox-process.js';
 import { ROOT, tempDir } from './helpers.js';
@@ -56,20 +56,20 @@ describe('the code sandbox in a helper process', function () {
     expect(refused).to.be.instanceOf(InputError);
     expect((refused as Error).message).to.include("unknown language 'cobol'");
 
-    // While a run sleeps: bwrap is below the helper; this process's only child of ours is the helper.
-    const sleeping = helper.run('python', 'import time\ntime.sleep(1.5)\nprint("woke")');
-    await new Promise((resolve) => setTimeout(resolve, 700));
+    // While a run sleeps: bwrap is below the helper; none is among this process's other descendants.
+    const held = helper.run('python', 'import time\ntime.sleep(60)');
     const helperPid = helper.pid!;
+    for (const started = Date.now(); !descendants(helperPid).map(processName).includes('bwrap'); ) {
+      expect(Date.now() - started, 'bwrap below the helper').to.be.below(30_000);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
     const ours = descendants(process.pid).filter((pid) => pid !== helperPid && !descendants(helperPid).includes(pid));
     expect(ours.map(processName), 'processes of this one outside the helper').to.not.include('bwrap');
-    expect(descendants(helperPid).map(processName)).to.include('bwrap');
-    expect((await sleeping).stdout).to.equal('woke\n');
-
-    const held = helper.run('python', 'import time\ntime.sleep(5)');
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The helper killed: the run it held fails, saying so; the next run starts another helper.
     helper.close();
     let stopped: unknown;
     await held.catch((e: unknown) => (stopped = e));
+    expect(stopped).to.be.instanceOf(ScorerUnavailable);
     expect((stopped as Error).message).to.match(/the code sandbox's helper process stopped \(signal SIGKILL\)/);
     expect((await helper.run('python', 'print("again")')).stdout).to.equal('again\n');
     expect(helper.pid).to.not.equal(helperPid);

@@ -6,7 +6,7 @@
 // meant for the trainer (which finishes its step) does not end the step's runs; it ends with the
 // trainer (its IPC channel closes), and bwrap's --die-with-parent ends the runs with it.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { InputError } from '../errors.js';
+import { InputError, ScorerUnavailable } from '../errors.js';
 import { threadEntrySource } from '../thread-entry.js';
 import type { SandboxHostReply } from './sandbox-host.js';
 import { Sandbox, type ProgramSandbox, type RunOptions, type RunResult, type SandboxLimits, type SandboxOptions } from './sandbox.js';
@@ -68,10 +68,11 @@ export class SandboxProcess implements ProgramSandbox {
       if ('result' in reply) waiting.resolve(reply.result);
       else waiting.reject(reply.error.input ? new InputError(reply.error.message) : new Error(reply.error.message));
     });
-    // A helper that dies fails what it held; the next run starts another.
+    // A helper that dies (killed, out of memory) fails what it held as a scorer that cannot run
+    // (the run stops with that message, as when bwrap cannot start); the next run starts another.
     const fail = (why: string) => {
       if (this.child === child) this.child = undefined;
-      for (const waiting of this.pending.values()) waiting.reject(new Error(`the code sandbox's helper process stopped (${why})`));
+      for (const waiting of this.pending.values()) waiting.reject(new ScorerUnavailable(`the code sandbox's helper process stopped (${why})`));
       this.pending.clear();
     };
     child.on('error', (e) => fail(e.message));
