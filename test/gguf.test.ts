@@ -246,7 +246,7 @@ describe('GGUF export (llama.cpp, Ollama, LM Studio)', function () {
     expect(fs.readdirSync(dir).filter((f) => f.endsWith('.gguf') || f.startsWith('.flowrl-gguf-'))).to.deep.equal([]);
   });
 
-  it("--compare-llama-cpp's install advice works where it is given: beside flowrl in a project that depends on it, apart and named by FLOWRL_NODE_LLAMA_CPP in a checkout (where npm 10 installs nothing: 'up to date')", async () => {
+  it("--compare-llama-cpp's install advice works where it is given: beside flowrl in a project that depends on it, apart and named by FLOWRL_NODE_LLAMA_CPP in a checkout (where npm 11.19.1 installs nothing: 'up to date')", async () => {
     expect(nodeLlamaCppInstallAdvice(path.join('/srv', 'app', 'node_modules', 'flowrl'))).to.equal(`install it beside flowrl: npm install node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`);
     const apart = path.join(ROOT, '.llama-cpp');
     expect(nodeLlamaCppInstallAdvice(ROOT)).to.include(`npm install --prefix ${apart} node-llama-cpp@${NODE_LLAMA_CPP_VERSION} && export FLOWRL_NODE_LLAMA_CPP=${path.join(apart, 'node_modules', 'node-llama-cpp')}`);

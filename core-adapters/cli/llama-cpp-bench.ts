@@ -65,7 +65,7 @@ export async function importNodeLlamaCpp(): Promise<{ module?: NodeLlamaCpp; ver
 /**
  * How to install node-llama-cpp where flowrl finds it. In a project that depends on flowrl, beside it.
  * In a checkout of flowrl itself npm takes `npm install node-llama-cpp` for flowrl's own optional
- * peer and installs nothing ("up to date", npm 10), so there it goes into a directory of its own.
+ * peer and installs nothing ("up to date", npm 11.19.1), so there it goes into a directory of its own.
  */
 export function nodeLlamaCppInstallAdvice(packageRoot = PACKAGE_ROOT): string {
   const spec = `node-llama-cpp@${NODE_LLAMA_CPP_VERSION}`;
