@@ -19,7 +19,10 @@ const finished = (config: string, seed: number) => {
   const file = path.join(dirOf(config, seed), 'metrics.jsonl');
   return fs.existsSync(file) && lines(file).some((l) => l.step === STEPS && 'val/accuracy' in l);
 };
-const seeds = [1, 2, 3, 4, 5].filter((s) => CONFIGS.every((c) => finished(c, s)));
+// Every seed with all four runs finished (compare.sh's are 2-6).
+const seeds = [...new Set(fs.readdirSync(runs).map((d) => /-seed(\d+)$/.exec(d)?.[1]).filter((s) => s !== undefined).map(Number))]
+  .sort((a, b) => a - b)
+  .filter((s) => CONFIGS.every((c) => finished(c, s)));
 if (!seeds.length) throw new Error(`${runs}: no seed has all four runs finished`);
 
 /** A run's validation lines at step 0 and at the end. */
