@@ -269,8 +269,10 @@ static napi_value adamw(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, useBlas[, splitThreads[, scale, adapters]]):
-// see frozen.c; splitThreads (default 1) lets a forward use that many threads. X and Y are float32
+// frozenMatmul(backward, M, N, K, X, xOff, W, wOff, Y, yOff, flags[, splitThreads[, scale, adapters]]):
+// see frozen.c; flags: 1 the BLAS (else the compiled loop), 2 X rounded to bfloat16 (a bfloat16 W's
+// products on bfloat16 instructions where oneDNN runs them); splitThreads (default 1) lets a
+// product use that many threads. X and Y are float32
 // arrays (the wasm heap), W a Float32Array or a Uint16Array of bfloat16 bits; offsets count
 // elements. adapters (a forward's LoRA deltas, times scale): a Float64Array of (A's offset, B's
 // offset, rank, width, first column) per adapter, A and B in X's array.
@@ -286,7 +288,7 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   size_t termValues = 0;
   if (argc == 14 && (!get_number(env, argv[12], &scale) || !get_float64s(env, argv[13], &terms, &termValues) || termValues % 5))
     return throw_error(env, "frozenMatmul: bad adapter arguments");
-  int64_t backward, M, N, K, xOff, wOff, yOff, useBlas;
+  int64_t backward, M, N, K, xOff, wOff, yOff, flags;
   float *X, *Y;
   size_t xLen, yLen, wLen;
   napi_typedarray_type wType;
@@ -296,7 +298,7 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   if (!get_int(env, argv[0], &backward) || !get_int(env, argv[1], &M) || !get_int(env, argv[2], &N) || !get_int(env, argv[3], &K) ||
       !get_floats(env, argv[4], &X, &xLen) || !get_int(env, argv[5], &xOff) ||
       napi_get_typedarray_info(env, argv[6], &wType, &wLen, &wRaw, &wBuffer, &wByteOffset) != napi_ok || !get_int(env, argv[7], &wOff) ||
-      !get_floats(env, argv[8], &Y, &yLen) || !get_int(env, argv[9], &yOff) || !get_int(env, argv[10], &useBlas))
+      !get_floats(env, argv[8], &Y, &yLen) || !get_int(env, argv[9], &yOff) || !get_int(env, argv[10], &flags))
     return throw_error(env, "frozenMatmul: bad argument types");
   if (wType != napi_float32_array && wType != napi_uint16_array) return throw_error(env, "frozenMatmul: W must be a Float32Array or a Uint16Array (bfloat16)");
   if (M < 0 || N < 0 || K < 0 || xOff < 0 || wOff < 0 || yOff < 0) return throw_error(env, "frozenMatmul: negative size");
@@ -320,11 +322,11 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
     }
     lora[i] = (lora_term){X + aOff, X + bOff, (int)rank, (int)width, (int)column};
   }
-  const sgemm_fn blas = useBlas ? blas_sgemm : NULL;
-  const int bf16 = wType == napi_uint16_array;
+  const sgemm_fn blas = flags & 1 ? blas_sgemm : NULL;
+  const int bf16 = wType == napi_uint16_array, bf16_x = (flags & 2) != 0;
   const void *w = (const char *)wRaw + wOff * (bf16 ? 2 : 4);
-  const int failed = backward ? frozen_backward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas)
-                              : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads,
+  const int failed = backward ? frozen_backward((int)M, N, (int)K, X + xOff, w, bf16, bf16_x, Y + yOff, blas, (int)splitThreads)
+                              : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, bf16_x, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads,
                                                lora, count, (float)scale);
   free(lora);
   if (failed) return throw_error(env, "frozenMatmul: out of memory");
@@ -570,6 +572,29 @@ static napi_value isa_napi(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// bfloat16Products([useOnednn]): { onednn, detail }: whether products with bfloat16 activations run
+// on oneDNN (FLOWRL_ONEDNN=off or a library path changes it at load; useOnednn turns it off or back
+// on), and what it is or why not.
+static napi_value bfloat16_products(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc == 1) {
+    bool on;
+    if (napi_get_value_bool(env, argv[0], &on) != napi_ok) return throw_error(env, "bfloat16Products: expected a boolean");
+    onednn_enable(on);
+  }
+  int ok;
+  const char *detail = onednn_status(&ok);
+  napi_value result, onednn, text;
+  napi_create_object(env, &result);
+  napi_get_boolean(env, ok, &onednn);
+  napi_create_string_utf8(env, detail, NAPI_AUTO_LENGTH, &text);
+  napi_set_named_property(env, result, "onednn", onednn);
+  napi_set_named_property(env, result, "detail", text);
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
@@ -586,6 +611,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"isa", NULL, isa_napi, NULL, NULL, NULL, napi_default, NULL},
       {"adviseHugePages", NULL, advise_huge_pages, NULL, NULL, NULL, napi_default, NULL},
       {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
+      {"bfloat16Products", NULL, bfloat16_products, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -32,11 +32,21 @@ typedef struct {
   int rank, width, column;
 } lora_term;
 // Y[M, N] = X[M, K] W^T, plus each adapter's ((X A) * scale) B in its columns, over `threads`
-// threads; blas may be NULL (compiled loops). 0, or -1 out of memory.
-int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads,
+// threads; blas may be NULL (compiled loops). bf16_x (with a bfloat16 W): X rounded to bfloat16
+// first (the adapters still see it whole). 0, or -1 out of memory.
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, int bf16_x, float *y, sgemm_fn blas, int blas_threads, int threads,
                    const lora_term *lora, int lora_count, float lora_scale);
-// Y[M, K] = X[M, N] W. 0, or -1 out of memory.
-int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas);
+// Y[M, K] = X[M, N] W, bf16_x as above. 0, or -1 out of memory.
+int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, int bf16_x, float *y, sgemm_fn blas, int threads);
+
+// ---- onednn.c: bfloat16 products through oneDNN, where it runs them on bfloat16 instructions.
+// Whether it can (*ok), and what it is or why not; loads it on the first call.
+const char *onednn_status(int *ok);
+// Turns its use off (0) or back on; it is on unless FLOWRL_ONEDNN=off.
+void onednn_enable(int on);
+// forward: Y[M, N] = X[M, K] W[N, K]^T; backward: Y[M, K] = X[M, N] W. X and W bfloat16 bits, Y
+// float32, on up to `threads` threads. 0, or -1 (then nothing is promised about Y).
+int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads);
 
 
 // ---- sampling.c: one token per row from logits (temperature, optional top-p), as generate.ts's sampleToken.

@@ -265,6 +265,38 @@ static void bf16_rows_to_f32(const uint16_t *src, size_t count, float *dst) {
   for (size_t i = 0; i < count; i++) out[i] = (uint32_t)src[i] << 16;
 }
 
+// float32 -> bfloat16 bits, to nearest even, a NaN kept a NaN (as toBfloat16 in frozen.ts).
+static inline uint32_t bf16_bits(uint32_t u) {
+  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+VECTOR_CLONES static void round_to_bf16_bits(const float *x, size_t count, uint16_t *out) {
+  const uint32_t *in = (const uint32_t *)x;
+  for (size_t i = 0; i < count; i++) out[i] = (uint16_t)bf16_bits(in[i]);
+}
+
+// The same values as floats, for the products that take float32 X.
+VECTOR_CLONES static void round_to_bf16_floats(const float *x, size_t count, float *out) {
+  const uint32_t *in = (const uint32_t *)x;
+  uint32_t *o = (uint32_t *)out;
+  for (size_t i = 0; i < count; i++) o[i] = bf16_bits(in[i]) << 16;
+}
+
+// Y = round(X) (W or W^T) on oneDNN where it runs bfloat16 instructions; -1 where it cannot (or
+// fails), and the caller goes on with X rounded as floats.
+static int onednn_product(int backward, int M, int64_t N, int K, const float *x, const void *w, float *y, int threads) {
+  int ok;
+  onednn_status(&ok);
+  if (!ok) return -1;
+  const size_t count = (size_t)M * (size_t)(backward ? N : K);
+  uint16_t *bits = malloc(sizeof(uint16_t) * count);
+  if (!bits) return -1;
+  round_to_bf16_bits(x, count, bits);
+  const int failed = onednn_bf16_product(backward, M, N, K, bits, w, y, threads);
+  free(bits);
+  return failed;
+}
+
 // C[m, n] = sum_k A[m, k] B[n, k] (lda, ldb, ldc), the compiled fallback of the forward.
 static void loop_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
   for (int m = 0; m < M; m++) {
@@ -397,9 +429,10 @@ static void forward_task(void *arg, int task, int tasks) {
   add_lora(j, n0, n1);
 }
 
-int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas, int blas_threads, int threads,
+int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int bf16, int bf16_x, float *y, sgemm_fn blas, int blas_threads, int threads,
                    const lora_term *lora, int lora_count, float lora_scale) {
   forward_job job = {.M = M, .K = K, .bf16 = bf16, .N = N, .x = x, .w = w, .y = y, .blas = blas, .lora = lora, .lora_count = lora_count};
+  bf16_x = bf16_x && bf16;
   float *t = NULL;
   if (lora_count) {
     size_t ranks = 0;
@@ -412,6 +445,22 @@ int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int b
   }
   job.small = M <= small_rows_limit(isa());
   atomic_init(&job.failed, 0);
+  float *rounded = NULL;
+  if (bf16_x) {
+    // Many rows: oneDNN where it can. Few (decoding), or without it: the same product on X rounded.
+    if (!job.small && onednn_product(0, M, N, K, x, w, y, threads > blas_threads ? threads : blas_threads) == 0) {
+      add_lora(&job, 0, N);
+      free(t);
+      return 0;
+    }
+    rounded = malloc(sizeof(float) * (size_t)M * (size_t)K);
+    if (!rounded) {
+      free(t);
+      return -1;
+    }
+    round_to_bf16_floats(x, (size_t)M * (size_t)K, rounded);
+    job.x = rounded;
+  }
   // A BLAS with threads of its own is not split again.
   const int split = threads > 1 && N * K >= SPLIT_MIN_WORK && (job.small || !blas || blas_threads == 1);
   if (split) {
@@ -423,16 +472,28 @@ int frozen_forward(int M, int64_t N, int K, const float *x, const void *w, int b
     forward_task(&job, 0, 1);
   }
   free(t);
+  free(rounded);
   return atomic_load(&job.failed) ? -1 : 0;
 }
 
-int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, float *y, sgemm_fn blas) {
+int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int bf16, int bf16_x, float *y, sgemm_fn blas, int threads) {
+  float *rounded = NULL;
+  if (bf16_x && bf16) {
+    if (onednn_product(1, M, N, K, x, w, y, threads) == 0) return 0;
+    rounded = malloc(sizeof(float) * (size_t)M * (size_t)N);
+    if (!rounded) return -1;
+    round_to_bf16_floats(x, (size_t)M * (size_t)N, rounded);
+    x = rounded;
+  }
   int64_t panel = N;
   float *scratch = NULL;
   if (bf16) {
     panel = bf16_panel_rows(M, K, N);
     scratch = malloc(sizeof(float) * (size_t)(panel * K));
-    if (!scratch) return -1;
+    if (!scratch) {
+      free(rounded);
+      return -1;
+    }
   }
   for (int64_t n0 = 0; n0 < N; n0 += panel) {
     const int64_t rows = n0 + panel <= N ? panel : N - n0;
@@ -445,5 +506,6 @@ int frozen_backward(int M, int64_t N, int K, const float *x, const void *w, int 
     else loop_gemm_nn(M, K, (int)rows, x + n0, (int)N, wp, n0 != 0, y);
   }
   free(scratch);
+  free(rounded);
   return 0;
 }

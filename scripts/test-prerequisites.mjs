@@ -19,6 +19,8 @@ const hasChromium = () => chromiumPaths.some((p) => fs.existsSync(p));
 // ldconfig lives in /sbin, which a normal user's PATH on Debian leaves out.
 const ldconfig = ['ldconfig', '/sbin/ldconfig', '/usr/sbin/ldconfig'].find((cmd) => spawnSync(cmd, ['-p'], { stdio: 'ignore' }).status === 0);
 const hasOpenBlas = () => process.platform !== 'linux' || !ldconfig || /libopenblas\.so\.0\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');
+// oneDNN (Debian's libdnnl2): the bfloat16 products on bfloat16 instructions (native/onednn.c); x86-64 only.
+const hasOnednn = () => process.platform !== 'linux' || process.arch !== 'x64' || !ldconfig || /libdnnl\.so\.2\b/.test(spawnSync(ldconfig, ['-p'], { encoding: 'utf8' }).stdout ?? '');
 
 // The code sandbox's tools (core-adapters/rewards/sandbox.ts looks in the same places), and the
 // Debian Python with numpy that sandboxed test programs run on (verl's code corpus imports numpy).
@@ -39,6 +41,7 @@ if (!hasChromium()) missing.push('chromium');
 if (!hasBubblewrap()) missing.push('bubblewrap');
 if (!hasNumpy()) missing.push('python3-numpy');
 if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
+if (!hasOnednn()) missing.push('libdnnl2');
 if (!hasMpi()) missing.push('openmpi-bin', 'libopenmpi-dev');
 if (missing.length === 0) {
   buildMpiAddon();
@@ -63,7 +66,7 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
       console.error(`flowrl test: the install failed; run \`${command('')}\` and then \`npm test\` again`);
       process.exit(1);
     }
-    console.log('flowrl test: OpenBLAS or Open MPI could not be installed, so the native BLAS engine path or the ranks test is not covered');
+    console.log('flowrl test: OpenBLAS, oneDNN or Open MPI could not be installed, so the native BLAS engine path, the bfloat16 products on oneDNN or the ranks test is not covered');
   }
   buildMpiAddon();
   process.exit(0);
@@ -85,5 +88,9 @@ if (!hasChromium()) {
   process.exit(1);
 }
 // Only optional packages are missing: everything passes without them, but what they cover goes untested.
-const uncovered = [...(missing.includes('libopenblas0-pthread') ? ['the native BLAS engine path (OpenBLAS)'] : []), ...(missing.includes('openmpi-bin') ? ['the data-parallel ranks (Open MPI)'] : [])];
+const uncovered = [
+  ...(missing.includes('libopenblas0-pthread') ? ['the native BLAS engine path (OpenBLAS)'] : []),
+  ...(missing.includes('libdnnl2') ? ['the bfloat16 products on oneDNN'] : []),
+  ...(missing.includes('openmpi-bin') ? ['the data-parallel ranks (Open MPI)'] : []),
+];
 console.log(`flowrl test: not installed, so not covered: ${uncovered.join(', ')} (${hasAptGet ? command('sudo ') : 'brew install openblas open-mpi'})`);

@@ -75,6 +75,38 @@ describe('LoRA', () => {
       }));
   }
 
+  for (const enginePath of enginePaths().filter((p) => p !== 'stock')) {
+    it(`bfloat16 activations (model.base_compute_dtype): the same log-probs and adapter gradients on oneDNN and without it, near the float32 ones (${enginePath})`, () =>
+      onEnginePath(enginePath, async () => {
+        const kernels = loadNativeKernels().kernels!;
+        const name = 'tiny-llama-bf16';
+        const cases = reference[name];
+        const prompts = cases.map((c) => c.prompt_ids);
+        const responses = cases.map((c) => c.response_ids);
+        const model = loadModel(fixture(name), { frozenBase: 'bfloat16', frozenCompute: 'bfloat16' });
+        model.attachAdapters(loadAdapters(model.config, fixture(`lora-${name}`)));
+        const runs: { logProbs: number[][]; grads: Map<string, Float32Array> }[] = [];
+        try {
+          for (const useOnednn of kernels.bfloat16Products!().onednn ? [true, false] : [false]) {
+            kernels.bfloat16Products!(useOnednn);
+            runs.push({ logProbs: await responseLogProbs(model, prompts, responses), grads: adapterGradients(model, prompts, responses) });
+          }
+        } finally {
+          kernels.bfloat16Products!(true);
+          model.dispose();
+        }
+        // Rounding the activations moves the log-probs off the float32 reference, a little.
+        const off = Math.max(...runs[0].logProbs.flatMap((lp, i) => lp.map((v, t) => Math.abs(v - cases[i].logprobs_t1[t]))));
+        expect(off, 'bfloat16 activations against float32').to.be.within(1e-4, 0.05);
+        // The same arithmetic in another order: a float32 sum that differs in its last bit can round
+        // to the neighbouring bfloat16 (a step of 2^-8), so the two agree to bfloat16's precision.
+        for (const run of runs.slice(1)) {
+          run.logProbs.forEach((lp, i) => expectClose(lp, runs[0].logProbs[i], 1e-4, `case ${i} without oneDNN`));
+          for (const [n, g] of runs[0].grads) expectClose(run.grads.get(n)!, g, 2 ** -8 * Math.max(1, ...Array.from(g, Math.abs)), `d${n} without oneDNN`);
+        }
+      }));
+  }
+
   for (const enginePath of enginePaths()) {
     it(`a frozen product of W over 1M values, split over the cores as sampling runs it (BLAS path) or not, equals the float64 product (${enginePath})`, () =>
       onEnginePath(enginePath, () => {

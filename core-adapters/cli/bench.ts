@@ -205,6 +205,8 @@ export interface ModelBenchOptions {
   /** 0: every weight trains (on the heap); > 0: LoRA on all seven projections, the base frozen. */
   loraRank: number;
   baseDtype: FrozenDtype;
+  /** What the frozen base's products round activations to (model.base_compute_dtype). */
+  baseCompute: FrozenDtype;
   batch: number;
   seq: number;
   samplePrompts: number;
@@ -226,6 +228,7 @@ export interface ModelBenchResult extends BenchResult {
   trainable_parameters: number;
   lora_rank: number;
   base_dtype: FrozenDtype | 'heap';
+  base_compute_dtype: FrozenDtype;
   /** Bytes of frozen weights outside the wasm heap, and the heap's size at the end, in MB. */
   base_outside_heap_mb: number;
   wasm_heap_mb: number;
@@ -234,6 +237,8 @@ export interface ModelBenchResult extends BenchResult {
   prefill_s: number;
   prefill_gflop_s: number;
   prefill_fraction_of_sgemm: number;
+  /** With base_compute_dtype bfloat16: of the bfloat16 GEMM peak (limits.bf16_gemm_gflop_s), where measured. */
+  prefill_fraction_of_bf16_gemm: number | null;
   /** One decode step (a token for every prompt, sampling included), the weights it reads per second, and that over the read bandwidth. */
   decode_step_ms: number;
   decode_gb_s: number;
@@ -254,7 +259,7 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   const info = await initEngine(options.backend, { quiet: options.quiet, native: options.native });
   const config = readModelConfig(options.configFile);
   const started = performance.now();
-  const model = benchModel(options.configFile, config, options.loraRank, options.baseDtype, info.backend);
+  const model = benchModel(options.configFile, config, options.loraRank, options.baseDtype, options.baseCompute, info.backend);
   model.gradientCheckpointing = true;
   const loadSeconds = (performance.now() - started) / 1000;
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
@@ -308,12 +313,14 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
     trainable_parameters: count(model.trainableParams().values()),
     lora_rank: options.loraRank,
     base_dtype: model.frozen.size ? options.baseDtype : 'heap',
+    base_compute_dtype: options.baseCompute,
     base_outside_heap_mb: Math.round([...model.frozen.values()].reduce((n, m) => n + m.bytes, 0) / 2 ** 20),
     wasm_heap_mb: info.backend === 'wasm' ? Math.round(wasmHeapBytes() / 2 ** 20) : 0,
     load_s: Math.round(loadSeconds * 10) / 10,
     prefill_s: round3(prefillMs / 1000),
     prefill_gflop_s: significant(prefillGflop / (prefillMs / 1000)),
     prefill_fraction_of_sgemm: significant(prefillGflop / (prefillMs / 1000) / sgemmLimit),
+    prefill_fraction_of_bf16_gemm: options.baseCompute === 'bfloat16' && limits.bf16_gemm_gflop_s ? significant(prefillGflop / (prefillMs / 1000) / limits.bf16_gemm_gflop_s) : null,
     decode_step_ms: Math.round(decodeMs * 10) / 10,
     decode_gb_s: significant(decodeGbS),
     decode_fraction_of_bandwidth: significant(decodeGbS / limits.read_gb_s),
@@ -411,6 +418,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
     'model-config': { type: 'string' },
     'lora-rank': { type: 'string' },
     'base-dtype': { type: 'string' },
+    'base-compute-dtype': { type: 'string' },
     batch: { type: 'string' },
     seq: { type: 'string' },
     'sample-prompts': { type: 'string' },
@@ -513,6 +521,9 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
   const configFile = values['model-config'] as string;
   const baseDtype = (values['base-dtype'] ?? 'float32') as FrozenDtype;
   if (!FROZEN_DTYPES.includes(baseDtype)) throw new InputError(`--base-dtype must be one of ${FROZEN_DTYPES.join(', ')}; got '${baseDtype}'`);
+  const baseCompute = (values['base-compute-dtype'] ?? 'float32') as FrozenDtype;
+  if (!FROZEN_DTYPES.includes(baseCompute)) throw new InputError(`--base-compute-dtype must be one of ${FROZEN_DTYPES.join(', ')}; got '${baseCompute}'`);
+  if (baseCompute === 'bfloat16' && baseDtype !== 'bfloat16') throw new InputError('--base-compute-dtype bfloat16 needs a bfloat16 base: add --base-dtype bfloat16');
   const native = values.native as NativeChoice | undefined;
   if (native !== undefined && !NATIVE_CHOICES.includes(native)) throw new InputError(`--native must be one of ${NATIVE_CHOICES.join(', ')}; got '${native}'`);
   if (values['rl-step']) {
@@ -520,6 +531,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
       configFile,
       loraRank: numberFlag('bench', values, 'lora-rank', 16, { integer: true, min: 0 }),
       baseDtype,
+      baseCompute,
       prompts: numberFlag('bench', values, 'prompts', 8, { integer: true, min: 1 }),
       samples: numberFlag('bench', values, 'samples', 4, { integer: true, min: 1 }),
       promptTokens: numberFlag('bench', values, 'prompt-tokens', 64, { integer: true, min: 1 }),
@@ -543,6 +555,7 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
     configFile,
     loraRank: numberFlag('bench', values, 'lora-rank', 0, { integer: true, min: 0 }),
     baseDtype,
+    baseCompute,
     batch: numberFlag('bench', values, 'batch', 2, { integer: true, min: 1 }),
     seq: numberFlag('bench', values, 'seq', 256, { integer: true, min: 2 }),
     samplePrompts: numberFlag('bench', values, 'sample-prompts', 8, { integer: true, min: 1 }),
@@ -579,12 +592,16 @@ async function modelBenchCommand(values: Record<string, unknown>): Promise<void>
     );
     return;
   }
-  const what = ours.lora_rank ? `LoRA r ${ours.lora_rank} on all seven projections, base ${ours.base_dtype === 'heap' ? 'on the wasm heap' : `${ours.base_dtype} outside the wasm heap`}` : 'full fine-tuning';
+  const what = ours.lora_rank ? `LoRA r ${ours.lora_rank} on all seven projections, base ${ours.base_dtype === 'heap' ? 'on the wasm heap' : `${ours.base_dtype} outside the wasm heap${ours.base_compute_dtype === 'bfloat16' ? ', its products on bfloat16 activations' : ''}`}` : 'full fine-tuning';
   console.log(`${ours.model}: ${ours.parameters.toLocaleString('en-US')} parameters (${ours.trainable_parameters.toLocaleString('en-US')} trained; ${what}), random weights, backend ${ours.backend}`);
   console.log(`  train step        ${(ours.train_step_ms / 1000).toFixed(2)} s on ${options.batch}x${options.seq} tokens (${ours.train_tokens_per_s} tokens/s)`);
   console.log(`  KV-cache sampling ${ours.sample_tokens_per_s} new tokens/s (${options.samplePrompts} prompts of ${PROMPT_TOKENS} tokens, ${options.sampleTokens} new tokens each)`);
   const sgemm = ours.limits.sgemm_gflop_s ?? ours.limits.sgemm_loop_gflop_s;
-  console.log(`    prefill         ${ours.prefill_s.toFixed(2)} s, ${ours.prefill_gflop_s} GFLOP/s: ${(100 * ours.prefill_fraction_of_sgemm).toFixed(0)} % of the sgemm peak (${sgemm.toFixed(0)} GFLOP/s)`);
+  const prefillLimit =
+    ours.prefill_fraction_of_bf16_gemm !== null
+      ? `${(100 * ours.prefill_fraction_of_bf16_gemm).toFixed(0)} % of the bfloat16 GEMM peak (${ours.limits.bf16_gemm_gflop_s!.toFixed(0)} GFLOP/s)`
+      : `${(100 * ours.prefill_fraction_of_sgemm).toFixed(0)} % of the sgemm peak (${sgemm.toFixed(0)} GFLOP/s)`;
+  console.log(`    prefill         ${ours.prefill_s.toFixed(2)} s, ${ours.prefill_gflop_s} GFLOP/s: ${prefillLimit}`);
   console.log(`    decode step     ${ours.decode_step_ms.toFixed(1)} ms at batch ${options.samplePrompts}, reading ${ours.weights_read_mb} MB: ${ours.decode_gb_s.toFixed(1)} GB/s, ${(100 * ours.decode_fraction_of_bandwidth).toFixed(0)} % of the read bandwidth (${ours.limits.read_gb_s.toFixed(1)} GB/s); ${ours.decode_gflop_s} GFLOP/s, ${(100 * ours.decode_fraction_of_sgemm).toFixed(0)} % of the sgemm peak`);
   console.log(`  memory            peak RSS ${ours.peak_rss_mb} MB; wasm heap ${ours.wasm_heap_mb} MB; frozen base outside it ${ours.base_outside_heap_mb} MB; built in ${ours.load_s} s`);
   if (torch && !torch.result) console.log(`  PyTorch comparison skipped: ${torch.error}`);

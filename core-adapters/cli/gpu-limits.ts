@@ -78,6 +78,8 @@ export async function engineLimits(engine: EngineInfo, options: { arrayMb: numbe
     blas: `webgpu (${engine.gpu.description})`,
     blas_threads: null,
     sgemm_loop_gflop_s: matmul,
+    bf16_gemm_gflop_s: null,
+    bf16_gemm: 'a CPU product (oneDNN)',
     matrix: options.matrix,
     array_mb: gpu.copy_mb,
   };

@@ -4,8 +4,10 @@
 //   its own large array at once, a streaming read; the total bytes over the slowest thread's time.
 // - sgemm peak: float32 GEMM of square matrices, with the BLAS and its threads where one is loaded,
 //   and the compiled loop run in every worker thread at once (what the engine does without a BLAS).
+// - bfloat16 GEMM peak, where oneDNN runs the products of a bfloat16 base on bfloat16 activations:
+//   the frozen product itself (its activations rounded, on the threads a prefill splits over).
 import { Worker } from 'node:worker_threads';
-import { addonPath, loadNativeKernels } from '../engine/native.js';
+import { addonPath, loadNativeKernels, splitFrozenProducts } from '../engine/native.js';
 import { resolveThreadCount } from '../engine/thread-pool.js';
 import { InputError } from '../errors.js';
 
@@ -21,6 +23,9 @@ export interface Limits {
   blas_threads: number | null;
   /** The compiled loop's GEMM, every worker thread at once, GFLOP/s in total. */
   sgemm_loop_gflop_s: number;
+  /** The frozen bfloat16 product on bfloat16 activations on oneDNN, GFLOP/s; null where oneDNN does not run it (bf16_gemm says why). */
+  bf16_gemm_gflop_s: number | null;
+  bf16_gemm: string;
   matrix: number;
   array_mb: number;
 }
@@ -96,6 +101,7 @@ export async function measureLimits(options: { arrayMb: number; matrix: number; 
     }
     sgemm = flops / best(times) / 1e9;
   }
+  const bf16 = measureBf16Gemm(n, options.rounds);
   // The loop at a third of the side: it is 10x slower than a BLAS, and its rate barely depends on size past the caches.
   const loopN = Math.max(64, Math.round(n / 3 / 16) * 16);
   const loop = best(await together(threads, 'loop', { n: loopN, rounds: options.rounds }));
@@ -107,9 +113,31 @@ export async function measureLimits(options: { arrayMb: number; matrix: number; 
     blas: kernels.blas,
     blas_threads: blasThreads,
     sgemm_loop_gflop_s: (threads * 2 * loopN ** 3) / loop / 1e9,
+    bf16_gemm_gflop_s: bf16.gflops,
+    bf16_gemm: bf16.detail,
     matrix: n,
     array_mb: bytes / 1024 / 1024,
   };
+}
+
+/** X[n, n] times a bfloat16 W[n, n]^T with X rounded to bfloat16, where oneDNN runs it. */
+function measureBf16Gemm(n: number, rounds: number): { gflops: number | null; detail: string } {
+  const kernels = loadNativeKernels().kernels!;
+  const status = kernels.bfloat16Products?.();
+  if (!status?.onednn || !kernels.frozenMatmul) return { gflops: null, detail: status?.detail ?? 'the addon predates it' };
+  const x = new Float32Array(n * n).fill(0.5);
+  const w = new Uint16Array(n * n).fill(0x3e80); // 0.25
+  const y = new Float32Array(n * n);
+  const product = () => kernels.frozenMatmul!(0, n, n, n, x, 0, w, 0, y, 0, true);
+  const times = splitFrozenProducts(() => {
+    product();
+    return Array.from({ length: rounds }, () => {
+      const t = performance.now();
+      product();
+      return (performance.now() - t) / 1000;
+    });
+  });
+  return { gflops: (2 * n ** 3) / Math.min(...times) / 1e9, detail: status.detail };
 }
 
 export function formatLimits(l: Limits): string {
@@ -117,5 +145,6 @@ export function formatLimits(l: Limits): string {
     `read bandwidth        ${l.read_gb_s.toFixed(1)} GB/s with ${l.threads} threads (${l.read_gb_s_one_thread.toFixed(1)} GB/s with one; ${l.array_mb.toFixed(0)} MB per thread, streaming sum)`,
     l.sgemm_gflop_s === null ? 'sgemm (BLAS)          no BLAS loaded' : `sgemm (BLAS)          ${l.sgemm_gflop_s.toFixed(0)} GFLOP/s, ${l.blas}, ${l.blas_threads} threads, ${l.matrix}^3 float32`,
     `sgemm (compiled loop) ${l.sgemm_loop_gflop_s.toFixed(0)} GFLOP/s in total, one per thread on ${l.threads} threads`,
+    l.bf16_gemm_gflop_s === null ? `bfloat16 GEMM         not measured: ${l.bf16_gemm}` : `bfloat16 GEMM         ${l.bf16_gemm_gflop_s.toFixed(0)} GFLOP/s, ${l.bf16_gemm}, ${l.matrix}^3 (activations rounded, float32 sums)`,
   ].join('\n');
 }

@@ -15,6 +15,7 @@ import path from 'node:path';
 import type { BackendChoice, FrozenDtype, NativeChoice } from '../config/choices.js';
 import { initEngine } from '../engine/backend.js';
 import { frozenBaseAvailable } from '../engine/frozen.js';
+import { describeBfloat16Products } from '../engine/kernels.js';
 import { blasThreads, loadNativeKernels } from '../engine/native.js';
 import { InputError } from '../errors.js';
 import { initWeights, modelFromWeights } from '../model/checkpoint.js';
@@ -35,6 +36,8 @@ export interface RlStepOptions {
   configFile: string;
   loraRank: number;
   baseDtype: FrozenDtype;
+  /** What the frozen base's products round activations to (model.base_compute_dtype). */
+  baseCompute: FrozenDtype;
   prompts: number;
   samples: number;
   promptTokens: number;
@@ -63,6 +66,7 @@ export interface RlStepResult {
   parameters: number;
   lora_rank: number;
   base_dtype: FrozenDtype | 'heap';
+  base_compute_dtype: FrozenDtype;
   sequences: number;
   prompt_tokens: number;
   response_tokens: number;
@@ -102,10 +106,11 @@ export function weightFigures(model: CausalLM): WeightFigures {
  * AdamW's moments cannot fit the 4 GiB wasm heap is refused before anything is built (as training
  * refuses it), and --base-dtype without LoRA, which nothing would read, too.
  */
-export function benchModel(configFile: string, config: ModelConfig, loraRank: number, baseDtype: FrozenDtype, backend: string): CausalLM {
+export function benchModel(configFile: string, config: ModelConfig, loraRank: number, baseDtype: FrozenDtype, baseCompute: FrozenDtype, backend: string): CausalLM {
   const lora = loraRank > 0;
   if (!lora && baseDtype !== 'float32') throw new InputError(`--base-dtype ${baseDtype} applies to a frozen LoRA base; give --lora-rank > 0 (without LoRA every weight trains in float32)`);
   if (lora && baseDtype === 'bfloat16' && !frozenBaseAvailable()) throw new InputError('--base-dtype bfloat16 needs the native addon on the wasm backend');
+  if (lora && baseCompute === 'bfloat16' && frozenBaseAvailable()) process.stderr.write(`[flowrl] bfloat16 products: ${describeBfloat16Products()}\n`);
   const outside = lora && frozenBaseAvailable();
   // Without LoRA: the weights, their gradients and AdamW's two moments.
   const gib = backend === 'wasm' && !outside ? heapOverflowGiB(config, lora ? 1 : 4) : undefined;
@@ -115,7 +120,7 @@ export function benchModel(configFile: string, config: ModelConfig, loraRank: nu
         `bench it with LoRA and the native addon (--lora-rank 16: the base then stays outside the heap), or on tfjs-node`,
     );
   }
-  const model = modelFromWeights(config, initWeights(config, 0), outside ? { frozenBase: baseDtype } : {});
+  const model = modelFromWeights(config, initWeights(config, 0), outside ? { frozenBase: baseDtype, frozenCompute: baseCompute } : {});
   if (lora) model.attachAdapters(createAdapters(config, { rank: loraRank, alpha: 2 * loraRank, targetModules: [...LORA_MODULES] }, 0));
   return model;
 }
@@ -124,7 +129,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const info = await initEngine(o.backend, { quiet: o.quiet, native: o.native });
   const config = readModelConfig(o.configFile);
   const lora = o.loraRank > 0;
-  const model = benchModel(o.configFile, config, o.loraRank, o.baseDtype, info.backend);
+  const model = benchModel(o.configFile, config, o.loraRank, o.baseDtype, o.baseCompute, info.backend);
   const limits = await engineLimits(info, { arrayMb: o.limitsMb, matrix: o.matrix, rounds: 3 });
   model.gradientCheckpointing = true;
   if (info.backend === 'wasm') loadNativeKernels().kernels?.setThreads(os.availableParallelism());
@@ -198,6 +203,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
     parameters,
     lora_rank: o.loraRank,
     base_dtype: model.frozen.size ? o.baseDtype : 'heap',
+    base_compute_dtype: o.baseCompute,
     sequences: seq.batch,
     prompt_tokens: o.promptTokens,
     response_tokens: o.responseTokens,
@@ -218,7 +224,7 @@ export interface TorchRlStep {
 
 export function formatRlStep(r: RlStepResult, torch?: { result?: TorchRlStep; error?: string }): string {
   const lines = [
-    `${r.model}: ${r.parameters.toLocaleString('en-US')} parameters, ${r.lora_rank ? `LoRA r ${r.lora_rank}, base ${r.base_dtype}` : 'full fine-tuning'}, random weights`,
+    `${r.model}: ${r.parameters.toLocaleString('en-US')} parameters, ${r.lora_rank ? `LoRA r ${r.lora_rank}, base ${r.base_dtype}${r.base_compute_dtype === 'bfloat16' ? ' on bfloat16 activations' : ''}` : 'full fine-tuning'}, random weights`,
     `one RL step: ${r.sequences} sequences (${r.prompt_tokens}-token prompts, ${r.response_tokens} new tokens), ${r.step_seconds.toFixed(1)} s`,
     `limits: read ${r.limits.read_gb_s.toFixed(1)} GB/s, sgemm ${r.sgemm_limit_gflop_s.toFixed(0)} GFLOP/s (${r.limits.threads} threads)`,
     `phase            seconds  share  rate             of the limit${torch?.result ? `              PyTorch ${torch.result.torch} (${torch.result.threads} threads)  ours/torch` : ''}`,

@@ -22,6 +22,7 @@ export interface SharedFrozenMatrix {
   rows: number;
   cols: number;
   dtype: FrozenDtype;
+  compute: FrozenDtype;
   data: Float32Array | Uint16Array;
 }
 
@@ -29,39 +30,49 @@ export interface SharedFrozenMatrix {
 export class FrozenMatrix implements FrozenWeights {
   readonly data: Float32Array | Uint16Array;
 
+  /**
+   * What its products round the other operand to: float32 (none) or bfloat16 (with a bfloat16
+   * matrix: products of two bfloat16 operands summed in float32, on bfloat16 instructions where
+   * oneDNN runs them; see native/onednn.c).
+   */
+  readonly compute: FrozenDtype;
+
   private constructor(
     readonly rows: number,
     readonly cols: number,
     readonly dtype: FrozenDtype,
     data: Float32Array | Uint16Array,
+    compute: FrozenDtype,
   ) {
+    if (compute === 'bfloat16' && dtype !== 'bfloat16') throw new Error('FrozenMatrix: bfloat16 compute needs a bfloat16 matrix');
     this.data = data;
+    this.compute = compute;
   }
 
-  /** A copy of `values` ([rows, cols], row-major) in shared memory, as `dtype`. */
-  static fromFloat32(values: Float32Array, rows: number, cols: number, dtype: FrozenDtype): FrozenMatrix {
+  /** A copy of `values` ([rows, cols], row-major) in shared memory, as `dtype`; its products computed in `compute`. */
+  static fromFloat32(values: Float32Array, rows: number, cols: number, dtype: FrozenDtype, compute: FrozenDtype = 'float32'): FrozenMatrix {
     if (values.length !== rows * cols) throw new Error(`FrozenMatrix: ${values.length} values for [${rows}, ${cols}]`);
     if (dtype === 'float32') {
       const data = new Float32Array(frozenMemory(values.length * 4));
       data.set(values);
-      return new FrozenMatrix(rows, cols, dtype, data);
+      return new FrozenMatrix(rows, cols, dtype, data, compute);
     }
     const data = new Uint16Array(frozenMemory(values.length * 2));
     toBfloat16(values, data);
-    return new FrozenMatrix(rows, cols, dtype, data);
+    return new FrozenMatrix(rows, cols, dtype, data, compute);
   }
 
   /** A matrix over memory another thread shares (as posted to it: the typed array over a SharedArrayBuffer). */
   static fromShared(shared: SharedFrozenMatrix): FrozenMatrix {
-    const { rows, cols, dtype, data } = shared;
+    const { rows, cols, dtype, compute, data } = shared;
     const ok = data.buffer instanceof SharedArrayBuffer && data.length === rows * cols && (dtype === 'float32' ? data instanceof Float32Array : data instanceof Uint16Array);
     if (!ok) throw new Error(`FrozenMatrix.fromShared: not a shared ${dtype} [${rows}, ${cols}] matrix`);
-    return new FrozenMatrix(rows, cols, dtype, data);
+    return new FrozenMatrix(rows, cols, dtype, data, compute);
   }
 
   /** What another thread needs to use this matrix without a copy. */
   toShared(): SharedFrozenMatrix {
-    return { rows: this.rows, cols: this.cols, dtype: this.dtype, data: this.data };
+    return { rows: this.rows, cols: this.cols, dtype: this.dtype, compute: this.compute, data: this.data };
   }
 
   /** Bytes held outside the heap. */

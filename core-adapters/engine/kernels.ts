@@ -256,6 +256,8 @@ export interface FrozenWeights {
   readonly cols: number;
   /** Row-major, float32 or bfloat16 bits. */
   readonly data: Float32Array | Uint16Array;
+  /** bfloat16: products round the other operand to bfloat16 first (see FrozenMatrix.compute). */
+  readonly compute?: 'float32' | 'bfloat16';
 }
 
 export const FROZEN_MATMUL = 'FlowrlFrozenMatMul';
@@ -286,7 +288,7 @@ function frozenMatMul({ inputs: { x }, attrs, backend }: KernelArgs): tf.TensorI
   const M = x.shape[0];
   const out = b.makeOutput([M, backward ? weights.cols : count], 'float32');
   const heap = b.wasm.HEAPF32;
-  activeNative!.frozenMatmul!(+backward, M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, heap, offset(b, out));
+  activeNative!.frozenMatmul!(+backward, M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, heap, offset(b, out), weights.compute === 'bfloat16');
   return out;
 }
 
@@ -308,8 +310,15 @@ function frozenLinear({ inputs, attrs, backend }: KernelArgs): tf.TensorInfo {
   const out = b.makeOutput([M, count], 'float32');
   const heap = b.wasm.HEAPF32;
   const adapters = new Float64Array(columns.flatMap((column, i) => [offset(b, inputs[`A${i}`]), offset(b, inputs[`B${i}`]), ...inputs[`B${i}`].shape, column]));
-  activeNative!.frozenLinear!(M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, offset(b, out), scale, adapters);
+  activeNative!.frozenLinear!(M, count, weights.cols, heap, offset(b, x), weights.data, start * weights.cols, offset(b, out), scale, adapters, weights.compute === 'bfloat16');
   return out;
+}
+
+/** How products with bfloat16 activations run here, in words (the first call loads oneDNN). */
+export function describeBfloat16Products(): string {
+  const info = activeNative?.bfloat16Products?.();
+  if (!info) return 'not here (they need the native addon)';
+  return info.onednn ? `on bfloat16 instructions, ${info.detail}` : `on activations rounded to bfloat16, then as float32 products (oneDNN not used: ${info.detail})`;
 }
 
 /** Whether frozenLinearWithAdapters can run here (wasm and an addon that has it). */

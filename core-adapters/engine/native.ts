@@ -48,6 +48,13 @@ export interface NativeKernels {
    * keys plus the mask's bias, the weighted values into out. See native/attention.c. Absent in old addons.
    */
   decodeAttention?: DecodeAttentionFn;
+  /**
+   * Whether products with bfloat16 activations (FrozenMatrix.compute) run on oneDNN's bfloat16
+   * kernels (libdnnl.so.2, or FLOWRL_ONEDNN's path; FLOWRL_ONEDNN=off: never), and what it is or
+   * why not; without it they run the other products on activations rounded to bfloat16.
+   * useOnednn false turns oneDNN off for later products (true: back on where it loaded).
+   */
+  bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
   /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
   adviseHugePages?: (data: Uint8Array) => boolean;
   /**
@@ -66,7 +73,7 @@ export type IsaLevel = (typeof ISA_LEVELS)[number];
 export type DecodeAttentionFn = (heap: Float32Array, batch: number, heads: number, kvHeads: number, headDim: number, capacity: number, past: number, qkv: number, cos: number, sin: number, bias: number, keys: number, values: number, out: number) => void;
 
 /** See NativeKernels.frozenLinear. */
-export type FrozenLinearFn = (M: number, N: number, K: number, heap: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, yOffset: number, scale: number, adapters: Float64Array) => void;
+export type FrozenLinearFn = (M: number, N: number, K: number, heap: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, yOffset: number, scale: number, adapters: Float64Array, bf16Activations: boolean) => void;
 
 /** See NativeKernels.sampleRows. */
 export type SampleRowsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, invT: number, topP: number, uniforms: Float64Array, tokens: Int32Array, logProbs: Float64Array, keptLogMass: Float64Array) => void;
@@ -75,7 +82,19 @@ export type SampleRowsFn = (Z: Float32Array, zOffset: number, rows: number, voca
 export type TokenLogProbsFn = (Z: Float32Array, zOffset: number, rows: number, vocab: number, targets: Int32Array, invT: number, out: Float32Array, outOffset: number, withEntropy: number, backward: number, G: Float32Array, gOffset: number) => void;
 
 /** See NativeKernels.frozenMatmul. */
-export type FrozenMatmulFn = (backward: number, M: number, N: number, K: number, X: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, Y: Float32Array, yOffset: number) => void;
+export type FrozenMatmulFn = (backward: number, M: number, N: number, K: number, X: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, Y: Float32Array, yOffset: number, bf16Activations: boolean) => void;
+
+/**
+ * The addon's frozenMatmul (and frozenLinear, the same function): FrozenMatmulFn's arguments up to
+ * yOffset, then flags (FROZEN_BLAS | FROZEN_BF16_ACTIVATIONS), the threads a product may use, and a
+ * forward's adapters (see NativeKernels.frozenLinear).
+ */
+type AddonFrozenMatmul = (
+  backward: number, M: number, N: number, K: number, X: Float32Array, xOffset: number, W: Float32Array | Uint16Array, wOffset: number, Y: Float32Array, yOffset: number,
+  flags: number, threads: number, scale?: number, adapters?: Float64Array,
+) => void;
+const FROZEN_BLAS = 1;
+const FROZEN_BF16_ACTIVATIONS = 2;
 
 type SgemmFn = (transA: number, transB: number, M: number, N: number, K: number, A: Float32Array, aOffset: number, aStride: number, B: Float32Array, bOffset: number, bStride: number, C: Float32Array, cOffset: number, batch: number) => void;
 
@@ -87,8 +106,8 @@ interface Addon {
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
   tokenLogProbs?: TokenLogProbsFn;
-  /** As NativeKernels.frozenMatmul, plus useBlas (0: the compiled loop) and the threads a forward may split over (splitFrozenProducts). */
-  frozenMatmul?: (...args: [...Parameters<FrozenMatmulFn>, number, number]) => void;
+  /** See AddonFrozenMatmul. */
+  frozenMatmul?: AddonFrozenMatmul;
   /** As NativeKernels.sampleRows, plus the threads it may use. */
   sampleRows?: (...args: [...Parameters<SampleRowsFn>, number]) => void;
   isa?: NativeKernels['isa'];
@@ -96,7 +115,8 @@ interface Addon {
   /** As NativeKernels.decodeAttention, plus the threads it may use. */
   decodeAttention?: (...args: [...Parameters<DecodeAttentionFn>, number]) => void;
   /** frozenMatmul taking adapters (see NativeKernels.frozenLinear). */
-  frozenLinear?: (...args: [...Parameters<FrozenMatmulFn>, number, number, number, Float64Array]) => void;
+  frozenLinear?: AddonFrozenMatmul;
+  bfloat16Products?: NativeKernels['bfloat16Products'];
 }
 
 /**
@@ -182,24 +202,30 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       isa: addon.isa,
       adviseHugePages: addon.adviseHugePages,
       decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
+      bfloat16Products: addon.bfloat16Products,
     };
-    const frozen = addon.frozenMatmul;
-    const linear = addon.frozenLinear;
-    const frozenLinear = (useBlas: number): FrozenLinearFn | undefined =>
-      linear && ((M, N, K, heap, xOffset, W, wOffset, yOffset, scale, adapters) => linear(0, M, N, K, heap, xOffset, W, wOffset, heap, yOffset, useBlas, productSplitThreads, scale, adapters));
+    // An addon without bfloat16Products would compute bfloat16 activations' products in float32.
+    const frozen = addon.bfloat16Products && addon.frozenMatmul;
+    const linear = addon.bfloat16Products && addon.frozenLinear;
+    const flags = (blasFlag: number, bf16Activations: boolean) => blasFlag | (bf16Activations ? FROZEN_BF16_ACTIVATIONS : 0);
+    const frozenMatmul = (blasFlag: number): FrozenMatmulFn | undefined =>
+      frozen && ((backward, M, N, K, X, xOffset, W, wOffset, Y, yOffset, bf16Activations) => frozen(backward, M, N, K, X, xOffset, W, wOffset, Y, yOffset, flags(blasFlag, bf16Activations), productSplitThreads));
+    const frozenLinear = (blasFlag: number): FrozenLinearFn | undefined =>
+      linear &&
+      ((M, N, K, heap, xOffset, W, wOffset, yOffset, scale, adapters, bf16Activations) => linear(0, M, N, K, heap, xOffset, W, wOffset, heap, yOffset, flags(blasFlag, bf16Activations), productSplitThreads, scale, adapters));
     const kernels: NativeKernels = {
       blas,
       sgemm: addon.sgemm,
       ...shared,
-      frozenMatmul: frozen && ((...a) => frozen(...a, 1, productSplitThreads)),
-      frozenLinear: frozenLinear(1),
+      frozenMatmul: frozenMatmul(FROZEN_BLAS),
+      frozenLinear: frozenLinear(FROZEN_BLAS),
     };
     kernels.setThreads(blasThreads());
     const loopOnly: NativeKernels = {
       blas: '',
       sgemm: addon.sgemmLoop,
       ...shared,
-      frozenMatmul: frozen && ((...a) => frozen(...a, 0, productSplitThreads)),
+      frozenMatmul: frozenMatmul(0),
       frozenLinear: frozenLinear(0),
     };
     cached = { kernels, loopOnly };

@@ -92,6 +92,8 @@ export interface ModelMemory {
    * (a LoRA base; needs frozenBaseAvailable()). Unset: every weight is a heap variable.
    */
   frozenBase?: FrozenDtype;
+  /** What the frozen base's products round their activations to (FrozenMatrix.compute); float32 unless set. */
+  frozenCompute?: FrozenDtype;
 }
 
 /**
@@ -101,7 +103,8 @@ export interface ModelMemory {
 export function modelFromWeights(config: ModelConfig, weights: Map<string, HostTensor>, memory: ModelMemory = {}, sharedBase?: Map<string, FrozenMatrix>): CausalLM {
   const params = new Map<string, tf.Variable>();
   const dtype = memory.frozenBase;
-  const frozen = sharedBase ?? (dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype)) : new Map<string, FrozenMatrix>());
+  const compute = memory.frozenCompute ?? 'float32';
+  const frozen = sharedBase ?? (dtype ? frozenBaseMatrices(config, weights, (data, rows, cols) => FrozenMatrix.fromFloat32(data, rows, cols, dtype, compute)) : new Map<string, FrozenMatrix>());
   const bindingLimit = gpuBindingLimit();
   try {
     const layout = toModelLayout(config, weights, dtype ? isFrozenBaseTensor : undefined);
@@ -130,13 +133,13 @@ export function modelFromWeights(config: ModelConfig, weights: Map<string, HostT
  * that directory here (and in the worker threads they are shared with) uses the one copy.
  */
 const frozenBases = new Map<string, Map<string, FrozenMatrix>>();
-function frozenBaseKey(dir: string, dtype: FrozenDtype): string {
+function frozenBaseKey(dir: string, dtype: FrozenDtype, compute: FrozenDtype): string {
   // The files' sizes and times too: a directory rewritten in place is a different base.
   const stamps = [...weightFiles(dir).keys()].map((file) => {
     const stat = fs.statSync(file);
     return `${stat.size}:${stat.mtimeMs}`;
   });
-  return [path.resolve(dir), dtype, ...stamps].join('\u0000');
+  return [path.resolve(dir), dtype, compute, ...stamps].join('\u0000');
 }
 
 /** The frozen bases of this thread, to post to worker threads (the memory is shared, not copied). */
@@ -160,7 +163,7 @@ export function adoptFrozenBases(shared: Record<string, Record<string, SharedFro
 export function loadModel(dir: string, memory: ModelMemory = {}): CausalLM {
   const config = readModelConfig(path.join(dir, 'config.json'));
   if (!memory.frozenBase) return modelFromWeights(config, readWeights(dir, config), memory);
-  const key = frozenBaseKey(dir, memory.frozenBase);
+  const key = frozenBaseKey(dir, memory.frozenBase, memory.frozenCompute ?? 'float32');
   const shared = frozenBases.get(key);
   const model = modelFromWeights(config, readWeights(dir, config, shared ? isFrozenBaseTensor : undefined), memory, shared);
   frozenBases.set(key, model.frozen);

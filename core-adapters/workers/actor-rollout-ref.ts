@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { readFloat32 } from '../engine/readback.js';
 import fs from 'node:fs';
+import { isMainThread } from 'node:worker_threads';
 import path from 'node:path';
 import { inject, injectable, optional } from 'inversify';
 import { concatFloat32 } from '../arrays.js';
@@ -36,7 +37,8 @@ import type { RunRequirements } from '../plugins/algorithms.js';
 import { TOKENS } from '../tokens.js';
 import { sequenceBatch } from './sequences.js';
 import { gatherBatch, onRankRows, rankRows } from './ranks.js';
-import { SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
+import { launchedRank, SINGLE_RANK, type RankWorld } from '../engine/mpi.js';
+import { describeBfloat16Products } from '../engine/kernels.js';
 
 /**
  * What a worker thread builds as this worker's replica: createActorReplica in `entry` (the
@@ -138,7 +140,13 @@ export class ActorRolloutRefWorker implements Worker {
    */
   protected baseMemory(): ModelMemory {
     const m = this.config.actor_rollout_ref.model;
-    if (m.lora_rank > 0 && frozenBaseAvailable()) return { frozenBase: m.base_dtype };
+    if (m.base_compute_dtype === 'bfloat16' && m.base_dtype !== 'bfloat16') {
+      throw new InputError(`actor_rollout_ref.model.base_compute_dtype is bfloat16, which needs a bfloat16 base: set actor_rollout_ref.model.base_dtype to bfloat16 (it is ${m.base_dtype})`);
+    }
+    if (m.lora_rank > 0 && frozenBaseAvailable()) {
+      if (m.base_compute_dtype === 'bfloat16' && isMainThread && launchedRank() === 0) process.stderr.write(`[flowrl] bfloat16 products (model.base_compute_dtype): ${describeBfloat16Products()}\n`);
+      return { frozenBase: m.base_dtype, frozenCompute: m.base_compute_dtype };
+    }
     if (m.base_dtype !== 'float32' && m.lora_rank > 0) throw new InputError(`actor_rollout_ref.model.base_dtype is ${m.base_dtype}, which needs the native addon on the wasm backend (here: ${tf.getBackend()}, engine.native ${this.config.engine.native}); use float32`);
     if (m.base_dtype !== 'float32') throw new InputError(`actor_rollout_ref.model.base_dtype is ${m.base_dtype}, which applies to a frozen LoRA base only; set lora_rank > 0 or base_dtype float32`);
     if (tf.getBackend() === 'wasm') {
