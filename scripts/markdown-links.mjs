@@ -6,7 +6,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const SKIP = new Set(['node_modules', 'dist', 'runs', '.git', 'native/build']);
+// .llama-cpp: where bench --compare-llama-cpp's install advice puts node-llama-cpp in a checkout.
+const SKIP = new Set(['node_modules', 'dist', 'runs', '.git', 'native/build', '.llama-cpp']);
 
 /** Markdown files under `dir`, skipping dependencies and outputs. */
 export function markdownFiles(dir = ROOT) {
