@@ -326,6 +326,12 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect([none.blas, none.sgemm_gflop_s]).to.deep.equal(['', null]);
     const blas = JSON.parse(withBlas.stdout) as Record<string, unknown>;
     if (blas.blas) expect(blas.sgemm_gflop_s).to.be.a('number').and.to.be.greaterThan(0);
+    // The bfloat16 GEMM peak where oneDNN runs it on bfloat16 instructions; otherwise why not.
+    const onednn = loadNativeKernels().kernels?.bfloat16Products?.();
+    if (onednn?.onednn) expect([blas.bf16_gemm_gflop_s, blas.bf16_gemm]).to.satisfy(([rate, what]: [number, string]) => rate > 0 && what === onednn.detail);
+    else expect([blas.bf16_gemm_gflop_s, blas.bf16_gemm]).to.deep.equal([null, onednn?.detail]);
+    const off = await runBuiltFlowrl(args, 60000, { FLOWRL_ONEDNN: 'off' });
+    expect((JSON.parse(off.stdout) as Record<string, unknown>).bf16_gemm).to.equal('FLOWRL_ONEDNN=off');
   });
 
   it('says so when the addon cannot load, and when no optimised BLAS is found (what it costs and how to install one)', async () => {

@@ -73,8 +73,10 @@ export interface RlStepResult {
   step_seconds: number;
   phases: RlPhase[];
   limits: Limits;
-  /** The sgemm peak the fractions use: the BLAS's, or the compiled loop's without one. */
+  /** The product peak the fractions use: the BLAS's sgemm, the compiled loop's without one, or the bfloat16 GEMM's for bfloat16 activations on oneDNN. */
   sgemm_limit_gflop_s: number;
+  /** Which peak that is. */
+  product_limit: 'sgemm peak' | 'bfloat16 GEMM peak';
 }
 
 /** What a model's weights weigh for the limits: see weightFigures. */
@@ -184,7 +186,9 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
 
   // The body multiplies every token; the head only those that predict a response token.
   const forwardFlops = 2 * bodyValues * seq.batch * (seq.promptLength + seq.responseLength) + 2 * headValues * seq.batch * seq.responseLength;
-  const sgemmLimit = limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
+  // The base's products on oneDNN's bfloat16 kernels are held to their own peak.
+  const bf16Peak = o.baseCompute === 'bfloat16' && model.frozen.size ? limits.bf16_gemm_gflop_s : null;
+  const sgemmLimit = bf16Peak ?? limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
   const compute = (name: RlPhase['name'], flops: number, seconds: number): RlPhase => {
     const rate = flops / seconds / 1e9;
     return { name, seconds, rate, unit: 'GFLOP/s', fraction_of_limit: rate / sgemmLimit };
@@ -211,6 +215,7 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
     phases,
     limits,
     sgemm_limit_gflop_s: sgemmLimit,
+    product_limit: bf16Peak ? 'bfloat16 GEMM peak' : 'sgemm peak',
   };
 }
 
@@ -226,12 +231,12 @@ export function formatRlStep(r: RlStepResult, torch?: { result?: TorchRlStep; er
   const lines = [
     `${r.model}: ${r.parameters.toLocaleString('en-US')} parameters, ${r.lora_rank ? `LoRA r ${r.lora_rank}, base ${r.base_dtype}${r.base_compute_dtype === 'bfloat16' ? ' on bfloat16 activations' : ''}` : 'full fine-tuning'}, random weights`,
     `one RL step: ${r.sequences} sequences (${r.prompt_tokens}-token prompts, ${r.response_tokens} new tokens), ${r.step_seconds.toFixed(1)} s`,
-    `limits: read ${r.limits.read_gb_s.toFixed(1)} GB/s, sgemm ${r.sgemm_limit_gflop_s.toFixed(0)} GFLOP/s (${r.limits.threads} threads)`,
+    `limits: read ${r.limits.read_gb_s.toFixed(1)} GB/s, ${r.product_limit} ${r.sgemm_limit_gflop_s.toFixed(0)} GFLOP/s (${r.limits.threads} threads)`,
     `phase            seconds  share  rate             of the limit${torch?.result ? `              PyTorch ${torch.result.torch} (${torch.result.threads} threads)  ours/torch` : ''}`,
   ];
   const peer = (seconds: number | undefined, ours: number) => (seconds === undefined ? '' : `  ${seconds.toFixed(1).padStart(7)} s  ${(ours / seconds).toFixed(2).padStart(5)}`);
   for (const p of r.phases) {
-    const limit = `${(100 * p.fraction_of_limit).toFixed(0).padStart(4)} % of ${p.unit === 'GB/s' ? 'read bandwidth' : 'sgemm peak'}`;
+    const limit = `${(100 * p.fraction_of_limit).toFixed(0).padStart(4)} % of ${p.unit === 'GB/s' ? 'read bandwidth' : r.product_limit}`;
     lines.push(`${p.name.padEnd(16)} ${p.seconds.toFixed(1).padStart(7)}  ${((100 * p.seconds) / r.step_seconds).toFixed(0).padStart(4)} %  ${p.rate.toFixed(1).padStart(7)} ${p.unit.padEnd(7)}  ${limit.padEnd(26)}${peer(torch?.result?.phases[p.name], p.seconds)}`);
   }
   if (torch?.result) lines.push(`${'step'.padEnd(16)} ${r.step_seconds.toFixed(1).padStart(7)}  ${''.padEnd(51)}${peer(torch.result.step_seconds, r.step_seconds)}`);
