@@ -48,11 +48,14 @@ static struct {
   int (*memory_create)(dnnl_obj *, const dnnl_md *, dnnl_obj, void *);
   int (*memory_destroy)(dnnl_obj);
   int (*stream_wait)(dnnl_obj);
+  int (*stream_destroy)(dnnl_obj);
   void (*omp_set_threads)(int);
-  dnnl_obj engine, stream;
+  dnnl_obj engine;
 } dnnl;
 
-// One primitive per product shape, the most recent kept (a model has a handful of shapes a batch size).
+// One primitive per product shape, the most recently used kept (a model has a handful of shapes a
+// batch size). Primitives run from several threads at once (data-parallel workers); each thread
+// has its own stream, and an entry in use is not evicted.
 enum { CACHED_SHAPES = 64 };
 typedef struct {
   int M, K, backward;
@@ -60,11 +63,13 @@ typedef struct {
   dnnl_obj primitive;
   dnnl_md src, weights, dst;
   uint64_t used;
+  int running;
 } shape_entry;
 static shape_entry shapes[CACHED_SHAPES];
 static uint64_t uses;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t stream_key;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char why[256] = "not loaded";
 static char impl[128] = "";
@@ -108,15 +113,16 @@ static void load(void) {
   SYM(memory_create, "dnnl_memory_create");
   SYM(memory_destroy, "dnnl_memory_destroy");
   SYM(stream_wait, "dnnl_stream_wait");
+  SYM(stream_destroy, "dnnl_stream_destroy");
   // From the OpenMP runtime oneDNN loaded (2: OpenMP); absent under TBB or threadpool builds.
   SYM(omp_set_threads, "omp_set_num_threads");
 #undef SYM
   if (!dnnl.engine_create || !dnnl.stream_create || !dnnl.md_init || !dnnl.matmul_init || !dnnl.pd_create || !dnnl.pd_query || !dnnl.pd_destroy ||
-      !dnnl.primitive_create || !dnnl.primitive_destroy || !dnnl.execute || !dnnl.memory_create || !dnnl.memory_destroy || !dnnl.stream_wait) {
+      !dnnl.primitive_create || !dnnl.primitive_destroy || !dnnl.execute || !dnnl.memory_create || !dnnl.memory_destroy || !dnnl.stream_wait || !dnnl.stream_destroy) {
     snprintf(why, sizeof why, "%s %d.%d lacks an entry of the C API used", path, v->major, v->minor);
     return;
   }
-  if (dnnl.engine_create(&dnnl.engine, DNNL_CPU, 0) != DNNL_OK || dnnl.stream_create(&dnnl.stream, dnnl.engine, DNNL_STREAM_DEFAULT) != DNNL_OK) {
+  if (dnnl.engine_create(&dnnl.engine, DNNL_CPU, 0) != DNNL_OK || pthread_key_create(&stream_key, (void (*)(void *))dnnl.stream_destroy) != 0) {
     snprintf(why, sizeof why, "oneDNN %d.%d could not start a CPU engine", v->major, v->minor);
     return;
   }
@@ -167,44 +173,63 @@ void onednn_enable(int on) {
   atomic_store(&enabled, on != 0);
 }
 
+// This thread's stream (destroyed with the thread), or NULL.
+static dnnl_obj thread_stream(void) {
+  dnnl_obj stream = pthread_getspecific(stream_key);
+  if (!stream && dnnl.stream_create(&stream, dnnl.engine, DNNL_STREAM_DEFAULT) == DNNL_OK && pthread_setspecific(stream_key, stream) != 0) {
+    dnnl.stream_destroy(stream);
+    stream = NULL;
+  }
+  return stream;
+}
+
+// The cached primitive for the shape, made if missing, marked running; NULL if it cannot be made.
+static shape_entry *acquire(int backward, int M, int64_t N, int K) {
+  pthread_mutex_lock(&lock);
+  shape_entry *e = NULL, *oldest = NULL;
+  for (int i = 0; i < CACHED_SHAPES && !e; i++) {
+    shape_entry *s = &shapes[i];
+    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward) e = s;
+    else if (!s->running && (!oldest || s->used < oldest->used)) oldest = s;
+  }
+  if (!e && oldest) {
+    if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);
+    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward};
+    if (make_primitive(oldest) == 0) e = oldest;
+    else oldest->primitive = NULL;
+  }
+  if (e) {
+    e->used = ++uses;
+    e->running++;
+  }
+  pthread_mutex_unlock(&lock);
+  return e;
+}
+
+static void release(shape_entry *e) {
+  pthread_mutex_lock(&lock);
+  e->running--;
+  pthread_mutex_unlock(&lock);
+}
+
 int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads) {
   int ok;
   onednn_status(&ok);
-  if (!ok) return -1;
-  pthread_mutex_lock(&lock);
-  shape_entry *e = NULL, *oldest = &shapes[0];
-  for (int i = 0; i < CACHED_SHAPES; i++) {
-    shape_entry *s = &shapes[i];
-    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward) {
-      e = s;
-      break;
-    }
-    if (s->used < oldest->used) oldest = s;
-  }
-  int failed = 0;
-  if (!e) {
-    if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);
-    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward};
-    if (make_primitive(oldest) != 0) {
-      oldest->primitive = NULL;
-      failed = 1;
-    }
-    e = oldest;
-  }
+  dnnl_obj stream = ok ? thread_stream() : NULL;
+  // Every entry running a product elsewhere: this one goes the other way.
+  shape_entry *e = stream ? acquire(backward, M, N, K) : NULL;
+  if (!e) return -1;
+  if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads > 0 ? threads : 1);
   dnnl_obj src = NULL, weights = NULL, dst = NULL;
-  if (!failed) {
-    e->used = ++uses;
-    if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads > 0 ? threads : 1);
-    failed = dnnl.memory_create(&src, &e->src, dnnl.engine, (void *)x) != DNNL_OK || dnnl.memory_create(&weights, &e->weights, dnnl.engine, (void *)w) != DNNL_OK ||
-             dnnl.memory_create(&dst, &e->dst, dnnl.engine, y) != DNNL_OK;
-  }
+  int failed = dnnl.memory_create(&src, &e->src, dnnl.engine, (void *)x) != DNNL_OK || dnnl.memory_create(&weights, &e->weights, dnnl.engine, (void *)w) != DNNL_OK ||
+               dnnl.memory_create(&dst, &e->dst, dnnl.engine, y) != DNNL_OK;
   if (!failed) {
     const dnnl_arg args[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
-    failed = dnnl.execute(e->primitive, dnnl.stream, 3, args) != DNNL_OK || dnnl.stream_wait(dnnl.stream) != DNNL_OK;
+    failed = dnnl.execute(e->primitive, stream, 3, args) != DNNL_OK || dnnl.stream_wait(stream) != DNNL_OK;
   }
   if (src) dnnl.memory_destroy(src);
   if (weights) dnnl.memory_destroy(weights);
   if (dst) dnnl.memory_destroy(dst);
-  pthread_mutex_unlock(&lock);
+  release(e);
   return failed ? -1 : 0;
 }

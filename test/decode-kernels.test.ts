@@ -6,7 +6,8 @@ import { spawn } from 'node:child_process';
 import * as tf from '@tensorflow/tfjs';
 import { FrozenMatrix, toBfloat16 } from '../core-adapters/engine/frozen.js';
 import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
-import { ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';
+import { addonPath, ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';
+import { Worker } from 'node:worker_threads';
 import { generate, GREEDY_TEMPERATURE, NonFiniteLogits, sampleToken, tokenLogProb, type KeptMass } from '../core-adapters/model/generate.js';
 import { loadModel } from '../core-adapters/model/checkpoint.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
@@ -183,6 +184,36 @@ describe('decoding kernels', function () {
           kernels.bfloat16Products!(true);
         }
       }));
+
+    it(`bfloat16-activation products from four threads at once (data-parallel workers) equal the same products on one (${enginePath})`, async () => {
+      // Each thread multiplies its own shapes (cached primitives evicted and made while others run) and returns the sums.
+      const source = `
+        const { parentPort, workerData } = require('node:worker_threads');
+        const addon = require(workerData.addon);
+        addon.load(workerData.blas);
+        const sums = [];
+        for (let i = 0; i < 24; i++) {
+          const M = 65 + ((workerData.seed * 7 + i * 13) % 90), N = 96 + (i % 5) * 8, K = 64 + (i % 3) * 32;
+          const x = Float32Array.from({ length: M * K }, (_, j) => Math.sin(j * 0.37 + workerData.seed + i));
+          const w = Uint16Array.from({ length: N * K }, (_, j) => 0x3c00 + ((j * 131 + i) % 1024));
+          const y = new Float32Array(M * N);
+          addon.frozenMatmul(i % 2, M, i % 2 ? K : N, i % 2 ? N : K, x, 0, w, 0, y, 0, workerData.flags, 2);
+          sums.push(y.reduce((a, b) => a + b, 0));
+        }
+        parentPort.postMessage(sums);`;
+      const blas = enginePath === 'native-loop' ? [] : ['libopenblas.so.0'];
+      const flags = (enginePath === 'native-loop' ? 0 : 1) | 2;
+      const run = (seed: number) =>
+        new Promise<number[]>((resolve, reject) => {
+          const worker = new Worker(source, { eval: true, workerData: { addon: addonPath(), blas, flags, seed } });
+          worker.once('message', (sums: number[]) => void worker.terminate().then(() => resolve(sums)));
+          worker.once('error', reject);
+        });
+      const alone = [];
+      for (const seed of [1, 2, 3, 4]) alone.push(await run(seed));
+      const together = await Promise.all([1, 2, 3, 4].map(run));
+      expect(together).to.deep.equal(alone);
+    });
 
     it(`LoRA deltas added inside a frozen product equal x W^T + ((x A) * scale) B in float64 (${enginePath})`, () =>
       onEnginePath(enginePath, () => {
