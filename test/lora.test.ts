@@ -76,7 +76,7 @@ describe('LoRA', () => {
   }
 
   for (const enginePath of enginePaths().filter((p) => p !== 'stock')) {
-    it(`bfloat16 activations (model.base_compute_dtype): the same log-probs and adapter gradients on oneDNN and without it, near the float32 ones (${enginePath})`, () =>
+    it(`bfloat16 activations (model.base_compute_dtype): log-probs as a float64 forward rounding the same activations gives them, and the same on oneDNN and without it (${enginePath})`, () =>
       onEnginePath(enginePath, async () => {
         const kernels = loadNativeKernels().kernels!;
         const name = 'tiny-llama-bf16';
@@ -95,9 +95,20 @@ describe('LoRA', () => {
           kernels.bfloat16Products!(true);
           model.dispose();
         }
-        // Rounding the activations moves the log-probs off the float32 reference, a little.
-        const off = Math.max(...runs[0].logProbs.flatMap((lp, i) => lp.map((v, t) => Math.abs(v - cases[i].logprobs_t1[t]))));
-        expect(off, 'bfloat16 activations against float32').to.be.within(1e-4, 0.05);
+        // Against the float64 forward that rounds the same activations (make_bf16_activation_reference.py;
+        // the float32-activation reference is 0.0077 away on average, 0.023 at worst). Not token by
+        // token: an activation within float32 noise of a rounding midpoint rounds either way, and one
+        // such flip at the head moves a log-prob by up to about 0.007 (measured: 7.9e-5 and 7.9e-4 on
+        // average on the two paths, 6.6e-4 and 6.5e-3 at worst).
+        const rounded = readJson<Record<string, { logprobs_t1: number[] }[]>>('test/fixtures/bf16_activation_reference.json')[name];
+        const meanDistance = (expected: { logprobs_t1: number[] }[], got: number[][]) => {
+          const d = got.flatMap((lp, i) => lp.map((v, t) => Math.abs(v - expected[i].logprobs_t1[t])));
+          return d.reduce((a, b) => a + b, 0) / d.length;
+        };
+        for (const run of runs) {
+          expect(meanDistance(rounded, run.logProbs), 'mean |difference| to the bfloat16-activation reference').to.be.at.most(2e-3);
+          expect(meanDistance(rounded, run.logProbs), 'nearer it than the float32-activation reference').to.be.below(meanDistance(cases, run.logProbs) / 5);
+        }
         // The same arithmetic in another order: a float32 sum that differs in its last bit can round
         // to the neighbouring bfloat16 (a step of 2^-8), so the two agree to bfloat16's precision.
         for (const run of runs.slice(1)) {
