@@ -313,6 +313,16 @@ describe('LoRA runs on the countdown task', function () {
     host.container.get<Worker>(TOKENS.Worker).dispose();
   }
 
+  it('grpo with lora_rank 8 on a bfloat16 base with bfloat16 activations raises validation accuracy', async function () {
+    if (!frozenBaseAvailable()) this.skip();
+    const dir = tempDir();
+    const bf16 = { actor_rollout_ref: { model: { lora_rank: 8, lora_alpha: 32, base_dtype: 'bfloat16', base_compute_dtype: 'bfloat16' }, actor: { optim: { lr: 3e-3 } } } };
+    await train(writeCountdownConfig(dir, bf16), ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
+    const metrics = readRunMetrics(path.join(dir, 'run'));
+    const [before, after] = [0, 30].map((step) => metrics.find((m) => m.step === step)!['val/accuracy']);
+    expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
+  });
+
   for (const algorithm of ['grpo', 'flowrl']) {
     it(`${algorithm} with lora_rank 8 raises validation accuracy`, async () => {
       const dir = tempDir();
@@ -375,6 +385,7 @@ describe('LoRA runs on the countdown task', function () {
       [['actor_rollout_ref.model.lora_rank=4', 'actor_rollout_ref.model.target_modules=[q_proj,qkv_proj]'], ['actor_rollout_ref.model.target_modules', "target module 'qkv_proj' is unknown"]],
       [['actor_rollout_ref.model.lora_rank=8', 'actor_rollout_ref.model.lora_adapter_path=' + fixture('lora-tiny-qwen2')], ['lora-tiny-qwen2', 'adapter_model.safetensors', "tensor 'base_model.model."]],
       [['actor_rollout_ref.model.lora_rank=2.5'], ['actor_rollout_ref.model.lora_rank must be a whole number >= 0']],
+      [['actor_rollout_ref.model.lora_rank=4', 'actor_rollout_ref.model.base_compute_dtype=bfloat16'], ['actor_rollout_ref.model.base_compute_dtype is bfloat16, which needs a bfloat16 base', 'actor_rollout_ref.model.base_dtype to bfloat16 (it is float32)']],
     ];
     // A model whose full fine-tuning cannot fit the wasm heap: only its config.json is read.
     const big = tempDir();
