@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include "flowrl_native.h"
 
@@ -158,6 +160,22 @@ static napi_value set_threads(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// Time inside the products and their work, the heap's (sgemm) and the frozen base's, for a bench
+// to split a phase into its products and the rest (productCounters).
+enum { HEAP_PRODUCTS, FROZEN_PRODUCTS };
+static atomic_llong product_nanos[2], product_flops[2];
+
+static int64_t now_nanos(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void count_product(int kind, int64_t started, int64_t flops) {
+  atomic_fetch_add(&product_nanos[kind], now_nanos() - started);
+  atomic_fetch_add(&product_flops[kind], flops);
+}
+
 // sgemm(transA, transB, M, N, K, A, aOffset, aStride, B, bOffset, bStride, C, cOffset, batch):
 // for each of `batch` products, C_g = op(A_g) op(B_g), row-major and dense; offsets and strides
 // count floats, and a stride of 0 reuses one matrix across the batch (broadcast). sgemmLoop is the
@@ -181,6 +199,7 @@ static napi_value run_sgemm(napi_env env, napi_callback_info info, int allow_bla
   if (batch > 0 && ((size_t)(aOff + aStride * (batch - 1) + M * K) > aLen || (size_t)(bOff + bStride * (batch - 1) + K * N) > bLen ||
                     (size_t)(cOff + M * N * batch) > cLen))
     return throw_error(env, "sgemm: out of bounds");
+  const int64_t started = now_nanos();
   for (int64_t g = 0; g < batch; g++) {
     const float *a = A + aOff + aStride * g;
     const float *b = B + bOff + bStride * g;
@@ -195,6 +214,7 @@ static napi_value run_sgemm(napi_env env, napi_callback_info info, int allow_bla
       loop_sgemm((int)ta, (int)tb, (int)M, (int)N, (int)K, a, b, c);
     }
   }
+  count_product(HEAP_PRODUCTS, started, 2 * M * N * K * batch);
   return NULL;
 }
 
@@ -325,11 +345,13 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
   const sgemm_fn blas = flags & 1 ? blas_sgemm : NULL;
   const int bf16 = wType == napi_uint16_array, bf16_x = (flags & 2) != 0;
   const void *w = (const char *)wRaw + wOff * (bf16 ? 2 : 4);
+  const int64_t started = now_nanos();
   const int failed = backward ? frozen_backward((int)M, N, (int)K, X + xOff, w, bf16, bf16_x, Y + yOff, blas, (int)splitThreads)
                               : frozen_forward((int)M, N, (int)K, X + xOff, w, bf16, bf16_x, Y + yOff, blas, blas && blas_get_threads ? blas_get_threads() : 1, (int)splitThreads,
                                                lora, count, (float)scale);
   free(lora);
   if (failed) return throw_error(env, "frozenMatmul: out of memory");
+  count_product(FROZEN_PRODUCTS, started, 2 * M * N * K);
   return NULL;
 }
 
@@ -595,6 +617,25 @@ static napi_value bfloat16_products(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// productCounters(): { heap: { seconds, flops }, frozen: { seconds, flops } } since the process
+// started, summed over its threads.
+static napi_value product_counters(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value result;
+  napi_create_object(env, &result);
+  const char *names[2] = {"heap", "frozen"};
+  for (int kind = 0; kind < 2; kind++) {
+    napi_value entry, seconds, flops;
+    napi_create_object(env, &entry);
+    napi_create_double(env, (double)atomic_load(&product_nanos[kind]) / 1e9, &seconds);
+    napi_create_double(env, (double)atomic_load(&product_flops[kind]), &flops);
+    napi_set_named_property(env, entry, "seconds", seconds);
+    napi_set_named_property(env, entry, "flops", flops);
+    napi_set_named_property(env, result, names[kind], entry);
+  }
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"load", NULL, load, NULL, NULL, NULL, napi_default, NULL},
@@ -612,6 +653,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"adviseHugePages", NULL, advise_huge_pages, NULL, NULL, NULL, napi_default, NULL},
       {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
       {"bfloat16Products", NULL, bfloat16_products, NULL, NULL, NULL, napi_default, NULL},
+      {"productCounters", NULL, product_counters, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -273,6 +273,10 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(result.phases.slice(1).map((p) => p.unit)).to.deep.equal(['GFLOP/s', 'GFLOP/s', 'GFLOP/s']);
     for (const p of result.phases) for (const key of ['seconds', 'rate', 'fraction_of_limit'] as const) expect(p[key], `${p.name} ${key}`).to.be.a('number').and.to.be.greaterThan(0);
     expect(result.step_seconds).to.be.closeTo(result.phases.reduce((s, p) => s + p.seconds, 0), 1e-9);
+    // Each phase split into its time inside the native products and the rest (where the addon runs them).
+    const split = result.phases as unknown as { seconds: number; products_s: number | null; products_gflop_s: number | null }[];
+    if (frozenBaseAvailable()) for (const p of split) expect(p.products_s! > 0 && p.products_s! <= p.seconds && p.products_gflop_s! > 0, JSON.stringify(p)).to.equal(true);
+    expect(formatRlStep(result as unknown as RlStepResult)).to.match(frozenBaseAvailable() ? /update +products +\d+\.\d s at +\d+ GFLOP\/s, the rest/ : /^(?![\s\S]*products)/);
     const bad = await flowrlInProcess([...args.slice(0, 4), '--prompts', '0']);
     expect([bad.status, bad.stderr.includes('--prompts')]).to.deep.equal([2, true]);
     // Against the PyTorch peer, each phase's ratio is ours over its seconds.

@@ -59,6 +59,9 @@ export interface RlPhase {
   unit: 'GB/s' | 'GFLOP/s';
   /** rate over the matching limit (read bandwidth or sgemm peak). */
   fraction_of_limit: number;
+  /** Of `seconds`, the time inside the native products (heap and frozen base) and their rate; null without the addon. */
+  products_s: number | null;
+  products_gflop_s: number | null;
 }
 
 export interface RlStepResult {
@@ -142,10 +145,20 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const rng = new Rng(1);
   const prompts = Array.from({ length: o.prompts }, () => Array.from({ length: o.promptTokens }, () => rng.int(config.vocabSize)));
   const rows = prompts.flatMap((p) => Array.from({ length: o.samples }, () => p));
+  // The products' share of each phase: what the rest of it (elementwise, softmax, attention's
+  // small ops, the JavaScript between) costs is what keeps a phase below the product peak.
+  const counters = () => {
+    const c = loadNativeKernels().kernels?.productCounters?.();
+    return c ? { seconds: c.heap.seconds + c.frozen.seconds, flops: c.heap.flops + c.frozen.flops } : undefined;
+  };
+  const inProducts = new Map<string, { seconds: number; flops: number }>();
   const timed = async <T>(name: string, f: () => T | Promise<T>): Promise<[T, number]> => {
+    const before = counters();
     const started = performance.now();
     const out = await f();
     const seconds = (performance.now() - started) / 1000;
+    const after = counters();
+    if (before && after) inProducts.set(name, { seconds: after.seconds - before.seconds, flops: after.flops - before.flops });
     log(`${name} ${seconds.toFixed(1)} s`);
     return [out, seconds];
   };
@@ -189,15 +202,20 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   // The base's products on oneDNN's bfloat16 kernels are held to their own peak.
   const bf16Peak = o.baseCompute === 'bfloat16' && model.frozen.size ? limits.bf16_gemm_gflop_s : null;
   const sgemmLimit = bf16Peak ?? limits.sgemm_gflop_s ?? limits.sgemm_loop_gflop_s;
+  const TIMED: Record<RlPhase['name'], string> = { rollout: 'rollout', old_log_prob: 'old log-probs', ref_log_prob: 'reference log-probs', update: 'update' };
+  const products = (name: RlPhase['name']) => {
+    const p = inProducts.get(TIMED[name]);
+    return { products_s: p ? p.seconds : null, products_gflop_s: p && p.seconds > 0 ? p.flops / p.seconds / 1e9 : null };
+  };
   const compute = (name: RlPhase['name'], flops: number, seconds: number): RlPhase => {
     const rate = flops / seconds / 1e9;
-    return { name, seconds, rate, unit: 'GFLOP/s', fraction_of_limit: rate / sgemmLimit };
+    return { name, seconds, rate, unit: 'GFLOP/s', fraction_of_limit: rate / sgemmLimit, ...products(name) };
   };
   const readRate = (o.responseTokens * readBytes) / rolloutS / 1e9;
   const rolloutFlops = 2 * bodyValues * rows.length * o.promptTokens + 2 * (bodyValues + headValues) * rows.length * o.responseTokens;
   const computeBound = rolloutFlops / (sgemmLimit * 1e9) > (o.responseTokens * readBytes) / (limits.read_gb_s * 1e9);
   const phases: RlPhase[] = [
-    computeBound ? compute('rollout', rolloutFlops, rolloutS) : { name: 'rollout', seconds: rolloutS, rate: readRate, unit: 'GB/s', fraction_of_limit: readRate / limits.read_gb_s },
+    computeBound ? compute('rollout', rolloutFlops, rolloutS) : { name: 'rollout', seconds: rolloutS, rate: readRate, unit: 'GB/s', fraction_of_limit: readRate / limits.read_gb_s, ...products('rollout') },
     compute('old_log_prob', forwardFlops, oldS),
     compute('ref_log_prob', forwardFlops, refS),
     compute('update', forwardFlops * (lora ? 2 : 3), updateS),
@@ -241,5 +259,10 @@ export function formatRlStep(r: RlStepResult, torch?: { result?: TorchRlStep; er
   }
   if (torch?.result) lines.push(`${'step'.padEnd(16)} ${r.step_seconds.toFixed(1).padStart(7)}  ${''.padEnd(51)}${peer(torch.result.step_seconds, r.step_seconds)}`);
   if (torch?.error) lines.push(`PyTorch comparison skipped: ${torch.error}`);
+  const split = r.phases.filter((p) => p.products_s !== null);
+  if (split.length) {
+    lines.push('inside the native products (heap and frozen base) and the rest of each phase:');
+    for (const p of split) lines.push(`  ${p.name.padEnd(14)} products ${p.products_s!.toFixed(1).padStart(6)} s at ${(p.products_gflop_s ?? 0).toFixed(0).padStart(4)} GFLOP/s, the rest ${(p.seconds - p.products_s!).toFixed(1).padStart(6)} s`);
+  }
   return lines.join('\n');
 }

@@ -55,6 +55,8 @@ export interface NativeKernels {
    * useOnednn false turns oneDNN off for later products (true: back on where it loaded).
    */
   bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
+  /** Seconds inside the heap's products (sgemm) and the frozen base's, and their FLOPs, since the process started (all threads). Absent in old addons. */
+  productCounters?: () => Record<'heap' | 'frozen', { seconds: number; flops: number }>;
   /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
   adviseHugePages?: (data: Uint8Array) => boolean;
   /**
@@ -117,6 +119,7 @@ interface Addon {
   /** frozenMatmul taking adapters (see NativeKernels.frozenLinear). */
   frozenLinear?: AddonFrozenMatmul;
   bfloat16Products?: NativeKernels['bfloat16Products'];
+  productCounters?: NativeKernels['productCounters'];
 }
 
 /**
@@ -203,6 +206,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       adviseHugePages: addon.adviseHugePages,
       decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
       bfloat16Products: addon.bfloat16Products,
+      productCounters: addon.productCounters,
     };
     // An addon without bfloat16Products would compute bfloat16 activations' products in float32.
     const frozen = addon.bfloat16Products && addon.frozenMatmul;
