@@ -98,22 +98,24 @@ describe('LoRA', () => {
         // Against the float64 forward that rounds the same activations (make_bf16_activation_reference.py;
         // the float32-activation reference is 0.0077 away on average, 0.023 at worst). Not token by
         // token: an activation within float32 noise of a rounding midpoint rounds either way, and one
-        // such flip at the head moves a log-prob by up to about 0.007 (measured: 7.9e-5 and 7.9e-4 on
-        // average on the two paths, 6.6e-4 and 6.5e-3 at worst).
-        const rounded = readJson<Record<string, { logprobs_t1: number[] }[]>>('test/fixtures/bf16_activation_reference.json')[name];
-        const meanDistance = (expected: { logprobs_t1: number[] }[], got: number[][]) => {
-          const d = got.flatMap((lp, i) => lp.map((v, t) => Math.abs(v - expected[i].logprobs_t1[t])));
+        // such flip at the head moves a log-prob by up to about 0.007 (measured: 8e-5 to 8e-4 on
+        // average, up to 6.5e-3 at worst). oneDNN and the kernels without it are the same arithmetic in
+        // another order: they agree as closely.
+        const meanDistance = (got: number[][], expected: number[][]) => {
+          const d = got.flatMap((lp, i) => lp.map((v, t) => Math.abs(v - expected[i][t])));
           return d.reduce((a, b) => a + b, 0) / d.length;
         };
+        const rounded = readJson<Record<string, { logprobs_t1: number[] }[]>>('test/fixtures/bf16_activation_reference.json')[name].map((c) => c.logprobs_t1);
+        const float32 = cases.map((c) => c.logprobs_t1);
         for (const run of runs) {
-          expect(meanDistance(rounded, run.logProbs), 'mean |difference| to the bfloat16-activation reference').to.be.at.most(2e-3);
-          expect(meanDistance(rounded, run.logProbs), 'nearer it than the float32-activation reference').to.be.below(meanDistance(cases, run.logProbs) / 5);
+          expect(meanDistance(run.logProbs, rounded), 'mean |difference| to the bfloat16-activation reference').to.be.at.most(2e-3);
+          expect(meanDistance(run.logProbs, rounded), 'nearer it than the float32-activation reference').to.be.below(meanDistance(run.logProbs, float32) / 5);
         }
-        // The same arithmetic in another order: a float32 sum that differs in its last bit can round
-        // to the neighbouring bfloat16 (a step of 2^-8), so the two agree to bfloat16's precision.
         for (const run of runs.slice(1)) {
-          run.logProbs.forEach((lp, i) => expectClose(lp, runs[0].logProbs[i], 1e-4, `case ${i} without oneDNN`));
-          for (const [n, g] of runs[0].grads) expectClose(run.grads.get(n)!, g, 2 ** -8 * Math.max(1, ...Array.from(g, Math.abs)), `d${n} without oneDNN`);
+          expect(meanDistance(run.logProbs, runs[0].logProbs), 'without oneDNN: mean |difference| to oneDNN').to.be.at.most(2e-3);
+          // Gradients as a whole (flips back through every layer move single entries by percents): 0.4 % at most measured.
+          const norm = (v: ArrayLike<number>) => Math.sqrt(Array.from(v).reduce((a, x) => a + x * x, 0));
+          for (const [n, g] of runs[0].grads) expect(norm(Array.from(g, (x, i) => x - run.grads.get(n)![i])) / norm(g), `d${n} without oneDNN: relative distance`).to.be.at.most(2 ** -6);
         }
       }));
   }
