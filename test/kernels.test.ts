@@ -286,7 +286,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(formatRlStep(result as unknown as RlStepResult, { error: 'no torch' })).to.include('PyTorch comparison skipped: no torch');
   });
 
-  it("flowrl bench refuses before building a shape whose full training cannot fit the 4 GiB wasm heap (Qwen2.5-0.5B without LoRA), and --base-dtype without LoRA", async () => {
+  it("flowrl bench refuses before building a shape whose full training cannot fit the 4 GiB wasm heap (Qwen2.5-0.5B without LoRA), --base-dtype without LoRA, and bfloat16 activations on a float32 base", async () => {
     const config = 'examples/local-hf-model/qwen2.5-0.5b-config.json';
     for (const extra of [[], ['--rl-step', '--lora-rank', '0']]) {
       const started = Date.now();
@@ -298,6 +298,8 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     const ignored = await flowrlInProcess(['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--base-dtype', 'bfloat16']);
     expect(ignored.status).to.equal(2);
     expect(ignored.stderr).to.include('--base-dtype bfloat16 applies to a frozen LoRA base; give --lora-rank > 0');
+    const float32Base = await flowrlInProcess(['bench', '--model-config', 'test/fixtures/tiny-qwen2/config.json', '--lora-rank', '4', '--base-compute-dtype', 'bfloat16']);
+    expect([float32Base.status, float32Base.stderr.includes('--base-compute-dtype bfloat16 needs a bfloat16 base: add --base-dtype bfloat16')]).to.deep.equal([2, true]);
   });
 
   it('flowrl bench --contend 1: the tiny bench idle and beside a busy process, every thread count beside it, the ratios; the busy process gone after', async () => {

@@ -44,7 +44,7 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     usage:
       'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|webgpu|wasm|cpu]\n' +
-      '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch] [--compare-llama-cpp]   (a real shape, random weights; --compare-llama-cpp: llama.cpp on the same sampling job, node-llama-cpp installed beside)\n' +
+      '  flowrl bench --model-config FILE.json [--lora-rank R] [--base-dtype float32|bfloat16] [--base-compute-dtype float32|bfloat16] [--batch B] [--seq T] [--sample-prompts P] [--sample-tokens N] [--steps N] [--json] [--compare-torch] [--compare-llama-cpp]   (a real shape, random weights; --compare-llama-cpp: llama.cpp on the same sampling job, node-llama-cpp installed beside)\n' +
       '  flowrl bench --sandbox [--programs N] [--json]   (code rewards: programs scored per second in the sandbox)\n' +
       '  flowrl bench --model-config FILE.json --rl-step [--prompts 8] [--samples 4] [--prompt-tokens 64] [--response-tokens 128] [--lora-rank 16] [--micro-batch 4] [--json]   (one RL step, phase by phase, as fractions of this machine\'s limits)\n' +
       '  flowrl bench --limits [--limits-mb N] [--matrix N] [--rounds N] [--json] [--backend webgpu]   (this machine: read bandwidth and sgemm peak, threads as the engine uses them; with --backend webgpu the GPU matmul GFLOP/s at 1024-4096 (or --matrix) and copy bandwidth)',
