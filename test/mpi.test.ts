@@ -248,6 +248,18 @@ describe('data-parallel ranks over MPI', function () {
       process.kill(ranks[1], 'SIGKILL');
       const code = await exited;
       expect(code).to.not.equal(0);
+      // mpirun can return while rank 0 is still ending (it holds the run's lock until then, and a
+      // command started at once is told the run is in use): every rank must be gone, and soon.
+      const alive = (pid: number) => {
+        try {
+          process.kill(pid, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      while (ranks.some(alive) && Date.now() - killedAt < 30_000) await new Promise((r) => setTimeout(r, 100));
+      expect(ranks.filter(alive), 'ranks still running').to.deep.equal([]);
       expect((Date.now() - killedAt) / 1000, 'every rank ended').to.be.below(30);
       expect(stderr()).to.match(/exited on signal 9|killed/i);
       const saved = fs.readdirSync(path.join(dir, 'run', 'checkpoints')).filter((d) => d.startsWith('global_step_'));
