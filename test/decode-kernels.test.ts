@@ -146,40 +146,43 @@ describe('decoding kernels', function () {
         // oneDNN where it loads here (on bfloat16 instructions), then the products on the rounded activations without it.
         const onednn = kernels.bfloat16Products!().onednn;
         try {
-          for (const useOnednn of onednn ? [true, false] : [false]) {
-            expect(kernels.bfloat16Products!(useOnednn).onednn, 'oneDNN in use').to.equal(useOnednn);
-            // Decoding's few rows (the small-row kernels) and a prefill's many (oneDNN where it runs).
-            for (const M of [3, 64, 65, 300]) {
-              const label = `M ${M}${useOnednn ? ' on oneDNN' : ''}`;
-              const x = Float32Array.from({ length: M * K }, random);
-              const forward = reference(rounded(x), M, exact, N, K);
-              const got = values(() => w.product(tf.tensor2d(x, [M, K])));
-              expectClose(got, Array.from(forward), 1e-6 * K, `${label} forward`);
-              // The rounding happened: float32 activations give products this far off.
-              const unrounded = reference(x, M, exact, N, K);
-              expect(Math.max(...got.map((v, i) => Math.abs(v - unrounded[i]))), `${label}: rounded`).to.be.above(1e-3);
-              // The adapters see x whole: ((x A) * scale) B added to round(x) W^T.
-              const withAdapters = Float64Array.from(forward);
-              for (let m = 0; m < M; m++)
-                for (let j = 0; j < rank; j++) {
-                  let t = 0;
-                  for (let k = 0; k < K; k++) t += x[m * K + k] * A[k * rank + j];
-                  for (let n = 0; n < N; n++) withAdapters[m * N + n] += t * scale * B[j * N + n];
-                }
-              const fused = tf.tidy(() => {
-                const y = w.productWithAdapters(tf.tensor2d(x, [M, K]), [{ A: tf.tensor2d(A, [K, rank]), B: tf.tensor2d(B, [rank, N]), column: 0 }], scale);
-                expect(y, 'the fused kernel runs on this path').to.not.equal(undefined);
-                return Array.from(y!.dataSync());
-              });
-              expectClose(fused, Array.from(withAdapters), 1e-6 * K, `${label} with adapters`);
-              const dy = Float32Array.from({ length: M * N }, random);
-              const dyRounded = rounded(dy);
-              const backward = new Float64Array(M * K);
-              for (let m = 0; m < M; m++)
-                for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) backward[m * K + k] += dyRounded[m * N + n] * exact[n * K + k];
-              expectClose(values(() => w.productTransposed(tf.tensor2d(dy, [M, N]))), Array.from(backward), 1e-6 * N, `${label} backward`);
+          // Each instruction set's small-row kernels (the rows below oneDNN's, and every row without it).
+          onEachIsa((level) => {
+            for (const useOnednn of onednn ? [true, false] : [false]) {
+              expect(kernels.bfloat16Products!(useOnednn).onednn, 'oneDNN in use').to.equal(useOnednn);
+              // Decoding's few rows (the small-row kernels) and a prefill's many (oneDNN where it runs).
+              for (const M of [3, 64, 65, 300]) {
+                const label = `${level}, M ${M}${useOnednn ? ' on oneDNN' : ''}`;
+                const x = Float32Array.from({ length: M * K }, random);
+                const forward = reference(rounded(x), M, exact, N, K);
+                const got = values(() => w.product(tf.tensor2d(x, [M, K])));
+                expectClose(got, Array.from(forward), 1e-6 * K, `${label} forward`);
+                // The rounding happened: float32 activations give products this far off.
+                const unrounded = reference(x, M, exact, N, K);
+                expect(Math.max(...got.map((v, i) => Math.abs(v - unrounded[i]))), `${label}: rounded`).to.be.above(1e-3);
+                // The adapters see x whole: ((x A) * scale) B added to round(x) W^T.
+                const withAdapters = Float64Array.from(forward);
+                for (let m = 0; m < M; m++)
+                  for (let j = 0; j < rank; j++) {
+                    let t = 0;
+                    for (let k = 0; k < K; k++) t += x[m * K + k] * A[k * rank + j];
+                    for (let n = 0; n < N; n++) withAdapters[m * N + n] += t * scale * B[j * N + n];
+                  }
+                const fused = tf.tidy(() => {
+                  const y = w.productWithAdapters(tf.tensor2d(x, [M, K]), [{ A: tf.tensor2d(A, [K, rank]), B: tf.tensor2d(B, [rank, N]), column: 0 }], scale);
+                  expect(y, 'the fused kernel runs on this path').to.not.equal(undefined);
+                  return Array.from(y!.dataSync());
+                });
+                expectClose(fused, Array.from(withAdapters), 1e-6 * K, `${label} with adapters`);
+                const dy = Float32Array.from({ length: M * N }, random);
+                const dyRounded = rounded(dy);
+                const backward = new Float64Array(M * K);
+                for (let m = 0; m < M; m++)
+                  for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) backward[m * K + k] += dyRounded[m * N + n] * exact[n * K + k];
+                expectClose(values(() => w.productTransposed(tf.tensor2d(dy, [M, N]))), Array.from(backward), 1e-6 * N, `${label} backward`);
+              }
             }
-          }
+          });
         } finally {
           kernels.bfloat16Products!(true);
         }
