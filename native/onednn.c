@@ -72,12 +72,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t stream_key;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char why[256] = "not loaded";
-static char impl[128] = "";
 static int usable;
 // Cleared by onednn_enable(0): the products then round X and run as the others (tests compare both).
 static atomic_int enabled = 1;
 
-static int make_primitive(shape_entry *e);
+static int make_primitive(shape_entry *e, char *impl, size_t impl_size);
 
 static void load(void) {
   if (getenv("FLOWRL_ONEDNN") && strcmp(getenv("FLOWRL_ONEDNN"), "off") == 0) {
@@ -129,7 +128,8 @@ static void load(void) {
   // Used only where oneDNN has kernels on the hardware's bfloat16 instructions: elsewhere it
   // emulates them, unmeasured against the float32 products.
   shape_entry probe = {.M = 64, .N = 64, .K = 64};
-  if (make_primitive(&probe) != 0) {
+  char impl[128] = "";
+  if (make_primitive(&probe, impl, sizeof impl) != 0) {
     snprintf(why, sizeof why, "oneDNN %d.%d has no bfloat16 matmul here", v->major, v->minor);
     return;
   }
@@ -144,7 +144,8 @@ static void load(void) {
 
 // forward: dst[M, N] = src[M, K] W[N, K]^T; backward: dst[M, K] = src[M, N] W[N, K]. W is read in
 // place, as the weights of a matmul with swapped strides.
-static int make_primitive(shape_entry *e) {
+// `impl` (when given) receives the name of the implementation oneDNN chose.
+static int make_primitive(shape_entry *e, char *impl, size_t impl_size) {
   const int64_t M = e->M, N = e->N, K = e->K;
   const int64_t inner = e->backward ? N : K, outer = e->backward ? K : N;
   const int64_t srcDims[2] = {M, inner}, srcStrides[2] = {inner, 1};
@@ -157,7 +158,7 @@ static int make_primitive(shape_entry *e) {
   dnnl_obj pd;
   if (dnnl.pd_create(&pd, &op, NULL, dnnl.engine, NULL) != DNNL_OK) return -1;
   const char *name = NULL;
-  if (dnnl.pd_query(pd, DNNL_QUERY_IMPL, 0, &name) == DNNL_OK && name) snprintf(impl, sizeof impl, "%s", name);
+  if (impl && dnnl.pd_query(pd, DNNL_QUERY_IMPL, 0, &name) == DNNL_OK && name) snprintf(impl, impl_size, "%s", name);
   const int failed = dnnl.primitive_create(&e->primitive, pd) != DNNL_OK;
   dnnl.pd_destroy(pd);
   return failed ? -1 : 0;
@@ -195,7 +196,7 @@ static shape_entry *acquire(int backward, int M, int64_t N, int K) {
   if (!e && oldest) {
     if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);
     *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward};
-    if (make_primitive(oldest) == 0) e = oldest;
+    if (make_primitive(oldest, NULL, 0) == 0) e = oldest;
     else oldest->primitive = NULL;
   }
   if (e) {
