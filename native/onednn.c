@@ -53,9 +53,10 @@ static struct {
   dnnl_obj engine;
 } dnnl;
 
-// One primitive per product shape, the most recently used kept (a model has a handful of shapes a
-// batch size). Primitives run from several threads at once (data-parallel workers); each thread
-// has its own stream, and an entry in use is not evicted.
+// Primitives by product shape, the most recently used kept (a model has a handful of shapes a
+// batch size). A primitive has one scratchpad, so it runs on one thread at a time: threads that
+// multiply the same shape at once (data-parallel workers) each get an entry of their own. Each
+// thread has its own stream; an entry in use is neither shared nor evicted.
 enum { CACHED_SHAPES = 64 };
 typedef struct {
   int M, K, backward;
@@ -84,10 +85,13 @@ static void load(void) {
     return;
   }
   // oneDNN's OpenMP threads would spin between products, taking the cores from the pool's and the
-  // BLAS's threads; libgomp reads this once, when it loads.
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  // BLAS's threads; libgomp reads this once, when it loads, and the variable is taken back after
+  // (the processes this one starts, a PyTorch peer among them, keep their own default).
+  const int set_policy = getenv("OMP_WAIT_POLICY") == NULL;
+  if (set_policy) setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const char *path = getenv("FLOWRL_ONEDNN") ? getenv("FLOWRL_ONEDNN") : "libdnnl.so.2";
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (set_policy) unsetenv("OMP_WAIT_POLICY");
   if (!h) {
     snprintf(why, sizeof why, "%s not found (Debian: apt-get install libdnnl2)", path);
     return;
@@ -190,8 +194,9 @@ static shape_entry *acquire(int backward, int M, int64_t N, int K) {
   shape_entry *e = NULL, *oldest = NULL;
   for (int i = 0; i < CACHED_SHAPES && !e; i++) {
     shape_entry *s = &shapes[i];
+    if (s->running) continue;
     if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward) e = s;
-    else if (!s->running && (!oldest || s->used < oldest->used)) oldest = s;
+    else if (!oldest || s->used < oldest->used) oldest = s;
   }
   if (!e && oldest) {
     if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);

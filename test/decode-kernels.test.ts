@@ -189,14 +189,16 @@ describe('decoding kernels', function () {
       }));
 
     it(`bfloat16-activation products from four threads at once (data-parallel workers) equal the same products on one (${enginePath})`, async () => {
-      // Each thread multiplies its own shapes (cached primitives evicted and made while others run) and returns the sums.
+      // The threads multiply the same shapes at the same steps (as data-parallel workers do; one
+      // primitive shared by two threads at once gave wrong sums and crashes), their own values, and
+      // return the sums; the shapes change every step (primitives made and evicted while others run).
       const source = `
         const { parentPort, workerData } = require('node:worker_threads');
         const addon = require(workerData.addon);
         addon.load(workerData.blas);
         const sums = [];
         for (let i = 0; i < 24; i++) {
-          const M = 65 + ((workerData.seed * 7 + i * 13) % 90), N = 96 + (i % 5) * 8, K = 64 + (i % 3) * 32;
+          const M = 200 + ((i * 13) % 90), N = 256 + (i % 5) * 64, K = 256 + (i % 3) * 128;
           const x = Float32Array.from({ length: M * K }, (_, j) => Math.sin(j * 0.37 + workerData.seed + i));
           const w = Uint16Array.from({ length: N * K }, (_, j) => 0x3c00 + ((j * 131 + i) % 1024));
           const y = new Float32Array(M * N);
