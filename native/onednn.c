@@ -1,7 +1,7 @@
 // bfloat16 products on the CPU's bfloat16 instructions (AVX512_BF16, AMX) through oneDNN's matmul,
 // loaded at run time like the BLAS (Debian's libdnnl2): nothing links against it, and without it
-// the products run as before. Both operands are bfloat16 (X rounded to nearest even, as PyTorch,
-// vLLM and llama.cpp compute with a bfloat16 model), the sums float32. At Qwen2.5-0.5B's prefill
+// the products run as before. Both operands are bfloat16 (X rounded to nearest even, as llama.cpp
+// computes with a bfloat16 model: docs/performance.md names the source), the sums float32. At Qwen2.5-0.5B's prefill
 // shapes (512 rows, 2 threads) oneDNN 2.6's brgemm ran 2.5-4x OpenBLAS's sgemm on converted panels.
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -147,8 +147,9 @@ export async function runRlStepBench(o: RlStepOptions): Promise<RlStepResult> {
   const rows = prompts.flatMap((p) => Array.from({ length: o.samples }, () => p));
   // The products' share of each phase: what the rest of it (elementwise, softmax, attention's
   // small ops, the JavaScript between) costs is what keeps a phase below the product peak.
+  // Only where the engine runs the addon's products (not on stock kernels, where they would read 0).
   const counters = () => {
-    const c = loadNativeKernels().kernels?.productCounters?.();
+    const c = frozenBaseAvailable() ? loadNativeKernels().kernels?.productCounters?.() : undefined;
     return c ? { seconds: c.heap.seconds + c.frozen.seconds, flops: c.heap.flops + c.frozen.flops } : undefined;
   };
   const inProducts = new Map<string, { seconds: number; flops: number }>();

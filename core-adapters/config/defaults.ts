@@ -105,7 +105,7 @@ export const CORE_SPEC = {
       lora_adapter_path: key(null as string | null, "A PEFT adapter directory to start from (needs lora_rank equal to its r).", { nullable: 'string' }),
       enable_gradient_checkpointing: key(false, "Recompute each decoder layer in the backward pass instead of keeping its activations (verl's key): far less memory, one more forward."),
       base_dtype: key<(typeof FROZEN_DTYPES)[number]>('float32', "With LoRA, the frozen base lives outside the wasm heap (native addon) in this dtype: float32 | bfloat16 (half the memory).", { choices: FROZEN_DTYPES }),
-      base_compute_dtype: key<(typeof FROZEN_DTYPES)[number]>('float32', "What the frozen base's products round their activations to: float32 (exact products of the stored weights) | bfloat16 (with base_dtype bfloat16: bfloat16 times bfloat16 summed in float32, as PyTorch, vLLM and llama.cpp compute a bfloat16 model; on AVX512_BF16 or AMX through oneDNN when libdnnl2 is installed).", { choices: FROZEN_DTYPES }),
+      base_compute_dtype: key<(typeof FROZEN_DTYPES)[number]>('float32', "What the frozen base's products round their activations to: float32 (exact products of the stored weights) | bfloat16 (with base_dtype bfloat16: bfloat16 times bfloat16 summed in float32, as llama.cpp computes a bfloat16 model; on AVX512_BF16 or AMX through oneDNN when libdnnl2 is installed).", { choices: FROZEN_DTYPES }),
     },
     actor: {
       optim: optimSpec(1e-6, 'the actor'),
