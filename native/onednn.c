@@ -59,7 +59,7 @@ static struct {
 // thread has its own stream; an entry in use is neither shared nor evicted.
 enum { CACHED_SHAPES = 64 };
 typedef struct {
-  int M, K, backward;
+  int M, K, backward, threads;
   int64_t N;
   dnnl_obj primitive;
   dnnl_md src, weights, dst;
@@ -189,18 +189,18 @@ static dnnl_obj thread_stream(void) {
 }
 
 // The cached primitive for the shape, made if missing, marked running; NULL if it cannot be made.
-static shape_entry *acquire(int backward, int M, int64_t N, int K) {
+static shape_entry *acquire(int backward, int M, int64_t N, int K, int threads) {
   pthread_mutex_lock(&lock);
   shape_entry *e = NULL, *oldest = NULL;
   for (int i = 0; i < CACHED_SHAPES && !e; i++) {
     shape_entry *s = &shapes[i];
     if (s->running) continue;
-    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward) e = s;
+    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward && s->threads == threads) e = s;
     else if (!oldest || s->used < oldest->used) oldest = s;
   }
   if (!e && oldest) {
     if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);
-    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward};
+    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward, .threads = threads};
     if (make_primitive(oldest, NULL, 0) == 0) e = oldest;
     else oldest->primitive = NULL;
   }
@@ -222,10 +222,12 @@ int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x
   int ok;
   onednn_status(&ok);
   dnnl_obj stream = ok ? thread_stream() : NULL;
+  if (threads < 1) threads = 1;
+  // oneDNN fixes a primitive's thread count when it makes it: set before, and part of the key.
+  if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads);
   // Every entry running a product elsewhere: this one goes the other way.
-  shape_entry *e = stream ? acquire(backward, M, N, K) : NULL;
+  shape_entry *e = stream ? acquire(backward, M, N, K, threads) : NULL;
   if (!e) return -1;
-  if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads > 0 ? threads : 1);
   dnnl_obj src = NULL, weights = NULL, dst = NULL;
   int failed = dnnl.memory_create(&src, &e->src, dnnl.engine, (void *)x) != DNNL_OK || dnnl.memory_create(&weights, &e->weights, dnnl.engine, (void *)w) != DNNL_OK ||
                dnnl.memory_create(&dst, &e->dst, dnnl.engine, y) != DNNL_OK;
