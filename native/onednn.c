@@ -223,7 +223,7 @@ int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x
   onednn_status(&ok);
   dnnl_obj stream = ok ? thread_stream() : NULL;
   if (threads < 1) threads = 1;
-  // oneDNN fixes a primitive's thread count when it makes it: set before, and part of the key.
+  // A primitive is made under the thread count it runs with: set first, and part of the key.
   if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads);
   // Every entry running a product elsewhere: this one goes the other way.
   shape_entry *e = stream ? acquire(backward, M, N, K, threads) : NULL;
