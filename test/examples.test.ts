@@ -428,6 +428,20 @@ describe('examples/countdown/preregistered: the analysis PROTOCOL.md fixes', fun
     expect(primary[1]).to.match(/^\| flowrl-matching \| 5 \| .* \| \+3\.200 \[.*\] \| 0\.0000 \| rejects \| 0 \| more distinct answers \|$/);
     expect(primary[2]).to.match(/\| no \| 0 \| (not shown either way|equivalent \(within ±1\)) \|$/);
     expectInputError(() => preregisteredTables(tempDir()), 'no finished run');
+
+    // The second experiment's design: A* and every comparison from its own baseline.
+    const { ROWS_EXPERIMENT } = await import('../examples/countdown/preregistered/rows/table.js');
+    const rowsDir = tempDir();
+    for (const arm of ROWS_EXPERIMENT.arms) for (const [b, beta] of ROWS_EXPERIMENT.betas.entries()) for (const [s, seed] of ROWS_EXPERIMENT.seeds.entries()) {
+      const accuracy = arm === 'grpo-replay-tuned' ? 0.6 + 0.1 * b : 0.9 - 0.1 * b + 0.01 * s;
+      const line = { step: 150, 'val/accuracy': accuracy, 'val/distinct_correct': arm === 'flowrl-matching' ? 5 : 4 + 0.1 * s, 'val/matching/entropy': 1, 'val/matching/kl': 0.5 };
+      fs.mkdirSync(path.join(rowsDir, `${arm}-beta${beta}-seed${seed}`));
+      fs.writeFileSync(path.join(rowsDir, `${arm}-beta${beta}-seed${seed}`, 'metrics.jsonl'), JSON.stringify(line) + '\n');
+    }
+    const rowsText = preregisteredTables(rowsDir, ROWS_EXPERIMENT);
+    expect(rowsText).to.include('(45 of 45 runs finished)').and.include('A* = 0.7000 (mean accuracy of 15 grpo-replay-tuned runs)');
+    expect(rowsText).to.include('| arm | seeds | distinct correct at A* | minus grpo-replay-tuned (95 % t) |');
+    expect(rowsText.split('\n').filter((l) => l.startsWith('| flowrl-matching'))[0]).to.match(/\| \+0\.800 \[\+0\.604, \+0\.996\] \|/);
   });
 
   it("RESULTS.md is what table.ts prints from the committed runs (all 60), and each run's line is its step-150 validation", async () => {

@@ -9,10 +9,20 @@ import { pathToFileURL } from 'node:url';
 import { formatInterval, formatSigned, InputError, tCdf, tInterval } from '../../../core-adapters/index.js';
 import { finalLine } from '../collapse/ablation-table.js';
 
+/** One pre-registered experiment's runs: arms x betas x seeds; A* and every comparison come from `baseline`. */
+export interface Design {
+  arms: readonly string[];
+  baseline: string;
+  betas: number[];
+  seeds: number[];
+}
+
 export const ARMS = ['flowrl-recipe', 'flowrl-matching', 'flowrl-no-log-z', 'grpo-kl'] as const;
 export const BASELINE = 'grpo-kl';
 export const BETAS = [7, 10, 15];
 export const SEEDS = [21, 22, 23, 24, 25];
+/** This folder's experiment (PROTOCOL.md). */
+export const EXPERIMENT: Design = { arms: ARMS, baseline: BASELINE, betas: BETAS, seeds: SEEDS };
 /** The margin of PROTOCOL.md, in distinct correct answers per prompt. */
 export const MARGIN = 1.0;
 const ALPHA = 0.05;
@@ -70,9 +80,9 @@ function key(arm: string, beta: number, seed: number): string {
   return `${arm}-beta${beta}-seed${seed}`;
 }
 
-function readRuns(dir: string): Runs {
+function readRuns(dir: string, design: Design): Runs {
   const runs: Runs = new Map();
-  for (const arm of ARMS) for (const beta of BETAS) for (const seed of SEEDS) {
+  for (const arm of design.arms) for (const beta of design.betas) for (const seed of design.seeds) {
     const line = finalLine(path.join(dir, key(arm, beta, seed)));
     if (line) runs.set(key(arm, beta, seed), line);
   }
@@ -81,12 +91,12 @@ function readRuns(dir: string): Runs {
 }
 
 /** Per arm and seed (all three betas finished), the metric at A*. */
-function atTarget(runs: Runs, metric: string, target: number): Map<string, Map<number, { value: number; clamped: boolean }>> {
+function atTarget(runs: Runs, design: Design, metric: string, target: number): Map<string, Map<number, { value: number; clamped: boolean }>> {
   const out = new Map<string, Map<number, { value: number; clamped: boolean }>>();
-  for (const arm of ARMS) {
+  for (const arm of design.arms) {
     const bySeed = new Map<number, { value: number; clamped: boolean }>();
-    for (const seed of SEEDS) {
-      const lines = BETAS.map((beta) => runs.get(key(arm, beta, seed)));
+    for (const seed of design.seeds) {
+      const lines = design.betas.map((beta) => runs.get(key(arm, beta, seed)));
       if (lines.some((l) => !l)) continue;
       bySeed.set(seed, atAccuracy(lines.map((l) => ({ accuracy: l!['val/accuracy'], value: l![metric] })), target));
     }
@@ -95,21 +105,22 @@ function atTarget(runs: Runs, metric: string, target: number): Map<string, Map<n
   return out;
 }
 
-/** FlowRL arms against the baseline, paired by seed: rows of a Markdown table with Holm over them. */
-function comparisonTable(values: Map<string, Map<number, { value: number; clamped: boolean }>>, label: string, withVerdict: boolean): string[] {
-  const base = values.get(BASELINE)!;
-  const rows = ARMS.filter((a) => a !== BASELINE).map((arm) => {
+/** The other arms against the baseline, paired by seed: rows of a Markdown table with Holm over them. */
+function comparisonTable(values: Map<string, Map<number, { value: number; clamped: boolean }>>, design: Design, label: string, withVerdict: boolean): string[] {
+  const baseline = design.baseline;
+  const base = values.get(baseline)!;
+  const rows = design.arms.filter((a) => a !== baseline).map((arm) => {
     const mine = values.get(arm)!;
-    const seeds = SEEDS.filter((s) => mine.has(s) && base.has(s));
+    const seeds = design.seeds.filter((s) => mine.has(s) && base.has(s));
     const differences = seeds.map((s) => mine.get(s)!.value - base.get(s)!.value);
     return { arm, seeds, differences, clamped: [...mine.values()].filter((v) => v.clamped).length, p: differences.length >= 2 ? pairedPValue(differences) : NaN };
   });
   const rejected = holm(rows.map((r) => (Number.isNaN(r.p) ? 1 : r.p)));
   const baseMean = tInterval([...base.values()].map((v) => v.value));
   const lines = [
-    `| arm | seeds | ${label} at A* | minus ${BASELINE} (95 % t) | p | Holm | clamped |${withVerdict ? ' verdict |' : ''}`,
+    `| arm | seeds | ${label} at A* | minus ${baseline} (95 % t) | p | Holm | clamped |${withVerdict ? ' verdict |' : ''}`,
     `|---|---|---|---|---|---|---|${withVerdict ? '---|' : ''}`,
-    `| ${BASELINE} | ${base.size} | ${formatInterval(baseMean)} | | | | ${[...base.values()].filter((v) => v.clamped).length} |${withVerdict ? ' |' : ''}`,
+    `| ${baseline} | ${base.size} | ${formatInterval(baseMean)} | | | | ${[...base.values()].filter((v) => v.clamped).length} |${withVerdict ? ' |' : ''}`,
   ];
   rows.forEach((r, i) => {
     const own = tInterval([...values.get(r.arm)!.values()].map((v) => v.value));
@@ -122,34 +133,35 @@ function comparisonTable(values: Map<string, Map<number, { value: number; clampe
   return lines;
 }
 
-export function preregisteredTables(dir: string): string {
-  const runs = readRuns(dir);
-  const baselineRuns = BETAS.flatMap((beta) => SEEDS.map((seed) => runs.get(key(BASELINE, beta, seed)))).filter((l): l is Line => !!l);
-  if (!baselineRuns.length) throw new InputError(`${dir}: no finished ${BASELINE} run, so A* is not defined yet`);
+export function preregisteredTables(dir: string, design: Design = EXPERIMENT): string {
+  const { arms, baseline, betas, seeds } = design;
+  const runs = readRuns(dir, design);
+  const baselineRuns = betas.flatMap((beta) => seeds.map((seed) => runs.get(key(baseline, beta, seed)))).filter((l): l is Line => !!l);
+  if (!baselineRuns.length) throw new InputError(`${dir}: no finished ${baseline} run, so A* is not defined yet`);
   const target = baselineRuns.reduce((a, l) => a + l['val/accuracy'], 0) / baselineRuns.length;
   const out = [
-    `# Pre-registered experiment: results (${runs.size} of ${ARMS.length * BETAS.length * SEEDS.length} runs finished)`,
+    `# Pre-registered experiment: results (${runs.size} of ${arms.length * betas.length * seeds.length} runs finished)`,
     '',
-    `Produced by \`table.ts\` from the runs, as PROTOCOL.md fixes the analysis. A* = ${target.toFixed(4)} (mean accuracy of ${baselineRuns.length} ${BASELINE} runs).`,
+    `Produced by \`table.ts\` from the runs, as PROTOCOL.md fixes the analysis. A* = ${target.toFixed(4)} (mean accuracy of ${baselineRuns.length} ${baseline} runs).`,
     '',
     '## Primary: distinct correct answers per prompt (64 samples at T = 1.0) at A*',
     '',
-    ...comparisonTable(atTarget(runs, 'val/distinct_correct', target), 'distinct correct', true),
+    ...comparisonTable(atTarget(runs, design, 'val/distinct_correct', target), design, 'distinct correct', true),
     '',
     '## Secondary: entropy over all correct answers at A* (T = 1.0)',
     '',
-    ...comparisonTable(atTarget(runs, 'val/matching/entropy', target), 'entropy', false),
+    ...comparisonTable(atTarget(runs, design, 'val/matching/entropy', target), design, 'entropy', false),
     '',
     '## Secondary: KL to the base over correct answers at A* (T = 1.0)',
     '',
-    ...comparisonTable(atTarget(runs, 'val/matching/kl', target), 'KL', false),
+    ...comparisonTable(atTarget(runs, design, 'val/matching/kl', target), design, 'KL', false),
     '',
-    '## Secondary: accuracy (Avg@64) per beta, paired against grpo-kl at the same beta',
+    `## Secondary: accuracy (Avg@64) per beta, paired against ${baseline} at the same beta`,
     '',
   ];
-  for (const beta of BETAS) {
-    const values = new Map(ARMS.map((arm) => [arm, new Map(SEEDS.filter((s) => runs.has(key(arm, beta, s))).map((s) => [s, { value: runs.get(key(arm, beta, s))!['val/accuracy'], clamped: false }]))]));
-    out.push(`### beta ${beta}`, '', ...comparisonTable(values, 'accuracy', false).map((l) => l.replace(' at A*', '')), '');
+  for (const beta of betas) {
+    const values = new Map(arms.map((arm) => [arm, new Map(seeds.filter((s) => runs.has(key(arm, beta, s))).map((s) => [s, { value: runs.get(key(arm, beta, s))!['val/accuracy'], clamped: false }]))]));
+    out.push(`### beta ${beta}`, '', ...comparisonTable(values, design, 'accuracy', false).map((l) => l.replace(' at A*', '')), '');
   }
   return out.join('\n');
 }
