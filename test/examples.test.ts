@@ -455,6 +455,19 @@ describe('examples/countdown/preregistered: the analysis PROTOCOL.md fixes', fun
     }
     expect(fs.readFileSync(path.join(here, 'RESULTS.md'), 'utf8')).to.equal(preregisteredTables(path.join(here, 'results')) + '\n');
   });
+
+  it("the second experiment's RESULTS.md is what rows/table.ts prints from its committed runs (all 45), each its step-150 validation", async () => {
+    const { preregisteredTables } = await import('../examples/countdown/preregistered/table.js');
+    const { ROWS_EXPERIMENT } = await import('../examples/countdown/preregistered/rows/table.js');
+    const here = path.join(ROOT, 'examples', 'countdown', 'preregistered', 'rows');
+    const runs = fs.readdirSync(path.join(here, 'results'));
+    expect(runs).to.have.length(45);
+    for (const run of runs) {
+      const lines = fs.readFileSync(path.join(here, 'results', run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+      expect(lines.map((l) => [l.step, 'val/accuracy' in l, 'val/distinct_correct' in l]), run).to.deep.equal([[150, true, true]]);
+    }
+    expect(fs.readFileSync(path.join(here, 'RESULTS.md'), 'utf8')).to.equal(preregisteredTables(path.join(here, 'results'), ROWS_EXPERIMENT) + '\n');
+  });
 });
 
 describe('examples/code: programming by example scored in the sandbox', function () {
