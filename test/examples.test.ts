@@ -487,7 +487,9 @@ describe('examples/code: programming by example scored in the sandbox', function
 
   it('flowrl.yaml trains two steps with every response run in the sandbox', async () => {
     const dir = tempDir();
-    const run = await flowrlInProcess(['train', path.join(CODE, 'flowrl.yaml'), `trainer.default_local_dir=${dir}`, 'trainer.total_training_steps=2', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'trainer.progress=false']);
+    // Half the example's batch (64 programs a step): each still run in the sandbox and scored.
+    const half = ['data.train_batch_size=8', 'actor_rollout_ref.actor.ppo_mini_batch_size=8'];
+    const run = await flowrlInProcess(['train', path.join(CODE, 'flowrl.yaml'), `trainer.default_local_dir=${dir}`, 'trainer.total_training_steps=2', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'trainer.progress=false', ...half]);
     expect(run.status, run.stderr).to.equal(0);
     const metrics = readRunMetrics(dir);
     expect(metrics).to.have.length(2);

@@ -118,25 +118,26 @@ describe('rollouts on inference servers (flowrl serve)', function () {
       expect(after, `${before} -> ${after}`).to.be.greaterThan(before + 0.03);
     }
 
-    for (const algorithm of ['grpo', 'flowrl']) {
-      it(`${algorithm} with rollout.name sglang learns, with engine and trainer log-probs equal and every server on the current weights`, async () => {
-        const { runDir } = await trainOnServers(algorithm === 'flowrl' ? FLOWRL : {}, ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
-        expectLearned(runDir);
-        const steps = stepMetrics(runDir);
-        expect(steps).to.have.length(30);
-        for (const m of steps) {
-          expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
-          expect(m['rollout/logprob_diff_max'], `step ${m.step}`).to.be.below(1e-3);
-          expect(m['rollout/tis_clipfrac']).to.equal(0);
-          expect(m['rollout/weight_version']).to.equal(m.step - 1);
-          expect(m['rollout/servers_live']).to.equal(2);
-          expect(m['rollout/stale_dropped'] + m['rollout/retries']).to.equal(0);
-        }
-        // The last validation ran after the 30th update: both servers report version 30.
-        for (const url of urls) expect(await weightVersion(url)).to.match(/\.30$/);
-        expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
-      });
-    }
+    // FlowRL only: GRPO's on-policy rounds on these servers are the local run's, step for step (the
+    // test below), and GRPO learns on them one step off policy (further down); the server path does
+    // not depend on the objective.
+    it('flowrl with rollout.name sglang learns, with engine and trainer log-probs equal and every server on the current weights', async () => {
+      const { runDir } = await trainOnServers(FLOWRL, ['trainer.total_training_steps=30', 'trainer.test_freq=30']);
+      expectLearned(runDir);
+      const steps = stepMetrics(runDir);
+      expect(steps).to.have.length(30);
+      for (const m of steps) {
+        expect(m['rollout/logprob_diff_mean'], `step ${m.step}`).to.be.below(1e-4);
+        expect(m['rollout/logprob_diff_max'], `step ${m.step}`).to.be.below(1e-3);
+        expect(m['rollout/tis_clipfrac']).to.equal(0);
+        expect(m['rollout/weight_version']).to.equal(m.step - 1);
+        expect(m['rollout/servers_live']).to.equal(2);
+        expect(m['rollout/stale_dropped'] + m['rollout/retries']).to.equal(0);
+      }
+      // The last validation ran after the 30th update: both servers report version 30.
+      for (const url of urls) expect(await weightVersion(url)).to.match(/\.30$/);
+      expect(fs.readdirSync(path.join(runDir, 'rollout_weights')).sort()).to.deep.equal(['v29', 'v30']);
+    });
     it('trainer.one_step_off_policy with vLLM full weights: each round is checked against the weights it sampled with, not the newer ones', async () => {
       const { runDir } = await trainOnServers({ trainer: { one_step_off_policy: true } }, ['trainer.total_training_steps=4', 'trainer.test_freq=-1', 'trainer.val_before_train=false', 'actor_rollout_ref.rollout.server.max_staleness=1'], 'vllm');
       const steps = stepMetrics(runDir);
