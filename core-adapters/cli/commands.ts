@@ -14,28 +14,32 @@ interface Command {
 // neither tfjs nor the trainer (1.4 s of module loading when everything was imported up front).
 const rl = () => import('./rl-commands.js');
 const models = () => import('./model-commands.js');
+const lazy =
+  <M>(load: () => Promise<M>, pick: (module: M) => Command['run']): Command['run'] =>
+  (argv) =>
+    load().then((module) => pick(module)(argv));
 
 const COMMANDS: Record<string, Command> = {
-  train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: (argv) => rl().then((m) => m.trainCommand(argv)) },
-  eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass: Avg@k, pass@j, JSON metrics)', run: (argv) => rl().then((m) => m.evalCommand(argv)) },
-  compare: { usage: 'compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: (argv) => import('./compare.js').then((m) => m.compareCommand(argv)) },
-  sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: (argv) => rl().then((m) => m.sftCommand(argv)) },
-  export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter] [--format hf|gguf] [--dtype float32|bfloat16]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter; --format gguf: one GGUF file for llama.cpp, Ollama or LM Studio)', run: (argv) => rl().then((m) => m.exportCommand(argv)) },
-  example: { usage: 'example NAME [DIR]   (copies a shipped example (countdown, custom-plugin) into DIR, rewritten to use the installed package)', run: (argv) => import('./example-command.js').then((m) => m.exampleCommand(argv)) },
-  'new-plugin': { usage: 'new-plugin DIR [--name NAME]   (a plugin project that compiles and tests as written: manifest, entry, unit test, tsconfig, package.json)', run: (argv) => import('./new-plugin.js').then((m) => m.newPluginCommand(argv)) },
-  plugins: { usage: 'plugins CONFIG   (registered plugins; algorithms, advantage estimators, policy losses, scorers and commands with their providers; overridden bindings)', run: (argv) => rl().then((m) => m.pluginsCommand(argv)) },
+  train: { usage: 'train CONFIG [key=value ...]   (RL training: ppo, grpo, reinforce_plus_plus or a plugin algorithm)', run: lazy(rl, (m) => m.trainCommand) },
+  eval: { usage: 'eval CONFIG|CHECKPOINT [key=value ...]   (one validation pass: Avg@k, pass@j, JSON metrics)', run: lazy(rl, (m) => m.evalCommand) },
+  compare: { usage: 'compare CONFIG... [--seeds N] [--first-seed S] [--baseline NAME] [--out DIR] [--resume] [key=value ...]   (same seeds and budget; 95 % intervals and paired comparisons; one report; --resume goes on after an interruption)', run: lazy(() => import('./compare.js'), (m) => m.compareCommand) },
+  sft: { usage: 'sft CONFIG [key=value ...]   (supervised fine-tuning on prompt/response rows)', run: lazy(rl, (m) => m.sftCommand) },
+  export: { usage: 'export CHECKPOINT_DIR OUT_DIR [--adapter] [--format hf|gguf] [--dtype float32|bfloat16]   (the policy as a plain HF directory, LoRA merged, without plugin heads; --adapter: the PEFT adapter; --format gguf: one GGUF file for llama.cpp, Ollama or LM Studio)', run: lazy(rl, (m) => m.exportCommand) },
+  example: { usage: 'example NAME [DIR]   (copies a shipped example (countdown, custom-plugin) into DIR, rewritten to use the installed package)', run: lazy(() => import('./example-command.js'), (m) => m.exampleCommand) },
+  'new-plugin': { usage: 'new-plugin DIR [--name NAME]   (a plugin project that compiles and tests as written: manifest, entry, unit test, tsconfig, package.json)', run: lazy(() => import('./new-plugin.js'), (m) => m.newPluginCommand) },
+  plugins: { usage: 'plugins CONFIG   (registered plugins; algorithms, advantage estimators, policy losses, scorers and commands with their providers; overridden bindings)', run: lazy(rl, (m) => m.pluginsCommand) },
   generate: {
     usage: 'generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--greedy] [--chat] [--seed S] [--adapter DIR] [--json]',
-    run: (argv) => models().then((m) => m.generateCommand(argv)),
+    run: lazy(models, (m) => m.generateCommand),
   },
-  score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: (argv) => models().then((m) => m.scoreCommand(argv)) },
+  score: { usage: 'score --model DIR --prompt TEXT --response TEXT [--adapter DIR] [--json]', run: lazy(models, (m) => m.scoreCommand) },
   serve: {
     usage:
       'serve --model DIR [--adapter DIR] [--host 127.0.0.1] [--port 30000] [--dialect both|sglang|vllm] [--api-key KEY] [--admin-api-key KEY] [--allowed-host NAME ...] [--enable-admin --weights-root DIR ...] [--max-batch 64] [--max-queue 1024] [--max-model-len N] [--max-total-tokens N] [--max-body-mb 16] [--max-connections 512] [--logprobs-mode processed_logprobs|raw_logprobs] [--max-logprobs 20]   (SGLang v0.5.18 and vLLM v0.20.2 rollout routes, OpenAI chat completions; admin routes (weights, adapters, pause) only with --enable-admin; SIGTERM drains)',
-    run: (argv) => import('./serve-command.js').then((m) => m.serveCommand(argv)),
+    run: lazy(() => import('./serve-command.js'), (m) => m.serveCommand),
   },
-  'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: (argv) => models().then((m) => m.initModelCommand(argv)) },
-  demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: (argv) => import('./demo.js').then((m) => m.demoCommand(argv)) },
+  'init-model': { usage: 'init-model --config CONFIG.json --tokenizer DIR --out DIR [--seed S]', run: lazy(models, (m) => m.initModelCommand) },
+  demo: { usage: 'demo [--steps N] [--out DIR]   (a tiny model learns addition; the foundation end to end)', run: lazy(() => import('./demo.js'), (m) => m.demoCommand) },
   bench: {
     usage:
       'bench [--json] [--steps N] [--compare-torch [--rounds N]] [--workers auto|N] [--native auto|loop|off] [--backend auto|tensorflow|webgpu|wasm|cpu]\n' +
@@ -43,10 +47,10 @@ const COMMANDS: Record<string, Command> = {
       '  flowrl bench --sandbox [--programs N] [--json]   (code rewards: programs scored per second in the sandbox)\n' +
       '  flowrl bench --model-config FILE.json --rl-step [--prompts 8] [--samples 4] [--prompt-tokens 64] [--response-tokens 128] [--lora-rank 16] [--micro-batch 4] [--json]   (one RL step, phase by phase, as fractions of this machine\'s limits)\n' +
       '  flowrl bench --limits [--limits-mb N] [--matrix N] [--rounds N] [--json] [--backend webgpu]   (this machine: read bandwidth and sgemm peak, threads as the engine uses them; with --backend webgpu the GPU matmul GFLOP/s at 1024-4096 (or --matrix) and copy bandwidth)',
-    run: (argv) => import('./bench.js').then((m) => m.benchCommand(argv)),
+    run: lazy(() => import('./bench.js'), (m) => m.benchCommand),
   },
-  report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: (argv) => import('./report-command.js').then((m) => m.reportCommand(argv)) },
-  reward: { usage: 'reward ROWS.jsonl --responses FILE.jsonl [--config CONFIG] [--json] [key=value ...]   (score responses against rows with the scorer a run would use; code runs in the sandbox)', run: (argv) => import('./reward-command.js').then((m) => m.rewardCommand(argv)) },
+  report: { usage: 'report RUN_DIR... [--out FILE] [--title TEXT]   (one self-contained HTML file: plots and summary tables)', run: lazy(() => import('./report-command.js'), (m) => m.reportCommand) },
+  reward: { usage: 'reward ROWS.jsonl --responses FILE.jsonl [--config CONFIG] [--json] [key=value ...]   (score responses against rows with the scorer a run would use; code runs in the sandbox)', run: lazy(() => import('./reward-command.js'), (m) => m.rewardCommand) },
 };
 
 function usage(): string {
