@@ -25,8 +25,9 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
   this.timeout(600_000);
   const lavapipe = lavapipeEnv();
   // One lavapipe thread: mocha runs two files at once on the cores it has (37 s alone against 43 s).
-  // 128-bit vectors: LLVM compiles each of tfjs's shaders in about half the time (on a fresh machine, whose
-  // Mesa shader cache is empty, this file took 118 s against 155 s; 79 s against 73 s with the cache warm).
+  // 128-bit vectors (LP_NATIVE_VECTOR_WIDTH, read by gallivm's lp_bld_init.c; in Mesa 25.0.7's
+  // lavapipe): LLVM compiles tfjs's shaders in about half the time. On a fresh machine, whose Mesa
+  // shader cache is empty, this file took 118 s against 155 s (79 s against 73 s with it filled).
   const gpuEnv = 'env' in lavapipe ? { ...lavapipe.env, LP_NUM_THREADS: '1', LP_NATIVE_VECTOR_WIDTH: '128' } : {};
 
   before(function () {
