@@ -26,25 +26,34 @@ const hasOnednn = () => process.platform !== 'linux' || process.arch !== 'x64' |
 // Debian Python with numpy that sandboxed test programs run on (verl's code corpus imports numpy).
 const hasBubblewrap = () => ['/usr/bin/bwrap', '/bin/bwrap', '/usr/local/bin/bwrap'].some((p) => fs.existsSync(p));
 const hasNumpy = () => process.platform !== 'linux' || spawnSync('/usr/bin/python3', ['-c', 'import numpy'], { stdio: 'ignore' }).status === 0;
-const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap']), ...(hasNumpy() ? [] : ['python3-numpy'])];
+// The native kernels (npm ci's install hook builds them with node-gyp; without a C compiler it
+// leaves them out and flowrl runs on stock kernels): the engine-path tests cover both, so a machine
+// with only Node gets the compiler, and the addon is built here.
+const kernelsAddon = new URL('../native/build/Release/flowrl_blas.node', import.meta.url);
+const hasCompiler = () => spawnSync('sh', ['-c', 'command -v cc && command -v c++ && command -v make'], { stdio: 'ignore' }).status === 0;
+const needsCompiler = () => !fs.existsSync(kernelsAddon) && !process.env.FLOWRL_SKIP_NATIVE_BUILD && !hasCompiler();
+const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap']), ...(hasNumpy() ? [] : ['python3-numpy']), ...(needsCompiler() ? ['build-essential'] : [])];
 
 // Open MPI: the data-parallel ranks' test runs two ranks under mpirun (skipped, named, without it).
 const hasMpi = () => spawnSync('sh', ['-c', 'command -v mpirun && command -v mpicc'], { stdio: 'ignore' }).status === 0;
 const mpiAddon = new URL('../native/mpi/build/Release/flowrl_mpi.node', import.meta.url);
-/** The MPI addon, built once Open MPI is here (npm ci ran before the packages were). */
-const buildMpiAddon = () => {
-  if (hasMpi() && !fs.existsSync(mpiAddon)) spawnSync(process.execPath, [new URL('./build-native.mjs', import.meta.url).pathname, '--mpi'], { stdio: 'inherit' });
+/** The addons npm ci could not build before the packages were here: the kernels, then the MPI addon. */
+const buildAddons = () => {
+  const script = new URL('./build-native.mjs', import.meta.url).pathname;
+  if (!fs.existsSync(kernelsAddon) && !process.env.FLOWRL_SKIP_NATIVE_BUILD && hasCompiler()) spawnSync(process.execPath, [script], { stdio: 'inherit' });
+  if (hasMpi() && !fs.existsSync(mpiAddon)) spawnSync(process.execPath, [script, '--mpi'], { stdio: 'inherit' });
 };
 
 const missing = [];
 if (!hasChromium()) missing.push('chromium');
 if (!hasBubblewrap()) missing.push('bubblewrap');
 if (!hasNumpy()) missing.push('python3-numpy');
+if (needsCompiler()) missing.push('build-essential');
 if (!hasOpenBlas()) missing.push('libopenblas0-pthread');
 if (!hasOnednn()) missing.push('libdnnl2');
 if (!hasMpi()) missing.push('openmpi-bin', 'libopenmpi-dev');
 if (missing.length === 0) {
-  buildMpiAddon();
+  buildAddons();
   process.exit(0);
 }
 
@@ -68,7 +77,7 @@ if (process.env.FLOWRL_TEST_NO_INSTALL !== '1' && hasAptGet && isRoot) {
     }
     console.log('flowrl test: OpenBLAS, oneDNN or Open MPI could not be installed, so the native BLAS engine path, the bfloat16 products on oneDNN or the ranks test is not covered');
   }
-  buildMpiAddon();
+  buildAddons();
   process.exit(0);
 }
 
@@ -78,6 +87,10 @@ if (!hasBubblewrap()) {
 }
 if (!hasNumpy()) {
   console.error(`flowrl test: the code-reward tests run programs that import numpy with /usr/bin/python3, which lacks it. Run: ${hasAptGet ? command('sudo ') : 'install numpy for /usr/bin/python3 (dnf install python3-numpy)'}`);
+  process.exit(1);
+}
+if (needsCompiler()) {
+  console.error(`flowrl test: the engine-path tests run the native kernels, which npm ci could not build without a C compiler. Run: ${hasAptGet ? command('sudo ') : 'install a C compiler and make (dnf install gcc gcc-c++ make; xcode-select --install)'}, then npm test again`);
   process.exit(1);
 }
 if (!hasChromium()) {
@@ -94,3 +107,4 @@ const uncovered = [
   ...(missing.includes('openmpi-bin') ? ['the data-parallel ranks (Open MPI)'] : []),
 ];
 console.log(`flowrl test: not installed, so not covered: ${uncovered.join(', ')} (${hasAptGet ? command('sudo ') : 'brew install openblas open-mpi'})`);
+buildAddons();

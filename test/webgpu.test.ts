@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { gpuProbeSkipReason, probeGpuInChild } from '../core-adapters/engine/webgpu.js';
 import { readTensors } from '../core-adapters/model/safetensors.js';
 import { lavapipeEnv } from '../scripts/lavapipe.mjs';
 import type { BackendResult } from './webgpu-equivalence.js';
@@ -18,6 +19,8 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]));
   return worst;
 }
+
+const PARAMETER_TOLERANCE = 5e-4;
 
 const maxAbs = (values: ArrayLike<number>) => Array.from(values).reduce((m, v) => Math.max(m, Math.abs(v)), 0);
 
@@ -48,12 +51,16 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(maxAbsDiff(webgpu.entropy, wasm.entropy), 'entropies').to.be.at.most(1e-4);
     expect(webgpu.sampled, 'seeded samples').to.deep.equal(wasm.sampled);
     expect(maxAbsDiff(webgpu.sampledLogProbs.flat(), wasm.sampledLogProbs.flat()), 'sampled log-probs').to.be.at.most(1e-5);
-    // AdamW at lr 1e-2 amplifies float differences; three steps stay within float tolerance.
+    // AdamW at lr 1e-2 amplifies float differences where a gradient is near zero (its step is
+    // m/sqrt(v)): after three steps the wasm path with and without the native addon differ by
+    // 2.1e-4 in one of these parameters (5e-5 elsewhere), so webgpu is held to 5e-4 on every path.
     webgpu.losses.forEach((loss, i) => expect(loss, `loss ${i}`).to.be.closeTo(wasm.losses[i], 1e-4 * Math.abs(wasm.losses[i])));
-    expect(maxAbsDiff(webgpu.params, wasm.params), 'parameters after three steps').to.be.at.most(1e-4);
+    expect(maxAbsDiff(webgpu.params, wasm.params), 'parameters after three steps').to.be.at.most(PARAMETER_TOLERANCE);
     expect(webgpu.addN).to.deep.equal(Array(5).fill(171));
     expect(webgpu.norm).to.be.closeTo(wasm.norm, 1e-4);
-    webgpu.products.forEach((p, i) => expect(maxAbsDiff(p, wasm.products[i]), `product ${i}`).to.be.at.most(2e-6 * Math.max(1, maxAbs(wasm.products[i]))));
+    // Sums of up to 5,000 float32 terms in another order: up to 2.8e-6 of the largest value against the
+    // stock wasm kernels (FLOWRL_NATIVE=off), 5.4e-7 against the native addon's (the inputs are seeded).
+    webgpu.products.forEach((p, i) => expect(maxAbsDiff(p, wasm.products[i]), `product ${i}`).to.be.at.most(4e-6 * Math.max(1, maxAbs(wasm.products[i]))));
     for (const [name, { grad, metrics }] of Object.entries(wasm.valueChoosingLosses)) {
       expect(maxAbsDiff(webgpu.valueChoosingLosses[name].grad, grad), `${name} gradient`).to.be.at.most(1e-6);
       for (const [key, value] of Object.entries(metrics)) expect(webgpu.valueChoosingLosses[name].metrics[key], `${name} ${key}`).to.be.closeTo(value, 1e-6);
@@ -70,7 +77,7 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(maxAbsDiff(webgpuSplit.entropy, wasm.entropy), 'split: entropies').to.be.at.most(1e-4);
     expect(webgpuSplit.sampled, 'split: seeded samples').to.deep.equal(wasm.sampled);
     webgpuSplit.losses.forEach((loss, i) => expect(loss, `split: loss ${i}`).to.be.closeTo(wasm.losses[i], 1e-4 * Math.abs(wasm.losses[i])));
-    expect(maxAbsDiff(webgpuSplit.params, wasm.params), 'split: parameters after three steps').to.be.at.most(1e-4);
+    expect(maxAbsDiff(webgpuSplit.params, wasm.params), 'split: parameters after three steps').to.be.at.most(PARAMETER_TOLERANCE);
     expect(webgpuSplit.tensorsLeaked, 'split: tensors left after the work').to.equal(0);
   });
 
@@ -217,5 +224,31 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(forced.status, forced.stderr).to.equal(0);
     expect(forced.stdout.trim()).to.equal('webgpu');
     expect(forced.stderr).to.match(/\[flowrl\] GPU: llvmpipe.*\(software\); storage binding 128 MiB/);
+  });
+});
+
+describe("auto's GPU probe", () => {
+  it('is skipped on Linux without a GPU device node or a Vulkan driver named in the environment, and only then', () => {
+    const dev = tempDir('flowrl-dev-');
+    const reason = gpuProbeSkipReason({}, 'linux', dev);
+    expect(reason).to.equal(`no GPU device node (${dev}/dri/renderD*, ${dev}/nvidia*, ${dev}/dxg) and no Vulkan driver named in VK_DRIVER_FILES/VK_ADD_DRIVER_FILES/VK_ICD_FILENAMES`);
+    fs.mkdirSync(path.join(dev, 'dri'));
+    fs.writeFileSync(path.join(dev, 'dri', 'card0'), '');
+    fs.writeFileSync(path.join(dev, 'nvidia-uvm'), '');
+    expect(gpuProbeSkipReason({}, 'linux', dev), 'a display node and nvidia-uvm alone reach no Vulkan driver').to.equal(reason);
+    for (const name of ['VK_DRIVER_FILES', 'VK_ADD_DRIVER_FILES', 'VK_ICD_FILENAMES']) expect(gpuProbeSkipReason({ [name]: '/x/icd.json' }, 'linux', dev), name).to.equal(undefined);
+    expect(gpuProbeSkipReason({}, 'darwin', dev)).to.equal(undefined);
+    expect(gpuProbeSkipReason({}, 'win32', dev)).to.equal(undefined);
+    for (const node of ['dri/renderD128', 'nvidiactl', 'nvidia0', 'dxg']) {
+      fs.writeFileSync(path.join(dev, node), '');
+      expect(gpuProbeSkipReason({}, 'linux', dev), node).to.equal(undefined);
+      fs.rmSync(path.join(dev, node));
+    }
+  });
+
+  it('on this machine, when it has no GPU device node, gives that reason instead of what a child found', function () {
+    const reason = gpuProbeSkipReason();
+    if (!reason) this.skip();
+    expect(probeGpuInChild()).to.deep.equal({ unavailable: reason });
   });
 });

@@ -6,6 +6,7 @@
 // a rejected command leaves its outputs zero) are collected and raised at the next readback.
 import * as tf from '@tensorflow/tfjs';
 import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { GpuDeviceError } from '../errors.js';
@@ -82,6 +83,33 @@ process.exit(0);
 
 let childProbe: GpuAdapterReport | { unavailable: string } | undefined;
 
+/** Vulkan loader variables that name a driver's manifest (loader 1.3.207+; VK_ICD_FILENAMES before). */
+const VULKAN_DRIVER_VARIABLES = ['VK_DRIVER_FILES', 'VK_ADD_DRIVER_FILES', 'VK_ICD_FILENAMES'];
+
+/**
+ * Why probing for a GPU is pointless here, or undefined when it may find one. On Linux a hardware
+ * Vulkan driver opens a device node: Mesa's a DRM render node /dev/dri/renderD* (its drivers list
+ * GPUs with libdrm's drmGetDevices2 and keep DRM_NODE_RENDER ones; Debian 12's Mesa 22.3.6 radv and
+ * anv import it), NVIDIA's /dev/nvidiactl and /dev/nvidia<N> (libnvidia-container's
+ * nvc_internal.h), Mesa's dozen on WSL /dev/dxg.
+ * Without one only a software driver can answer, which `auto` passes by anyway; a driver named in
+ * the loader's variables is probed regardless (that is how lavapipe is reached in the tests).
+ */
+export function gpuProbeSkipReason(env: NodeJS.ProcessEnv = process.env, platform: string = process.platform, dev = '/dev'): string | undefined {
+  if (platform !== 'linux') return undefined;
+  if (VULKAN_DRIVER_VARIABLES.some((name) => env[name])) return undefined;
+  const list = (dir: string) => {
+    try {
+      return readdirSync(dir);
+    } catch {
+      return [];
+    }
+  };
+  if (list(`${dev}/dri`).some((name) => name.startsWith('renderD'))) return undefined;
+  if (list(dev).some((name) => /^nvidia(ctl|\d+)$/.test(name)) || existsSync(`${dev}/dxg`)) return undefined;
+  return `no GPU device node (${dev}/dri/renderD*, ${dev}/nvidia*, ${dev}/dxg) and no Vulkan driver named in ${VULKAN_DRIVER_VARIABLES.join('/')}`;
+}
+
 /**
  * The adapter as a short child process sees it (about 0.2 s, once). `auto` asks here, so a run on a
  * machine without a GPU never loads Dawn: a Vulkan driver it loads keeps threads, memory (65 MiB)
@@ -89,6 +117,8 @@ let childProbe: GpuAdapterReport | { unavailable: string } | undefined;
  */
 export function probeGpuInChild(): GpuAdapterReport | { unavailable: string } {
   if (childProbe) return childProbe;
+  const pointless = gpuProbeSkipReason();
+  if (pointless) return (childProbe = { unavailable: pointless });
   let dawn: string;
   try {
     dawn = pathToFileURL(createRequire(import.meta.url).resolve('webgpu')).href;
