@@ -2,7 +2,7 @@
 // columns (one entry per row) and free-form meta. The arrays live in host memory: they pass between
 // sampling, scoring (plain JS) and training, and become tfjs tensors only per micro-batch
 // (toTensor), which keeps the loop free of tensor leaks and repeated device reads.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 
 export type BatchArray = Float32Array | Int32Array;
 

@@ -1,7 +1,7 @@
 // The FlowRL actor: the stock actor's update loop (mini-batches, micro-batches, clipping, AdamW)
 // with its micro-batch loss replaced by the trajectory-balance objective. Its forward pass also
 // yields log Z from ProjZ on the same pass's prompt hidden states.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { injectable, injectFromBase } from 'inversify';
 import {
   policyLossOptions,

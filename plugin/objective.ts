@@ -15,7 +15,7 @@
 //   level token     r_bt = log pi(y_t) - beta * A_t - log pi_term(y_t) per token,
 //                   w_bt = clamp(exp(clamp(log pi - log pi_old, -20, 20)), 1 - eps_low, 1 + eps_high),
 //                   loss = agg(w_bt * c_bt * r_bt^2) by loss_agg_mode (c_bt: token TIS weights)
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { aggregateLoss, keepMetrics, stopGradient, type AggregateLossOptions, type LossAggMode, type PendingMetrics, type PolicyLoss } from '../core-adapters/index.js';
 
 export interface FlowRLInputs {

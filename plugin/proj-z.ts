@@ -3,7 +3,7 @@
 // then Linear H->1, initialised as PyTorch initialises nn.Linear and nn.LayerNorm.
 // Parameter names follow the reference's nn.Sequential indices (proj_z.net.{k}.weight); Linear
 // weights are held [in, out] like every weight in this project.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { addColumns, linear, Rng, scaleColumns, uniqueVariableName, type ParameterHead } from '../core-adapters/index.js';
 
 export interface ProjZOptions {

@@ -1,7 +1,7 @@
 // Batch (verl's DataProto): arrays sharing a leading dimension, per-row columns, and the row
 // operations the trainer uses (select, split, repeat, union, concat, toTensor).
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { Batch, type BatchTensor } from '../core-adapters/index.js';
 
 const f32 = (shape: number[], values: number[]): BatchTensor => ({ shape, data: Float32Array.from(values) });

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import { buildTokenizer, loadModel, saveModel, CausalLM } from '../core-adapters/index.js';

@@ -3,7 +3,7 @@
 // added inside the product, and the batched sampler against generate.ts's sampleToken.
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { FrozenMatrix, toBfloat16 } from '../core-adapters/engine/frozen.js';
 import { sampleRowsNatively } from '../core-adapters/engine/kernels.js';
 import { addonPath, ISA_LEVELS, loadNativeKernels, splitFrozenProducts, type IsaLevel } from '../core-adapters/engine/native.js';

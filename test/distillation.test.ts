@@ -2,7 +2,7 @@
 // ways of training on it), the student's top-k log-probs through the fused head, the teachers'
 // scores on hand-built sequences (in process and through flowrl serve), the refusals, and a short
 // run where the student moves toward its teacher.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { expect } from 'chai';
 import { distillationLoss, type DistillationInput } from '../core-adapters/algorithms/distillation.js';
 import type { DistillationLossMode } from '../core-adapters/algorithms/distillation.js';

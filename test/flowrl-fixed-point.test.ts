@@ -8,7 +8,7 @@
 // Both with a learned log Z and with the group estimate (flowrl.log_z: group), and with on-policy
 // (q = pi) or off-policy (q = pi_ref) weights over the answers.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { stopGradient } from '../core-adapters/index.js';
 import { computeFlowRLLoss } from '../plugin/objective.js';
 

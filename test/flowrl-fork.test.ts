@@ -5,7 +5,7 @@
 // the switches in a run: what they load, what they refuse, and that they train.
 import { expect } from 'chai';
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { createHost, TOKENS, type PolicyLoss, type PolicyLossOptions, type Trainer, type Worker } from '../core-adapters/index.js';
 import { readMetrics, type PendingMetrics } from '../core-adapters/engine/readback.js';
 import { computeFlowRLLoss, FlowRLActor, TOKEN_LEVEL_LOSS } from '../plugin/index.js';

@@ -1,7 +1,7 @@
 // The FlowRL objective and the ProjZ head against an independent float64 PyTorch reference
 // (test/fixtures/flowrl/make_reference.py -> reference.json), plus ProjZ's PyTorch-default init and dropout.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { computeFlowRLLoss, type FlowRLInputs, type FlowRLOptions } from '../plugin/objective.js';
 import { ProjZ } from '../plugin/proj-z.js';
 import { Rng } from '../core-adapters/index.js';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
 import { loadNativeKernels } from '../core-adapters/engine/native.js';

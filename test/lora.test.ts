@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ActorRolloutRefWorker, createHost, loadModel, packSequences, responseMask, scoreResponses, TOKENS, type CausalLM, type Trainer, type Worker } from '../core-adapters/index.js';

@@ -4,7 +4,7 @@
 import { expect } from 'chai';
 import path from 'node:path';
 import fs from 'node:fs';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { createHost, loadModel, NaiveRewardManager, scoreResponses, solveCountdown, TOKENS, type Trainer, type Worker } from '../core-adapters/index.js';
 import { correctSetMatching, matchingMetrics } from '../core-adapters/trainer/matching.js';
 import { readValPrompts } from '../core-adapters/trainer/val-prompts.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { generate, loadModel, packSequences, scoreResponses, type CausalLM } from '../core-adapters/index.js';
 import { ropeInverseFrequencies } from '../core-adapters/model/causal-lm.js';
 import { responseLogProbs } from '../core-adapters/model/logprobs.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
 import { addConstant, addSameShape, embed, headLogProbs, matmulConstant, siluMul } from '../core-adapters/engine/ops.js';
 import { enginePaths, expectClose, onEnginePath } from './helpers.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import path from 'node:path';
 import { AdamW, createHost, LrScheduler, resolveConfig, runSft, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { clipGradNorm, globalNorm, verlLrSchedule, type VerlOptimSchedule } from '../core-adapters/model/optim.js';

@@ -2,7 +2,7 @@
 // chosen by actor_rollout_ref.actor.policy_loss.loss_mode, its keys read from the config), and one
 // whole trainer step with a loss other than vanilla, so the name reaches the run from the config.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import path from 'node:path';
 import {
   AdamW,

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { Rng } from '../core-adapters/index.js';
 import { contextRows, flowDeviation, hookLayers } from '../plugin/rlfr/latents.js';
 import { VelocityField } from '../plugin/rlfr/velocity-field.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, lossAndGradients, Rng } from '../core-adapters/index.js';
 import { flowMatchingLoss, VelocityField } from '../plugin/rlfr/velocity-field.js';
 import { enginePaths, onEnginePath } from './helpers.js';

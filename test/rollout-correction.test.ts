@@ -1,7 +1,7 @@
 // Truncated importance sampling for rollouts sampled by another engine (algorithm.rollout_correction):
 // the weights and metrics by hand, the config key, and how the PPO and FlowRL actors apply them.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import path from 'node:path';
 import {
   AdamW,

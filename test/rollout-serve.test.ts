@@ -7,7 +7,7 @@
 // FLOWRL_VLLM_MODEL_NAME the `model` sent to vLLM. The server must start on FLOWRL_SERVER_MODEL's
 // weights; the weight-loading checks leave it on FLOWRL_SERVER_WEIGHTS_DIR's (restart it to rerun).
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { CausalLM } from '../core-adapters/model/causal-lm.js';

@@ -4,7 +4,7 @@
 // while a batch decodes, and SIGTERM draining every request taken. The server must answer each
 // correctly and end within a memory bound.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import net from 'node:net';

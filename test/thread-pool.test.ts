@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, createHost, generate, loadModel, packSequences, resolveConfig, Rng, runSft, TOKENS, type Trainer } from '../core-adapters/index.js';
 import { ThreadPool } from '../core-adapters/engine/thread-pool.js';
 import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';

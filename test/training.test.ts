@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, generate, packSequences, Rng, type CausalLM } from '../core-adapters/index.js';
 import { initModel } from '../core-adapters/model/checkpoint.js';
 import { sampleToken, topAlternatives } from '../core-adapters/model/generate.js';

@@ -11,7 +11,7 @@
 //    on the clip bound, not counted by ratio != clip(ratio)) and one float32 ulp away from it here,
 //    so the fraction may differ by that token (1/27); its loss and gradient are the same either way.
 import { expect } from 'chai';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import {
   aggregateLoss,
   computeValueLoss,

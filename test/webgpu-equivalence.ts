@@ -2,7 +2,7 @@
 // produced as JSON, for test/webgpu.test.ts to compare (it starts this with a Vulkan driver in the
 // environment). Not a test file itself: mocha picks up *.test.ts only.
 import 'reflect-metadata';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { initEngine, type EngineInfo } from '../core-adapters/engine/backend.js';
 import { readFloat32 } from '../core-adapters/engine/readback.js';
 import fs from 'node:fs';

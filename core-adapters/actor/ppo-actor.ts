@@ -1,7 +1,7 @@
 // The stock actor (verl's DataParallelPPOActor): log-probs without gradients, and policy updates over
 // mini-batches x epochs with micro-batch gradient accumulation, global-norm clipping and AdamW.
 // Subclasses change the objective by overriding microBatchLoss.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { inject, injectable, optional } from 'inversify';
 import { aggregateLoss, miniBatchDenominators, policyLossOptions, readsInputValues, type AggregateLossOptions, type PolicyLoss, type PolicyLossHostValues } from '../algorithms/policy-loss.js';
 import { klPenalty } from '../algorithms/kl.js';

@@ -10,7 +10,7 @@
 //   with log_prob_min_clamp: s_v, t_v >= the clamp first; with loss_max_clamp: l_t in [-c, c].
 //   use_policy_gradient: L = vanilla_ppo(log pi_s, log pi_old, A = -sg(l)); else L = agg(l).
 //   In the actor: loss = task + coef * L, or L alone without task rewards (coef 1).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { stopGradient } from '../engine/ops.js';
 import { keepMetrics, type PendingMetrics } from '../engine/readback.js';
 import type { DISTILLATION_LOSS_MODES, KlEstimator, LossAggMode } from '../config/choices.js';

@@ -1,7 +1,7 @@
 // KL penalties and KL coefficient controllers (verl's verl/trainer/ppo/core_algos.py: kl_penalty /
 // kl_penalty_forward, AdaptiveKLController, FixedKLController; apply_kl_penalty from
 // verl/trainer/ppo/ray_trainer.py). Estimators follow http://joschu.net/blog/kl-approx.html.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { InputError } from '../errors.js';
 import { KL_PENALTY_TYPES, type KlEstimator, type KlPenaltyType } from '../config/choices.js';
 import { stopGradient } from '../engine/ops.js';

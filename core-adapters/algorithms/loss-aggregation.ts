@@ -1,6 +1,6 @@
 // Loss aggregation (verl v0.9.0's agg_loss in verl/trainer/ppo/core_algos.py) and the masked
 // reductions the losses share (verl/utils/torch_functional.py: masked_sum, masked_mean).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { InputError } from '../errors.js';
 import { LOSS_AGG_MODES, type LossAggMode } from '../config/choices.js';
 

@@ -2,7 +2,7 @@
 // function), as differentiable tfjs graphs over [B, R] tensors. Each follows its verl function's
 // arithmetic step for step, including where it clamps, detaches and which aggregation it forces;
 // metrics are scalars read after the gradients (readMetrics). Departures are stated on the loss they concern.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { InputError } from '../errors.js';
 import type { LossAggMode } from '../config/choices.js';
 import { constantFrom, stopGradient } from '../engine/ops.js';

@@ -2,7 +2,7 @@
 // behaviour so that ports of verl's losses have its gradients. tfjs cannot differentiate through a
 // comparison that lies on the path from an input to the loss, so comparisons here run either on
 // constants or inside a custom gradient.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 
 const asFloat = (t: tf.Tensor) => tf.cast(t, 'float32');
 

@@ -1,5 +1,5 @@
 // The critic's clipped value loss (verl's compute_value_loss in verl/trainer/ppo/core_algos.py).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { LossAggMode } from '../config/choices.js';
 import { aggregateLoss, type AggregateLossOptions } from './policy-loss.js';
 

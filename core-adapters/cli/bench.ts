@@ -2,7 +2,7 @@
 // timed on the chosen backend. --compare-torch runs scripts/torch_bench.py (the same model in
 // PyTorch) alternately with ours and reports the ratios; the model bench's --compare-llama-cpp runs
 // llama.cpp on its sampling job (llama-cpp-bench.ts).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

@@ -1,7 +1,7 @@
 // flowrl bench --limits --backend webgpu: the GPU's ceilings as this engine reaches them through
 // tfjs's WebGPU kernels, so GPU figures can be stated as fractions of them (as --limits does for the
 // CPU). Each timing ends with a one-value read that depends on the work, so it waits for the GPU.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { EngineInfo } from '../engine/backend.js';
 import type { GpuAdapterReport } from '../engine/webgpu.js';
 import { measureLimits, type Limits } from './limits.js';

@@ -9,7 +9,7 @@
 //   update     one optimizer step over every sequence in micro-batches (forward and backward).
 // FLOPs count the matmuls with weights, 2 per weight per token forward; a backward adds 2 more for
 // the activations' gradient and, with every weight trained, 2 for the weights' (LoRA's are small).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import os from 'node:os';
 import path from 'node:path';
 import type { BackendChoice, FrozenDtype, NativeChoice } from '../config/choices.js';

@@ -1,6 +1,6 @@
 // The roles of the host, as small interfaces. Each is bound in the container under its TOKENS entry;
 // a plugin replaces an implementation by rebinding the token (usually with a subclass).
-import type * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs-core';
 import type { Batch } from '../batch.js';
 import type { CausalLM } from '../model/causal-lm.js';
 import type { AdamW, LrScheduler } from '../model/optim.js';

@@ -1,7 +1,7 @@
 // Backend choice for tfjs. The node bindings are optional peers: they cannot be installed everywhere
 // (their install downloads libtensorflow), so they are imported by name at run time.
-import * as tf from '@tensorflow/tfjs';
-import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import './tfjs-union.js';
+import * as tf from '@tensorflow/tfjs-core';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { InputError } from '../errors.js';
@@ -98,9 +98,10 @@ async function tryNodeBinding(): Promise<string | undefined> {
 }
 
 async function tryWasm(): Promise<boolean> {
+  // Required, not imported, for the reason in tfjs-union.ts; loading it registers the backend.
   const require = createRequire(import.meta.url);
-  const entry = require.resolve('@tensorflow/tfjs-backend-wasm');
-  setWasmPaths(path.dirname(entry) + path.sep);
+  const { setWasmPaths } = require('@tensorflow/tfjs-backend-wasm') as typeof import('@tensorflow/tfjs-backend-wasm');
+  setWasmPaths(path.dirname(require.resolve('@tensorflow/tfjs-backend-wasm')) + path.sep);
   try {
     return await tf.setBackend('wasm');
   } catch {

@@ -2,7 +2,7 @@
 // gradient of its own, so its matrices live in shared memory the native addon multiplies directly
 // (float32, or bfloat16 at half the bytes); the heap keeps activations, adapters and optimizer
 // state. Products go through the FlowrlFrozenMatMul kernel (engine/kernels.ts).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { frozenLinearWithAdapters, frozenMemory, frozenProductsAvailable, fusedAdaptersAvailable, runFrozenMatMul, type ColumnAdapter, type FrozenWeights } from './kernels.js';
 import type { FrozenDtype } from '../config/choices.js';
 

@@ -3,7 +3,7 @@
 // 109 us for [32, 128]) in forwards without a gradient tape (sampling, scoring); with a tape the
 // model uses the differentiable ops in ops.ts. (SiLU*up and rotary embedding were tried the same
 // way and were no faster than the wasm ops: its SIMD exp beats a JS loop.)
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 
 interface WasmBackend {
   dataIdMap: { get(dataId: object): { memoryOffset: number } | undefined };

@@ -5,7 +5,7 @@
 //     and sums, zero-copy on the wasm heap;
 //   - without it: transposed 2-D products through an explicit Transpose and then XNNPACK.
 // Anything else (other dtypes, general broadcasting, fused activations) goes to the stock kernel.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { NativeKernels } from './native.js';
 
 interface WasmBackend {

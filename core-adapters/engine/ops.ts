@@ -1,7 +1,7 @@
 // The hot tensor ops of the model, kept in one place so a faster backend path can replace them.
 // wasm facts behind these shapes (measured; README "Engine and performance"): only 2-D untransposed matmuls reach XNNPACK,
 // reductions over leading axes are slow, and gather has no gradient kernel.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { FrozenMatrix } from './frozen.js';
 import { FUSED_RMS_NORM, fusedForward, runFused } from './fused.js';
 import { runTokenLogProbs, tokenLogProbKernelsAvailable } from './kernels.js';

@@ -2,7 +2,7 @@
 // from the spec, then a loop that sleeps on the shared control words and runs each posted task.
 import 'reflect-metadata';
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { NativeChoice } from '../config/choices.js';
 import { initEngine } from './backend.js';
 import { loadNativeKernels } from './native.js';

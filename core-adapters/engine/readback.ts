@@ -1,7 +1,7 @@
 // Reading tensors back to the host. A GPU backend can only read asynchronously (in Node tfjs's
 // webgpu dataSync needs a canvas), so every read on a run's path is awaited here, and on webgpu each
 // read is also where Dawn's errors since the last one surface (checkGpuErrors).
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { Metrics } from '../metrics.js';
 import { checkGpuErrors } from './webgpu.js';
 

@@ -1,6 +1,6 @@
 // What a pool thread builds and runs: apart from thread-pool.ts, which names the thread's entry
 // (pool-thread.ts) that needs these types, so neither imports the other.
-import type * as tf from '@tensorflow/tfjs';
+import type * as tf from '@tensorflow/tfjs-core';
 
 /** What a worker builds its replica from: a module exporting `factory(args)`. */
 export interface ReplicaSpec {

@@ -6,7 +6,7 @@
 // copied into the replicas only when their version changes (after an optimizer step).
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import { threadEntrySource } from '../thread-entry.js';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { NativeChoice } from '../config/choices.js';
 import type { ReplicaSpec } from './replica.js';
 

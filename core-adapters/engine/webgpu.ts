@@ -4,7 +4,7 @@
 // storage-buffer limits (tfjs asks for the defaults, and `addN` of more than 7 tensors then reads
 // zeros), `addN` is cut into pieces the limit allows, and Dawn's errors (which tfjs never checks:
 // a rejected command leaves its outputs zero) are collected and raised at the next readback.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';

@@ -1,7 +1,7 @@
 // A Llama / Qwen2 decoder-only language model in tfjs, readable top to bottom.
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
 import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';

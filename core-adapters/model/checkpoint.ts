@@ -1,5 +1,5 @@
 // Hugging Face model directories: config.json + model.safetensors (or a sharded index) + tokenizer files.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';

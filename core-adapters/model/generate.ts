@@ -1,5 +1,5 @@
 // Batched autoregressive sampling with a KV cache over left-padded prompts.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { canWriteInPlace, sampleRowsNatively, type RowSamples } from '../engine/kernels.js';
 import { splitFrozenProducts } from '../engine/native.js';
 import { readFloat32 } from '../engine/readback.js';

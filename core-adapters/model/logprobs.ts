@@ -1,6 +1,6 @@
 // Per-token log-probabilities of responses given prompts, verl-style: the sequence is a left-padded
 // prompt followed by a right-padded response, and logits are divided by the sampling temperature.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { headLogProbs } from '../engine/ops.js';
 import { readFloat32 } from '../engine/readback.js';
 import { positionsFromMask, type CausalLM } from './causal-lm.js';

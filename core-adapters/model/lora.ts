@@ -4,7 +4,7 @@
 // B [r, out], like every weight of the model, so the extra products are untransposed:
 // y = x W + ((x A) * scale) B. Files are PEFT's: adapter_config.json and adapter_model.safetensors
 // with tensors base_model.model.<module>.lora_A.weight [r, in] and .lora_B.weight [out, r].
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import { InputError } from '../errors.js';

@@ -1,6 +1,6 @@
 // AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW) and global-norm gradient clipping
 // (torch.nn.utils.clip_grad_norm_); tfjs ships neither.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { readAllFloat32, readScalar } from '../engine/readback.js';
 import { fusedAdamW } from '../engine/kernels.js';
 import { InputError } from '../errors.js';

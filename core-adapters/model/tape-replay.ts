@@ -2,7 +2,7 @@
 // is differentiated alone inside the backward pass (see CausalLM.layerWithOwnTape). tfjs keeps its
 // own replay in dist/tape.js, an extensionless ESM file Node cannot load, so it is done here on the
 // engine's documented node shape.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 
 /** A node of tfjs's gradient tape as the engine records it (tfjs-core's TapeNode). */
 export interface TapeNode {

@@ -1,5 +1,5 @@
 // Supervised next-token training: the step behind `flowrl bench` and supervised fine-tuning.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { CausalLM } from './causal-lm.js';
 import { responseMask, scoreResponses, type SequenceBatch } from './logprobs.js';
 import { accumulateGradients } from '../engine/ops.js';

@@ -1,7 +1,7 @@
 // The one update loop every trainer here runs (the actor, the critic, SFT, flow pretraining):
 // epochs x mini-batches, each mini-batch's gradient the sum of its micro-batches', then one clipped
 // optimizer step (a non-finite norm skips it). What a micro-batch's loss is stays with the caller.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import type { Metrics } from '../metrics.js';
 import type { Rng } from '../random.js';
 import { clippedStep, type AdamW } from './optim.js';

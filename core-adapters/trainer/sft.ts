@@ -23,7 +23,7 @@ import { languageModelReplicaSpec } from '../model/lm-replica.js';
 import { languageModelGradients, maskedNll } from '../model/train-step.js';
 import { runUpdateLoop, shuffledBatches } from '../model/update-loop.js';
 import { resolveThreadCount, ThreadPool } from '../engine/thread-pool.js';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { Rng } from '../random.js';
 import { readScalar } from '../engine/readback.js';
 

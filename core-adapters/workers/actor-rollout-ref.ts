@@ -1,7 +1,7 @@
 // The actor-rollout-ref worker (verl's ActorRolloutRefWorker): it loads the policy, builds the module
 // it hands to the actor (subclasses attach heads here), keeps the frozen reference policy, samples
 // rollouts, and saves and restores all of it.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { readFloat32 } from '../engine/readback.js';
 import fs from 'node:fs';
 import { isMainThread } from 'node:worker_threads';

@@ -1,6 +1,6 @@
 // The critic (verl's DataParallelPPOCritic): a copy of the LM trunk with a scalar value head, read at
 // the state before each response token, trained with the clipped value loss.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { readFloat32, readMetrics, type PendingMetrics } from '../engine/readback.js';
 import fs from 'node:fs';
 import path from 'node:path';

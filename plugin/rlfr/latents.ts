@@ -1,6 +1,6 @@
 // Which latents RLFR's flow reads and how it scores them (README "RLFR flow rewards": latents).
 // Latents are residual-stream outputs of decoder layers (before the final norm), stop-gradient.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { positionsFromMask, readAllFloat32, readFloat32, type CausalLM, type Rng, type SequenceBatch } from '../../core-adapters/index.js';
 import type { VelocityField } from './velocity-field.js';
 

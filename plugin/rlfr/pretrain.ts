@@ -2,7 +2,7 @@
 // the velocity field learns, by rectified flow, the distribution of the policy's latents on
 // reference responses (response tokens only, each drawn batch_mul times with fresh t and noise).
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { inject, injectable } from 'inversify';
 import {
   AdamW,

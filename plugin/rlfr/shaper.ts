@@ -6,7 +6,7 @@
 // to the advantages as their return (grpo, flowrl).
 import fs from 'node:fs';
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { inject, injectable } from 'inversify';
 import {
   AdamW,

@@ -5,7 +5,7 @@
 //   v = W_out(RMSNorm(h) * (1 + scale_f) + shift_f)
 // Weights are xavier-uniform with zero biases; every adaLN output and W_out start at zero, so
 // v = 0 everywhere at initialisation.
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { linear, Rng, rmsNorm, silu, uniqueVariableName, type ParameterHead } from '../../core-adapters/index.js';
 
 export interface VelocityFieldOptions {

@@ -11,7 +11,7 @@
 //   npx tsx examples/countdown/collapse/diagnose.ts RUN_DIR...
 import fs from 'node:fs';
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
+import * as tf from '@tensorflow/tfjs-core';
 import { createHost, readValPrompts, scoreResponses, TOKENS, type Config, type Dataset, type PromptMatchingRecord, type Worker } from '../../../core-adapters/index.js';
 import { PROJ_Z, poolPromptStates, type ProjZ } from '../../../plugin/index.js';
 
