@@ -35,8 +35,10 @@ if (!fs.existsSync(dawn)) {
   console.error(`gpu-bundle: ${dawn} is missing; the optional dependency webgpu is not installed (npm install)`);
   process.exit(2);
 }
-const esbuild = path.join(root, 'node_modules', '.bin', 'esbuild');
-if (!fs.existsSync(esbuild)) {
+let esbuild;
+try {
+  esbuild = require('esbuild');
+} catch {
   console.error('gpu-bundle: esbuild is missing (it comes with the dev dependencies: npm ci)');
   process.exit(2);
 }
@@ -47,18 +49,33 @@ fs.mkdirSync(out, { recursive: true });
 // The command in one file. Dawn stays outside (its .node file is loaded from .gpu/node_modules);
 // packages only a wasm or CPU run loads, or none of the check's commands, stay out too.
 const externals = ['webgpu', '@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu', 'node-llama-cpp', 'playwright-core', 'canvas', 'tsx'];
-run(esbuild, [
-  path.join(root, 'dist', 'core-adapters', 'cli', 'main.js'),
-  '--bundle',
-  '--platform=node',
-  '--format=esm',
-  '--target=node20',
-  ...externals.map((e) => `--external:${e}`),
-  `--outfile=${path.join(out, 'flowrl.bundle.mjs')}`,
-  '--log-level=error',
-  // CommonJS packages inside an ESM bundle still call require().
-  "--banner:js=import { createRequire as __flowrlRequire } from 'node:module'; const require = __flowrlRequire(import.meta.url);",
-]);
+// engine/tfjs-union.js requires tfjs's union package at run time, which esbuild cannot follow: in
+// the bundle it becomes an import, so the union (its gradients and chained ops) is inside.
+const unionModule = path.join(root, 'dist', 'core-adapters', 'engine', 'tfjs-union.js');
+const bundleUnion = {
+  name: 'tfjs-union',
+  setup(build) {
+    build.onLoad({ filter: /tfjs-union\.js$/ }, (args) => (args.path === unionModule ? { contents: "import '@tensorflow/tfjs';", loader: 'js', resolveDir: path.dirname(unionModule) } : undefined));
+  },
+};
+try {
+  await esbuild.build({
+    entryPoints: [path.join(root, 'dist', 'core-adapters', 'cli', 'main.js')],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external: externals,
+    outfile: path.join(out, 'flowrl.bundle.mjs'),
+    logLevel: 'error',
+    plugins: [bundleUnion],
+    // CommonJS packages inside an ESM bundle still call require().
+    banner: { js: "import { createRequire as __flowrlRequire } from 'node:module'; const require = __flowrlRequire(import.meta.url);" },
+  });
+} catch (e) {
+  console.error(`gpu-bundle: esbuild failed: ${e.message}`);
+  process.exit(1);
+}
 
 // Dawn as a package directory beside the bundle (its own index.js loads dist/<platform>/dawn.node).
 const pkg = path.join(out, 'node_modules', 'webgpu');
