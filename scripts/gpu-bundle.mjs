@@ -6,6 +6,7 @@
 //
 //   npm run build && node scripts/gpu-bundle.mjs
 //   # then, on the GPU machine, with .gpu carried beside the checkout: bash scripts/gpu-check.sh
+//   node scripts/gpu-bundle.mjs --bundle-only DIR   # the bundle alone, into DIR (the tests run it)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -13,7 +14,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const out = path.join(root, '.gpu');
+const only = process.argv.indexOf('--bundle-only');
+const bundleOnly = only >= 0;
+if (bundleOnly && !process.argv[only + 1]) {
+  console.error('gpu-bundle: --bundle-only needs a directory');
+  process.exit(2);
+}
+const out = bundleOnly ? path.resolve(process.argv[only + 1]) : path.join(root, '.gpu');
 const require = createRequire(import.meta.url);
 
 function run(cmd, args, options = {}) {
@@ -43,7 +50,7 @@ try {
   process.exit(2);
 }
 
-fs.rmSync(out, { recursive: true, force: true });
+if (!bundleOnly) fs.rmSync(out, { recursive: true, force: true });
 fs.mkdirSync(out, { recursive: true });
 
 // The command in one file. Dawn stays outside (its .node file is loaded from .gpu/node_modules);
@@ -75,6 +82,10 @@ try {
 } catch (e) {
   console.error(`gpu-bundle: esbuild failed: ${e.message}`);
   process.exit(1);
+}
+if (bundleOnly) {
+  console.log(`gpu-bundle: wrote ${path.join(out, 'flowrl.bundle.mjs')}`);
+  process.exit(0);
 }
 
 // Dawn as a package directory beside the bundle (its own index.js loads dist/<platform>/dawn.node).
