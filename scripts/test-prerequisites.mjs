@@ -31,7 +31,8 @@ const hasNumpy = () => process.platform !== 'linux' || spawnSync('/usr/bin/pytho
 // with only Node gets the compiler, and the addon is built here.
 const kernelsAddon = new URL('../native/build/Release/flowrl_blas.node', import.meta.url);
 const hasCompiler = () => spawnSync('sh', ['-c', 'command -v cc && command -v c++ && command -v make'], { stdio: 'ignore' }).status === 0;
-const needsCompiler = () => !fs.existsSync(kernelsAddon) && !process.env.FLOWRL_SKIP_NATIVE_BUILD && !hasCompiler();
+const kernelsToBuild = () => !fs.existsSync(kernelsAddon) && !process.env.FLOWRL_SKIP_NATIVE_BUILD;
+const needsCompiler = () => kernelsToBuild() && !hasCompiler();
 const required = () => [...(hasChromium() ? [] : ['chromium']), ...(hasBubblewrap() ? [] : ['bubblewrap']), ...(hasNumpy() ? [] : ['python3-numpy']), ...(needsCompiler() ? ['build-essential'] : [])];
 
 // Open MPI: the data-parallel ranks' test runs two ranks under mpirun (skipped, named, without it).
@@ -40,7 +41,7 @@ const mpiAddon = new URL('../native/mpi/build/Release/flowrl_mpi.node', import.m
 /** The addons npm ci could not build before the packages were here: the kernels, then the MPI addon. */
 const buildAddons = () => {
   const script = new URL('./build-native.mjs', import.meta.url).pathname;
-  if (!fs.existsSync(kernelsAddon) && !process.env.FLOWRL_SKIP_NATIVE_BUILD && hasCompiler()) spawnSync(process.execPath, [script], { stdio: 'inherit' });
+  if (kernelsToBuild() && hasCompiler()) spawnSync(process.execPath, [script], { stdio: 'inherit' });
   if (hasMpi() && !fs.existsSync(mpiAddon)) spawnSync(process.execPath, [script, '--mpi'], { stdio: 'inherit' });
 };
 
