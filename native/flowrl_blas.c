@@ -553,6 +553,30 @@ static napi_value decode_attention_napi(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// swiglu(backward, n, heap, gateOff, upOff, dyOff, outOff, dUpOff, threads): see swiglu.c; offsets
+// into one float32 array (the wasm heap). Forward: out = silu(gate) up (dy and dUp unused);
+// backward: out = d gate, dUp = d up. Threads: at least the BLAS's (the cores this thread's products use).
+static napi_value swiglu_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 9;
+  napi_value argv[9];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 9) return throw_error(env, "swiglu: expected 9 arguments");
+  float *H;
+  size_t len;
+  int64_t v[8];
+  if (!get_floats(env, argv[2], &H, &len)) return throw_error(env, "swiglu: bad argument types");
+  for (int i = 0; i < 9; i++)
+    if (i != 2 && (!get_int(env, argv[i], &v[i < 2 ? i : i - 1]) || v[i < 2 ? i : i - 1] < 0)) return throw_error(env, "swiglu: bad argument types");
+  const int64_t backward = v[0], n = v[1], threads = v[7];
+  const int used = backward ? 5 : 3;
+  const int64_t offsets[5] = {v[2], v[3], v[5], v[4], v[6]};
+  for (int i = 0; i < used; i++)
+    if ((size_t)(offsets[i] + n) > len) return throw_error(env, "swiglu: out of bounds");
+  const int blas = blas_get_threads ? blas_get_threads() : 1;
+  swiglu((int)backward, n, H + v[2], H + v[3], backward ? H + v[4] : NULL, H + v[5], backward ? H + v[6] : NULL, threads > blas ? (int)threads : blas);
+  return NULL;
+}
+
 // adviseHugePages(array): asks the kernel to back the array's untouched memory with huge pages (a
 // frozen base read once per token: fewer TLB misses, 5-10 % faster decoding here). Returns whether it could.
 static napi_value advise_huge_pages(napi_env env, napi_callback_info info) {
@@ -654,6 +678,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
       {"bfloat16Products", NULL, bfloat16_products, NULL, NULL, NULL, napi_default, NULL},
       {"productCounters", NULL, product_counters, NULL, NULL, NULL, napi_default, NULL},
+      {"swiglu", NULL, swiglu_napi, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

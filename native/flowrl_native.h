@@ -49,6 +49,10 @@ void onednn_enable(int on);
 int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads);
 
 
+// ---- swiglu.c: forward out = silu(gate) up; backward (dy given) out = d gate, d_up = d up; n
+// elements, on up to `threads` threads.
+void swiglu(int backward, int64_t n, const float *gate, const float *up, const float *dy, float *out, float *d_up, int threads);
+
 // ---- sampling.c: one token per row from logits (temperature, optional top-p), as generate.ts's sampleToken.
 typedef struct {
   const float *logits;   // [rows, V]

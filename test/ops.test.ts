@@ -2,6 +2,8 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.js';
 import { addConstant, addSameShape, embed, headLogProbs, matmulConstant, siluMul } from '../core-adapters/engine/ops.js';
+import { swiGluKernelsAvailable } from '../core-adapters/engine/kernels.js';
+import { splitFrozenProducts } from '../core-adapters/engine/native.js';
 import { enginePaths, expectClose, onEnginePath } from './helpers.js';
 
 const rng = new Rng(7);
@@ -42,6 +44,52 @@ describe('fast tensor ops: values and gradients equal plain tfjs', () => {
     compareGradients([gate, up], (a, b) => addSameShape(a, b), (a, b) => tf.add(a, b));
     compareGradients([gate], (a) => addConstant(a, c), (a) => tf.add(a, c));
     tf.dispose([gate, up, c]);
+  });
+
+  it(`SwiGLU and its gradient against float64, across the native kernel's chunks and threads, NaN kept (${enginePaths().join(', ')})`, async () => {
+    // 37 x 4001 spans five of the kernel's 32768-element chunks with a ragged tail; gates up to
+    // +-40 reach sigmoid's saturation, where e^x is clamped.
+    const [rows, cols] = [37, 4001];
+    const gate = Float32Array.from({ length: rows * cols }, (_, i) => (i % 97 === 0 ? 40 * (2 * rng.next() - 1) : 4 * rng.normal()));
+    gate[5] = NaN;
+    const up = Float32Array.from({ length: rows * cols }, () => rng.normal());
+    const dy = Float32Array.from({ length: rows * cols }, () => rng.normal());
+    const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
+    const value = Float64Array.from(gate, (g, i) => g * sigmoid(g) * up[i]);
+    const dGate = Float64Array.from(gate, (g, i) => dy[i] * up[i] * sigmoid(g) * (1 + g * (1 - sigmoid(g))));
+    const dUp = Float64Array.from(gate, (g, i) => dy[i] * g * sigmoid(g));
+    // float32 rounding, relative to the size of the formula's terms (d gate cancels near g = -1.28).
+    const big = (x: number) => Math.max(1, Math.abs(x));
+    const scales = {
+      value: (i: number) => big(gate[i]) * big(up[i]),
+      dGate: (i: number) => big(dy[i]) * big(up[i]) * big(gate[i]) ** 2,
+      dUp: (i: number) => big(dy[i]) * big(gate[i]),
+    };
+    const check = (actual: Float32Array, expected: Float64Array, scale: (i: number) => number, label: string) => {
+      expect(Number.isNaN(actual[5]), `${label}: a NaN gate gives NaN`).to.equal(true);
+      let worst = 0;
+      for (let i = 0; i < expected.length; i++) if (i !== 5) worst = Math.max(worst, Math.abs(actual[i] - expected[i]) / scale(i));
+      expect(worst, label).to.be.below(1e-6);
+    };
+    for (const enginePath of enginePaths()) {
+      await onEnginePath(enginePath, () => {
+        expect(swiGluKernelsAvailable(), `${enginePath}: the fused kernel runs`).to.equal(enginePath !== 'stock');
+        for (const threads of ['one thread', 'split'] as const) {
+          const run = <T>(f: () => T) => (threads === 'split' ? splitFrozenProducts(f) : f());
+          const [g, u, d] = [tf.tensor2d(gate, [rows, cols]), tf.tensor2d(up, [rows, cols]), tf.tensor2d(dy, [rows, cols])];
+          const before = tf.memory().numTensors;
+          const y = run(() => tf.tidy(() => siluMul(g, u)));
+          const [gg, gu] = run(() => tf.grads((a: tf.Tensor, b: tf.Tensor) => tf.sum(tf.mul(siluMul(a as tf.Tensor2D, b as tf.Tensor2D), d)))([g, u]));
+          check(y.dataSync() as Float32Array, value, scales.value, `${enginePath} ${threads} value`);
+          check(gg.dataSync() as Float32Array, dGate, scales.dGate, `${enginePath} ${threads} d gate`);
+          // d up's NaN comes from the gate too; its other entries are plain products.
+          check(gu.dataSync() as Float32Array, dUp, scales.dUp, `${enginePath} ${threads} d up`);
+          tf.dispose([y, gg, gu]);
+          expect(tf.memory().numTensors, `${enginePath}: no tensors left`).to.equal(before);
+          tf.dispose([g, u, d]);
+        }
+      });
+    }
   });
 
   it('rmsNorm matches its definition', () => {

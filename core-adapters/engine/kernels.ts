@@ -240,6 +240,12 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
   ] as const) {
     if (native?.tokenLogProbs && !tf.getKernel(kernelName, BACKEND)) tf.registerKernel({ kernelName, backendName: BACKEND, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
   }
+  for (const [kernelName, kernelFunc] of [
+    [SWIGLU, swiGluKernel],
+    [SWIGLU_GRAD, swiGluGradKernel],
+  ] as const) {
+    if (native?.swiglu && !tf.getKernel(kernelName, BACKEND)) tf.registerKernel({ kernelName, backendName: BACKEND, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
+  }
   for (const [name, kernelFunc] of replacements) {
     const config = tf.getKernel(name, BACKEND);
     if (!config) continue;
@@ -451,6 +457,40 @@ export function runTokenLogProbs(logits: tf.Tensor2D, targets: Int32Array, invT:
   const attrs = { targets, invT, withEntropy } as unknown as tf.NamedAttrMap;
   if (!dy) return tf.engine().runKernel(TOKEN_LOG_PROBS, { logits } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
   return tf.engine().runKernel(TOKEN_LOG_PROBS_GRAD, { logits, dy } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+}
+
+export const SWIGLU = 'FlowrlSwiGlu';
+export const SWIGLU_GRAD = 'FlowrlSwiGluGrad';
+
+/** Whether the fused SwiGLU kernels run here (wasm and an addon that has them). */
+export function swiGluKernelsAvailable(): boolean {
+  return tf.getBackend() === 'wasm' && activeNative?.swiglu !== undefined && tf.getKernel(SWIGLU, BACKEND) !== undefined;
+}
+
+/** gate, up [N, F] -> silu(gate) up. */
+function swiGluKernel({ inputs: { gate, up }, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const out = b.makeOutput(gate.shape, 'float32');
+  activeNative!.swiglu!(0, tf.util.sizeFromShape(gate.shape), b.wasm.HEAPF32, offset(b, gate), offset(b, up), 0, offset(b, out), 0);
+  return out;
+}
+
+/** gate, up and dy [N, F] -> [d gate, d up]. */
+function swiGluGradKernel({ inputs: { gate, up, dy }, backend }: KernelArgs): tf.TensorInfo[] {
+  const b = backend as WasmBackend;
+  const dGate = b.makeOutput(gate.shape, 'float32');
+  const dUp = b.makeOutput(gate.shape, 'float32');
+  // Read the heap after the allocations: growing memory replaces the view.
+  activeNative!.swiglu!(1, tf.util.sizeFromShape(gate.shape), b.wasm.HEAPF32, offset(b, gate), offset(b, up), offset(b, dy), offset(b, dGate), offset(b, dUp));
+  return [dGate, dUp];
+}
+
+/** silu(gate) up on the fused kernel, or with dy its gradient [d gate, d up] (no gradient of its own). */
+export function runSwiGlu(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D;
+export function runSwiGlu(gate: tf.Tensor2D, up: tf.Tensor2D, dy: tf.Tensor2D): [tf.Tensor2D, tf.Tensor2D];
+export function runSwiGlu(gate: tf.Tensor2D, up: tf.Tensor2D, dy?: tf.Tensor2D): tf.Tensor2D | [tf.Tensor2D, tf.Tensor2D] {
+  if (!dy) return tf.engine().runKernel(SWIGLU, { gate, up } as unknown as tf.NamedTensorMap) as tf.Tensor2D;
+  return tf.engine().runKernel(SWIGLU_GRAD, { gate, up, dy } as unknown as tf.NamedTensorMap) as unknown as [tf.Tensor2D, tf.Tensor2D];
 }
 
 /** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */

@@ -55,6 +55,12 @@ export interface NativeKernels {
    * useOnednn false turns oneDNN off for later products (true: back on where it loaded).
    */
   bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
+  /**
+   * SwiGLU on one float32 array (the heap; arguments after it are offsets): forward (backward 0)
+   * out = silu(gate) up; backward (1) out = d gate and dUp = d up from dy. See native/swiglu.c.
+   * Absent in old addons.
+   */
+  swiglu?: SwigluFn;
   /** Seconds inside the heap's products (sgemm) and the frozen base's, and their FLOPs, since the process started (all threads). Absent in old addons. */
   productCounters?: () => Record<'heap' | 'frozen', { seconds: number; flops: number }>;
   /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
@@ -70,6 +76,9 @@ export interface NativeKernels {
 /** The instruction sets of the small-row kernels, best first. */
 export const ISA_LEVELS = ['avx512', 'avx2', 'generic'] as const;
 export type IsaLevel = (typeof ISA_LEVELS)[number];
+
+/** See NativeKernels.swiglu. */
+export type SwigluFn = (backward: number, n: number, heap: Float32Array, gate: number, up: number, dy: number, out: number, dUp: number) => void;
 
 /** See NativeKernels.decodeAttention. */
 export type DecodeAttentionFn = (heap: Float32Array, batch: number, heads: number, kvHeads: number, headDim: number, capacity: number, past: number, qkv: number, cos: number, sin: number, bias: number, keys: number, values: number, out: number) => void;
@@ -120,6 +129,8 @@ interface Addon {
   frozenLinear?: AddonFrozenMatmul;
   bfloat16Products?: NativeKernels['bfloat16Products'];
   productCounters?: NativeKernels['productCounters'];
+  /** As NativeKernels.swiglu, plus the threads it may use (at least the BLAS's). */
+  swiglu?: (...args: [...Parameters<SwigluFn>, number]) => void;
 }
 
 /**
@@ -196,6 +207,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const blas = addon.load(wanted);
     const sample = addon.sampleRows;
     const attend = addon.decodeAttention;
+    const swiglu = addon.swiglu;
     const shared = {
       sum: addon.sum,
       setThreads: addon.setThreads,
@@ -207,6 +219,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
       bfloat16Products: addon.bfloat16Products,
       productCounters: addon.productCounters,
+      swiglu: swiglu && ((...a: Parameters<SwigluFn>) => swiglu(...a, productSplitThreads)),
     };
     // An addon without bfloat16Products would compute bfloat16 activations' products in float32.
     const frozen = addon.bfloat16Products && addon.frozenMatmul;
