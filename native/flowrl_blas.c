@@ -357,29 +357,11 @@ static napi_value frozen_matmul(napi_env env, napi_callback_info info) {
 
 // ---- Log-softmax over a vocabulary, fused with picking the target (the language-model head).
 // One pass computes each row's log-sum-exp; the next the target's log-prob and the entropy; the
-// backward writes dL/dz. exp is a polynomial the compiler vectorises (relative error ~2e-7).
+// backward writes dL/dz. exp is fast_expf (flowrl_native.h), which the compiler vectorises.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("no-trapping-math")
 #endif
-static inline float fast_expf(float x) {
-  // Branch-free so loops over it vectorise: clamp, round to nearest with the 1.5 * 2^23 trick,
-  // a degree-7 polynomial on the remainder, and 2^n built in the exponent bits.
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693145752f - n * 1.42860677e-6f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)n + 127) << 23};
-  return p * scale.f;
-}
 
 enum { LANES = 8, BLOCK = 1024 };
 
@@ -452,51 +434,74 @@ static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
   return (double)shift + log(total);
 }
 
-// tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff):
+typedef struct {
+  const float *Z;
+  int64_t R, V;
+  const int32_t *targets;
+  float t;
+  float *OUT;
+  int with_entropy, backward;
+  const float *G;
+} token_job;
+
+static void token_row(const token_job *job, int64_t r) {
+  const int64_t R = job->R, V = job->V;
+  const float t = job->t;
+  const float *z = job->Z + r * V;
+  const float lse = (float)row_logsumexp(z, V, t);
+  float entropy = 0;
+  if (job->with_entropy) {
+    // H = -sum p log p, summed as the log-sum-exp is (blocks in float, totals in double).
+    double sum = 0;
+    for (int64_t j0 = 0; j0 < V; j0 += BLOCK) sum += block_entropy(z, j0, j0 + BLOCK < V ? j0 + BLOCK : V, t, lse);
+    entropy = (float)sum;
+  }
+  if (!job->backward) {
+    job->OUT[r] = z[job->targets[r]] * t - lse;
+    job->OUT[R + r] = entropy;
+    return;
+  }
+  const float gLp = job->G[r], gEnt = job->with_entropy ? job->G[R + r] : 0.0f;
+  float *out = job->OUT + r * V;
+  row_grad(z, out, V, t, lse, gLp, gEnt, entropy);
+  out[job->targets[r]] += t * gLp;
+}
+
+static void token_rows(void *arg, int task, int tasks) {
+  const token_job *job = arg;
+  for (int64_t r = job->R * task / tasks; r < job->R * (task + 1) / tasks; r++) token_row(job, r);
+}
+
+// tokenLogProbs(Z, zOff, R, V, targets, invT, OUT, outOff, withEntropy, backward, G, gOff[, threads]):
 //   forward: OUT[r] = log softmax(Z[r] invT)[target r]; OUT[R + r] = its entropy (when asked).
 //   backward: OUT[r, j] = invT (gLp_r (1[j = t_r] - p_j) - gEnt_r p_j (log p_j + H_r)) with
-//   G[r] = gLp_r and G[R + r] = gEnt_r; OUT must not overlap Z.
+//   G[r] = gLp_r and G[R + r] = gEnt_r; OUT must not overlap Z. Rows are shared over `threads`
+//   (at least the BLAS's: the cores this thread's products use).
 static napi_value token_logprobs(napi_env env, napi_callback_info info) {
-  size_t argc = 12;
-  napi_value argv[12];
+  size_t argc = 13;
+  napi_value argv[13];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc != 12) return throw_error(env, "tokenLogProbs: expected 12 arguments");
+  if (argc != 12 && argc != 13) return throw_error(env, "tokenLogProbs: expected 12 or 13 arguments");
   float *Z, *OUT, *G;
   int32_t *targets;
   size_t zLen, outLen, gLen, tLen;
-  int64_t zOff, R, V, outOff, withEntropy, backward, gOff;
+  int64_t zOff, R, V, outOff, withEntropy, backward, gOff, threads = 1;
   double invT;
   if (!get_floats(env, argv[0], &Z, &zLen) || !get_int(env, argv[1], &zOff) || !get_int(env, argv[2], &R) || !get_int(env, argv[3], &V) ||
       !get_int32s(env, argv[4], &targets, &tLen) || !get_number(env, argv[5], &invT) || !get_floats(env, argv[6], &OUT, &outLen) ||
       !get_int(env, argv[7], &outOff) || !get_int(env, argv[8], &withEntropy) || !get_int(env, argv[9], &backward) ||
-      !get_floats(env, argv[10], &G, &gLen) || !get_int(env, argv[11], &gOff))
+      !get_floats(env, argv[10], &G, &gLen) || !get_int(env, argv[11], &gOff) || (argc == 13 && !get_int(env, argv[12], &threads)))
     return throw_error(env, "tokenLogProbs: bad argument types");
   if (R < 0 || V <= 0 || zOff < 0 || outOff < 0 || gOff < 0 || (size_t)(zOff + R * V) > zLen || (size_t)R > tLen ||
       (size_t)(outOff + (backward ? R * V : 2 * R)) > outLen || (backward && (size_t)(gOff + 2 * R) > gLen))
     return throw_error(env, "tokenLogProbs: out of bounds");
   for (int64_t r = 0; r < R; r++) if (targets[r] < 0 || targets[r] >= V) return throw_error(env, "tokenLogProbs: target outside the vocabulary");
-  const float t = (float)invT;
-  for (int64_t r = 0; r < R; r++) {
-    const float *z = Z + zOff + r * V;
-    const float lse = (float)row_logsumexp(z, V, t);
-    float entropy = 0;
-    if (withEntropy) {
-      // H = -sum p log p, summed as the log-sum-exp is (blocks in float, totals in double).
-      double sum = 0;
-      for (int64_t j0 = 0; j0 < V; j0 += BLOCK) sum += block_entropy(z, j0, j0 + BLOCK < V ? j0 + BLOCK : V, t, lse);
-      entropy = (float)sum;
-    }
-    if (!backward) {
-      OUT[outOff + r] = z[targets[r]] * t - lse;
-      OUT[outOff + R + r] = entropy;
-      continue;
-    }
-    const float gLp = G[gOff + r], gEnt = withEntropy ? G[gOff + R + r] : 0.0f;
-    float *out = OUT + outOff + r * V;
-    const int32_t target = targets[r];
-    row_grad(z, out, V, t, lse, gLp, gEnt, entropy);
-    out[target] += t * gLp;
-  }
+  const token_job job = {Z + zOff, R, V, targets, (float)invT, OUT + outOff, withEntropy != 0, backward != 0, G + gOff};
+  const int blas = blas_get_threads ? blas_get_threads() : 1;
+  const int use = threads > blas ? (int)threads : blas;
+  // A row of a real vocabulary is ~0.1 ms of work; rows of a small one are not worth a hand-off.
+  if (use > 1 && R > 1 && R * V >= (1 << 16)) run_tasks(token_rows, (void *)&job, (int)(R < use * 4 ? R : use * 4), use);
+  else token_rows((void *)&job, 0, 1);
   return NULL;
 }
 
@@ -553,7 +558,7 @@ static napi_value decode_attention_napi(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// swiglu(backward, n, heap, gateOff, upOff, dyOff, outOff, dUpOff, threads): see swiglu.c; offsets
+// swiglu(backward, n, heap, gateOff, upOff, dyOff, outOff, dUpOff, threads): see layer-passes.c; offsets
 // into one float32 array (the wasm heap). Forward: out = silu(gate) up (dy and dUp unused);
 // backward: out = d gate, dUp = d up. Threads: at least the BLAS's (the cores this thread's products use).
 static napi_value swiglu_napi(napi_env env, napi_callback_info info) {
@@ -574,6 +579,28 @@ static napi_value swiglu_napi(napi_env env, napi_callback_info info) {
     if ((size_t)(offsets[i] + n) > len) return throw_error(env, "swiglu: out of bounds");
   const int blas = blas_get_threads ? blas_get_threads() : 1;
   swiglu((int)backward, n, H + v[2], H + v[3], backward ? H + v[4] : NULL, H + v[5], backward ? H + v[6] : NULL, threads > blas ? (int)threads : blas);
+  return NULL;
+}
+
+// rmsNorm(rows, width, heap, xOff, weightOff, outOff, eps, threads): see layer-passes.c; offsets into
+// one float32 array (the wasm heap). Threads: at least the BLAS's.
+static napi_value rms_norm_napi(napi_env env, napi_callback_info info) {
+  size_t argc = 8;
+  napi_value argv[8];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc != 8) return throw_error(env, "rmsNorm: expected 8 arguments");
+  float *H;
+  size_t len;
+  int64_t rows, width, x, weight, out, threads;
+  double eps;
+  if (!get_int(env, argv[0], &rows) || !get_int(env, argv[1], &width) || !get_floats(env, argv[2], &H, &len) || !get_int(env, argv[3], &x) ||
+      !get_int(env, argv[4], &weight) || !get_int(env, argv[5], &out) || !get_number(env, argv[6], &eps) || !get_int(env, argv[7], &threads))
+    return throw_error(env, "rmsNorm: bad argument types");
+  if (rows < 0 || width <= 0 || x < 0 || weight < 0 || out < 0 || (size_t)(x + rows * width) > len || (size_t)(weight + width) > len ||
+      (size_t)(out + rows * width) > len)
+    return throw_error(env, "rmsNorm: out of bounds");
+  const int blas = blas_get_threads ? blas_get_threads() : 1;
+  rms_norm(rows, width, H + x, H + weight, H + out, eps, threads > blas ? (int)threads : blas);
   return NULL;
 }
 
@@ -679,6 +706,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"bfloat16Products", NULL, bfloat16_products, NULL, NULL, NULL, napi_default, NULL},
       {"productCounters", NULL, product_counters, NULL, NULL, NULL, napi_default, NULL},
       {"swiglu", NULL, swiglu_napi, NULL, NULL, NULL, napi_default, NULL},
+      {"rmsNorm", NULL, rms_norm_napi, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

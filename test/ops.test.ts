@@ -99,6 +99,54 @@ describe('fast tensor ops: values and gradients equal plain tfjs', () => {
     tf.dispose([x, w]);
   });
 
+  it(`rmsNorm without a tape (the fused kernel, native where the addon is) equals the taped ops and float64, rows shared over threads (${enginePaths().join(', ')})`, async () => {
+    // 301 x 901: many rows per task and a width that is no multiple of the kernel's 8 lanes.
+    const [rows, width] = [301, 901];
+    const x = Float32Array.from({ length: rows * width }, () => 3 * rng.normal());
+    const weight = Float32Array.from({ length: width }, () => rng.normal());
+    const expected = new Float64Array(rows * width);
+    for (let r = 0; r < rows; r++) {
+      let squares = 0;
+      for (let h = 0; h < width; h++) squares += x[r * width + h] ** 2;
+      const scale = 1 / Math.sqrt(squares / width + 1e-6);
+      for (let h = 0; h < width; h++) expected[r * width + h] = x[r * width + h] * scale * weight[h];
+    }
+    for (const enginePath of enginePaths()) {
+      await onEnginePath(enginePath, () => {
+        const [xt, wt] = [tf.tensor2d(x, [rows, width]), tf.tensor1d(weight)];
+        // What rmsNorm computes under a tape, as tfjs ops (float32 sums: a few ulp of values up to ~12).
+        const opsValue = tf.tidy(() => tf.mul(tf.mul(xt, tf.rsqrt(tf.add(tf.mean(tf.mul(xt, xt), -1, true), 1e-6))), wt));
+        for (const split of [false, true]) {
+          const fused = split ? splitFrozenProducts(() => rmsNorm(xt, wt, 1e-6)) : rmsNorm(xt, wt, 1e-6);
+          expectClose(fused.dataSync(), expected, 2e-6, `${enginePath}${split ? ' split' : ''} against float64`);
+          expectClose(fused.dataSync(), opsValue.dataSync(), 1e-5, `${enginePath}${split ? ' split' : ''} against the taped ops`);
+          fused.dispose();
+        }
+        tf.dispose([xt, wt, opsValue]);
+      });
+    }
+  });
+
+  it('the fused head gives the same log-probs, entropies and gradients with its rows shared over threads', async () => {
+    const [hidden, head] = [randn([37, 6]), randn([6, 50_000], 0.5)];
+    const targets = Int32Array.from({ length: 37 }, () => rng.int(50_000));
+    const parts = (h: tf.Tensor) => {
+      const { logProbs, entropy } = headLogProbs(h as tf.Tensor2D, head as tf.Tensor2D, targets, 0.8, true);
+      return tf.stack([logProbs, entropy!]);
+    };
+    const weights = randn([2, 37]);
+    const run = () => {
+      const value = tf.tidy(() => parts(hidden));
+      const grad = tf.grad((h: tf.Tensor) => tf.sum(tf.mul(parts(h), weights)))(hidden);
+      return [value.dataSync(), grad.dataSync(), tf.dispose([value, grad])] as const;
+    };
+    const [value, grad] = run();
+    const [splitValue, splitGrad] = splitFrozenProducts(run);
+    expectClose(splitValue, value, 0, 'log-probs and entropies');
+    expectClose(splitGrad, grad, 0, 'gradient');
+    tf.dispose([hidden, head, weights]);
+  });
+
   it('embedding: a gather whose gradient is a scatter-add (repeated ids included)', () => {
     const table = randn([10, 4]);
     const ids = Int32Array.from([3, 1, 3, 9, 0, 3]);

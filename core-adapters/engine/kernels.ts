@@ -6,6 +6,7 @@
 //   - without it: transposed 2-D products through an explicit Transpose and then XNNPACK.
 // Anything else (other dtypes, general broadcasting, fused activations) goes to the stock kernel.
 import * as tf from '@tensorflow/tfjs-core';
+import { FUSED_RMS_NORM } from './fused.js';
 import type { NativeKernels } from './native.js';
 
 interface WasmBackend {
@@ -231,6 +232,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     ['Identity', sharedIdentity],
   ];
   if (native) replacements.push(['Sum', makeSum(native)]);
+  if (native?.rmsNorm) replacements.push([FUSED_RMS_NORM, nativeRmsNorm]);
   if (native?.frozenMatmul && !tf.getKernel(FROZEN_MATMUL, BACKEND)) tf.registerKernel({ kernelName: FROZEN_MATMUL, backendName: BACKEND, kernelFunc: frozenMatMul as unknown as tf.KernelFunc });
   if (native?.decodeAttention && !tf.getKernel(DECODE_ATTENTION, BACKEND)) tf.registerKernel({ kernelName: DECODE_ATTENTION, backendName: BACKEND, kernelFunc: decodeAttentionKernel as unknown as tf.KernelFunc });
   if (native?.frozenLinear && !tf.getKernel(FROZEN_LINEAR, BACKEND)) tf.registerKernel({ kernelName: FROZEN_LINEAR, backendName: BACKEND, kernelFunc: frozenLinear as unknown as tf.KernelFunc });
@@ -253,7 +255,7 @@ export function installWasmKernelOverrides(native?: NativeKernels): string[] {
     tf.unregisterKernel(name, BACKEND);
     tf.registerKernel({ ...config, kernelFunc: kernelFunc as unknown as tf.KernelFunc });
   }
-  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).filter((n) => n !== 'Identity').join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
+  return native ? [`native ${native.blas || 'compiled loop'}: ${replacements.map(([n]) => n).filter((n) => n !== 'Identity' && n !== FUSED_RMS_NORM).join(', ')}, AdamW`] : ['explicit-transpose matmuls'];
 }
 
 /** A frozen weight W [rows, cols] outside the heap (engine/frozen.ts), as the kernel reads it. */
@@ -457,6 +459,15 @@ export function runTokenLogProbs(logits: tf.Tensor2D, targets: Int32Array, invT:
   const attrs = { targets, invT, withEntropy } as unknown as tf.NamedAttrMap;
   if (!dy) return tf.engine().runKernel(TOKEN_LOG_PROBS, { logits } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
   return tf.engine().runKernel(TOKEN_LOG_PROBS_GRAD, { logits, dy } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D;
+}
+
+/** engine/fused.ts's RMSNorm (no gradient) on the addon's threads. */
+function nativeRmsNorm({ inputs: { x, weight }, attrs, backend }: KernelArgs): tf.TensorInfo {
+  const b = backend as WasmBackend;
+  const [rows, width] = x.shape;
+  const out = b.makeOutput(x.shape, 'float32');
+  activeNative!.rmsNorm!(rows, width, b.wasm.HEAPF32, offset(b, x), offset(b, weight), offset(b, out), (attrs as { eps: number }).eps);
+  return out;
 }
 
 export const SWIGLU = 'FlowrlSwiGlu';

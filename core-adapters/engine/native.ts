@@ -61,6 +61,8 @@ export interface NativeKernels {
    * Absent in old addons.
    */
   swiglu?: SwigluFn;
+  /** RMSNorm without a gradient on one float32 array (the heap), rows [rows, width]; see native/layer-passes.c. Absent in old addons. */
+  rmsNorm?: RmsNormFn;
   /** Seconds inside the heap's products (sgemm) and the frozen base's, and their FLOPs, since the process started (all threads). Absent in old addons. */
   productCounters?: () => Record<'heap' | 'frozen', { seconds: number; flops: number }>;
   /** Asks for huge pages under an array's untouched memory (Linux; false where it could not). Absent in old addons. */
@@ -79,6 +81,9 @@ export type IsaLevel = (typeof ISA_LEVELS)[number];
 
 /** See NativeKernels.swiglu. */
 export type SwigluFn = (backward: number, n: number, heap: Float32Array, gate: number, up: number, dy: number, out: number, dUp: number) => void;
+
+/** See NativeKernels.rmsNorm. */
+export type RmsNormFn = (rows: number, width: number, heap: Float32Array, x: number, weight: number, out: number, eps: number) => void;
 
 /** See NativeKernels.decodeAttention. */
 export type DecodeAttentionFn = (heap: Float32Array, batch: number, heads: number, kvHeads: number, headDim: number, capacity: number, past: number, qkv: number, cos: number, sin: number, bias: number, keys: number, values: number, out: number) => void;
@@ -116,7 +121,8 @@ interface Addon {
   sgemmLoop: SgemmFn;
   sum: NativeKernels['sum'];
   adamw: NativeKernels['adamw'];
-  tokenLogProbs?: TokenLogProbsFn;
+  /** With a 13th argument (addons that have swiglu): the threads it may use (at least the BLAS's). */
+  tokenLogProbs?: (...args: [...Parameters<TokenLogProbsFn>, number?]) => void;
   /** See AddonFrozenMatmul. */
   frozenMatmul?: AddonFrozenMatmul;
   /** As NativeKernels.sampleRows, plus the threads it may use. */
@@ -131,6 +137,8 @@ interface Addon {
   productCounters?: NativeKernels['productCounters'];
   /** As NativeKernels.swiglu, plus the threads it may use (at least the BLAS's). */
   swiglu?: (...args: [...Parameters<SwigluFn>, number]) => void;
+  /** As NativeKernels.rmsNorm, plus the threads it may use (at least the BLAS's). */
+  rmsNorm?: (...args: [...Parameters<RmsNormFn>, number]) => void;
 }
 
 /**
@@ -208,11 +216,14 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
     const sample = addon.sampleRows;
     const attend = addon.decodeAttention;
     const swiglu = addon.swiglu;
+    const logProbs = addon.tokenLogProbs;
+    const norm = addon.rmsNorm;
     const shared = {
       sum: addon.sum,
       setThreads: addon.setThreads,
       adamw: addon.adamw,
-      tokenLogProbs: addon.tokenLogProbs,
+      // Addons built before swiglu take no thread count here.
+      tokenLogProbs: logProbs && (swiglu ? (...a: Parameters<TokenLogProbsFn>) => logProbs(...a, productSplitThreads) : logProbs),
       sampleRows: sample && ((...a: Parameters<SampleRowsFn>) => sample(...a, productSplitThreads)),
       isa: addon.isa,
       adviseHugePages: addon.adviseHugePages,
@@ -220,6 +231,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       bfloat16Products: addon.bfloat16Products,
       productCounters: addon.productCounters,
       swiglu: swiglu && ((...a: Parameters<SwigluFn>) => swiglu(...a, productSplitThreads)),
+      rmsNorm: norm && ((...a: Parameters<RmsNormFn>) => norm(...a, productSplitThreads)),
     };
     // An addon without bfloat16Products would compute bfloat16 activations' products in float32.
     const frozen = addon.bfloat16Products && addon.frozenMatmul;
