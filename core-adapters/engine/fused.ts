@@ -1,8 +1,9 @@
 // Fused forward-only kernels for the wasm backend. Decoding is dispatch-bound (a fixed cost per op
 // per token), so RMSNorm runs as one pass over the heap instead of six tfjs ops (22 us instead of
 // 109 us for [32, 128]) in forwards without a gradient tape (sampling, scoring); with a tape the
-// model uses the differentiable ops in ops.ts. (SiLU*up and rotary embedding were tried the same
-// way and were no faster than the wasm ops: its SIMD exp beats a JS loop.)
+// model uses the differentiable ops in ops.ts. With the native addon, engine/kernels.ts runs this
+// kernel there instead (native/layer-passes.c, with SwiGLU). (SiLU*up and rotary embedding were
+// tried here in JavaScript and were no faster than the wasm ops: its SIMD exp beats a JS loop.)
 import * as tf from '@tensorflow/tfjs-core';
 
 interface WasmBackend {

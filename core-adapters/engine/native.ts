@@ -57,7 +57,7 @@ export interface NativeKernels {
   bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
   /**
    * SwiGLU on one float32 array (the heap; arguments after it are offsets): forward (backward 0)
-   * out = silu(gate) up; backward (1) out = d gate and dUp = d up from dy. See native/swiglu.c.
+   * out = silu(gate) up; backward (1) out = d gate and dUp = d up from dy. See native/layer-passes.c.
    * Absent in old addons.
    */
   swiglu?: SwigluFn;

@@ -96,7 +96,7 @@ export function silu(x: tf.Tensor): tf.Tensor {
  * sigmoid(gate) and silu(gate) as well): d gate = dy up s (1 + gate (1 - s)), d up = dy gate s.
  */
 export function siluMul(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D {
-  // One pass each way on the addon's kernel (native/swiglu.c) instead of three ops and eight.
+  // One pass each way on the addon's kernel (native/layer-passes.c) instead of three ops and eight.
   if (swiGluKernelsAvailable() && gate.dtype === 'float32' && up.dtype === 'float32' && tf.util.arraysEqual(gate.shape, up.shape)) {
     return withGradient([gate, up], ([g, u], save) => {
       save([g, u]);
