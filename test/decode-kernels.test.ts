@@ -256,14 +256,26 @@ describe('decoding kernels', function () {
           expectClose(run(), Array.from(expected), 1e-3, `M ${M}`);
           expectClose(splitFrozenProducts(run), Array.from(expected), 1e-3, `M ${M} split`);
         }
-        // Under a tape (training) the fused kernel stands aside: its deltas have no gradient.
+        // Under a tape (training) it is differentiable: the gradients of x, every A and every B
+        // equal those of the product plus each delta built as tfjs ops.
         tf.tidy(() => {
-          const adapters = [{ A: tf.zeros([K, rank]) as tf.Tensor2D, B: tf.zeros([rank, 32]) as tf.Tensor2D, column: 0 }];
-          const x = tf.zeros([2, K]) as tf.Tensor2D;
-          tf.grad((input: tf.Tensor) => {
-            expect(w.productWithAdapters(input as tf.Tensor2D, adapters, scale)).to.equal(undefined);
-            return tf.sum(input);
-          })(x);
+          const M = 9;
+          const x = tf.tensor2d(Float32Array.from({ length: M * K }, random), [M, K]);
+          const factorTensors = factors.flatMap(({ A, B }, i) => [tf.tensor2d(A, [K, rank]), tf.tensor2d(B, [rank, blocks[i].width])]);
+          const probe = tf.tensor2d(Float32Array.from({ length: M * N }, random), [M, N]);
+          const asAdapters = (ab: tf.Tensor[]) => blocks.map(({ column }, i) => ({ A: ab[2 * i] as tf.Tensor2D, B: ab[2 * i + 1] as tf.Tensor2D, column }));
+          const fused = (xi: tf.Tensor, ...ab: tf.Tensor[]) => {
+            const y = w.productWithAdapters(xi as tf.Tensor2D, asAdapters(ab), scale);
+            expect(y, 'the fused kernel runs under a tape').to.not.equal(undefined);
+            return tf.sum(tf.mul(y!, probe));
+          };
+          const asOps = (xi: tf.Tensor, ...ab: tf.Tensor[]) => {
+            const deltas = blocks.map(({ column, width }, i) => tf.pad(tf.matMul(tf.mul(tf.matMul(xi as tf.Tensor2D, ab[2 * i] as tf.Tensor2D), scale) as tf.Tensor2D, ab[2 * i + 1] as tf.Tensor2D), [[0, 0], [column, N - column - width]]));
+            return tf.sum(tf.mul(tf.addN([w.product(xi as tf.Tensor2D), ...deltas]), probe));
+          };
+          const got = tf.grads(fused)([x, ...factorTensors]);
+          const want = tf.grads(asOps)([x, ...factorTensors]);
+          got.forEach((g, i) => expectClose(g.dataSync(), want[i].dataSync(), 1e-3, `gradient ${i === 0 ? 'x' : i % 2 ? `A${(i - 1) / 2}` : `B${(i - 2) / 2}`}`));
         });
       }));
   }

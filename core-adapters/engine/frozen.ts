@@ -121,11 +121,38 @@ export class FrozenMatrix implements FrozenWeights {
 
   /**
    * product(x, start, count) plus each adapter's ((x A) * scale) B in its columns, in one kernel;
-   * undefined where that cannot run (a tape is recording, or the addon lacks it).
+   * undefined where the addon lacks it. Under a tape, differentiable in x and each A and B: the
+   * deltas [M, width] are never built and added as tensors (two passes over the output each).
    */
   productWithAdapters(x: tf.Tensor2D, adapters: ColumnAdapter[], scale: number, start = 0, count = this.rows): tf.Tensor2D | undefined {
-    if (tf.engine().isTapeOn() || !fusedAdaptersAvailable()) return undefined;
-    return frozenLinearWithAdapters(x, this, start, count, adapters, scale);
+    if (!fusedAdaptersAvailable()) return undefined;
+    if (!tf.engine().isTapeOn()) return frozenLinearWithAdapters(x, this, start, count, adapters, scale);
+    const factors = adapters.flatMap(({ A, B }) => [A, B]);
+    const op = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args.pop() as tf.GradSaveFunc;
+      const [xi, ...ab] = args as tf.Tensor2D[];
+      save([xi, ...ab]);
+      const withInputs = adapters.map((a, i) => ({ ...a, A: ab[2 * i], B: ab[2 * i + 1] }));
+      return {
+        value: frozenLinearWithAdapters(xi, this, start, count, withInputs, scale),
+        gradFunc: (dy: tf.Tensor2D, [sx, ...sab]: tf.Tensor[]) => {
+          // d x = dy W + sum (dy_a B^T) scale A^T; d A = x^T (dy_a B^T) scale; d B = (x A scale)^T dy_a,
+          // dy_a being dy's columns of adapter a.
+          let dx = this.productTransposed(dy, start);
+          const grads: tf.Tensor[] = [];
+          withInputs.forEach(({ B, column }, i) => {
+            const [A, Bs] = [sab[2 * i] as tf.Tensor2D, sab[2 * i + 1] as tf.Tensor2D];
+            const width = B.shape[1];
+            const dyA = width === dy.shape[1] ? dy : dy.slice([0, column], [-1, width]);
+            const dRank = tf.mul(tf.matMul(dyA, Bs, false, true), scale) as tf.Tensor2D;
+            dx = tf.add(dx, tf.matMul(dRank, A, false, true)) as tf.Tensor2D;
+            grads.push(tf.matMul(sx as tf.Tensor2D, dRank, true, false), tf.matMul(tf.mul(tf.matMul(sx as tf.Tensor2D, A), scale) as tf.Tensor2D, dyA, true, false));
+          });
+          return [dx, ...grads];
+        },
+      };
+    }) as Parameters<typeof tf.customGrad>[0]);
+    return op(x, ...factors) as tf.Tensor2D;
   }
 
   /** dy[M, count] times rows [start, start + count): dy W, [M, cols] (the input gradient of product). */
