@@ -434,6 +434,13 @@ static double row_logsumexp(const float *restrict z, int64_t V, float invT) {
   return (double)shift + log(total);
 }
 
+// Threads for a pass beside this thread's products: what the caller asks, and at least the BLAS's
+// (the cores those products use).
+static int pass_threads(int64_t requested) {
+  const int blas = blas_get_threads ? blas_get_threads() : 1;
+  return requested > blas ? (int)requested : blas;
+}
+
 typedef struct {
   const float *Z;
   int64_t R, V;
@@ -497,11 +504,9 @@ static napi_value token_logprobs(napi_env env, napi_callback_info info) {
     return throw_error(env, "tokenLogProbs: out of bounds");
   for (int64_t r = 0; r < R; r++) if (targets[r] < 0 || targets[r] >= V) return throw_error(env, "tokenLogProbs: target outside the vocabulary");
   const token_job job = {Z + zOff, R, V, targets, (float)invT, OUT + outOff, withEntropy != 0, backward != 0, G + gOff};
-  const int blas = blas_get_threads ? blas_get_threads() : 1;
-  const int use = threads > blas ? (int)threads : blas;
+  const int use = pass_threads(threads);
   // A row of a real vocabulary is ~0.1 ms of work; rows of a small one are not worth a hand-off.
-  if (use > 1 && R > 1 && R * V >= (1 << 16)) run_tasks(token_rows, (void *)&job, (int)(R < use * 4 ? R : use * 4), use);
-  else token_rows((void *)&job, 0, 1);
+  run_tasks(token_rows, (void *)&job, R * V < (1 << 16) ? 1 : (int)(R < use * 4 ? R : use * 4), use);
   return NULL;
 }
 
@@ -568,17 +573,16 @@ static napi_value swiglu_napi(napi_env env, napi_callback_info info) {
   if (argc != 9) return throw_error(env, "swiglu: expected 9 arguments");
   float *H;
   size_t len;
-  int64_t v[8];
-  if (!get_floats(env, argv[2], &H, &len)) return throw_error(env, "swiglu: bad argument types");
-  for (int i = 0; i < 9; i++)
-    if (i != 2 && (!get_int(env, argv[i], &v[i < 2 ? i : i - 1]) || v[i < 2 ? i : i - 1] < 0)) return throw_error(env, "swiglu: bad argument types");
-  const int64_t backward = v[0], n = v[1], threads = v[7];
-  const int used = backward ? 5 : 3;
-  const int64_t offsets[5] = {v[2], v[3], v[5], v[4], v[6]};
-  for (int i = 0; i < used; i++)
-    if ((size_t)(offsets[i] + n) > len) return throw_error(env, "swiglu: out of bounds");
-  const int blas = blas_get_threads ? blas_get_threads() : 1;
-  swiglu((int)backward, n, H + v[2], H + v[3], backward ? H + v[4] : NULL, H + v[5], backward ? H + v[6] : NULL, threads > blas ? (int)threads : blas);
+  int64_t backward, n, gate, up, dy, out, dUp, threads;
+  if (!get_int(env, argv[0], &backward) || !get_int(env, argv[1], &n) || !get_floats(env, argv[2], &H, &len) || !get_int(env, argv[3], &gate) ||
+      !get_int(env, argv[4], &up) || !get_int(env, argv[5], &dy) || !get_int(env, argv[6], &out) || !get_int(env, argv[7], &dUp) ||
+      !get_int(env, argv[8], &threads))
+    return throw_error(env, "swiglu: bad argument types");
+  // Forward reads gate and up and writes out; backward also reads dy and writes dUp.
+  const int64_t offsets[5] = {gate, up, out, dy, dUp};
+  for (int i = 0; i < (backward ? 5 : 3); i++)
+    if (n < 0 || offsets[i] < 0 || (size_t)(offsets[i] + n) > len) return throw_error(env, "swiglu: out of bounds");
+  swiglu(backward != 0, n, H + gate, H + up, backward ? H + dy : NULL, H + out, backward ? H + dUp : NULL, pass_threads(threads));
   return NULL;
 }
 
@@ -599,8 +603,7 @@ static napi_value rms_norm_napi(napi_env env, napi_callback_info info) {
   if (rows < 0 || width <= 0 || x < 0 || weight < 0 || out < 0 || (size_t)(x + rows * width) > len || (size_t)(weight + width) > len ||
       (size_t)(out + rows * width) > len)
     return throw_error(env, "rmsNorm: out of bounds");
-  const int blas = blas_get_threads ? blas_get_threads() : 1;
-  rms_norm(rows, width, H + x, H + weight, H + out, eps, threads > blas ? (int)threads : blas);
+  rms_norm(rows, width, H + x, H + weight, H + out, eps, pass_threads(threads));
   return NULL;
 }
 

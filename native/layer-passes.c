@@ -9,13 +9,6 @@
 // Elements per task: large enough that a task's hand-off is noise, small enough to share 2-16 cores.
 enum { CHUNK = 1 << 15 };
 
-// Runs task(job, t) for t < tasks on up to `threads` threads (inline when one, or one task).
-static void share(share_fn task, void *job, int64_t tasks, int threads) {
-  if (threads > 1 && tasks > 1) run_tasks(task, job, (int)tasks, threads);
-  else
-    for (int64_t t = 0; t < tasks; t++) task(job, (int)t, (int)tasks);
-}
-
 typedef struct {
   int64_t n;
   const float *gate, *up, *dy;
@@ -69,7 +62,7 @@ static void backward_task(void *arg, int task, int tasks) {
 
 void swiglu(int backward, int64_t n, const float *gate, const float *up, const float *dy, float *out, float *d_up, int threads) {
   const swiglu_job job = {n, gate, up, dy, out, d_up};
-  share(backward ? backward_task : forward_task, (void *)&job, (n + CHUNK - 1) / CHUNK, threads);
+  run_tasks(backward ? backward_task : forward_task, (void *)&job, (int)((n + CHUNK - 1) / CHUNK), threads);
 }
 
 typedef struct {
@@ -105,5 +98,5 @@ void rms_norm(int64_t rows, int64_t width, const float *x, const float *weight, 
   const norm_job job = {rows, width, x, weight, out, eps};
   // Rows of a decode step are too few to share.
   const int64_t tasks = rows * width < CHUNK ? 1 : rows < 4 * threads ? rows : 4 * threads;
-  share(norm_task, (void *)&job, tasks, threads);
+  run_tasks(norm_task, (void *)&job, (int)tasks, threads);
 }
