@@ -133,6 +133,9 @@ async function runOn(backend: 'wasm' | 'webgpu', bindingLimit?: number): Promise
   tf.dispose(scored);
 
   const sample = await generate(model, prompts, { maxNewTokens: 8, temperature: 1, topP: 0.9, seed: 5, withLogProbs: true });
+  // Top-p 1 and greedy: on webgpu drawn by the GPU program, from the same uniforms.
+  const drawnOnGpu = await generate(model, prompts, { maxNewTokens: 8, temperature: 0.7, seed: 6, withLogProbs: true });
+  const greedy = await generate(model, prompts, { maxNewTokens: 6, temperature: 0, withLogProbs: true });
 
   const optimizer = new AdamW({ lr: 1e-2, weightDecay: 0.01 });
   const losses: number[] = [];
@@ -171,8 +174,8 @@ async function runOn(backend: 'wasm' | 'webgpu', bindingLimit?: number): Promise
     engine: { backend: info.backend, gpu: info.gpu },
     logProbs: Array.from(logProbs),
     entropy: Array.from(entropy),
-    sampled: sample.tokens,
-    sampledLogProbs: sample.logProbs!,
+    sampled: [...sample.tokens, ...drawnOnGpu.tokens, ...greedy.tokens],
+    sampledLogProbs: [...sample.logProbs!, ...drawnOnGpu.logProbs!, ...greedy.logProbs!],
     losses,
     params,
     addN,

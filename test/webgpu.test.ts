@@ -40,7 +40,7 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     }
   });
 
-  it('log-probs within 1e-5, the same seeded samples, three training steps, addN of 18 tensors, split-K products and the token-choosing losses as wasm; no tensor leaks; the same with the vocabulary held in blocks under a lowered binding limit', async () => {
+  it('log-probs within 1e-5, the same seeded and greedy samples (top-p on the host, temperature and greedy drawn by the GPU), three training steps, addN of 18 tensors, split-K products and the token-choosing losses as wasm; no tensor leaks; the same with the vocabulary held in blocks under a lowered binding limit', async () => {
     const run = await runNode(['--import', 'tsx', path.join('test', 'webgpu-equivalence.ts')], 300_000, gpuEnv);
     expect(run.status, run.stderr).to.equal(0);
     const { wasm, webgpu, webgpuSplit } = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as Record<'wasm' | 'webgpu' | 'webgpuSplit', BackendResult>;
@@ -79,6 +79,32 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     webgpuSplit.losses.forEach((loss, i) => expect(loss, `split: loss ${i}`).to.be.closeTo(wasm.losses[i], 1e-4 * Math.abs(wasm.losses[i])));
     expect(maxAbsDiff(webgpuSplit.params, wasm.params), 'split: parameters after three steps').to.be.at.most(PARAMETER_TOLERANCE);
     expect(webgpuSplit.tensorsLeaked, 'split: tensors left after the work').to.equal(0);
+  });
+
+  it("fused programs (RMSNorm, SwiGLU and its gradient, a decode step's attention and KV-cache writes, sampling) against float64, LoRA merged for forwards without a tape, and a decode step's GPU programs and readback", async () => {
+    const run = await runNode(['--import', 'tsx', path.join('test', 'webgpu-kernels-check.ts')], 300_000, gpuEnv);
+    expect(run.status, run.stderr).to.equal(0);
+    const r = JSON.parse(run.stdout.trim().split('\n').at(-1)!);
+    // float32 against float64, relative to the largest value: measured 2e-8 to 7e-7.
+    for (const [name, error] of Object.entries({ rmsNorm: r.rmsNorm, ...r.swiGlu, timeSlice: r.timeSlice })) expect(error, name).to.be.at.most(2e-6);
+    r.attention.forEach((a: { out: number; cache: number }, i: number) => {
+      expect(a.out, `attention case ${i}`).to.be.at.most(2e-6);
+      expect(a.cache, `cache written, case ${i}`).to.be.at.most(2e-6);
+    });
+    // The GPU's draws are sampleToken's for the same uniforms, with their log-probabilities.
+    expect(r.sampling.draws).to.equal(144);
+    expect(r.sampling.mismatches).to.deep.equal([]);
+    expect(r.sampling.logProbError).to.be.at.most(1e-5);
+    expect([r.sampling.greedyTie, r.sampling.ended, r.sampling.nanRow], 'first of tied maxima, an ended row, a NaN row').to.deep.equal([10, -1, -2]);
+    expect(r.model.mergedError, 'merged LoRA weights against x W + (x A) B').to.be.at.most(2e-6);
+    expect(r.model.tensorsAfterUpdate, 'merged weights replaced after an adapter update').to.equal(0);
+    // One decode step: per layer 2 RMSNorms, 5 products, 2 cache writes, the attention, 2 residual
+    // adds and SwiGLU (tfjs's ops took 62 with LoRA); 2 floats a row read back.
+    const programs = r.model.programs as Record<string, number>;
+    const total = Object.values(programs).reduce((a, b) => a + b, 0);
+    expect(total, JSON.stringify(programs)).to.be.at.most(13 * r.model.layers + 6);
+    for (const name of ['SoftmaxProgram', 'ConcatProgram', 'TransposeProgram', 'TransposeSharedProgram']) expect(programs[name], name).to.equal(undefined);
+    expect(r.model.readBytes).to.equal(2 * 2 * 4);
   });
 
   /** A tiny run (2 prompts x 4 samples, 2 steps, no validation) on `backend`; returns its directory. */
@@ -152,7 +178,7 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     const message = run.stderr.split('\n').find((l) => l.startsWith('flowrl train: webgpu:'));
     expect(message, run.stderr).to.not.equal(undefined);
     expect(message).to.match(/ValidationError: .*MapRead/);
-    expect(message).to.match(/\(during sampling \(the next-token logits\); GPU programs since the last readback: .*SoftmaxProgram/);
+    expect(message).to.match(/\(during sampling \(the drawn tokens\); GPU programs since the last readback: .*SoftmaxProgram/);
     expect(run.stderr).to.not.match(/internal error|\n\s+at /);
     expect(fs.existsSync(path.join(runDir, 'checkpoints'))).to.equal(false);
   });

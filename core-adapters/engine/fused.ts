@@ -50,9 +50,11 @@ export function registerFusedKernels(): void {
   registered = true;
 }
 
-/** Whether a forward here may use the fused kernels: wasm, float32, and no gradient tape. */
+/** Whether a forward here may use the fused kernels: wasm or webgpu, float32, and no gradient tape. */
 export function fusedForward(...tensors: tf.Tensor[]): boolean {
-  return registered && tf.getBackend() === 'wasm' && !tf.engine().isTapeOn() && tensors.every((t) => t.dtype === 'float32');
+  // wasm's kernel here, or webgpu's program (engine/webgpu-kernels.ts).
+  const here = tf.getBackend() === 'wasm' ? registered : tf.getKernel(FUSED_RMS_NORM, tf.getBackend()) !== undefined;
+  return here && !tf.engine().isTapeOn() && tensors.every((t) => t.dtype === 'float32');
 }
 
 export function runFused<T extends tf.Tensor>(name: string, inputs: Record<string, tf.Tensor>, attrs: Record<string, number> = {}): T {

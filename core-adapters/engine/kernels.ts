@@ -7,6 +7,7 @@
 // Anything else (other dtypes, general broadcasting, fused activations) goes to the stock kernel.
 import * as tf from '@tensorflow/tfjs-core';
 import { FUSED_RMS_NORM } from './fused.js';
+import { writeTimeSliceOnGpu } from './webgpu-kernels.js';
 import type { NativeKernels } from './native.js';
 
 interface WasmBackend {
@@ -402,8 +403,9 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
   return out;
 }
 
-/** Whether decodeAttention runs here (wasm and an addon that has it). */
+/** Whether decodeAttention runs here (wasm and an addon that has it, or webgpu's program). */
 export function decodeAttentionAvailable(): boolean {
+  if (tf.getBackend() === 'webgpu') return tf.getKernel(DECODE_ATTENTION, 'webgpu') !== undefined;
   return tf.getBackend() === 'wasm' && activeNative?.decodeAttention !== undefined && tf.getKernel(DECODE_ATTENTION, BACKEND) !== undefined;
 }
 
@@ -473,8 +475,9 @@ function nativeRmsNorm({ inputs: { x, weight }, attrs, backend }: KernelArgs): t
 export const SWIGLU = 'FlowrlSwiGlu';
 export const SWIGLU_GRAD = 'FlowrlSwiGluGrad';
 
-/** Whether the fused SwiGLU kernels run here (wasm and an addon that has them). */
+/** Whether the fused SwiGLU kernels run here (wasm and an addon that has them, or webgpu's programs). */
 export function swiGluKernelsAvailable(): boolean {
+  if (tf.getBackend() === 'webgpu') return tf.getKernel(SWIGLU, 'webgpu') !== undefined;
   return tf.getBackend() === 'wasm' && activeNative?.swiglu !== undefined && tf.getKernel(SWIGLU, BACKEND) !== undefined;
 }
 
@@ -504,8 +507,9 @@ export function runSwiGlu(gate: tf.Tensor2D, up: tf.Tensor2D, dy?: tf.Tensor2D):
   return tf.engine().runKernel(SWIGLU_GRAD, { gate, up, dy } as unknown as tf.NamedTensorMap) as unknown as [tf.Tensor2D, tf.Tensor2D];
 }
 
-/** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu). */
+/** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu; webgpu with its programs). */
 export function canWriteInPlace(): boolean {
+  if (tf.getBackend() === 'webgpu') return tf.getKernel(DECODE_ATTENTION, 'webgpu') !== undefined;
   return tf.getBackend() === 'wasm' || tf.getBackend() === 'cpu';
 }
 
@@ -521,6 +525,7 @@ export function writeTimeSlice(target: tf.Tensor4D, source: tf.Tensor4D, at: num
     throw new Error(`writeTimeSlice: cannot write [${source.shape}] into [${target.shape}] at ${at}`);
   }
   if (target.dtype !== 'float32' || source.dtype !== 'float32') return false;
+  if (tf.getBackend() === 'webgpu') return writeTimeSliceOnGpu(target, source, at);
   const backend = tf.backend() as unknown as Partial<WasmBackend> & { data?: { get(id: object): { values?: unknown } | undefined } };
   let dst: Float32Array;
   let src: Float32Array;

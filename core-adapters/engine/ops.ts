@@ -75,6 +75,8 @@ export function addColumns(x: tf.Tensor2D, b: tf.Tensor1D): tf.Tensor2D {
  * the gradients are transposed products, which engine/kernels.ts routes to fast paths on wasm.
  */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
+  // On webgpu the bias is added in the product's program (one GPU program instead of two).
+  if (bias && tf.getBackend() === 'webgpu' && !tf.engine().isTapeOn()) return tf.fused.matMul({ a: x, b: w, bias }) as tf.Tensor2D;
   const y = tf.matMul(x, w) as tf.Tensor2D;
   return bias ? addColumns(y, bias) : y;
 }

@@ -10,6 +10,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { GpuDeviceError } from '../errors.js';
+import { installWebgpuKernels } from './webgpu-kernels.js';
 
 /** What the banner and `auto` need to know about the adapter Dawn found. */
 export interface GpuAdapterReport {
@@ -342,6 +343,7 @@ export async function registerWebgpuBackend(adapter: GPUAdapter): Promise<void> 
   tf.env().set('WEBGPU_CPU_FORWARD', false);
   installChunkedAddN();
   installSplitKTransposeFix();
+  installWebgpuKernels();
   registered = true;
 }
 

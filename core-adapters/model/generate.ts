@@ -3,6 +3,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { canWriteInPlace, sampleRowsNatively, type RowSamples } from '../engine/kernels.js';
 import { splitFrozenProducts } from '../engine/native.js';
 import { readFloat32 } from '../engine/readback.js';
+import { gpuSamplingAvailable, sampleRowsOnGpu } from '../engine/webgpu-kernels.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
@@ -113,6 +114,9 @@ export function samplesGreedily(options: { greedy?: boolean; temperature?: numbe
  * Logits a softmax cannot be taken of (NaN or infinite: weights that diverged or overflowed). The
  * engine is broken then, not the request: a server reports it through /health.
  */
+/** The largest float32 below 1: a draw rounded to float32 stays a draw in [0, 1). */
+const LARGEST_FLOAT32_BELOW_ONE = 1 - 2 ** -24;
+
 export class NonFiniteLogits extends Error {
   constructor() {
     super('the model produced NaN or infinite logits (its weights are not finite, or overflowed)');
@@ -388,7 +392,7 @@ export class Decoding {
     if (!logits) return false;
     const { batch, done, tokens, options } = this;
     const V = logits.shape[1];
-    const drawn = options.rowForced?.some(Boolean) || options.rowLogits?.some(Boolean) ? undefined : this.drawNatively(logits);
+    const drawn = options.rowForced?.some(Boolean) || options.rowLogits?.some(Boolean) ? undefined : (this.drawNatively(logits) ?? (await this.drawOnGpu(logits)));
     // Top logprobs read every row's logits even when the addon drew the tokens.
     const values = drawn && !this.alternatives ? undefined : await readFloat32(logits, 'sampling (the next-token logits)');
     // Disposed while the read was pending (an aborted request): nothing more to do.
@@ -475,6 +479,24 @@ export class Decoding {
       if ((e as Error).message.includes('non-finite logits')) throw new NonFiniteLogits();
       throw e;
     }
+  }
+
+  /**
+   * On webgpu, the live rows' tokens drawn by a GPU program (greedy, or temperature without top-p or
+   * top-k), so the step reads back two numbers a row instead of the vocabulary's logits; undefined
+   * elsewhere, or when top logprobs need every logit anyway.
+   */
+  private async drawOnGpu(logits: tf.Tensor2D): Promise<RowSamples | undefined> {
+    const { options, done } = this;
+    const topK = options.topK ?? 0;
+    if (!gpuSamplingAvailable() || this.alternatives || (options.topP ?? 1) < 1 || (topK > 0 && topK < logits.shape[1])) return undefined;
+    // Each live row's one draw from its stream, as sampleToken takes it (none when greedy), kept
+    // below 1 in float32.
+    const draws = Float32Array.from(done, (ended, b) => (ended ? NaN : this.greedy ? 0 : Math.min(this.rngs[b].next(), LARGEST_FLOAT32_BELOW_ONE)));
+    const drawn = await sampleRowsOnGpu(logits, this.temperature, this.greedy, draws);
+    if (!drawn) return undefined;
+    if (drawn.tokens.some((token, b) => token === -2 && !done[b])) throw new NonFiniteLogits();
+    return { ...drawn, keptLogMass: new Float64Array(this.batch) };
   }
 
   /** What was sampled so far (everything, once finished). */

@@ -1,0 +1,263 @@
+// Checks the fused WebGPU programs (core-adapters/engine/webgpu-kernels.ts) on the webgpu backend
+// against float64 references computed here, and counts what a decode step dispatches and reads
+// back; prints the findings as JSON for test/webgpu.test.ts. Not a test file itself.
+import 'reflect-metadata';
+import * as tf from '@tensorflow/tfjs-core';
+import { initEngine } from '../core-adapters/engine/backend.js';
+import { decodeAttention, runSwiGlu, writeTimeSlice } from '../core-adapters/engine/kernels.js';
+import { rmsNorm } from '../core-adapters/engine/ops.js';
+import { readFloat32 } from '../core-adapters/engine/readback.js';
+import { sampleRowsOnGpu } from '../core-adapters/engine/webgpu-kernels.js';
+import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { parseModelConfig } from '../core-adapters/model/config.js';
+import { Decoding, sampleToken, tokenLogProb } from '../core-adapters/model/generate.js';
+import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
+import { Rng } from '../core-adapters/random.js';
+
+const info = await initEngine('webgpu', { quiet: true });
+if (info.backend !== 'webgpu') throw new Error(`expected the webgpu backend, got ${info.backend}`);
+const rng = new Rng(3);
+const normal = (n: number, scale = 1) => Float32Array.from({ length: n }, () => rng.normal() * scale);
+const read = (t: tf.Tensor) => readFloat32(t, 'kernel check');
+
+/** Largest |a - b| over the largest |b| (at least 1). */
+function relativeError(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  if (a.length !== b.length) return Infinity;
+  let worst = 0;
+  let scale = 1;
+  for (let i = 0; i < a.length; i++) {
+    worst = Math.max(worst, Math.abs(a[i] - b[i]));
+    scale = Math.max(scale, Math.abs(b[i]));
+  }
+  return Number.isNaN(worst) ? Infinity : worst / scale;
+}
+
+async function checkRmsNorm(): Promise<number> {
+  const [N, H] = [5, 301];
+  const x = normal(N * H, 3);
+  const w = normal(H);
+  const out = await read(tf.tidy(() => rmsNorm(tf.tensor2d(x, [N, H]), tf.tensor1d(w), 1e-6)));
+  const expected = new Float64Array(N * H);
+  for (let n = 0; n < N; n++) {
+    let squares = 0;
+    for (let h = 0; h < H; h++) squares += x[n * H + h] ** 2;
+    const scale = 1 / Math.sqrt(squares / H + 1e-6);
+    for (let h = 0; h < H; h++) expected[n * H + h] = x[n * H + h] * scale * w[h];
+  }
+  return relativeError(out, expected);
+}
+
+async function checkSwiGlu(): Promise<{ forward: number; gate: number; up: number }> {
+  const n = 7 * 130;
+  // Saturated gates too (sigmoid at 0 and 1).
+  const gate = Float32Array.from(normal(n, 4), (v, i) => (i % 97 === 0 ? 40 : i % 89 === 0 ? -40 : v));
+  const up = normal(n);
+  const dy = normal(n);
+  const [g, u, d] = [gate, up, dy].map((v) => tf.tensor2d(v, [7, 130]));
+  const y = runSwiGlu(g, u);
+  const [dGate, dUp] = runSwiGlu(g, u, d);
+  const [yv, gv, uv] = await Promise.all([y, dGate, dUp].map(read));
+  tf.dispose([g, u, d, y, dGate, dUp]);
+  const s = (v: number) => 1 / (1 + Math.exp(-v));
+  return {
+    forward: relativeError(yv, Array.from(gate, (v, i) => v * s(v) * up[i])),
+    gate: relativeError(gv, Array.from(gate, (v, i) => dy[i] * up[i] * s(v) * (1 + v * (1 - s(v))))),
+    up: relativeError(uv, Array.from(gate, (v, i) => dy[i] * v * s(v))),
+  };
+}
+
+/** x * cos + rotate_half(x) * sin for one head, in float64. */
+function rotate(x: ArrayLike<number>, c: ArrayLike<number>, s: ArrayLike<number>, at: number, d: number): number[] {
+  const half = d / 2;
+  return Array.from({ length: d }, (_, j) => x[at + j] * c[at + j] + (j < half ? -x[at + j + half] : x[at + j - half]) * s[at + j]);
+}
+
+/**
+ * A decode step's attention against float64: masked slots (left padding, past one 64-key tile
+ * in some rows), stale values in the cache past the new slot, grouped heads, and head sizes that
+ * fill one, two and a part of a thread's slots. Returns the worst output error and cache error.
+ */
+async function checkAttention(B: number, H: number, KV: number, d: number, S: number, past: number, pads: number[]): Promise<{ out: number; cache: number }> {
+  const C = H + 2 * KV;
+  const groups = H / KV;
+  const qkv = normal(B * C * d);
+  const cos = normal(B * C * d);
+  const sin = normal(B * C * d);
+  const keys = normal(B * KV * S * d);
+  const values = normal(B * KV * S * d);
+  const bias = new Float32Array(B * groups * S);
+  for (let b = 0; b < B; b++) for (let g = 0; g < groups; g++) for (let t = 0; t < S; t++) if (t < pads[b]) bias[(b * groups + g) * S + t] = -1e9;
+  const k = tf.tensor4d(keys, [B, KV, S, d]);
+  const v = tf.tensor4d(values, [B, KV, S, d]);
+  const out = tf.tidy(() => decodeAttention(tf.tensor2d(qkv, [B, C * d]), tf.tensor2d(cos, [B, C * d]), tf.tensor2d(sin, [B, C * d]), tf.tensor4d(bias, [B, 1, groups, S]), k, v, { heads: H, kvHeads: KV, past }));
+  const [got, gotKeys, gotValues] = await Promise.all([out, k, v].map(read));
+  tf.dispose([out, k, v]);
+  // The reference: the new slot written, then softmax attention over slots 0..past.
+  for (let b = 0; b < B; b++) {
+    for (let g = 0; g < KV; g++) {
+      const slot = ((b * KV + g) * S + past) * d;
+      rotate(qkv, cos, sin, (b * C + H + g) * d, d).forEach((x, j) => (keys[slot + j] = x));
+      rotate(qkv, cos, sin, (b * C + H + KV + g) * d, d).forEach((x, j) => (values[slot + j] = x));
+    }
+  }
+  const expected = new Float64Array(B * H * d);
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / groups);
+      const q = rotate(qkv, cos, sin, (b * C + h) * d, d);
+      const scores = Array.from({ length: past + 1 }, (_, t) => q.reduce((sum, x, j) => sum + x * keys[((b * KV + g) * S + t) * d + j], 0) + bias[b * groups * S + t]);
+      const max = Math.max(...scores);
+      const weights = scores.map((x) => Math.exp(x - max));
+      const total = weights.reduce((a, w) => a + w, 0);
+      for (let j = 0; j < d; j++) expected[(b * H + h) * d + j] = weights.reduce((sum, w, t) => sum + (w / total) * values[((b * KV + g) * S + t) * d + j], 0);
+    }
+  }
+  return { out: relativeError(got, expected), cache: Math.max(relativeError(gotKeys, keys), relativeError(gotValues, values)) };
+}
+
+async function checkTimeSlice(): Promise<number> {
+  const [B, H, S, T, d, at] = [2, 3, 20, 5, 8, 7];
+  const target = normal(B * H * S * d);
+  const source = normal(B * H * T * d);
+  const t = tf.tensor4d(target, [B, H, S, d]);
+  const s = tf.tensor4d(source, [B, H, T, d]);
+  const wrote = writeTimeSlice(t, s, at);
+  const got = await read(t);
+  tf.dispose([t, s]);
+  for (let row = 0; row < B * H; row++) target.set(source.subarray(row * T * d, (row + 1) * T * d), (row * S + at) * d);
+  return wrote ? relativeError(got, target) : Infinity;
+}
+
+/**
+ * Tokens drawn on the GPU against sampleToken on the host from the same uniforms: temperatures,
+ * a vocabulary that is not a multiple of the program's 256 threads and one smaller than them,
+ * greedy ties (the first largest wins), -Infinity logits (allowed when sampling), an ended row
+ * and a NaN row.
+ */
+async function checkSampling(): Promise<{ draws: number; mismatches: string[]; logProbError: number; ended: number; nanRow: number; greedyTie: number }> {
+  const mismatches: string[] = [];
+  let logProbError = 0;
+  let draws = 0;
+  for (const [V, temperature, rows] of [
+    [5000, 1, 48],
+    [5000, 0.6, 48],
+    [300, 1.3, 24],
+    [37, 1, 24],
+  ] as const) {
+    const logits = normal(rows * V, 3);
+    for (let i = 0; i < rows * V; i += 13) if (i % 2) logits[i] = -Infinity;
+    const seeds = Array.from({ length: rows }, (_, r) => 1000 * V + r);
+    const uniforms = Float32Array.from(seeds, (seed) => Math.min(new Rng(seed).next(), 1 - 2 ** -24));
+    const t = tf.tensor2d(logits, [rows, V]);
+    const drawn = (await sampleRowsOnGpu(t, temperature, false, uniforms))!;
+    t.dispose();
+    for (let r = 0; r < rows; r++) {
+      const row = logits.subarray(r * V, (r + 1) * V);
+      const expected = sampleToken(row, { maxNewTokens: 1, temperature }, new Rng(seeds[r]));
+      draws++;
+      if (drawn.tokens[r] !== expected) mismatches.push(`V ${V} T ${temperature} row ${r}: ${drawn.tokens[r]} against ${expected}`);
+      else logProbError = Math.max(logProbError, Math.abs(drawn.logProbs[r] - tokenLogProb(row, expected, temperature)));
+    }
+  }
+  const V = 4999;
+  const logits = normal(4 * V);
+  logits[10] = logits[4000] = 50;
+  logits[2 * V + 7] = NaN;
+  const t = tf.tensor2d(logits, [4, V]);
+  const greedy = (await sampleRowsOnGpu(t, 1, true, Float32Array.from([0, NaN, 0, 0])))!;
+  t.dispose();
+  return { draws, mismatches, logProbError, ended: greedy.tokens[1], nanRow: greedy.tokens[2], greedyTie: greedy.tokens[0] };
+}
+
+const MODEL = parseModelConfig(
+  {
+    model_type: 'qwen2',
+    vocab_size: 700,
+    hidden_size: 64,
+    intermediate_size: 96,
+    num_hidden_layers: 3,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 256,
+    rms_norm_eps: 1e-6,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+  },
+  'webgpu kernel check model',
+);
+
+/** Every LoRA B of the model set to random values of the given scale (they start at zero). */
+function setAdapterB(model: ReturnType<typeof modelFromWeights>, scale: number): void {
+  for (const [name, v] of model.trainableParams()) {
+    if (!name.endsWith('lora_B')) continue;
+    const value = tf.tensor(normal(v.size, scale), v.shape);
+    v.assign(value);
+    value.dispose();
+  }
+}
+
+/**
+ * A LoRA model (B not zero): logits without a tape (weights merged with their adapters) against
+ * the same forward under a tape (x W + (x A scale) B), and what one decode step dispatches and reads.
+ */
+async function checkModel(): Promise<{ mergedError: number; programs: Record<string, number>; readBytes: number; layers: number; tensorsAfterUpdate: number }> {
+  const model = modelFromWeights(MODEL, initWeights(MODEL, 4));
+  model.attachAdapters(createAdapters(MODEL, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 5));
+  setAdapterB(model, 0.05);
+  const ids = Int32Array.from({ length: 2 * 6 }, (_, i) => (i * 37) % MODEL.vocabSize);
+  const input = { ids, batch: 2, attentionMask: new Int32Array(12).fill(1), positions: Int32Array.from({ length: 12 }, (_, i) => i % 6) };
+  const merged = tf.tidy(() => model.logits(model.forward(input).hidden));
+  let taped: tf.Tensor | undefined;
+  const vars = [...model.trainableParams().values()];
+  const { grads } = tf.variableGrads(() => {
+    taped = tf.keep(model.logits(model.forward(input).hidden));
+    return tf.sum(taped) as tf.Scalar;
+  }, vars);
+  tf.dispose(grads);
+  const mergedError = relativeError(await read(merged), await read(taped!));
+  tf.dispose([merged, taped!]);
+
+  // An update replaces the merged weights (no tensor left behind).
+  const before = tf.memory().numTensors;
+  setAdapterB(model, 0.05);
+  tf.tidy(() => model.logits(model.forward(input).hidden)).dispose();
+  const tensorsAfterUpdate = tf.memory().numTensors - before;
+
+  const programs: Record<string, number> = {};
+  const backend = tf.backend() as unknown as { runWebGPUProgram(p: object, ...rest: unknown[]): unknown };
+  const run = backend.runWebGPUProgram.bind(backend);
+  backend.runWebGPUProgram = (p, ...rest) => {
+    programs[p.constructor.name] = (programs[p.constructor.name] ?? 0) + 1;
+    return run(p, ...rest);
+  };
+  let readBytes = 0;
+  const data = tf.Tensor.prototype.data;
+  tf.Tensor.prototype.data = function (this: tf.Tensor) {
+    readBytes += this.size * 4;
+    return data.call(this);
+  } as typeof data;
+  const decoding = new Decoding(model, [[5, 6, 7], [8, 9, 10, 11, 12]], { maxNewTokens: 4, temperature: 1, seed: 1 });
+  await decoding.step();
+  for (const name of Object.keys(programs)) delete programs[name];
+  readBytes = 0;
+  await decoding.step();
+  decoding.dispose();
+  backend.runWebGPUProgram = run;
+  tf.Tensor.prototype.data = data;
+  model.dispose();
+  return { mergedError, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
+}
+
+const result = {
+  rmsNorm: await checkRmsNorm(),
+  swiGlu: await checkSwiGlu(),
+  attention: [
+    await checkAttention(3, 6, 2, 32, 200, 150, [0, 70, 149]),
+    await checkAttention(2, 4, 4, 128, 40, 0, [0, 0]),
+    await checkAttention(2, 2, 1, 80, 90, 66, [3, 66]),
+  ],
+  timeSlice: await checkTimeSlice(),
+  sampling: await checkSampling(),
+  model: await checkModel(),
+};
+console.log(JSON.stringify(result));
