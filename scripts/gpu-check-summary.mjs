@@ -32,6 +32,10 @@ rows.push(['tiny train step, ms', fmt(tiny?.train_step_ms), fmt(torchTiny?.train
 rows.push(['tiny sampling, tokens/s', fmt(tiny?.sample_tokens_per_s, 0), fmt(torchTiny?.sample_tokens_per_s, 0), ratio(tiny?.sample_tokens_per_s, torchTiny?.sample_tokens_per_s)]);
 rows.push([`${model?.model ?? 'model'} train step, ms`, fmt(model?.train_step_ms), fmt(torchModel?.train_step_ms), ratio(model?.train_step_ms, torchModel?.train_step_ms)]);
 rows.push([`${model?.model ?? 'model'} sampling, tokens/s`, fmt(model?.sample_tokens_per_s, 0), fmt(torchModel?.sample_tokens_per_s, 0), ratio(model?.sample_tokens_per_s, torchModel?.sample_tokens_per_s)]);
+const unfused = read('model_unfused');
+// flowrl's decode step with its fused programs and on tfjs's own ops (FLOWRL_WEBGPU_FUSED=off).
+rows.push([`${model?.model ?? 'model'} decode step, ms`, fmt(model?.decode_step_ms), '—', '—']);
+rows.push([`${model?.model ?? 'model'} decode step on tfjs's own ops, ms`, fmt(unfused?.decode_step_ms), '—', '—']);
 const torchPhases = torchRl?.phases ?? {};
 for (const phase of rl?.phases ?? []) {
   rows.push([`RL step: ${phase.name}, s`, fmt(phase.seconds, 2), fmt(torchPhases[phase.name], 2), ratio(phase.seconds, torchPhases[phase.name])]);

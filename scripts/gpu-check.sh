@@ -4,8 +4,9 @@
 # PyTorch on the same shapes on the same machine:
 #   1. the GPU's float32 matmul peak and copy bandwidth through tfjs's kernels (bench --limits);
 #   2. the tiny bench (train step, KV-cache sampling) and PyTorch's (scripts/torch_bench.py);
-#   3. Qwen2.5-0.5B's shape: a train step and sampling, and one whole RL step (LoRA r 16, 8 prompts x
-#      4 samples, 64 + 128 tokens), each beside scripts/torch_model_bench.py on the same job.
+#   3. Qwen2.5-0.5B's shape: a train step and sampling (also with FLOWRL_WEBGPU_FUSED=off: tfjs's
+#      own ops), and one whole RL step (LoRA r 16, 8 prompts x 4 samples, 64 + 128 tokens), each
+#      beside scripts/torch_model_bench.py on the same job.
 # Writes $OUT (default /tmp/gpu-check) /*.json, and summary.md with the figures side by side.
 # SIZE=small runs small shapes only (a software driver: lavapipe), to check the check itself.
 set -uo pipefail
@@ -64,6 +65,8 @@ fi
 step limits "${FLOWRL[@]}" bench --limits --backend webgpu --json "${MATRIX[@]}"
 step tiny "${FLOWRL[@]}" bench --backend webgpu --json "${TINY[@]}"
 step model "${FLOWRL[@]}" bench --model-config "$MODEL" --backend webgpu --json "${SHAPE[@]}" "${LIMITS[@]}"
+# The same on tfjs's own ops (no fused programs, LoRA merge or GPU draws): what they change on a GPU.
+step model_unfused env FLOWRL_WEBGPU_FUSED=off "${FLOWRL[@]}" bench --model-config "$MODEL" --backend webgpu --json "${SHAPE[@]}" "${LIMITS[@]}"
 step rl_step "${FLOWRL[@]}" bench --model-config "$MODEL" --rl-step --backend webgpu --json "${RL[@]}" "${LIMITS[@]}"
 if torch_cuda; then
   step torch_tiny python3 "$ROOT/scripts/torch_bench.py" --device cuda "${TINY[@]}"

@@ -278,6 +278,10 @@ export async function runModelBench(options: ModelBenchOptions): Promise<ModelBe
   // decoding split the base's products over the cores.
   const kernels = info.backend === 'wasm' ? loadNativeKernels().kernels : undefined;
   kernels?.setThreads(blasThreads());
+  // A short decode first, untimed, as the train step has its warm-up: a GPU compiles its programs
+  // on first use (a decode step's are not the train step's).
+  const warmUp = new Decoding(model, prompts, { maxNewTokens: 2, temperature: 1, seed: 0, stopTokenIds: [] });
+  while (await warmUp.step());
   const start = performance.now();
   const decoding = new Decoding(model, prompts, { maxNewTokens: options.sampleTokens, temperature: 1, seed: 0, stopTokenIds: [] });
   await decoding.prefill();

@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { FrozenMatrix } from './frozen.js';
 import { FUSED_RMS_NORM, fusedForward, runFused } from './fused.js';
+import { webgpuFused } from './webgpu-kernels.js';
 import { runSwiGlu, runTokenLogProbs, swiGluKernelsAvailable, tokenLogProbKernelsAvailable } from './kernels.js';
 
 type Backward = (dy: tf.Tensor, saved: tf.Tensor[]) => tf.Tensor[];
@@ -76,7 +77,7 @@ export function addColumns(x: tf.Tensor2D, b: tf.Tensor1D): tf.Tensor2D {
  */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
   // On webgpu the bias is added in the product's program (one GPU program instead of two).
-  if (bias && tf.getBackend() === 'webgpu' && !tf.engine().isTapeOn()) return tf.fused.matMul({ a: x, b: w, bias }) as tf.Tensor2D;
+  if (bias && webgpuFused() && !tf.engine().isTapeOn()) return tf.fused.matMul({ a: x, b: w, bias }) as tf.Tensor2D;
   const y = tf.matMul(x, w) as tf.Tensor2D;
   return bias ? addColumns(y, bias) : y;
 }

@@ -385,6 +385,15 @@ export async function sampleRowsOnGpu(logits: tf.Tensor2D, temperature: number, 
   return { tokens, logProbs };
 }
 
+/**
+ * Whether the active backend is webgpu with these programs installed: the model then also merges
+ * LoRA weights, multiplies the tied head transposed and adds biases inside products in forwards
+ * without a tape. FLOWRL_WEBGPU_FUSED=off turns all of it off (tfjs's ops, as before them).
+ */
+export function webgpuFused(): boolean {
+  return tf.getBackend() === 'webgpu' && tf.getKernel(FUSED_RMS_NORM, 'webgpu') !== undefined;
+}
+
 /** Registers the fused programs on the webgpu backend (once; FLOWRL_WEBGPU_FUSED=off leaves tfjs's ops). */
 export function installWebgpuKernels(): void {
   if (process.env.FLOWRL_WEBGPU_FUSED === 'off') return;

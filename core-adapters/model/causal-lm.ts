@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
+import { webgpuFused } from '../engine/webgpu-kernels.js';
 import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import { vocabBlockName } from './layout.js';
@@ -179,7 +180,7 @@ export class CausalLM {
 
   /** Logits [N, V] for hidden states [N, H]. */
   logits(hidden: tf.Tensor2D): tf.Tensor2D {
-    if (this.config.tieWordEmbeddings && tf.getBackend() === 'webgpu' && !this.frozen.size) {
+    if (this.config.tieWordEmbeddings && webgpuFused() && !this.frozen.size) {
       // The embedding's blocks multiplied transposed: no copy of [V, H] per decode step.
       const blocks = this.vocabBlocks('model.embed_tokens.weight');
       const parts = blocks.map((block) => tf.matMul(hidden, block, false, true) as tf.Tensor2D);
@@ -229,7 +230,7 @@ export class CausalLM {
    * adapted module in a dispatch-bound decode step. (A variable's dataId changes when it is assigned.)
    */
   private mergedWeight(name: string, modules: LoraModule[], adapters: { A: tf.Tensor2D; B: tf.Tensor2D; column: number }[]): tf.Tensor2D | undefined {
-    if (tf.getBackend() !== 'webgpu' || tf.engine().isTapeOn() || this.frozen.has(name)) return undefined;
+    if (!webgpuFused() || tf.engine().isTapeOn() || this.frozen.has(name)) return undefined;
     const from = adapters.flatMap(({ A, B }) => [A.dataId, B.dataId]);
     const known = this.merged.get(name);
     if (known && known.from.length === from.length && known.from.every((id, i) => id === from[i])) return known.weight;
