@@ -49,6 +49,15 @@ function program(name: string, key: string, variableNames: string[], outputShape
   } as unknown as GpuProgram;
 }
 
+/**
+ * The workgroup's number. Past 65,535 workgroups tfjs spreads a dispatch over y (and z), rounding
+ * up, and the workgroups past the last row must write nothing (WGSL lets a store out of range land
+ * anywhere in the buffer; lavapipe drops it). They cannot return early: tfjs passes the builtins
+ * through private variables, which WGSL's uniformity analysis does not trust before a barrier, so
+ * they compute the last row again and skip the writes.
+ */
+const WORKGROUP = 'i32(workgroupId.x + numWorkgroups.x * (workgroupId.y + numWorkgroups.y * workgroupId.z))';
+
 /** Sums `partial` over the workgroup into partial[0] (a power-of-two workgroup). */
 const WORKGROUP_SUM = `
   for (var width = ${ROW_THREADS / 2}; width > 0; width = width / 2) {
@@ -62,7 +71,8 @@ function rmsNormKernel({ inputs: { x, weight }, attrs, backend }: KernelArgs): t
   const body = `
     var<workgroup> partial : array<f32, ${ROW_THREADS}>;
     fn main(index : i32) {
-      let row = index / ${ROW_THREADS};
+      let valid = ${WORKGROUP} < uniforms.xShape[0];
+      let row = min(${WORKGROUP}, uniforms.xShape[0] - 1);
       let tid = i32(localId.x);
       let width = uniforms.xShape[1];
       let base = row * width;
@@ -72,7 +82,7 @@ function rmsNormKernel({ inputs: { x, weight }, attrs, backend }: KernelArgs): t
       workgroupBarrier();
       ${WORKGROUP_SUM}
       let scale = inverseSqrt(partial[0] / f32(width) + uniforms.eps);
-      for (var h = tid; h < width; h = h + ${ROW_THREADS}) { result[base + h] = x[base + h] * scale * weight[h]; }
+      for (var h = tid; h < width && valid; h = h + ${ROW_THREADS}) { result[base + h] = x[base + h] * scale * weight[h]; }
     }`;
   const p = program('RmsNormProgram', '', ['x', 'weight'], x.shape, rows, ROW_THREADS, 'eps : f32,', body);
   return (backend as WebgpuBackend).runWebGPUProgram(p, [x, weight], 'float32', [{ type: 'float32', data: [attrs!.eps as number] }]);
@@ -174,7 +184,8 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
     fn main(index : i32) {
       let d = ${d};
       let tid = i32(localId.x);
-      let unit = index / ${ROW_THREADS};
+      let valid = ${WORKGROUP} < uniforms.outShape[0] * uniforms.heads;
+      let unit = min(${WORKGROUP}, uniforms.outShape[0] * uniforms.heads - 1);
       let heads = uniforms.heads;
       let h = unit % heads;
       let row = unit / heads;
@@ -227,7 +238,7 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
       }
       for (var k = 0; k < ${slots}; k = k + 1) {
         let j = tid + k * ${ROW_THREADS};
-        if (j < d) { result[unit * d + j] = sums[k] / total; }
+        if (j < d && valid) { result[unit * d + j] = sums[k] / total; }
       }
     }`;
   const p = program('DecodeAttentionProgram', `d${d}`, ['qkv', 'cosines', 'sines', 'bias', 'keys', 'values'], [batch, heads * d], batch * heads, ROW_THREADS, 'heads : i32, past : i32,', body);
@@ -290,7 +301,8 @@ function sampleRowsKernel({ inputs: { logits, draws }, attrs, backend }: KernelA
     // exp(v / T - max), 0 for a -Infinity logit.
     fn weightOf(v : f32, invT : f32) -> f32 { return select(exp(v * invT - rowMax), 0.0, flagsOf(v) == MINUS_INF); }
     fn main(index : i32) {
-      let row = index / ${SAMPLE_THREADS};
+      let valid = ${WORKGROUP} < uniforms.logitsShape[0];
+      let row = min(${WORKGROUP}, uniforms.logitsShape[0] - 1);
       let tid = i32(localId.x);
       let V = uniforms.logitsShape[1];
       let base = row * V;
@@ -323,7 +335,7 @@ function sampleRowsKernel({ inputs: { logits, draws }, attrs, backend }: KernelA
       for (var i = first; i < end; i = i + 1) { sum = sum + weightOf(logits[base + i], invT); }
       sums[tid] = sum;
       workgroupBarrier();
-      if (tid == 0) {
+      if (tid == 0 && valid) {
         var total = 0.0;
         for (var k = 0; k < ${SAMPLE_THREADS}; k = k + 1) { total = total + sums[k]; }
         let u = draws[row];
