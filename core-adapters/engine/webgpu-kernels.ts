@@ -51,8 +51,8 @@ function program(name: string, key: string, variableNames: string[], outputShape
 
 /**
  * The workgroup's number. Past 65,535 workgroups tfjs spreads a dispatch over y (and z), rounding
- * up, and the workgroups past the last row must write nothing (WGSL lets a store out of range land
- * anywhere in the buffer; lavapipe drops it). They cannot return early: tfjs passes the builtins
+ * up, and the workgroups past the last row must write nothing (a store out of range is not promised
+ * to be dropped; lavapipe drops it). They cannot return early: tfjs passes the builtins
  * through private variables, which WGSL's uniformity analysis does not trust before a barrier, so
  * they compute the last row again and skip the writes.
  */
