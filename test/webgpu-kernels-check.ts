@@ -4,10 +4,10 @@
 import 'reflect-metadata';
 import * as tf from '@tensorflow/tfjs-core';
 import { initEngine } from '../core-adapters/engine/backend.js';
-import { decodeAttention, runSwiGlu, writeTimeSlice } from '../core-adapters/engine/kernels.js';
+import { decodeAttention, runSwiGlu } from '../core-adapters/engine/kernels.js';
 import { rmsNorm } from '../core-adapters/engine/ops.js';
 import { readFloat32 } from '../core-adapters/engine/readback.js';
-import { sampleRowsOnGpu } from '../core-adapters/engine/webgpu-kernels.js';
+import { drawRowsOnGpu, writeTimeSliceOnGpu } from '../core-adapters/engine/webgpu-kernels.js';
 import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { Decoding, sampleToken, tokenLogProb } from '../core-adapters/model/generate.js';
@@ -120,11 +120,19 @@ async function checkTimeSlice(): Promise<number> {
   const source = normal(B * H * T * d);
   const t = tf.tensor4d(target, [B, H, S, d]);
   const s = tf.tensor4d(source, [B, H, T, d]);
-  const wrote = writeTimeSlice(t, s, at);
+  const wrote = writeTimeSliceOnGpu(t, s, at);
   const got = await read(t);
   tf.dispose([t, s]);
   for (let row = 0; row < B * H; row++) target.set(source.subarray(row * T * d, (row + 1) * T * d), (row * S + at) * d);
   return wrote ? relativeError(got, target) : Infinity;
+}
+
+/** drawRowsOnGpu's tokens and log-probabilities, read. */
+async function drawOnGpu(logits: tf.Tensor2D, temperature: number, greedy: boolean, draws: Float32Array): Promise<{ tokens: number[]; logProbs: number[] }> {
+  const out = drawRowsOnGpu(logits, temperature, greedy, draws)!;
+  const values = await read(out);
+  out.dispose();
+  return { tokens: Array.from({ length: draws.length }, (_, r) => values[2 * r]), logProbs: Array.from({ length: draws.length }, (_, r) => values[2 * r + 1]) };
 }
 
 /**
@@ -148,7 +156,7 @@ async function checkSampling(): Promise<{ draws: number; mismatches: string[]; l
     const seeds = Array.from({ length: rows }, (_, r) => 1000 * V + r);
     const uniforms = Float32Array.from(seeds, (seed) => Math.min(new Rng(seed).next(), 1 - 2 ** -24));
     const t = tf.tensor2d(logits, [rows, V]);
-    const drawn = (await sampleRowsOnGpu(t, temperature, false, uniforms))!;
+    const drawn = await drawOnGpu(t, temperature, false, uniforms);
     t.dispose();
     for (let r = 0; r < rows; r++) {
       const row = logits.subarray(r * V, (r + 1) * V);
@@ -163,7 +171,7 @@ async function checkSampling(): Promise<{ draws: number; mismatches: string[]; l
   logits[10] = logits[4000] = 50;
   logits[2 * V + 7] = NaN;
   const t = tf.tensor2d(logits, [4, V]);
-  const greedy = (await sampleRowsOnGpu(t, 1, true, Float32Array.from([0, NaN, 0, 0])))!;
+  const greedy = await drawOnGpu(t, 1, true, Float32Array.from([0, NaN, 0, 0]));
   t.dispose();
   return { draws, mismatches, logProbError, ended: greedy.tokens[1], nanRow: greedy.tokens[2], greedyTie: greedy.tokens[0] };
 }

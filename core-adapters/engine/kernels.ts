@@ -7,7 +7,6 @@
 // Anything else (other dtypes, general broadcasting, fused activations) goes to the stock kernel.
 import * as tf from '@tensorflow/tfjs-core';
 import { FUSED_RMS_NORM } from './fused.js';
-import { writeTimeSliceOnGpu } from './webgpu-kernels.js';
 import type { NativeKernels } from './native.js';
 
 interface WasmBackend {
@@ -507,7 +506,7 @@ export function runSwiGlu(gate: tf.Tensor2D, up: tf.Tensor2D, dy?: tf.Tensor2D):
   return tf.engine().runKernel(SWIGLU_GRAD, { gate, up, dy } as unknown as tf.NamedTensorMap) as unknown as [tf.Tensor2D, tf.Tensor2D];
 }
 
-/** Whether writeTimeSlice can reach the active backend's memory (wasm and cpu; webgpu with its programs). */
+/** Whether a KV cache can be written in place here: writeTimeSlice (wasm and cpu) or webgpu-kernels.ts's writeTimeSliceOnGpu. */
 export function canWriteInPlace(): boolean {
   if (tf.getBackend() === 'webgpu') return tf.getKernel(DECODE_ATTENTION, 'webgpu') !== undefined;
   return tf.getBackend() === 'wasm' || tf.getBackend() === 'cpu';
@@ -525,7 +524,6 @@ export function writeTimeSlice(target: tf.Tensor4D, source: tf.Tensor4D, at: num
     throw new Error(`writeTimeSlice: cannot write [${source.shape}] into [${target.shape}] at ${at}`);
   }
   if (target.dtype !== 'float32' || source.dtype !== 'float32') return false;
-  if (tf.getBackend() === 'webgpu') return writeTimeSliceOnGpu(target, source, at);
   const backend = tf.backend() as unknown as Partial<WasmBackend> & { data?: { get(id: object): { values?: unknown } | undefined } };
   let dst: Float32Array;
   let src: Float32Array;

@@ -7,7 +7,6 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { FUSED_RMS_NORM } from './fused.js';
 import { DECODE_ATTENTION, SWIGLU, SWIGLU_GRAD, type DecodeAttentionShape } from './kernels.js';
-import { readFloat32 } from './readback.js';
 
 /** What tfjs-backend-webgpu 4.22 reads from a program (webgpu_program.ts's WebGPUProgram). */
 interface GpuProgram {
@@ -249,8 +248,8 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
 }
 
 /**
- * Copies source [B, H, T, d] into target [B, H, S, d] at time `at` on the GPU, in place (see
- * kernels.ts's writeTimeSlice). False when the active backend is not webgpu.
+ * Copies source [B, H, T, d] into target [B, H, S, d] at time `at` on the GPU, in place (what
+ * kernels.ts's writeTimeSlice does on wasm and cpu). False when the active backend is not webgpu.
  */
 export function writeTimeSliceOnGpu(target: tf.Tensor4D, source: tf.Tensor4D, at: number): boolean {
   if (tf.getBackend() !== 'webgpu' || !tf.getKernel(DECODE_ATTENTION, 'webgpu')) return false;
@@ -376,25 +375,15 @@ export function gpuSamplingAvailable(): boolean {
 }
 
 /**
- * Draws rows' tokens on the GPU (see sampleRowsKernel): greedy, or at `temperature` with top-p 1
- * and no top-k; draws[row] is the row's uniform (NaN: the row has ended). Tokens -1 for ended
- * rows and -2 for a row with a non-finite logit. Undefined when the backend is not webgpu or the
- * program is off.
+ * Rows' tokens drawn on the GPU (see sampleRowsKernel): greedy, or at `temperature` with top-p 1
+ * and no top-k; draws[row] is the row's uniform (NaN: the row has ended). Returns [R, 2] of (token,
+ * log-probability) for the caller to read: token -1 for an ended row, -2 for a row refused for a
+ * non-finite logit. Undefined when the backend is not webgpu or the program is off.
  */
-export async function sampleRowsOnGpu(logits: tf.Tensor2D, temperature: number, greedy: boolean, draws: Float32Array): Promise<{ tokens: Int32Array; logProbs: Float64Array } | undefined> {
+export function drawRowsOnGpu(logits: tf.Tensor2D, temperature: number, greedy: boolean, draws: Float32Array): tf.Tensor2D | undefined {
   if (!gpuSamplingAvailable() || logits.dtype !== 'float32') return undefined;
   const attrs = { invT: 1 / temperature, greedy } as unknown as tf.NamedAttrMap;
-  const out = tf.tidy(() => tf.engine().runKernel(SAMPLE_ROWS, { logits, draws: tf.tensor1d(draws) } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D);
-  let values: Float32Array;
-  try {
-    values = await readFloat32(out, 'sampling (the drawn tokens)');
-  } finally {
-    out.dispose();
-  }
-  const rows = logits.shape[0];
-  const tokens = Int32Array.from({ length: rows }, (_, row) => values[2 * row]);
-  const logProbs = Float64Array.from({ length: rows }, (_, row) => values[2 * row + 1]);
-  return { tokens, logProbs };
+  return tf.tidy(() => tf.engine().runKernel(SAMPLE_ROWS, { logits, draws: tf.tensor1d(draws) } as unknown as tf.NamedTensorMap, attrs) as tf.Tensor2D);
 }
 
 /**

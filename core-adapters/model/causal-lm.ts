@@ -4,7 +4,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
-import { webgpuFused } from '../engine/webgpu-kernels.js';
+import { webgpuFused, writeTimeSliceOnGpu } from '../engine/webgpu-kernels.js';
 import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import { vocabBlockName } from './layout.js';
@@ -513,7 +513,8 @@ export class CausalLM {
       const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
       k = cache ? cache.keys[layer] : tf.zeros(shape);
       v = cache ? cache.values[layer] : tf.zeros(shape);
-      if (!writeTimeSlice(k, kNew, slots.past) || !writeTimeSlice(v, vNew, slots.past)) throw new Error('in-place KV cache: this backend cannot write tensors in place');
+      const write = (target: tf.Tensor4D, source: tf.Tensor4D) => writeTimeSlice(target, source, slots.past) || writeTimeSliceOnGpu(target, source, slots.past);
+      if (!write(k, kNew) || !write(v, vNew)) throw new Error('in-place KV cache: this backend cannot write tensors in place');
     } else if (cache) {
       k = tf.concat([cache.keys[layer], k], 2);
       v = tf.concat([cache.values[layer], v], 2);

@@ -3,7 +3,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { canWriteInPlace, sampleRowsNatively, type RowSamples } from '../engine/kernels.js';
 import { splitFrozenProducts } from '../engine/native.js';
 import { readFloat32 } from '../engine/readback.js';
-import { gpuSamplingAvailable, sampleRowsOnGpu } from '../engine/webgpu-kernels.js';
+import { drawRowsOnGpu, gpuSamplingAvailable } from '../engine/webgpu-kernels.js';
 import type { ThreadPool } from '../engine/thread-pool.js';
 import { Rng } from '../random.js';
 import { positionsFromMask, type CausalLM, type KVCache } from './causal-lm.js';
@@ -110,13 +110,13 @@ export function samplesGreedily(options: { greedy?: boolean; temperature?: numbe
   return options.greedy === true || t < GREEDY_TEMPERATURE;
 }
 
+/** The largest float32 below 1: a draw rounded to float32 stays a draw in [0, 1). */
+const LARGEST_FLOAT32_BELOW_ONE = 1 - 2 ** -24;
+
 /**
  * Logits a softmax cannot be taken of (NaN or infinite: weights that diverged or overflowed). The
  * engine is broken then, not the request: a server reports it through /health.
  */
-/** The largest float32 below 1: a draw rounded to float32 stays a draw in [0, 1). */
-const LARGEST_FLOAT32_BELOW_ONE = 1 - 2 ** -24;
-
 export class NonFiniteLogits extends Error {
   constructor() {
     super('the model produced NaN or infinite logits (its weights are not finite, or overflowed)');
@@ -493,10 +493,17 @@ export class Decoding {
     // Each live row's one draw from its stream, as sampleToken takes it (none when greedy), kept
     // below 1 in float32.
     const draws = Float32Array.from(done, (ended, b) => (ended ? NaN : this.greedy ? 0 : Math.min(this.rngs[b].next(), LARGEST_FLOAT32_BELOW_ONE)));
-    const drawn = await sampleRowsOnGpu(logits, this.temperature, this.greedy, draws);
+    const drawn = drawRowsOnGpu(logits, this.temperature, this.greedy, draws);
     if (!drawn) return undefined;
-    if (drawn.tokens.some((token, b) => token === -2 && !done[b])) throw new NonFiniteLogits();
-    return { ...drawn, keptLogMass: new Float64Array(this.batch) };
+    let values: Float32Array;
+    try {
+      values = await readFloat32(drawn, 'sampling (the drawn tokens)');
+    } finally {
+      drawn.dispose();
+    }
+    const tokens = Int32Array.from(done, (_, b) => values[2 * b]);
+    if (tokens.some((token, b) => token === -2 && !done[b])) throw new NonFiniteLogits();
+    return { tokens, logProbs: Float64Array.from(done, (_, b) => values[2 * b + 1]), keptLogMass: new Float64Array(this.batch) };
   }
 
   /** What was sampled so far (everything, once finished). */
