@@ -268,6 +268,28 @@ export class CausalLM {
     return delta ? addSameShape(y, delta) : y;
   }
 
+  /** The adapters on `modules` of `layer` (while on), each with its first column in the fused weight. */
+  private adapterPairs(layer: number, modules: LoraModule[]): { A: tf.Tensor2D; B: tf.Tensor2D; column: number }[] {
+    const widths = modules.map((module) => moduleShape(this.config, module)[1]);
+    return modules.flatMap((module, i) => {
+      const pair = this.adapters?.pair(layer, module);
+      return pair ? [{ A: pair.A as tf.Tensor2D, B: pair.B as tf.Tensor2D, column: widths.slice(0, i).reduce((a, b) => a + b, 0) }] : [];
+    });
+  }
+
+  /**
+   * residual + the projection of x by `module` of `layer` (o_proj, down_proj). On webgpu without a
+   * tape the residual is added in the product's program: one GPU program instead of two.
+   */
+  private residualProjection(layer: number, name: string, module: LoraModule, x: tf.Tensor2D, residual: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
+    if (!bias && webgpuFused() && !tf.engine().isTapeOn() && !this.frozen.has(name)) {
+      const adapters = this.adapterPairs(layer, [module]);
+      const weight = adapters.length ? this.mergedWeight(name, [module], adapters)! : (this.p(name) as tf.Tensor2D);
+      return tf.fused.matMul({ a: x, b: weight, bias: residual }) as tf.Tensor2D;
+    }
+    return addSameShape(residual, this.adaptedProjection(layer, name, [module], x, bias));
+  }
+
   /**
    * x @ W (+ bias) for the linear weight `name` of `layer` plus the adapters of `modules`, whose
    * outputs lie side by side in W's columns (q|k|v fused) or are W's (one module). A frozen base
@@ -276,10 +298,7 @@ export class CausalLM {
   private adaptedProjection(layer: number, name: string, modules: LoraModule[], x: tf.Tensor2D, bias?: tf.Tensor1D): tf.Tensor2D {
     const frozen = this.frozen.get(name);
     const widths = modules.map((module) => moduleShape(this.config, module)[1]);
-    const adapters = modules.flatMap((module, i) => {
-      const pair = this.adapters?.pair(layer, module);
-      return pair ? [{ A: pair.A as tf.Tensor2D, B: pair.B as tf.Tensor2D, column: widths.slice(0, i).reduce((a, b) => a + b, 0) }] : [];
-    });
+    const adapters = this.adapterPairs(layer, modules);
     const fused = adapters.length && frozen ? frozen.productWithAdapters(x, adapters, this.adapters!.scale) : undefined;
     if (fused) return bias ? addColumns(fused, bias) : fused;
     const merged = adapters.length ? this.mergedWeight(name, modules, adapters) : undefined;
@@ -354,10 +373,9 @@ export class CausalLM {
     const c = this.config;
     const pre = `model.layers.${i}`;
     const h = rmsNorm(x, this.p(`${pre}.input_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-    const attn = this.attention(i, h, batch, length, rotary, maskBias, cache, slots);
-    const mid = addSameShape(x, attn as tf.Tensor2D);
+    const mid = this.attention(i, h, batch, length, rotary, maskBias, cache, slots, x);
     const h2 = rmsNorm(mid, this.p(`${pre}.post_attention_layernorm.weight`) as tf.Tensor1D, c.rmsNormEps);
-    return { x: addSameShape(mid, this.mlp(i, h2)), key: attn.key, value: attn.value };
+    return { x: this.mlp(i, h2, mid), key: mid.key, value: mid.value };
   }
 
   /**
@@ -450,10 +468,12 @@ export class CausalLM {
     return [...this.trainableParams()].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
   }
 
-  private mlp(layer: number, h: tf.Tensor2D): tf.Tensor2D {
-    const project = (n: 'gate_proj' | 'up_proj' | 'down_proj', x: tf.Tensor2D) =>
-      this.adaptedProjection(layer, `model.layers.${layer}.mlp.${n}.weight`, [n], x, this.bias(`model.layers.${layer}.mlp.${n}.bias`));
-    return project('down_proj', siluMul(project('gate_proj', h), project('up_proj', h)));
+  /** residual + the MLP of h. */
+  private mlp(layer: number, h: tf.Tensor2D, residual: tf.Tensor2D): tf.Tensor2D {
+    const name = (n: string) => `model.layers.${layer}.mlp.${n}`;
+    const project = (n: 'gate_proj' | 'up_proj', x: tf.Tensor2D) => this.adaptedProjection(layer, name(`${n}.weight`), [n], x, this.bias(name(`${n}.bias`)));
+    const act = siluMul(project('gate_proj', h), project('up_proj', h));
+    return this.residualProjection(layer, name('down_proj.weight'), 'down_proj', act, residual, this.bias(name('down_proj.bias')));
   }
 
   /**
@@ -470,6 +490,7 @@ export class CausalLM {
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
     slots: { past: number; capacity?: number; inPlace: boolean },
+    residual: tf.Tensor2D,
   ): tf.Tensor2D & { key: tf.Tensor4D; value: tf.Tensor4D } {
     const c = this.config;
     const d = c.headDim;
@@ -488,7 +509,7 @@ export class CausalLM {
         const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
         const [keys, values] = cache ? [cache.keys[layer], cache.values[layer]] : [tf.zeros(shape) as tf.Tensor4D, tf.zeros(shape) as tf.Tensor4D];
         const heads = decodeAttention(projected, rotary.fused.cos, rotary.fused.sin, maskBias, keys, values, { heads: c.numHeads, kvHeads: c.numKVHeads, past: slots.past });
-        return Object.assign(this.adaptedProjection(layer, w('o_proj'), ['o_proj'], heads, b('o_proj')), { key: keys, value: values });
+        return Object.assign(this.residualProjection(layer, w('o_proj'), 'o_proj', heads, residual, b('o_proj')), { key: keys, value: values });
       }
       const qkv = this.rope(projected, rotary.fused);
       [q, kNew, vNew] = tf.split(qkv.reshape([batch, c.numHeads + 2 * c.numKVHeads, 1, d]), [c.numHeads, c.numKVHeads, c.numKVHeads], 1) as tf.Tensor4D[];
@@ -527,7 +548,7 @@ export class CausalLM {
     const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
-    return Object.assign(this.adaptedProjection(layer, w('o_proj'), ['o_proj'], heads, b('o_proj')), { key: k, value: v });
+    return Object.assign(this.residualProjection(layer, w('o_proj'), 'o_proj', heads, residual, b('o_proj')), { key: k, value: v });
   }
 
   /** Rotary embedding on every head of x[N, C*d]: x*cos + rotate_half(x)*sin. */
