@@ -205,30 +205,42 @@ function setAdapterB(model: ReturnType<typeof modelFromWeights>, scale: number):
 
 /**
  * A LoRA model (B not zero): logits without a tape (weights merged with their adapters) against
- * the same forward under a tape (x W + (x A scale) B), and what one decode step dispatches and reads.
+ * the same forward under a tape (x W + (x A scale) B), also after the adapters and a base weight
+ * change, and what one decode step dispatches and reads.
  */
-async function checkModel(): Promise<{ mergedError: number; programs: Record<string, number>; readBytes: number; layers: number; tensorsAfterUpdate: number }> {
+async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<string, number>; readBytes: number; layers: number; tensorsAfterUpdate: number }> {
   const model = modelFromWeights(MODEL, initWeights(MODEL, 4));
   model.attachAdapters(createAdapters(MODEL, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 5));
   setAdapterB(model, 0.05);
-  const ids = Int32Array.from({ length: 2 * 6 }, (_, i) => (i * 37) % MODEL.vocabSize);
-  const input = { ids, batch: 2, attentionMask: new Int32Array(12).fill(1), positions: Int32Array.from({ length: 12 }, (_, i) => i % 6) };
-  const merged = tf.tidy(() => model.logits(model.forward(input).hidden));
-  let taped: tf.Tensor | undefined;
+  // Without a tape the forward multiplies by W + scale A B; under one, x W + (x A scale) B. Six
+  // tokens a row (q, k and v from column slices, unmerged) and one (the fused q|k|v weight merged).
   const vars = [...model.trainableParams().values()];
-  const { grads } = tf.variableGrads(() => {
-    taped = tf.keep(model.logits(model.forward(input).hidden));
-    return tf.sum(taped) as tf.Scalar;
-  }, vars);
-  tf.dispose(grads);
-  const mergedError = relativeError(await read(merged), await read(taped!));
-  tf.dispose([merged, taped!]);
-
-  // An update replaces the merged weights (no tensor left behind).
+  const mergedError = async (length: number) => {
+    const ids = Int32Array.from({ length: 2 * length }, (_, i) => (i * 37) % MODEL.vocabSize);
+    const input = { ids, batch: 2, attentionMask: new Int32Array(2 * length).fill(1), positions: Int32Array.from({ length: 2 * length }, (_, i) => i % length) };
+    const merged = tf.tidy(() => model.logits(model.forward(input).hidden));
+    let taped: tf.Tensor | undefined;
+    const { value, grads } = tf.variableGrads(() => {
+      taped = tf.keep(model.logits(model.forward(input).hidden));
+      return tf.sum(taped) as tf.Scalar;
+    }, vars);
+    tf.dispose([value, ...Object.values(grads)]);
+    const error = relativeError(await read(merged), await read(taped!));
+    tf.dispose([merged, taped!]);
+    return error;
+  };
+  const mergedErrors = [await mergedError(6), await mergedError(1)];
+  // An adapter update, then a base weight assigned: the merged weights are remade each time (and
+  // replaced, no tensor left behind).
   const before = tf.memory().numTensors;
   setAdapterB(model, 0.05);
-  tf.tidy(() => model.logits(model.forward(input).hidden)).dispose();
+  mergedErrors.push(await mergedError(1));
   const tensorsAfterUpdate = tf.memory().numTensors - before;
+  const down = model.params.get('model.layers.1.mlp.down_proj.weight')!;
+  const value = tf.tensor(normal(down.size, 0.05), down.shape);
+  down.assign(value);
+  value.dispose();
+  mergedErrors.push(await mergedError(1));
 
   const programs: Record<string, number> = {};
   const backend = tf.backend() as unknown as { runWebGPUProgram(p: object, ...rest: unknown[]): unknown };
@@ -252,7 +264,7 @@ async function checkModel(): Promise<{ mergedError: number; programs: Record<str
   backend.runWebGPUProgram = run;
   tf.Tensor.prototype.data = data;
   model.dispose();
-  return { mergedError, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
+  return { mergedErrors, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
 }
 
 const result = {

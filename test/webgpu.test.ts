@@ -96,7 +96,9 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(r.sampling.mismatches).to.deep.equal([]);
     expect(r.sampling.logProbError).to.be.at.most(1e-5);
     expect([r.sampling.greedyTie, r.sampling.ended, r.sampling.nanRow], 'first of tied maxima, an ended row, a NaN row').to.deep.equal([10, -1, -2]);
-    expect(r.model.mergedError, 'merged LoRA weights against x W + (x A) B').to.be.at.most(2e-6);
+    // Prefill and decode shapes, then after an adapter update and after a base weight is assigned.
+    expect(r.model.mergedErrors, 'merged LoRA weights against x W + (x A) B').to.have.length(4);
+    r.model.mergedErrors.forEach((error: number, i: number) => expect(error, `merged weights, case ${i}`).to.be.at.most(2e-6));
     expect(r.model.tensorsAfterUpdate, 'merged weights replaced after an adapter update').to.equal(0);
     // One decode step: per layer 2 RMSNorms, 5 products (the residuals added in two of them), 2
     // cache writes, the attention and SwiGLU (tfjs's ops took 62 with LoRA); 2 floats a row read back.

@@ -402,9 +402,12 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
   return out;
 }
 
-/** Whether decodeAttention runs here (wasm and an addon that has it, or webgpu's program). */
-export function decodeAttentionAvailable(): boolean {
-  if (tf.getBackend() === 'webgpu') return tf.getKernel(DECODE_ATTENTION, 'webgpu') !== undefined;
+/** Largest head size webgpu's decode attention takes (each thread holds d / 64 running sums; d even). */
+export const GPU_ATTENTION_MAX_HEAD_DIM = 256;
+
+/** Whether decodeAttention runs here for heads of headDim (wasm and an addon that has it, or webgpu's program). */
+export function decodeAttentionAvailable(headDim: number): boolean {
+  if (tf.getBackend() === 'webgpu') return tf.getKernel(DECODE_ATTENTION, 'webgpu') !== undefined && headDim <= GPU_ATTENTION_MAX_HEAD_DIM && headDim % 2 === 0;
   return tf.getBackend() === 'wasm' && activeNative?.decodeAttention !== undefined && tf.getKernel(DECODE_ATTENTION, BACKEND) !== undefined;
 }
 

@@ -6,7 +6,7 @@
 // two cache concatenations, scores, mask, softmax, weighted values) with one or a few each.
 import * as tf from '@tensorflow/tfjs-core';
 import { FUSED_RMS_NORM } from './fused.js';
-import { DECODE_ATTENTION, SWIGLU, SWIGLU_GRAD, type DecodeAttentionShape } from './kernels.js';
+import { DECODE_ATTENTION, GPU_ATTENTION_MAX_HEAD_DIM, SWIGLU, SWIGLU_GRAD, type DecodeAttentionShape } from './kernels.js';
 
 /** What tfjs-backend-webgpu 4.22 reads from a program (webgpu_program.ts's WebGPUProgram). */
 interface GpuProgram {
@@ -24,6 +24,14 @@ type Uniform = { type: 'int32' | 'float32'; data: number[] };
 
 interface WebgpuBackend {
   runWebGPUProgram(program: GpuProgram, inputs: tf.TensorInfo[], outputDtype: tf.DataType, uniforms?: Uniform[], output?: tf.TensorInfo): tf.TensorInfo;
+  tensorMap: { get(dataId: object): { values: unknown } | undefined };
+}
+
+/** Runs `p` writing into `target` in place, then drops any host copy of target's old values (a read keeps one). */
+function writeInPlace(b: WebgpuBackend, p: GpuProgram, inputs: tf.TensorInfo[], uniforms: Uniform[], target: tf.TensorInfo): void {
+  b.runWebGPUProgram(p, inputs, 'float32', uniforms, target);
+  const data = b.tensorMap.get(target.dataId);
+  if (data) data.values = null;
 }
 
 type KernelArgs = { inputs: Record<string, tf.TensorInfo>; attrs?: Record<string, unknown>; backend: unknown };
@@ -154,11 +162,8 @@ function writeNewSlot(b: WebgpuBackend, qkv: tf.TensorInfo, cos: tf.TensorInfo, 
     }`;
   const p = program('KvSlotWriteProgram', '', ['qkv', 'cosines', 'sines'], cache.shape, Math.ceil(n / FLAT_THREADS), FLAT_THREADS, 'count : i32, column : i32, past : i32,', body);
   const uniforms: Uniform[] = [{ type: 'int32', data: [n] }, { type: 'int32', data: [column] }, { type: 'int32', data: [past] }];
-  b.runWebGPUProgram(p, [qkv, cos, sin], 'float32', uniforms, cache);
+  writeInPlace(b, p, [qkv, cos, sin], uniforms, cache);
 }
-
-/** Largest head size the attention program takes (each thread holds d / 64 running sums). */
-const MAX_HEAD_DIM = 256;
 
 /**
  * One decode step's attention (see kernels.ts's decodeAttention): the new key and value into the
@@ -169,7 +174,7 @@ function decodeAttentionKernel({ inputs: { qkv, cos, sin, bias, keys, values }, 
   const b = backend as WebgpuBackend;
   const { heads, kvHeads, past } = attrs as unknown as DecodeAttentionShape;
   const [batch, , , d] = keys.shape;
-  if (d > MAX_HEAD_DIM || d % 2) throw new Error(`decodeAttention on webgpu: head size ${d} (at most ${MAX_HEAD_DIM}, even)`);
+  if (d > GPU_ATTENTION_MAX_HEAD_DIM || d % 2) throw new Error(`decodeAttention on webgpu: head size ${d} (at most ${GPU_ATTENTION_MAX_HEAD_DIM}, even)`);
   writeNewSlot(b, qkv, cos, sin, keys, heads, past);
   writeNewSlot(b, qkv, cos, sin, values, heads + kvHeads, past);
   const slots = Math.ceil(d / ROW_THREADS);
@@ -266,7 +271,7 @@ export function writeTimeSliceOnGpu(target: tf.Tensor4D, source: tf.Tensor4D, at
       }
     }`;
   const p = program('TimeSliceWriteProgram', '', ['source'], target.shape, Math.ceil(n / FLAT_THREADS), FLAT_THREADS, 'count : i32, at : i32,', body);
-  (tf.backend() as unknown as WebgpuBackend).runWebGPUProgram(p, [source], 'float32', [{ type: 'int32', data: [n] }, { type: 'int32', data: [at] }], target);
+  writeInPlace(tf.backend() as unknown as WebgpuBackend, p, [source], [{ type: 'int32', data: [n] }, { type: 'int32', data: [at] }], target);
   return true;
 }
 
@@ -398,7 +403,7 @@ export function webgpuFused(): boolean {
 /** Registers the fused programs on the webgpu backend (once; FLOWRL_WEBGPU_FUSED=off leaves tfjs's ops). */
 export function installWebgpuKernels(): void {
   if (process.env.FLOWRL_WEBGPU_FUSED === 'off') return;
-  // Built here, not at load: kernels.ts imports this module too.
+  // Built here, not at load: the names come from kernels.ts, which may still be loading.
   const kernels: [string, (args: KernelArgs) => tf.TensorInfo | tf.TensorInfo[]][] = [
     [FUSED_RMS_NORM, rmsNormKernel],
     [SWIGLU, swiGluKernel],

@@ -115,7 +115,17 @@ export class CausalLM {
    */
   readonly frozen: Map<string, FrozenMatrix>;
   /** LoRA adapters on the frozen base (model.lora_rank > 0); the model owns them. */
-  adapters?: LoraAdapters;
+  get adapters(): LoraAdapters | undefined {
+    return this.attached;
+  }
+
+  /** Swaps the adapters in (a server's per-request adapters) or out; merged weights made from others go. */
+  set adapters(adapters: LoraAdapters | undefined) {
+    if (adapters !== this.attached) this.forgetMergedWeights();
+    this.attached = adapters;
+  }
+
+  private attached?: LoraAdapters;
   /**
    * Activation checkpointing: once the decoder layers' kept activations reach
    * activationBudgetBytes, the remaining layers are recomputed in the backward pass instead.
@@ -218,20 +228,22 @@ export class CausalLM {
   attachAdapters(adapters: LoraAdapters): void {
     this.adapters?.dispose();
     this.adapters = adapters;
-    this.forgetMergedWeights();
   }
 
-  /** W + scale A B per adapted weight, for webgpu's forwards without a tape, with the adapter values it was made from. */
+  /** W + scale A B per adapted weight, for webgpu's forwards without a tape, with the values it was made from. */
   private readonly merged = new Map<string, { from: object[]; weight: tf.Tensor2D }>();
 
   /**
    * On webgpu, a forward without a tape (sampling, log-probs) multiplies by W + scale A B, made
    * once per adapter update, instead of adding (x A scale) B to x W: four GPU programs fewer per
-   * adapted module in a dispatch-bound decode step. (A variable's dataId changes when it is assigned.)
+   * adapted module in a dispatch-bound decode step. Remade when W, A or B changes (a variable's
+   * dataId changes when it is assigned; nothing writes them in place on webgpu).
    */
   private mergedWeight(name: string, modules: LoraModule[], adapters: { A: tf.Tensor2D; B: tf.Tensor2D; column: number }[]): tf.Tensor2D | undefined {
-    if (!webgpuFused() || tf.engine().isTapeOn() || this.frozen.has(name)) return undefined;
-    const from = adapters.flatMap(({ A, B }) => [A.dataId, B.dataId]);
+    // Not under a gradient, even where the tape is paused (a checkpointed layer's forward): the
+    // merged copy would be remade every step and never used for the gradient.
+    if (!webgpuFused() || (tf.engine() as unknown as { state: { gradientDepth: number } }).state.gradientDepth > 0 || this.frozen.has(name)) return undefined;
+    const from = [this.p(name).dataId, ...adapters.flatMap(({ A, B }) => [A.dataId, B.dataId])];
     const known = this.merged.get(name);
     if (known && known.from.length === from.length && known.from.every((id, i) => id === from[i])) return known.weight;
     known?.weight.dispose();
@@ -504,7 +516,7 @@ export class CausalLM {
       // Decoding (dispatch-bound): one fused projection and one rope; [N, C*d] is already
       // [B, C, 1, d] with C = heads + 2 kv heads, split along the head axis.
       const projected = this.adaptedProjection(layer, w('qkv_proj'), ['q_proj', 'k_proj', 'v_proj'], h, b('qkv_proj'));
-      if (slots.inPlace && !tf.engine().isTapeOn() && decodeAttentionAvailable()) {
+      if (slots.inPlace && !tf.engine().isTapeOn() && decodeAttentionAvailable(d)) {
         // The rest of the attention in one kernel, the cache written in place.
         const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
         const [keys, values] = cache ? [cache.keys[layer], cache.values[layer]] : [tf.zeros(shape) as tf.Tensor4D, tf.zeros(shape) as tf.Tensor4D];

@@ -489,7 +489,7 @@ export class Decoding {
   private async drawOnGpu(logits: tf.Tensor2D): Promise<RowSamples | undefined> {
     const { options, done } = this;
     const topK = options.topK ?? 0;
-    if (!gpuSamplingAvailable() || this.alternatives || (options.topP ?? 1) < 1 || (topK > 0 && topK < logits.shape[1])) return undefined;
+    if (!gpuSamplingAvailable() || logits.dtype !== 'float32' || this.alternatives || (options.topP ?? 1) < 1 || (topK > 0 && topK < logits.shape[1])) return undefined;
     // Each live row's one draw from its stream, as sampleToken takes it (none when greedy), kept
     // below 1 in float32.
     const draws = Float32Array.from(done, (ended, b) => (ended ? NaN : this.greedy ? 0 : Math.min(this.rngs[b].next(), LARGEST_FLOAT32_BELOW_ONE)));
