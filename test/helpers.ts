@@ -364,3 +364,15 @@ export async function writeTinyQwen25(dir: string, seed = 11): Promise<string> {
   }
   return dir;
 }
+
+/** RMSNorm of x [rows, width] in float64: x * rsqrt(mean(x^2) + eps) * weight, row by row. */
+export function rmsNormReference(x: ArrayLike<number>, weight: ArrayLike<number>, rows: number, width: number, eps: number): Float64Array {
+  const out = new Float64Array(rows * width);
+  for (let r = 0; r < rows; r++) {
+    let squares = 0;
+    for (let h = 0; h < width; h++) squares += x[r * width + h] ** 2;
+    const scale = 1 / Math.sqrt(squares / width + eps);
+    for (let h = 0; h < width; h++) out[r * width + h] = x[r * width + h] * scale * weight[h];
+  }
+  return out;
+}

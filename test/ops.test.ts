@@ -4,7 +4,7 @@ import { addColumns, rmsNorm, scaleColumns, Rng } from '../core-adapters/index.j
 import { addConstant, addSameShape, embed, headLogProbs, matmulConstant, siluMul } from '../core-adapters/engine/ops.js';
 import { swiGluKernelsAvailable } from '../core-adapters/engine/kernels.js';
 import { splitFrozenProducts } from '../core-adapters/engine/native.js';
-import { enginePaths, expectClose, onEnginePath } from './helpers.js';
+import { enginePaths, expectClose, onEnginePath, rmsNormReference } from './helpers.js';
 
 const rng = new Rng(7);
 const randn = (shape: number[], scale = 1) => tf.tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => scale * rng.normal()), shape);
@@ -104,13 +104,7 @@ describe('fast tensor ops: values and gradients equal plain tfjs', () => {
     const [rows, width] = [301, 901];
     const x = Float32Array.from({ length: rows * width }, () => 3 * rng.normal());
     const weight = Float32Array.from({ length: width }, () => rng.normal());
-    const expected = new Float64Array(rows * width);
-    for (let r = 0; r < rows; r++) {
-      let squares = 0;
-      for (let h = 0; h < width; h++) squares += x[r * width + h] ** 2;
-      const scale = 1 / Math.sqrt(squares / width + 1e-6);
-      for (let h = 0; h < width; h++) expected[r * width + h] = x[r * width + h] * scale * weight[h];
-    }
+    const expected = rmsNormReference(x, weight, rows, width, 1e-6);
     for (const enginePath of enginePaths()) {
       await onEnginePath(enginePath, () => {
         const [xt, wt] = [tf.tensor2d(x, [rows, width]), tf.tensor1d(weight)];

@@ -13,6 +13,7 @@ import { parseModelConfig } from '../core-adapters/model/config.js';
 import { Decoding, sampleToken, tokenLogProb } from '../core-adapters/model/generate.js';
 import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
 import { Rng } from '../core-adapters/random.js';
+import { rmsNormReference } from './helpers.js';
 
 const info = await initEngine('webgpu', { quiet: true });
 if (info.backend !== 'webgpu') throw new Error(`expected the webgpu backend, got ${info.backend}`);
@@ -36,14 +37,7 @@ async function checkRmsNorm(N: number, H: number): Promise<number> {
   const x = normal(N * H, 3);
   const w = normal(H);
   const out = await read(tf.tidy(() => rmsNorm(tf.tensor2d(x, [N, H]), tf.tensor1d(w), 1e-6)));
-  const expected = new Float64Array(N * H);
-  for (let n = 0; n < N; n++) {
-    let squares = 0;
-    for (let h = 0; h < H; h++) squares += x[n * H + h] ** 2;
-    const scale = 1 / Math.sqrt(squares / H + 1e-6);
-    for (let h = 0; h < H; h++) expected[n * H + h] = x[n * H + h] * scale * w[h];
-  }
-  return relativeError(out, expected);
+  return relativeError(out, rmsNormReference(x, w, N, H, 1e-6));
 }
 
 async function checkSwiGlu(): Promise<{ forward: number; gate: number; up: number }> {
