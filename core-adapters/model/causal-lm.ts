@@ -335,7 +335,10 @@ export class CausalLM {
     if (capacity !== undefined && past + length > capacity) throw new Error(`KV cache holds ${capacity} positions; ${past + length} needed`);
     const rotary: Rotary = length === 1 ? { fused: this.rotaryTables(input.positions) } : this.splitRotaryTables(input.positions);
     const slots = { past, capacity, inPlace: capacity !== undefined };
-    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, capacity ?? past + length);
+    // Several tokens (a prefill chunk) attend over the filled slots only: the unfilled rest of a
+    // preallocated cache (max_new_tokens of it) would multiply the scores' size and work for nothing.
+    // A decode step's kernels take the whole buffer with its mask.
+    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, length > 1 ? past + length : (capacity ?? past + length));
 
     const table = this.frozen.get('model.embed_tokens.weight');
     let x = table ? table.gatherRows(input.ids) : embedFromBlocks(this.vocabBlocks('model.embed_tokens.weight'), input.ids);
@@ -541,6 +544,8 @@ export class CausalLM {
     }
     let k = kNew;
     let v = vNew;
+    // What the new positions attend over: the filled slots of a preallocated cache.
+    let attended = { k, v };
     if (slots.inPlace) {
       // Preallocated buffers: write the new positions in place; unused slots are masked out.
       const shape: [number, number, number, number] = [batch, c.numKVHeads, slots.capacity!, d];
@@ -548,16 +553,20 @@ export class CausalLM {
       v = cache ? cache.values[layer] : tf.zeros(shape);
       const write = (target: tf.Tensor4D, source: tf.Tensor4D) => writeTimeSlice(target, source, slots.past) || writeTimeSliceOnGpu(target, source, slots.past);
       if (!write(k, kNew) || !write(v, vNew)) throw new Error('in-place KV cache: this backend cannot write tensors in place');
+      const filled = slots.past + length;
+      const slice = (x: tf.Tensor4D) => x.slice([0, 0, 0, 0], [batch, c.numKVHeads, filled, d]);
+      attended = length > 1 && filled < slots.capacity! ? { k: slice(k), v: slice(v) } : { k, v };
     } else if (cache) {
       k = tf.concat([cache.keys[layer], k], 2);
       v = tf.concat([cache.values[layer], v], 2);
+      attended = { k, v };
     }
 
     // Grouped-query attention without repeating k/v: the query heads sharing a kv head are
     // stacked along the time axis, [B, nKV, groups*T, d].
     const grouped = q.reshape([batch, c.numKVHeads, groups * length, d]);
-    const scores = addConstant(tf.matMul(grouped, k, false, true) as tf.Tensor4D, maskBias);
-    const context = tf.matMul(tf.softmax(scores), v) as tf.Tensor4D;
+    const scores = addConstant(tf.matMul(grouped, attended.k, false, true) as tf.Tensor4D, maskBias);
+    const context = tf.matMul(tf.softmax(scores), attended.v) as tf.Tensor4D;
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
     return Object.assign(this.residualProjection(layer, w('o_proj'), 'o_proj', heads, residual, b('o_proj')), { key: k, value: v });
