@@ -1,6 +1,6 @@
 // Checks the fused WebGPU programs (core-adapters/engine/webgpu-kernels.ts) on the webgpu backend
-// against float64 references computed here, and counts what a decode step dispatches and reads
-// back; prints the findings as JSON for test/webgpu.test.ts. Not a test file itself.
+// against float64 references computed here, and counts what a decode step and an AdamW step
+// dispatch and a decode step reads back; prints the findings as JSON for test/webgpu.test.ts. Not a test file itself.
 import 'reflect-metadata';
 import * as tf from '@tensorflow/tfjs-core';
 import { initEngine } from '../core-adapters/engine/backend.js';
@@ -12,6 +12,7 @@ import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { Decoding, sampleToken, tokenLogProb } from '../core-adapters/model/generate.js';
 import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
+import { AdamW } from '../core-adapters/model/optim.js';
 import { Rng } from '../core-adapters/random.js';
 import { rmsNormReference } from './helpers.js';
 
@@ -170,6 +171,69 @@ async function checkSampling(): Promise<{ draws: number; mismatches: string[]; l
   return { draws, mismatches, logProbError, ended: greedy.tokens[1], nanRow: greedy.tokens[2], greedyTie: greedy.tokens[0] };
 }
 
+/** Counts the GPU programs `run` dispatches, by program name. */
+async function countPrograms(run: () => Promise<void>): Promise<Record<string, number>> {
+  const programs: Record<string, number> = {};
+  const backend = tf.backend() as unknown as { runWebGPUProgram(p: object, ...rest: unknown[]): unknown };
+  const original = backend.runWebGPUProgram.bind(backend);
+  backend.runWebGPUProgram = (p, ...rest) => {
+    programs[p.constructor.name] = (programs[p.constructor.name] ?? 0) + 1;
+    return original(p, ...rest);
+  };
+  try {
+    await run();
+  } finally {
+    backend.runWebGPUProgram = original;
+  }
+  return programs;
+}
+
+/** Three AdamW steps in place on the GPU against torch.optim.AdamW's update in float64, and the programs a step takes. */
+async function checkAdamW(): Promise<{ param: number; m: number; v: number; programsPerVariable: number; tensorsLeft: number }> {
+  const shapes = [[37, 53], [130]];
+  const lr = 0.01;
+  const [b1, b2, eps, wd] = [0.9, 0.95, 1e-6, 0.1];
+  const optimizer = new AdamW({ lr, betas: [b1, b2], eps, weightDecay: wd });
+  const starts = shapes.map((shape) => normal(tf.util.sizeFromShape(shape)));
+  const params = new Map(shapes.map((shape, i) => [`p${i}`, tf.variable(tf.tensor(starts[i], shape))]));
+  const expected = starts.map((start) => ({ p: Float64Array.from(start), m: new Float64Array(start.length), v: new Float64Array(start.length) }));
+  let before = 0;
+  let programs = 0;
+  for (let t = 1; t <= 3; t++) {
+    // Gradients of mixed sizes, zeros among them.
+    const grads = shapes.map((shape) => Float32Array.from(normal(tf.util.sizeFromShape(shape), 10 ** (t - 2)), (g, i) => (i % 11 === 0 ? 0 : g)));
+    const gradTensors = new Map(shapes.map((shape, i) => [`p${i}`, tf.tensor(grads[i], shape)]));
+    const counted = await countPrograms(async () => {
+      optimizer.apply(params, gradTensors);
+    });
+    programs = Object.values(counted).reduce((a, b) => a + b, 0);
+    tf.dispose([...gradTensors.values()]);
+    // After the first step's moments are made.
+    if (t === 1) before = tf.memory().numTensors;
+    expected.forEach((e, i) => {
+      for (let j = 0; j < e.p.length; j++) {
+        const g = grads[i][j];
+        e.p[j] *= 1 - lr * wd;
+        e.m[j] = b1 * e.m[j] + (1 - b1) * g;
+        e.v[j] = b2 * e.v[j] + (1 - b2) * g * g;
+        e.p[j] -= (lr / (1 - b1 ** t)) * (e.m[j] / (Math.sqrt(e.v[j]) / Math.sqrt(1 - b2 ** t) + eps));
+      }
+    });
+  }
+  const tensorsLeft = tf.memory().numTensors - before;
+  const state = await optimizer.getState();
+  const errors = { param: 0, m: 0, v: 0 };
+  for (const [i, e] of expected.entries()) {
+    const moments = state.moments.get(`p${i}`)!;
+    errors.param = Math.max(errors.param, relativeError(await read(params.get(`p${i}`)!), e.p));
+    errors.m = Math.max(errors.m, relativeError(moments.m, e.m));
+    errors.v = Math.max(errors.v, relativeError(moments.v, e.v));
+  }
+  optimizer.dispose();
+  tf.dispose([...params.values()]);
+  return { ...errors, programsPerVariable: programs / shapes.length, tensorsLeft };
+}
+
 const MODEL = parseModelConfig(
   {
     model_type: 'qwen2',
@@ -235,14 +299,17 @@ async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<
   down.assign(value);
   value.dispose();
   mergedErrors.push(await mergedError(1));
+  // The adapters written in place by AdamW on the GPU (their dataIds unchanged).
+  const optimizer = new AdamW({ lr: 0.05 });
+  const adapterParams = new Map([...model.trainableParams()].filter(([name]) => name.includes('lora_')));
+  const grads = new Map([...adapterParams].map(([name, v]) => [name, tf.tensor(normal(v.size), v.shape)]));
+  const ids = [...adapterParams.values()].map((v) => v.dataId);
+  optimizer.apply(adapterParams, grads);
+  if ([...adapterParams.values()].some((v, i) => v.dataId !== ids[i])) throw new Error('AdamW on the GPU replaced a buffer instead of writing it in place');
+  tf.dispose([...grads.values()]);
+  optimizer.dispose();
+  mergedErrors.push(await mergedError(1));
 
-  const programs: Record<string, number> = {};
-  const backend = tf.backend() as unknown as { runWebGPUProgram(p: object, ...rest: unknown[]): unknown };
-  const run = backend.runWebGPUProgram.bind(backend);
-  backend.runWebGPUProgram = (p, ...rest) => {
-    programs[p.constructor.name] = (programs[p.constructor.name] ?? 0) + 1;
-    return run(p, ...rest);
-  };
   let readBytes = 0;
   const data = tf.Tensor.prototype.data;
   tf.Tensor.prototype.data = function (this: tf.Tensor) {
@@ -251,11 +318,11 @@ async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<
   } as typeof data;
   const decoding = new Decoding(model, [[5, 6, 7], [8, 9, 10, 11, 12]], { maxNewTokens: 4, temperature: 1, seed: 1 });
   await decoding.step();
-  for (const name of Object.keys(programs)) delete programs[name];
   readBytes = 0;
-  await decoding.step();
+  const programs = await countPrograms(async () => {
+    await decoding.step();
+  });
   decoding.dispose();
-  backend.runWebGPUProgram = run;
   tf.Tensor.prototype.data = data;
   model.dispose();
   return { mergedErrors, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
@@ -273,6 +340,7 @@ const result = {
   ],
   timeSlice: await checkTimeSlice(),
   sampling: await checkSampling(),
+  adamW: await checkAdamW(),
   model: await checkModel(),
 };
 console.log(JSON.stringify(result));

@@ -96,8 +96,13 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(r.sampling.mismatches).to.deep.equal([]);
     expect(r.sampling.logProbError).to.be.at.most(1e-5);
     expect([r.sampling.greedyTie, r.sampling.ended, r.sampling.nanRow], 'first of tied maxima, an ended row, a NaN row').to.deep.equal([10, -1, -2]);
-    // Prefill and decode shapes, then after an adapter update and after a base weight is assigned.
-    expect(r.model.mergedErrors, 'merged LoRA weights against x W + (x A) B').to.have.length(4);
+    // AdamW in place: three programs a variable (tfjs's ops took 17), torch's update in float64.
+    for (const name of ['param', 'm', 'v']) expect(r.adamW[name], `AdamW ${name}`).to.be.at.most(2e-6);
+    expect(r.adamW.programsPerVariable).to.equal(3);
+    expect(r.adamW.tensorsLeft, 'tensors left by three AdamW steps').to.equal(0);
+    // Prefill and decode shapes, then after an adapter update, a base weight assigned and the
+    // adapters written in place by AdamW.
+    expect(r.model.mergedErrors, 'merged LoRA weights against x W + (x A) B').to.have.length(5);
     r.model.mergedErrors.forEach((error: number, i: number) => expect(error, `merged weights, case ${i}`).to.be.at.most(2e-6));
     expect(r.model.tensorsAfterUpdate, 'merged weights replaced after an adapter update').to.equal(0);
     // One decode step: per layer 2 RMSNorms, 5 products (the residuals added in two of them), 2

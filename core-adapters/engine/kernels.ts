@@ -181,6 +181,19 @@ export interface AdamWHyper {
   bc2Sqrt: number;
 }
 
+/** In-place writes per buffer: a cache keyed by dataIds (merged LoRA weights) must see them too. */
+const writesInPlace = new WeakMap<object, number>();
+
+/** Records that `dataId`'s buffer was written in place. */
+export function countInPlaceWrite(dataId: object): void {
+  writesInPlace.set(dataId, (writesInPlace.get(dataId) ?? 0) + 1);
+}
+
+/** How often `dataId`'s buffer was written in place (0 when never). */
+export function inPlaceWriteCount(dataId: object): number {
+  return writesInPlace.get(dataId) ?? 0;
+}
+
 /**
  * One AdamW update of a parameter and its moments in place, in native code (one call instead of
  * about 14 tfjs ops). Returns false when that is not possible here (no native kernels, another
@@ -194,7 +207,10 @@ export function fusedAdamW(param: tf.Variable, grad: tf.Tensor, m: tf.Variable, 
   if ([param, m, v].some((t) => backend.refCount(t.dataId) !== 1)) return false;
   const heap = backend.wasm.HEAPF32;
   activeNative.adamw(heap, offset(backend, param), offset(backend, grad), offset(backend, m), offset(backend, v), param.size, h.decayFactor, h.beta1, h.beta2, h.eps, h.stepSize, h.bc2Sqrt);
-  for (const written of [param, m, v]) forgetDerivedState(backend, written);
+  for (const written of [param, m, v]) {
+    forgetDerivedState(backend, written);
+    countInPlaceWrite(written.dataId);
+  }
   return true;
 }
 

@@ -6,7 +6,7 @@
 // two cache concatenations, scores, mask, softmax, weighted values) with one or a few each.
 import * as tf from '@tensorflow/tfjs-core';
 import { FUSED_RMS_NORM } from './fused.js';
-import { DECODE_ATTENTION, GPU_ATTENTION_MAX_HEAD_DIM, SWIGLU, SWIGLU_GRAD, type DecodeAttentionShape } from './kernels.js';
+import { countInPlaceWrite, DECODE_ATTENTION, GPU_ATTENTION_MAX_HEAD_DIM, SWIGLU, SWIGLU_GRAD, type AdamWHyper, type DecodeAttentionShape } from './kernels.js';
 
 /** What tfjs-backend-webgpu 4.22 reads from a program (webgpu_program.ts's WebGPUProgram). */
 interface GpuProgram {
@@ -25,6 +25,7 @@ type Uniform = { type: 'int32' | 'float32'; data: number[] };
 interface WebgpuBackend {
   runWebGPUProgram(program: GpuProgram, inputs: tf.TensorInfo[], outputDtype: tf.DataType, uniforms?: Uniform[], output?: tf.TensorInfo): tf.TensorInfo;
   tensorMap: { get(dataId: object): { values: unknown } | undefined };
+  refCount(dataId: object): number;
 }
 
 /** Runs `p` writing into `target` in place, then drops any host copy of target's old values (a read keeps one). */
@@ -32,6 +33,7 @@ function writeInPlace(b: WebgpuBackend, p: GpuProgram, inputs: tf.TensorInfo[], 
   b.runWebGPUProgram(p, inputs, 'float32', uniforms, target);
   const data = b.tensorMap.get(target.dataId);
   if (data) data.values = null;
+  countInPlaceWrite(target.dataId);
 }
 
 type KernelArgs = { inputs: Record<string, tf.TensorInfo>; attrs?: Record<string, unknown>; backend: unknown };
@@ -129,6 +131,43 @@ function swiGluGradKernel({ inputs: { gate, up, dy }, backend }: KernelArgs): tf
     b.runWebGPUProgram(swiGluProgram('SwiGluGateGradProgram', names, gate.shape, 'dy * u * s * (1.0 + g * (1.0 - s))'), inputs, 'float32', count),
     b.runWebGPUProgram(swiGluProgram('SwiGluUpGradProgram', names, gate.shape, 'dy * g * s'), inputs, 'float32', count),
   ];
+}
+
+/** An elementwise program over `shape` that rewrites its output in place from `result[index]` and its inputs. */
+function inPlaceProgram(name: string, inputs: string[], shape: number[], uniforms: string, expression: string): GpuProgram {
+  const body = `
+    fn main(index : i32) {
+      if (index < uniforms.count) { result[index] = ${expression}; }
+    }`;
+  return program(name, '', inputs, shape, Math.ceil(tf.util.sizeFromShape(shape) / FLAT_THREADS), FLAT_THREADS, `count : i32, ${uniforms}`, body);
+}
+
+/**
+ * One AdamW update in place on the GPU: the two moments, then the parameter from them (three
+ * programs where tfjs's ops take about 17); the arithmetic of fusedAdamW's native loop. False where
+ * the caller must run the tfjs ops: another backend, FLOWRL_WEBGPU_FUSED=off, other dtypes or
+ * shapes, or a buffer another tensor shares.
+ */
+export function adamWOnGpu(param: tf.Variable, grad: tf.Tensor, m: tf.Variable, v: tf.Variable, h: AdamWHyper): boolean {
+  if (!webgpuFused()) return false;
+  if ([grad, m, v].some((t) => t.dtype !== 'float32' || !tf.util.arraysEqual(t.shape, param.shape)) || param.dtype !== 'float32') return false;
+  const b = tf.backend() as unknown as WebgpuBackend;
+  if ([param, m, v].some((t) => b.refCount(t.dataId) !== 1)) return false;
+  const count: Uniform = { type: 'int32', data: [param.size] };
+  const f = (value: number): Uniform => ({ type: 'float32', data: [value] });
+  // 1 - beta in double, as the tfjs ops' scalars are.
+  const moment = (name: string, g: string) => inPlaceProgram(name, ['grad'], param.shape, 'beta : f32, rest : f32,', `result[index] * uniforms.beta + ${g} * uniforms.rest`);
+  writeInPlace(b, moment('AdamWFirstMomentProgram', 'grad[index]'), [grad], [count, f(h.beta1), f(1 - h.beta1)], m);
+  writeInPlace(b, moment('AdamWSecondMomentProgram', 'grad[index] * grad[index]'), [grad], [count, f(h.beta2), f(1 - h.beta2)], v);
+  const update = inPlaceProgram(
+    'AdamWParameterProgram',
+    ['m', 'v'],
+    param.shape,
+    'decay : f32, stepSize : f32, bc2Sqrt : f32, eps : f32,',
+    'result[index] * uniforms.decay - (m[index] / (sqrt(v[index]) / uniforms.bc2Sqrt + uniforms.eps)) * uniforms.stepSize',
+  );
+  writeInPlace(b, update, [m, v], [count, f(h.decayFactor), f(h.stepSize), f(h.bc2Sqrt), f(h.eps)], param);
+  return true;
 }
 
 /** x * cos + rotate_half(x) * sin at column j of the head starting at `head` (rotate_half(x) = [-x[d/2:], x[:d/2]]). */

@@ -3,7 +3,7 @@
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs-core';
 import type { FrozenMatrix } from '../engine/frozen.js';
-import { decodeAttention, decodeAttentionAvailable, writeTimeSlice } from '../engine/kernels.js';
+import { decodeAttention, decodeAttentionAvailable, inPlaceWriteCount, writeTimeSlice } from '../engine/kernels.js';
 import { webgpuFused, writeTimeSliceOnGpu } from '../engine/webgpu-kernels.js';
 import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
@@ -231,19 +231,19 @@ export class CausalLM {
   }
 
   /** W + scale A B per adapted weight, for webgpu's forwards without a tape, with the values it was made from. */
-  private readonly merged = new Map<string, { from: object[]; weight: tf.Tensor2D }>();
+  private readonly merged = new Map<string, { from: (object | number)[]; weight: tf.Tensor2D }>();
 
   /**
    * On webgpu, a forward without a tape (sampling, log-probs) multiplies by W + scale A B, made
    * once per adapter update, instead of adding (x A scale) B to x W: four GPU programs fewer per
-   * adapted module in a dispatch-bound decode step. Remade when W, A or B changes (a variable's
-   * dataId changes when it is assigned; nothing writes them in place on webgpu).
+   * adapted module in a dispatch-bound decode step. Remade when W, A or B changes: assigned (a new
+   * dataId) or written in place (AdamW on the GPU; counted per buffer).
    */
   private mergedWeight(name: string, modules: LoraModule[], adapters: { A: tf.Tensor2D; B: tf.Tensor2D; column: number }[]): tf.Tensor2D | undefined {
     // Not under a gradient, even where the tape is paused (a checkpointed layer's forward): the
     // merged copy would be remade every step and never used for the gradient.
     if (!webgpuFused() || (tf.engine() as unknown as { state: { gradientDepth: number } }).state.gradientDepth > 0 || this.frozen.has(name)) return undefined;
-    const from = [this.p(name).dataId, ...adapters.flatMap(({ A, B }) => [A.dataId, B.dataId])];
+    const from = [this.p(name), ...adapters.flatMap(({ A, B }) => [A, B])].flatMap((t) => [t.dataId, inPlaceWriteCount(t.dataId)]);
     const known = this.merged.get(name);
     if (known && known.from.length === from.length && known.from.every((id, i) => id === from[i])) return known.weight;
     known?.weight.dispose();

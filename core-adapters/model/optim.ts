@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { readAllFloat32, readScalar } from '../engine/readback.js';
 import { fusedAdamW } from '../engine/kernels.js';
+import { adamWOnGpu } from '../engine/webgpu-kernels.js';
 import { InputError } from '../errors.js';
 import { LR_SCHEDULER_TYPES } from '../config/choices.js';
 
@@ -20,7 +21,7 @@ export interface AdamWState {
   moments: Map<string, { m: Float32Array; v: Float32Array; shape: number[] }>;
 }
 
-/** AdamW with decoupled weight decay, step for step as torch.optim.AdamW (fused in place on the native path). */
+/** AdamW with decoupled weight decay, step for step as torch.optim.AdamW (fused in place on the native path and on webgpu). */
 export class AdamW {
   lr: number;
   readonly beta1: number;
@@ -69,7 +70,7 @@ export class AdamW {
       const m = this.slot(this.m, name, variable);
       const v = this.slot(this.v, name, variable);
       const hyper = { decayFactor: 1 - lr * this.weightDecay, beta1: this.beta1, beta2: this.beta2, eps: this.eps, stepSize, bc2Sqrt };
-      if (fusedAdamW(variable, g, m, v, hyper)) continue;
+      if (fusedAdamW(variable, g, m, v, hyper) || adamWOnGpu(variable, g, m, v, hyper)) continue;
       tf.tidy(() => {
         const decayed = tf.mul(variable, 1 - lr * this.weightDecay);
         const mNext = tf.add(tf.mul(m, this.beta1), tf.mul(g, 1 - this.beta1));
