@@ -96,7 +96,7 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(r.sampling.mismatches).to.deep.equal([]);
     expect(r.sampling.logProbError).to.be.at.most(1e-5);
     expect([r.sampling.greedyTie, r.sampling.ended, r.sampling.nanRow], 'first of tied maxima, an ended row, a NaN row').to.deep.equal([10, -1, -2]);
-    // AdamW in place: three programs a variable (tfjs's ops took 17), torch's update in float64.
+    // AdamW in place: three programs a variable (tfjs's ops took 14), torch's update in float64.
     for (const name of ['param', 'm', 'v']) expect(r.adamW[name], `AdamW ${name}`).to.be.at.most(2e-6);
     expect(r.adamW.programsPerVariable).to.equal(3);
     expect(r.adamW.tensorsLeft, 'tensors left by three AdamW steps').to.equal(0);

@@ -144,7 +144,7 @@ function inPlaceProgram(name: string, inputs: string[], shape: number[], uniform
 
 /**
  * One AdamW update in place on the GPU: the two moments, then the parameter from them (three
- * programs where tfjs's ops take about 17); the arithmetic of fusedAdamW's native loop. False where
+ * programs where tfjs's ops take 14); the arithmetic of fusedAdamW's native loop. False where
  * the caller must run the tfjs ops: another backend, FLOWRL_WEBGPU_FUSED=off, other dtypes or
  * shapes, or a buffer another tensor shares.
  */
