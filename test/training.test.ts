@@ -76,6 +76,55 @@ describe('training and sampling on a tiny Llama', () => {
       }));
   }
 
+  for (const enginePath of enginePaths()) {
+    it(`attention a chunk of query rows at a time (long sequences) gives the same log-probs, gradients and samples, within its score budget, and leaks no tensors (${enginePath})`, () =>
+      onEnginePath(enginePath, async () => {
+        const seq = patternBatch();
+        const run = async (m: CausalLM, floats: number | undefined, checkpointing: boolean) => {
+          m.attentionScoreFloats = floats;
+          m.gradientCheckpointing = checkpointing;
+          m.activationBudgetBytes = checkpointing ? -1 : undefined;
+          let out!: { loss: Float32Array; grads: Map<string, Float32Array> };
+          const profile = await tf.profile(() => {
+            const { loss, grads } = lossAndGradients(() => maskedNll(m, seq), m.trainableParams());
+            out = { loss: Float32Array.of(loss.dataSync()[0]), grads: new Map([...grads].map(([n, g]) => [n, g.dataSync() as Float32Array])) };
+            tf.dispose([loss, ...grads.values()]);
+          });
+          const scores = profile.kernels.filter((k) => k.name === 'Softmax').map((k) => k.outputShapes[0]!.reduce((a, b) => a * b, 1));
+          return { ...out, largestScores: Math.max(...scores) };
+        };
+        const lora = initModel(TINY, 1, 'config.json', enginePath === 'stock' ? {} : { frozenBase: 'float32' });
+        lora.attachAdapters(createAdapters(lora.config, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 2));
+        for (const [n, v] of lora.adapters!.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.1, 'float32', 5));
+        // 4 rows x 2 kv heads x 11 keys: 3 query rows a chunk (the last of each group 2), and 1.
+        const T = seq.inputIds.length / 4;
+        for (const m of [model, lora]) {
+          for (const checkpointing of [false, true]) {
+            const whole = await run(m, undefined, checkpointing);
+            expect(whole.largestScores, 'one softmax over every group').to.equal(4 * 4 * T * T);
+            const before = tf.memory().numTensors;
+            for (const floats of [4 * 2 * T * 3, 1]) {
+              const chunked = await run(m, floats, checkpointing);
+              expect(tf.memory().numTensors, 'tensors left').to.equal(before);
+              expect(chunked.largestScores, `scores at once (budget ${floats})`).to.equal(4 * 2 * T * (floats === 1 ? 1 : 3));
+              expectClose(chunked.loss, whole.loss, 1e-5, `loss (budget ${floats})`);
+              for (const [n, g] of whole.grads) expectClose(chunked.grads.get(n)!, g, 1e-5 * Math.max(1, ...g.map(Math.abs)), `${n} (budget ${floats}, checkpointing ${checkpointing})`);
+            }
+          }
+          // Sampling: a prefill in chunks of query rows (and a cache written in place) draws the same tokens.
+          const prompts = [[1, 2, 3, 4, 5, 6, 7], [3], [4, 5, 6]];
+          m.attentionScoreFloats = undefined;
+          const wholeSample = await generate(m, prompts, { maxNewTokens: 6, seed: 3, withLogProbs: true });
+          m.attentionScoreFloats = 2 * 2 * 7 * 2;
+          const chunkedSample = await generate(m, prompts, { maxNewTokens: 6, seed: 3, withLogProbs: true });
+          expect(chunkedSample.tokens).to.deep.equal(wholeSample.tokens);
+          chunkedSample.logProbs!.forEach((row, b) => expectClose(row, wholeSample.logProbs![b], 1e-5, `sampled row ${b}`));
+          m.attentionScoreFloats = undefined;
+        }
+        lora.dispose();
+      }));
+  }
+
   it('leaks no tensors across training and sampling steps', async () => {
     const optimizer = new AdamW({ lr: 1e-3 });
     const seq = patternBatch();

@@ -129,6 +129,70 @@ export function addConstant<T extends tf.Tensor>(x: T, c: tf.Tensor): T {
   return withGradient([x], ([xi]) => ({ value: tf.add(xi, c), gradFunc: (dy) => [dy] })) as T;
 }
 
+/**
+ * Attention-score floats ([B, kv heads, rows, keys]) one attention of several query rows computes at
+ * once (64 MB). More go query rows at a time: a 2,048-token sequence of Qwen2.5-0.5B's shape has
+ * 59M scores a layer, whose softmax, its saved copy and their gradients overran the wasm heap.
+ */
+export const ATTENTION_SCORE_FLOATS = 2 ** 24;
+
+/**
+ * Query rows per chunk of a grouped-query attention over `keys` keys, or `length` when it all fits
+ * ATTENTION_SCORE_FLOATS at once (then the mask bias holds every group's rows, [B, 1, groups*T, S];
+ * otherwise the rows of one, [B, 1, T, S]).
+ */
+export function attentionChunkRows(batch: number, kvHeads: number, groups: number, length: number, keys: number, budget = ATTENTION_SCORE_FLOATS): number {
+  if (batch * kvHeads * groups * length * keys <= budget) return length;
+  return Math.max(1, Math.min(length, Math.floor(budget / (batch * kvHeads * keys))));
+}
+
+/**
+ * softmax(q k^T + bias) v for q [B, KV, groups*T, d] (the query heads sharing a kv head stacked along
+ * the rows, group by group) against k, v [B, KV, S, d], `rows` query rows of one group at a time:
+ * each chunk's scores are made, used and dropped, and the backward pass makes them again from q, k,
+ * v (flash attention's trade: one more q k^T product for memory linear in the sequence). `bias` is
+ * [B, 1, T, S], the same for every group.
+ */
+export function chunkedAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, bias: tf.Tensor4D, groups: number, rows: number): tf.Tensor4D {
+  const [B, KV, R, d] = q.shape;
+  const T = R / groups;
+  const chunks: { from: number; t: number; n: number }[] = [];
+  for (let g = 0; g < groups; g++) for (let t = 0; t < T; t += rows) chunks.push({ from: g * T + t, t, n: Math.min(rows, T - t) });
+  const probabilities = (qc: tf.Tensor4D, kk: tf.Tensor4D, b: tf.Tensor4D, t: number, n: number) =>
+    tf.softmax(tf.add(tf.matMul(qc, kk, false, true), tf.slice(b, [0, 0, t, 0], [B, 1, n, -1]))) as tf.Tensor4D;
+  return withGradient([q, k, v], ([qi, ki, vi], save) => {
+    save([qi, ki, vi, bias]);
+    const parts = chunks.map(({ from, t, n }) => tf.tidy(() => tf.matMul(probabilities(tf.slice(qi, [0, 0, from, 0], [B, KV, n, d]) as tf.Tensor4D, ki as tf.Tensor4D, bias, t, n), vi)));
+    const value = parts.length === 1 ? parts[0] : tf.concat(parts, 2);
+    if (parts.length > 1) tf.dispose(parts);
+    return {
+      value,
+      gradFunc: (dy, [sq, sk, sv, sb]) => {
+        let dk = tf.zerosLike(sk);
+        let dv = tf.zerosLike(sv);
+        const dq: tf.Tensor[] = [];
+        for (const { from, t, n } of chunks) {
+          const [dqc, nextDk, nextDv] = tf.tidy(() => {
+            const qc = tf.slice(sq, [0, 0, from, 0], [B, KV, n, d]) as tf.Tensor4D;
+            const p = probabilities(qc, sk as tf.Tensor4D, sb as tf.Tensor4D, t, n);
+            const dOut = tf.slice(dy, [0, 0, from, 0], [B, KV, n, d]);
+            // softmax's backward: dS = p (dP - sum(dP p)) with dP = dOut v^T.
+            const dP = tf.matMul(dOut, sv, false, true);
+            const dS = tf.mul(p, tf.sub(dP, tf.sum(tf.mul(dP, p), -1, true)));
+            return [tf.matMul(dS, sk), tf.add(dk, tf.matMul(dS, qc, true, false)), tf.add(dv, tf.matMul(p, dOut, true, false))];
+          });
+          tf.dispose([dk, dv]);
+          [dk, dv] = [nextDk, nextDv];
+          dq.push(dqc);
+        }
+        const dQuery = dq.length === 1 ? dq[0] : tf.concat(dq, 2);
+        if (dq.length > 1) tf.dispose(dq);
+        return [dQuery, dk, dv];
+      },
+    };
+  }) as tf.Tensor4D;
+}
+
 function hasKernel(name: string): boolean {
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, inPlaceWriteCount, writeTimeSlice } from '../engine/kernels.js';
 import { webgpuFused, writeTimeSliceOnGpu } from '../engine/webgpu-kernels.js';
-import { addColumns, addConstant, addSameShape, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
+import { addColumns, addConstant, addSameShape, attentionChunkRows, chunkedAttention, embedFromBlocks, linear, matmulConstant, rmsNorm, siluMul } from '../engine/ops.js';
 import type { ModelConfig } from './config.js';
 import { vocabBlockName } from './layout.js';
 import { moduleShape, type LoraAdapters, type LoraModule } from './lora.js';
@@ -133,6 +133,8 @@ export class CausalLM {
    */
   gradientCheckpointing = false;
   activationBudgetBytes?: number;
+  /** Attention scores a forward of several tokens makes at once (unset: ATTENTION_SCORE_FLOATS); past it, query rows go in chunks. */
+  attentionScoreFloats?: number;
   private readonly invFreq: Float64Array;
   /** rotate_half(x) = x @ rotateHalf, so RoPE needs no slicing; its transpose serves the gradient. */
   private readonly rotateHalf: tf.Tensor2D;
@@ -334,11 +336,15 @@ export class CausalLM {
     const capacity = input.cache ? input.cache.capacity : input.useCache ? input.cacheCapacity : undefined;
     if (capacity !== undefined && past + length > capacity) throw new Error(`KV cache holds ${capacity} positions; ${past + length} needed`);
     const rotary: Rotary = length === 1 ? { fused: this.rotaryTables(input.positions) } : this.splitRotaryTables(input.positions);
-    const slots = { past, capacity, inPlace: capacity !== undefined };
     // Several tokens (a prefill chunk) attend over the filled slots only: the unfilled rest of a
     // preallocated cache (max_new_tokens of it) would multiply the scores' size and work for nothing.
     // A decode step's kernels take the whole buffer with its mask.
-    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, length > 1 ? past + length : (capacity ?? past + length));
+    const keyWidth = length > 1 ? past + length : (capacity ?? past + length);
+    const groups = c.numHeads / c.numKVHeads;
+    // Long sequences attend a chunk of query rows at a time, with one group's rows of mask.
+    const queryRows = length > 1 ? attentionChunkRows(batch, c.numKVHeads, groups, length, keyWidth, this.attentionScoreFloats) : length;
+    const slots = { past, capacity, inPlace: capacity !== undefined, queryRows };
+    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, keyWidth, queryRows < length ? 1 : groups);
 
     const table = this.frozen.get('model.embed_tokens.weight');
     let x = table ? table.gatherRows(input.ids) : embedFromBlocks(this.vocabBlocks('model.embed_tokens.weight'), input.ids);
@@ -383,7 +389,7 @@ export class CausalLM {
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    slots: { past: number; capacity?: number; inPlace: boolean },
+    slots: { past: number; capacity?: number; inPlace: boolean; queryRows: number },
   ): LayerOutput {
     const c = this.config;
     const pre = `model.layers.${i}`;
@@ -464,7 +470,9 @@ export class CausalLM {
         value: tf.clone(y),
         gradFunc: (dy: tf.Tensor2D, saved: tf.Tensor[]) => {
           let next = 0;
-          for (const node of tape) if (node.saved) node.saved = saved.slice(next, (next += node.saved.length));
+          // In place: a node's gradient function holds this same array (and kernels' functions
+          // would read disposed tensor objects, whose data the copies keep, without complaint).
+          for (const node of tape) if (node.saved) node.saved.splice(0, node.saved.length, ...saved.slice(next, (next += node.saved.length)));
           const grads = tf.tidy(() => replayTape(tape, [x, ...trained], y, dy));
           tf.dispose(saved);
           return grads;
@@ -504,7 +512,7 @@ export class CausalLM {
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    slots: { past: number; capacity?: number; inPlace: boolean },
+    slots: { past: number; capacity?: number; inPlace: boolean; queryRows: number },
     residual: tf.Tensor2D,
   ): tf.Tensor2D & { key: tf.Tensor4D; value: tf.Tensor4D } {
     const c = this.config;
@@ -565,8 +573,10 @@ export class CausalLM {
     // Grouped-query attention without repeating k/v: the query heads sharing a kv head are
     // stacked along the time axis, [B, nKV, groups*T, d].
     const grouped = q.reshape([batch, c.numKVHeads, groups * length, d]);
-    const scores = addConstant(tf.matMul(grouped, attended.k, false, true) as tf.Tensor4D, maskBias);
-    const context = tf.matMul(tf.softmax(scores), attended.v) as tf.Tensor4D;
+    const context =
+      slots.queryRows < length
+        ? chunkedAttention(grouped as tf.Tensor4D, attended.k, attended.v, maskBias, groups, slots.queryRows)
+        : (tf.matMul(tf.softmax(addConstant(tf.matMul(grouped, attended.k, false, true) as tf.Tensor4D, maskBias)), attended.v) as tf.Tensor4D);
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
     const heads = merged.reshape([batch * length, c.numHeads * d]) as tf.Tensor2D;
     return Object.assign(this.residualProjection(layer, w('o_proj'), 'o_proj', heads, residual, b('o_proj')), { key: k, value: v });
@@ -633,10 +643,9 @@ export class CausalLM {
   /**
    * Additive mask [B, 1, groups*T, slots]: query t (at key index keyLength - T + t) sees keys up to
    * itself that are real tokens; slots past keyLength (an unfilled preallocated cache) are masked.
-   * The T-block is repeated for each grouped query head.
+   * The T-block is repeated for each of `groups` grouped query heads.
    */
-  private attentionBias(mask: Int32Array, batch: number, length: number, keyLength: number, slots: number): tf.Tensor4D {
-    const groups = this.config.numHeads / this.config.numKVHeads;
+  private attentionBias(mask: Int32Array, batch: number, length: number, keyLength: number, slots: number, groups: number): tf.Tensor4D {
     const rows = groups * length;
     const out = new Float32Array(batch * rows * slots);
     const offset = keyLength - length;
