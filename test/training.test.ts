@@ -96,17 +96,17 @@ describe('training and sampling on a tiny Llama', () => {
         const lora = initModel(TINY, 1, 'config.json', enginePath === 'stock' ? {} : { frozenBase: 'float32' });
         lora.attachAdapters(createAdapters(lora.config, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 2));
         for (const [n, v] of lora.adapters!.params) if (n.endsWith('lora_B')) v.assign(tf.randomNormal(v.shape, 0, 0.1, 'float32', 5));
-        // 4 rows x 2 kv heads x 11 keys: 3 query rows a chunk (the last of each group 2), and 1.
+        // 4 rows x 2 kv heads x 11 keys: one group's 11 query rows a chunk, 3 (the last of each group 2), and 1.
         const T = seq.inputIds.length / 4;
         for (const m of [model, lora]) {
           for (const checkpointing of [false, true]) {
             const whole = await run(m, undefined, checkpointing);
             expect(whole.largestScores, 'one softmax over every group').to.equal(4 * 4 * T * T);
             const before = tf.memory().numTensors;
-            for (const floats of [4 * 2 * T * 3, 1]) {
+            for (const [floats, rows] of [[4 * 2 * T * T, T], [4 * 2 * T * 3, 3], [1, 1]]) {
               const chunked = await run(m, floats, checkpointing);
               expect(tf.memory().numTensors, 'tensors left').to.equal(before);
-              expect(chunked.largestScores, `scores at once (budget ${floats})`).to.equal(4 * 2 * T * (floats === 1 ? 1 : 3));
+              expect(chunked.largestScores, `scores at once (budget ${floats})`).to.equal(4 * 2 * T * rows);
               expectClose(chunked.loss, whole.loss, 1e-5, `loss (budget ${floats})`);
               for (const [n, g] of whole.grads) expectClose(chunked.grads.get(n)!, g, 1e-5 * Math.max(1, ...g.map(Math.abs)), `${n} (budget ${floats}, checkpointing ${checkpointing})`);
             }

@@ -137,12 +137,12 @@ export function addConstant<T extends tf.Tensor>(x: T, c: tf.Tensor): T {
 export const ATTENTION_SCORE_FLOATS = 2 ** 24;
 
 /**
- * Query rows per chunk of a grouped-query attention over `keys` keys, or `length` when it all fits
- * ATTENTION_SCORE_FLOATS at once (then the mask bias holds every group's rows, [B, 1, groups*T, S];
- * otherwise the rows of one, [B, 1, T, S]).
+ * Query rows per chunk of a grouped-query attention over `keys` keys (one group's rows a chunk, at
+ * most all T of them), or undefined when every group's scores fit ATTENTION_SCORE_FLOATS at once
+ * (then the mask bias holds every group's rows, [B, 1, groups*T, S]; chunked, one group's, [B, 1, T, S]).
  */
-export function attentionChunkRows(batch: number, kvHeads: number, groups: number, length: number, keys: number, budget = ATTENTION_SCORE_FLOATS): number {
-  if (batch * kvHeads * groups * length * keys <= budget) return length;
+export function attentionChunkRows(batch: number, kvHeads: number, groups: number, length: number, keys: number, budget = ATTENTION_SCORE_FLOATS): number | undefined {
+  if (batch * kvHeads * groups * length * keys <= budget) return undefined;
   return Math.max(1, Math.min(length, Math.floor(budget / (batch * kvHeads * keys))));
 }
 

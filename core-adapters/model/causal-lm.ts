@@ -342,9 +342,9 @@ export class CausalLM {
     const keyWidth = length > 1 ? past + length : (capacity ?? past + length);
     const groups = c.numHeads / c.numKVHeads;
     // Long sequences attend a chunk of query rows at a time, with one group's rows of mask.
-    const queryRows = length > 1 ? attentionChunkRows(batch, c.numKVHeads, groups, length, keyWidth, this.attentionScoreFloats) : length;
+    const queryRows = length > 1 ? attentionChunkRows(batch, c.numKVHeads, groups, length, keyWidth, this.attentionScoreFloats) : undefined;
     const slots = { past, capacity, inPlace: capacity !== undefined, queryRows };
-    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, keyWidth, queryRows < length ? 1 : groups);
+    const maskBias = this.attentionBias(input.attentionMask, batch, length, past + length, keyWidth, queryRows ? 1 : groups);
 
     const table = this.frozen.get('model.embed_tokens.weight');
     let x = table ? table.gatherRows(input.ids) : embedFromBlocks(this.vocabBlocks('model.embed_tokens.weight'), input.ids);
@@ -389,7 +389,7 @@ export class CausalLM {
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    slots: { past: number; capacity?: number; inPlace: boolean; queryRows: number },
+    slots: { past: number; capacity?: number; inPlace: boolean; queryRows?: number },
   ): LayerOutput {
     const c = this.config;
     const pre = `model.layers.${i}`;
@@ -512,7 +512,7 @@ export class CausalLM {
     rotary: Rotary,
     maskBias: tf.Tensor4D,
     cache: KVCache | undefined,
-    slots: { past: number; capacity?: number; inPlace: boolean; queryRows: number },
+    slots: { past: number; capacity?: number; inPlace: boolean; queryRows?: number },
     residual: tf.Tensor2D,
   ): tf.Tensor2D & { key: tf.Tensor4D; value: tf.Tensor4D } {
     const c = this.config;
@@ -574,7 +574,7 @@ export class CausalLM {
     // stacked along the time axis, [B, nKV, groups*T, d].
     const grouped = q.reshape([batch, c.numKVHeads, groups * length, d]);
     const context =
-      slots.queryRows < length
+      slots.queryRows
         ? chunkedAttention(grouped as tf.Tensor4D, attended.k, attended.v, maskBias, groups, slots.queryRows)
         : (tf.matMul(tf.softmax(addConstant(tf.matMul(grouped, attended.k, false, true) as tf.Tensor4D, maskBias)), attended.v) as tf.Tensor4D);
     const merged = length === 1 ? context : tf.transpose(context.reshape([batch, c.numHeads, length, d]), [0, 2, 1, 3]);
