@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import path from 'node:path';
 import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
 import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
@@ -7,8 +8,8 @@ import { loadNativeKernels } from '../core-adapters/engine/native.js';
 import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
 import { formatRlStep, type RlStepResult, type TorchRlStep } from '../core-adapters/cli/rl-step-bench.js';
 import type { ContendedBench } from '../core-adapters/cli/bench.js';
-import { engineBanner, initEngine, reinstallEngineKernels } from '../core-adapters/engine/backend.js';
-import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runBuiltFlowrl, type EnginePath } from './helpers.js';
+import { engineBanner, initEngine, reinstallEngineKernels, wasmHeapExhausted } from '../core-adapters/engine/backend.js';
+import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runBuiltFlowrl, runNode, type EnginePath } from './helpers.js';
 
 /** Kernel sets: none replaced (stock), the TypeScript overrides, and the two native paths. */
 type Mode = 'stock' | 'typescript' | 'native-loop' | 'native-blas';
@@ -82,6 +83,19 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
 
   before(function () {
     if (tf.getBackend() !== 'wasm') this.skip();
+  });
+
+  it('a tensor the 4 GiB heap cannot hold is refused with a message naming what to lower (tfjs would take the allocator\'s 0 as an address and overwrite the heap)', async () => {
+    const run = await runNode(['--import', 'tsx', path.join('test', 'wasm-heap-check.ts')], 120_000);
+    expect(run.status, run.stderr).to.equal(0);
+    const r = JSON.parse(run.stdout.trim().split('\n').at(-1)!);
+    expect(r.refused, 'refused with WasmHeapExhausted').to.equal(true);
+    expect(r.held).to.be.within(6, 8);
+    expect(r.message).to.include('the wasm engine ran out of memory (no room for a 512 MiB tensor').and.include('actor_rollout_ref.actor.ppo_micro_batch_size').and.include('data.max_response_length');
+    expect(r.sum).to.deep.equal([4, 6]);
+    // Other errors, and a kernel's crash with the heap far from full, are not called memory.
+    expect(wasmHeapExhausted(new Error('memory access out of bounds'))).to.equal(undefined);
+    expect(wasmHeapExhausted(new WebAssembly.RuntimeError('memory access out of bounds'))).to.equal(undefined);
   });
 
   /** 1e-3, or 1e-5 of the largest value where that is more (OpenBLAS's order of summation differs from XNNPACK's). */

@@ -94,6 +94,12 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`flowrl ${name}: ${where}${e.message}`);
       return e.exitCode;
     }
+    // The wasm heap at its 4 GiB: the sizes to lower, not a stack.
+    const memory = (await import('../engine/backend.js')).wasmHeapExhausted(e);
+    if (memory) {
+      console.error(`flowrl ${name}: ${where}${memory}`);
+      return 1;
+    }
     // Printed here: rethrown, the wasm runtime's exception hook would dump its own source.
     console.error(`flowrl ${name}: internal error:`, e);
     return 1;

@@ -181,7 +181,10 @@ export async function initEngine(requested: BackendChoice = 'auto', options: { q
   }
   await tf.ready();
   if (gpuNotChosen && choice === 'auto') Object.assign(info, { gpu: gpuNotChosen.gpu, gpuNotChosen: gpuNotChosen.reason });
-  if (info.backend === 'wasm') accelerate(info, native);
+  if (info.backend === 'wasm') {
+    guardWasmAllocations();
+    accelerate(info, native);
+  }
   active = info;
   // Under mpirun only rank 0 says it: the ranks' engine paths are checked to be the same.
   if (!announced && !options.quiet && launchedRank() === 0) for (const line of engineBanner(info)) process.stderr.write(`${line}\n`);
@@ -191,4 +194,44 @@ export async function initEngine(requested: BackendChoice = 'auto', options: { q
 
 export function engineInfo(): EngineInfo | undefined {
   return active;
+}
+
+/** The most memory a WebAssembly instance addresses (32-bit), which the wasm backend's heap grows to. */
+export const WASM_HEAP_LIMIT = 4 * 2 ** 30;
+
+/** A tensor the wasm heap could not make room for. */
+export class WasmHeapExhausted extends Error {}
+
+/**
+ * tfjs's wasm backend takes the allocator's 0 (no room) as an address: every tensor made after the
+ * heap is full would share its first bytes, silently. A failed allocation throws instead.
+ */
+function guardWasmAllocations(): void {
+  const module = (tf.backend() as unknown as { wasm: { _malloc(bytes: number): number; _free(at: number): void; flowrlGuarded?: boolean } }).wasm;
+  if (module.flowrlGuarded) return;
+  // Emscripten's export wrapper replaces itself with the raw function on its first call.
+  module._free(module._malloc(1));
+  const malloc = module._malloc.bind(module);
+  module._malloc = (bytes: number) => {
+    const at = malloc(bytes);
+    if (at === 0 && bytes > 0) throw new WasmHeapExhausted(`no room for a ${(bytes / 2 ** 20).toFixed(0)} MiB tensor`);
+    return at;
+  };
+  module.flowrlGuarded = true;
+}
+
+/**
+ * A message for the wasm heap out of room: a tensor it could not hold, or a kernel that failed with
+ * the heap near its limit (the allocator inside a kernel hands out nothing, the kernel writes out of
+ * bounds). Undefined for any other error.
+ */
+export function wasmHeapExhausted(e: unknown): string | undefined {
+  if (tf.getBackend() !== 'wasm' || !(e instanceof WasmHeapExhausted || e instanceof WebAssembly.RuntimeError)) return undefined;
+  const heap = (tf.backend() as unknown as { wasm?: { HEAPU8: Uint8Array } }).wasm?.HEAPU8.length ?? 0;
+  if (e instanceof WebAssembly.RuntimeError && heap < 0.85 * WASM_HEAP_LIMIT) return undefined;
+  return (
+    `the wasm engine ran out of memory (${e.message}; its heap at ${(heap / 2 ** 30).toFixed(2)} GiB of the 4 GiB WebAssembly addresses). ` +
+    'Lower the micro-batch sizes (actor_rollout_ref.actor.ppo_micro_batch_size, actor_rollout_ref.rollout.log_prob_micro_batch_size, actor_rollout_ref.ref.log_prob_micro_batch_size) ' +
+    'or the lengths (data.max_prompt_length, data.max_response_length), set actor_rollout_ref.model.enable_gradient_checkpointing: true, or train LoRA adapters on a frozen base (kept outside the heap)'
+  );
 }

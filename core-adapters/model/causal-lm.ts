@@ -2,6 +2,7 @@
 // x = embed(ids); per layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); final = rmsnorm(x).
 // Parameters are in the layout of layout.ts: linear weights [in, out], q/k/v fused per layer.
 import * as tf from '@tensorflow/tfjs-core';
+import { WASM_HEAP_LIMIT } from '../engine/backend.js';
 import type { FrozenMatrix } from '../engine/frozen.js';
 import { decodeAttention, decodeAttentionAvailable, inPlaceWriteCount, writeTimeSlice } from '../engine/kernels.js';
 import { webgpuFused, writeTimeSliceOnGpu } from '../engine/webgpu-kernels.js';
@@ -49,8 +50,7 @@ export interface ForwardOutput {
 
 const MASKED = -1e9;
 
-/** wasm memory's limit, and the most activations checkpointing keeps before recomputing layers. */
-const WASM_HEAP_LIMIT = 4 * 2 ** 30;
+/** The most activations checkpointing keeps before recomputing layers. */
 const MAX_ACTIVATION_BUDGET = 2 * 2 ** 30;
 
 /** A decoder layer's output and, when it computed them, its keys and values (the KV cache). */
