@@ -158,11 +158,14 @@ export function chunkedAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D,
   const T = R / groups;
   const chunks: { from: number; t: number; n: number }[] = [];
   for (let g = 0; g < groups; g++) for (let t = 0; t < T; t += rows) chunks.push({ from: g * T + t, t, n: Math.min(rows, T - t) });
-  const probabilities = (qc: tf.Tensor4D, kk: tf.Tensor4D, b: tf.Tensor4D, t: number, n: number) =>
-    tf.softmax(tf.add(tf.matMul(qc, kk, false, true), tf.slice(b, [0, 0, t, 0], [B, 1, n, -1]))) as tf.Tensor4D;
+  // A chunk's rows of the mask, cut once and shared by the groups (a slice copies them).
+  const biasRows = (b: tf.Tensor4D) => new Map(chunks.filter(({ from }) => from < T).map(({ t, n }) => [t, tf.slice(b, [0, 0, t, 0], [B, 1, n, -1])]));
+  const probabilities = (qc: tf.Tensor4D, kk: tf.Tensor4D, b: tf.Tensor) => tf.softmax(tf.add(tf.matMul(qc, kk, false, true), b)) as tf.Tensor4D;
   return withGradient([q, k, v], ([qi, ki, vi], save) => {
     save([qi, ki, vi, bias]);
-    const parts = chunks.map(({ from, t, n }) => tf.tidy(() => tf.matMul(probabilities(tf.slice(qi, [0, 0, from, 0], [B, KV, n, d]) as tf.Tensor4D, ki as tf.Tensor4D, bias, t, n), vi)));
+    const masks = biasRows(bias);
+    const parts = chunks.map(({ from, t, n }) => tf.tidy(() => tf.matMul(probabilities(tf.slice(qi, [0, 0, from, 0], [B, KV, n, d]) as tf.Tensor4D, ki as tf.Tensor4D, masks.get(t)!), vi)));
+    tf.dispose([...masks.values()]);
     const value = parts.length === 1 ? parts[0] : tf.concat(parts, 2);
     if (parts.length > 1) tf.dispose(parts);
     return {
@@ -171,10 +174,11 @@ export function chunkedAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D,
         let dk = tf.zerosLike(sk);
         let dv = tf.zerosLike(sv);
         const dq: tf.Tensor[] = [];
+        const masks = biasRows(sb as tf.Tensor4D);
         for (const { from, t, n } of chunks) {
           const [dqc, nextDk, nextDv] = tf.tidy(() => {
             const qc = tf.slice(sq, [0, 0, from, 0], [B, KV, n, d]) as tf.Tensor4D;
-            const p = probabilities(qc, sk as tf.Tensor4D, sb as tf.Tensor4D, t, n);
+            const p = probabilities(qc, sk as tf.Tensor4D, masks.get(t)!);
             const dOut = tf.slice(dy, [0, 0, from, 0], [B, KV, n, d]);
             // softmax's backward: dS = p (dP - sum(dP p)) with dP = dOut v^T.
             const dP = tf.matMul(dOut, sv, false, true);
@@ -185,6 +189,7 @@ export function chunkedAttention(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D,
           [dk, dv] = [nextDk, nextDv];
           dq.push(dqc);
         }
+        tf.dispose([...masks.values()]);
         const dQuery = dq.length === 1 ? dq[0] : tf.concat(dq, 2);
         if (dq.length > 1) tf.dispose(dq);
         return [dQuery, dk, dv];
