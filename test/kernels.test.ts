@@ -90,6 +90,7 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(run.status, run.stderr).to.equal(0);
     const r = JSON.parse(run.stdout.trim().split('\n').at(-1)!);
     expect(r.refused, 'refused with WasmHeapExhausted').to.equal(true);
+    expect(r.wrapped, 'a 4 GiB tensor refused, not given the 16 bytes its wrapped size asks').to.equal(true);
     expect(r.held).to.be.within(6, 8);
     expect(r.message).to.include('the wasm engine ran out of memory (no room for a 512 MiB tensor').and.include('actor_rollout_ref.actor.ppo_micro_batch_size').and.include('data.max_response_length');
     expect(r.sum).to.deep.equal([4, 6]);

@@ -213,7 +213,8 @@ function guardWasmAllocations(): void {
   module._free(module._malloc(1));
   const malloc = module._malloc.bind(module);
   module._malloc = (bytes: number) => {
-    const at = malloc(bytes);
+    // 4 GiB or more would reach malloc as a 32-bit count, wrapped to a small one that fits.
+    const at = bytes < 2 ** 32 ? malloc(bytes) : 0;
     if (at === 0 && bytes > 0) throw new WasmHeapExhausted(`no room for a ${(bytes / 2 ** 20).toFixed(0)} MiB tensor`);
     return at;
   };
