@@ -9,6 +9,7 @@ import { rmsNorm } from '../core-adapters/engine/ops.js';
 import { readFloat32 } from '../core-adapters/engine/readback.js';
 import { drawRowsOnGpu, writeTimeSliceOnGpu } from '../core-adapters/engine/webgpu-kernels.js';
 import { initWeights, modelFromWeights } from '../core-adapters/model/checkpoint.js';
+import { positionsFromMask } from '../core-adapters/model/causal-lm.js';
 import { parseModelConfig } from '../core-adapters/model/config.js';
 import { Decoding, sampleToken, tokenLogProb } from '../core-adapters/model/generate.js';
 import { createAdapters, LORA_MODULES } from '../core-adapters/model/lora.js';
@@ -266,7 +267,7 @@ function setAdapterB(model: ReturnType<typeof modelFromWeights>, scale: number):
  * the same forward under a tape (x W + (x A scale) B), also after the adapters and a base weight
  * change, and what one decode step dispatches and reads.
  */
-async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<string, number>; readBytes: number; layers: number; tensorsAfterUpdate: number }> {
+async function checkModel(): Promise<{ mergedErrors: number[]; chunkedErrors: number[]; programs: Record<string, number>; readBytes: number; layers: number; tensorsAfterUpdate: number }> {
   const model = modelFromWeights(MODEL, initWeights(MODEL, 4));
   model.attachAdapters(createAdapters(MODEL, { rank: 4, alpha: 8, targetModules: [...LORA_MODULES] }, 5));
   setAdapterB(model, 0.05);
@@ -309,6 +310,27 @@ async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<
   tf.dispose([...grads.values()]);
   optimizer.dispose();
   mergedErrors.push(await mergedError(1));
+  // Attention a query row at a time (long sequences' path) against whole, with and without a tape.
+  const chunkedErrors: number[] = [];
+  {
+    const ids = Int32Array.from({ length: 12 }, (_, i) => (i * 11) % MODEL.vocabSize);
+    // The first row left-padded by one token.
+    const attentionMask = Int32Array.from({ length: 12 }, (_, i) => (i === 0 ? 0 : 1));
+    const input = { ids, batch: 2, attentionMask, positions: positionsFromMask(attentionMask, 2) };
+    const outputs = async (floats: number | undefined) => {
+      model.attentionScoreFloats = floats;
+      const logits = tf.tidy(() => model.logits(model.forward(input).hidden));
+      const { value, grads } = tf.variableGrads(() => tf.sum(tf.square(model.logits(model.forward(input).hidden))) as tf.Scalar, vars);
+      const read1 = await read(logits);
+      const gradValues = await Promise.all(vars.map((v) => read(grads[v.name])));
+      tf.dispose([logits, value, ...Object.values(grads)]);
+      model.attentionScoreFloats = undefined;
+      return [read1, ...gradValues];
+    };
+    const whole = await outputs(undefined);
+    const chunked = await outputs(1);
+    whole.forEach((w, i) => chunkedErrors.push(relativeError(chunked[i], w)));
+  }
 
   let readBytes = 0;
   const data = tf.Tensor.prototype.data;
@@ -325,7 +347,7 @@ async function checkModel(): Promise<{ mergedErrors: number[]; programs: Record<
   decoding.dispose();
   tf.Tensor.prototype.data = data;
   model.dispose();
-  return { mergedErrors, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
+  return { mergedErrors, chunkedErrors, programs, readBytes, layers: MODEL.numLayers, tensorsAfterUpdate };
 }
 
 const result = {

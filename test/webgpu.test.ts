@@ -105,6 +105,9 @@ describe('the webgpu engine path (Dawn on a software Vulkan driver) against wasm
     expect(r.model.mergedErrors, 'merged LoRA weights against x W + (x A) B').to.have.length(5);
     r.model.mergedErrors.forEach((error: number, i: number) => expect(error, `merged weights, case ${i}`).to.be.at.most(2e-6));
     expect(r.model.tensorsAfterUpdate, 'merged weights replaced after an adapter update').to.equal(0);
+    // Attention a query row at a time (long sequences) against whole: logits and every gradient.
+    expect(r.model.chunkedErrors.length).to.be.above(2);
+    r.model.chunkedErrors.forEach((error: number, i: number) => expect(error, `chunked attention, output ${i}`).to.be.at.most(1e-5));
     // One decode step: per layer 2 RMSNorms, 5 products (the residuals added in two of them), 2
     // cache writes, the attention and SwiGLU (tfjs's ops took 62 with LoRA); 2 floats a row read back.
     const programs = r.model.programs as Record<string, number>;
