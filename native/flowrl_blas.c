@@ -176,6 +176,71 @@ static void count_product(int kind, int64_t started, int64_t flops) {
   atomic_fetch_add(&product_flops[kind], flops);
 }
 
+// On a shared machine (machine_shared) the BLAS's own split of a small product waits for its thread
+// that shares a core with the other process, product after product (the update's attention and
+// adapter products took 4x their idle time beside one busy process). There each product, or each
+// of a batch, is cut into parts of rows or columns, one BLAS thread each, taken by the addon's pool
+// (twice the BLAS's threads there) as they run.
+enum { SGEMM_PART_MIN = 64, SGEMM_PARTS_MAX = 8 };
+typedef struct {
+  int ta, tb;
+  int64_t M, N, K, aStride, bStride, parts;
+  int by_rows;
+  const float *A, *B;
+  float *C;
+} sgemm_job;
+
+static void sgemm_part(void *ctx, int task, int tasks) {
+  (void)tasks;
+  const sgemm_job *j = ctx;
+  const int64_t g = task / j->parts, part = task % j->parts;
+  const int64_t along = j->by_rows ? j->M : j->N, from = along * part / j->parts, to = along * (part + 1) / j->parts;
+  const float *a = j->A + j->aStride * g, *b = j->B + j->bStride * g;
+  float *c = j->C + j->M * j->N * g;
+  const int lda = j->ta ? (int)j->M : (int)j->K, ldb = j->tb ? (int)j->K : (int)j->N;
+  if (j->by_rows) {
+    // Rows of op(A): rows of A, or columns of A stored transposed.
+    a += j->ta ? from : from * j->K;
+    c += from * j->N;
+    blas_sgemm(ROW_MAJOR, j->ta ? TRANS : NO_TRANS, j->tb ? TRANS : NO_TRANS, (int)(to - from), (int)j->N, (int)j->K, 1.0f, a, lda, b, ldb, 0.0f, c, (int)j->N);
+  } else {
+    b += j->tb ? from * j->K : from;
+    c += from;
+    blas_sgemm(ROW_MAJOR, j->ta ? TRANS : NO_TRANS, j->tb ? TRANS : NO_TRANS, (int)j->M, (int)(to - from), (int)j->K, 1.0f, a, lda, b, ldb, 0.0f, c, (int)j->N);
+  }
+}
+
+// The BLAS's thread count while products run in parts: 1, the count before restored by the last
+// caller to finish (data-parallel workers may be inside at once).
+static pthread_mutex_t parts_lock = PTHREAD_MUTEX_INITIALIZER;
+static int parts_running, blas_threads_before;
+
+// 1 when it ran the products in parts; 0 when they should run as usual.
+static int sliced_sgemm(int64_t ta, int64_t tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t aStride, const float *B, int64_t bStride, float *C,
+                        int64_t batch) {
+  if (!blas_set_threads || !blas_get_threads || !machine_shared(NULL)) return 0;
+  pthread_mutex_lock(&parts_lock);
+  if (parts_running == 0) blas_threads_before = blas_get_threads();
+  const int threads = blas_threads_before;
+  if (threads <= 1) {
+    pthread_mutex_unlock(&parts_lock);
+    return 0;
+  }
+  if (parts_running++ == 0) blas_set_threads(1);
+  pthread_mutex_unlock(&parts_lock);
+  sgemm_job job = {.ta = (int)ta, .tb = (int)tb, .M = M, .N = N, .K = K, .aStride = aStride, .bStride = bStride, .A = A, .B = B, .C = C};
+  job.by_rows = M >= N;
+  const int64_t along = job.by_rows ? M : N;
+  // A batch of at least two tasks a thread runs whole products; fewer are cut.
+  int64_t parts = batch >= 4 * threads ? 1 : along / SGEMM_PART_MIN;
+  job.parts = parts < 1 ? 1 : parts > SGEMM_PARTS_MAX ? SGEMM_PARTS_MAX : parts;
+  run_tasks(sgemm_part, &job, (int)(batch * job.parts), threads);
+  pthread_mutex_lock(&parts_lock);
+  if (--parts_running == 0) blas_set_threads(blas_threads_before);
+  pthread_mutex_unlock(&parts_lock);
+  return 1;
+}
+
 // sgemm(transA, transB, M, N, K, A, aOffset, aStride, B, bOffset, bStride, C, cOffset, batch):
 // for each of `batch` products, C_g = op(A_g) op(B_g), row-major and dense; offsets and strides
 // count floats, and a stride of 0 reuses one matrix across the batch (broadcast). sgemmLoop is the
@@ -200,6 +265,10 @@ static napi_value run_sgemm(napi_env env, napi_callback_info info, int allow_bla
                     (size_t)(cOff + M * N * batch) > cLen))
     return throw_error(env, "sgemm: out of bounds");
   const int64_t started = now_nanos();
+  if (allow_blas && blas_sgemm && M * N * K >= TINY_GEMM && batch > 0 && sliced_sgemm(ta, tb, M, N, K, A + aOff, aStride, B + bOff, bStride, C + cOff, batch)) {
+    count_product(HEAP_PRODUCTS, started, 2 * M * N * K * batch);
+    return NULL;
+  }
   for (int64_t g = 0; g < batch; g++) {
     const float *a = A + aOff + aStride * g;
     const float *b = B + bOff + bStride * g;
@@ -671,6 +740,35 @@ static napi_value bfloat16_products(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// sharedMachine([mode]): { shared, othersCores, slicedProducts }: whether other processes keep part
+// of the machine busy (oneDNN's products then run in slices on more threads than cores), the cores
+// they used over the last window, and the products run so; mode "on" or "off" fixes the answer,
+// "auto" measures it again.
+static napi_value shared_machine(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc == 1) {
+    char mode[8];
+    size_t written;
+    if (napi_get_value_string_utf8(env, argv[0], mode, sizeof mode, &written) != napi_ok ||
+        (strcmp(mode, "on") != 0 && strcmp(mode, "off") != 0 && strcmp(mode, "auto") != 0))
+      return throw_error(env, "sharedMachine: expected \"on\", \"off\" or \"auto\"");
+    machine_load_mode(strcmp(mode, "on") == 0 ? 1 : strcmp(mode, "off") == 0 ? 0 : -1);
+  }
+  double others = 0;
+  const int shared = machine_shared(&others);
+  napi_value result, flag, cores, sliced;
+  napi_create_object(env, &result);
+  napi_get_boolean(env, shared, &flag);
+  napi_create_double(env, others, &cores);
+  napi_create_double(env, (double)onednn_sliced_products(), &sliced);
+  napi_set_named_property(env, result, "shared", flag);
+  napi_set_named_property(env, result, "othersCores", cores);
+  napi_set_named_property(env, result, "slicedProducts", sliced);
+  return result;
+}
+
 // productCounters(): { heap: { seconds, flops }, frozen: { seconds, flops } } since the process
 // started, summed over its threads.
 static napi_value product_counters(napi_env env, napi_callback_info info) {
@@ -708,6 +806,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"decodeAttention", NULL, decode_attention_napi, NULL, NULL, NULL, napi_default, NULL},
       {"bfloat16Products", NULL, bfloat16_products, NULL, NULL, NULL, napi_default, NULL},
       {"productCounters", NULL, product_counters, NULL, NULL, NULL, napi_default, NULL},
+      {"sharedMachine", NULL, shared_machine, NULL, NULL, NULL, napi_default, NULL},
       {"swiglu", NULL, swiglu_napi, NULL, NULL, NULL, napi_default, NULL},
       {"rmsNorm", NULL, rms_norm_napi, NULL, NULL, NULL, napi_default, NULL},
   };

@@ -49,6 +49,11 @@ typedef void (*sgemm_fn)(int order, int transA, int transB, int M, int N, int K,
 // used. Another caller already using the pool gets its tasks run inline.
 typedef void (*share_fn)(void *ctx, int task, int tasks);
 int run_tasks(share_fn run, void *ctx, int tasks, int threads);
+// Whether other processes keep part of the machine busy (the last 200 ms window: at least half a
+// core makes it shared, under a quarter idle again), and how many cores they used (may be NULL).
+// FLOWRL_OVERSUBSCRIBE=on or off, or machine_load_mode(1 or 0), fixes the answer; -1 measures.
+int machine_shared(double *others_cores);
+void machine_load_mode(int mode);
 
 // ---- frozen.c: products with a frozen W [N, K] (float32 or bfloat16 bits), outside the wasm heap.
 // The instruction set the small-row kernels use: "avx512", "avx2" or "generic" (none).
@@ -75,7 +80,10 @@ const char *onednn_status(int *ok);
 void onednn_enable(int on);
 // forward: Y[M, N] = X[M, K] W[N, K]^T; backward: Y[M, K] = X[M, N] W. X and W bfloat16 bits, Y
 // float32, on up to `threads` threads. 0, or -1 (then nothing is promised about Y).
+// On a shared machine (machine_shared) it runs in slices of Y's columns on twice the threads.
 int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads);
+// How many products ran in slices since the process started.
+long onednn_sliced_products(void);
 
 
 // ---- layer-passes.c, on up to `threads` threads each.

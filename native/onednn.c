@@ -57,10 +57,11 @@ static struct {
 // batch size). A primitive has one scratchpad, so it runs on one thread at a time: threads that
 // multiply the same shape at once (data-parallel workers) each get an entry of their own. Each
 // thread has its own stream; an entry in use is neither shared nor evicted.
-enum { CACHED_SHAPES = 64 };
+enum { CACHED_SHAPES = 128 };
 typedef struct {
   int M, K, backward, threads;
   int64_t N;
+  int64_t slice; // columns of Y this primitive writes (0: all), Y's rows still N (K backward) long
   dnnl_obj primitive;
   dnnl_md src, weights, dst;
   uint64_t used;
@@ -151,10 +152,10 @@ static void load(void) {
 // `impl` (when given) receives the name of the implementation oneDNN chose.
 static int make_primitive(shape_entry *e, char *impl, size_t impl_size) {
   const int64_t M = e->M, N = e->N, K = e->K;
-  const int64_t inner = e->backward ? N : K, outer = e->backward ? K : N;
+  const int64_t inner = e->backward ? N : K, outer = e->backward ? K : N, columns = e->slice ? e->slice : outer;
   const int64_t srcDims[2] = {M, inner}, srcStrides[2] = {inner, 1};
-  const int64_t wDims[2] = {inner, outer}, wStrides[2] = {e->backward ? K : 1, e->backward ? 1 : K};
-  const int64_t dstDims[2] = {M, outer}, dstStrides[2] = {outer, 1};
+  const int64_t wDims[2] = {inner, columns}, wStrides[2] = {e->backward ? K : 1, e->backward ? 1 : K};
+  const int64_t dstDims[2] = {M, columns}, dstStrides[2] = {outer, 1};
   static dnnl_op op;
   if (dnnl.md_init(&e->src, 2, srcDims, DNNL_BF16, srcStrides) != DNNL_OK || dnnl.md_init(&e->weights, 2, wDims, DNNL_BF16, wStrides) != DNNL_OK ||
       dnnl.md_init(&e->dst, 2, dstDims, DNNL_F32, dstStrides) != DNNL_OK || dnnl.matmul_init(&op, &e->src, &e->weights, NULL, &e->dst) != DNNL_OK)
@@ -189,18 +190,18 @@ static dnnl_obj thread_stream(void) {
 }
 
 // The cached primitive for the shape, made if missing, marked running; NULL if it cannot be made.
-static shape_entry *acquire(int backward, int M, int64_t N, int K, int threads) {
+static shape_entry *acquire(int backward, int M, int64_t N, int K, int threads, int64_t slice) {
   pthread_mutex_lock(&lock);
   shape_entry *e = NULL, *oldest = NULL;
   for (int i = 0; i < CACHED_SHAPES && !e; i++) {
     shape_entry *s = &shapes[i];
     if (s->running) continue;
-    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward && s->threads == threads) e = s;
+    if (s->primitive && s->M == M && s->N == N && s->K == K && s->backward == backward && s->threads == threads && s->slice == slice) e = s;
     else if (!oldest || s->used < oldest->used) oldest = s;
   }
   if (!e && oldest) {
     if (oldest->primitive) dnnl.primitive_destroy(oldest->primitive);
-    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward, .threads = threads};
+    *oldest = (shape_entry){.M = M, .N = N, .K = K, .backward = backward, .threads = threads, .slice = slice};
     if (make_primitive(oldest, NULL, 0) == 0) e = oldest;
     else oldest->primitive = NULL;
   }
@@ -218,19 +219,19 @@ static void release(shape_entry *e) {
   pthread_mutex_unlock(&lock);
 }
 
-int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads) {
-  int ok;
-  onednn_status(&ok);
-  dnnl_obj stream = ok ? thread_stream() : NULL;
-  if (threads < 1) threads = 1;
+// Columns [column, column + slice) of Y (all of it when slice is 0) on `threads` OpenMP threads.
+static int run_product(int backward, int M, int64_t N, int K, int64_t slice, int64_t column, const uint16_t *x, const uint16_t *w, float *y, int threads) {
+  dnnl_obj stream = thread_stream();
   // A primitive is made under the thread count it runs with: set first, and part of the key.
   if (dnnl.omp_set_threads) dnnl.omp_set_threads(threads);
   // Every entry running a product elsewhere: this one goes the other way.
-  shape_entry *e = stream ? acquire(backward, M, N, K, threads) : NULL;
+  shape_entry *e = stream ? acquire(backward, M, N, K, threads, slice) : NULL;
   if (!e) return -1;
+  // Forward, Y's columns are W's rows; backward, W's columns.
+  const uint16_t *w_part = w + (backward ? column : column * K);
   dnnl_obj src = NULL, weights = NULL, dst = NULL;
-  int failed = dnnl.memory_create(&src, &e->src, dnnl.engine, (void *)x) != DNNL_OK || dnnl.memory_create(&weights, &e->weights, dnnl.engine, (void *)w) != DNNL_OK ||
-               dnnl.memory_create(&dst, &e->dst, dnnl.engine, y) != DNNL_OK;
+  int failed = dnnl.memory_create(&src, &e->src, dnnl.engine, (void *)x) != DNNL_OK || dnnl.memory_create(&weights, &e->weights, dnnl.engine, (void *)w_part) != DNNL_OK ||
+               dnnl.memory_create(&dst, &e->dst, dnnl.engine, y + column) != DNNL_OK;
   if (!failed) {
     const dnnl_arg args[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     failed = dnnl.execute(e->primitive, stream, 3, args) != DNNL_OK || dnnl.stream_wait(stream) != DNNL_OK;
@@ -240,4 +241,46 @@ int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x
   if (dst) dnnl.memory_destroy(dst);
   release(e);
   return failed ? -1 : 0;
+}
+
+// On a shared machine a product is cut into slices of Y's columns, each one oneDNN thread's, taken by
+// the pool's threads (twice as many there) as they run: oneDNN's own even split waits for its
+// thread that shares a core with the other process.
+enum { SLICE_COLUMNS = 128 };
+static atomic_long sliced_products;
+
+long onednn_sliced_products(void) {
+  return atomic_load(&sliced_products);
+}
+
+typedef struct {
+  int backward, M, K;
+  int64_t N;
+  const uint16_t *x, *w;
+  float *y;
+  atomic_int failed;
+} sliced_job;
+
+static void slice_task(void *ctx, int task, int tasks) {
+  (void)tasks;
+  sliced_job *j = ctx;
+  const int64_t outer = j->backward ? j->K : j->N, column = (int64_t)task * SLICE_COLUMNS;
+  const int64_t slice = outer - column < SLICE_COLUMNS ? outer - column : SLICE_COLUMNS;
+  if (!atomic_load(&j->failed) && run_product(j->backward, j->M, j->N, j->K, slice, column, j->x, j->w, j->y, 1) != 0) atomic_store(&j->failed, 1);
+}
+
+int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads) {
+  int ok;
+  onednn_status(&ok);
+  if (!ok) return -1;
+  if (threads < 1) threads = 1;
+  const int64_t outer = backward ? K : N;
+  if (threads > 1 && outer >= 2 * SLICE_COLUMNS && machine_shared(NULL)) {
+    sliced_job job = {.backward = backward, .M = M, .K = K, .N = N, .x = x, .w = w, .y = y};
+    atomic_init(&job.failed, 0);
+    run_tasks(slice_task, &job, (int)((outer + SLICE_COLUMNS - 1) / SLICE_COLUMNS), threads);
+    atomic_fetch_add(&sliced_products, 1);
+    return atomic_load(&job.failed) ? -1 : 0;
+  }
+  return run_product(backward, M, N, K, 0, 0, x, w, y, threads);
 }

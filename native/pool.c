@@ -12,8 +12,11 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "flowrl_native.h"
 
 enum { POOL_MAX_WORKERS = 15 };
@@ -113,6 +116,9 @@ static void *worker(void *arg) {
 }
 
 int run_tasks(share_fn run, void *ctx, int tasks, int threads) {
+  // Beside other busy processes, twice the threads get a larger share of the cores; tasks go to
+  // whoever runs, so a thread waiting for a core holds up only the task it has started.
+  if (threads > 1 && machine_shared(NULL)) threads *= 2;
   if (threads > POOL_MAX_WORKERS + 1) threads = POOL_MAX_WORKERS + 1;
   if (threads > tasks) threads = tasks;
   if (threads <= 1 || pthread_mutex_trylock(&pool.use) != 0) {
@@ -160,4 +166,84 @@ int run_tasks(share_fn run, void *ctx, int tasks, int threads) {
   atomic_store_explicit(&pool.next, CLOSED, memory_order_seq_cst);
   pthread_mutex_unlock(&pool.use);
   return threads;
+}
+
+// ---- Other processes' load. Linux gives each runnable thread an equal share of the cores, so
+// beside a busy process a product's two threads get 4/3 of a core and wait for the one that shares
+// (docs/performance.md, "One core busy"); more threads than cores, taking work as they run, get more.
+
+// Sampled at most this often; a window this long holds 20 ticks a core of /proc/stat.
+static const int64_t LOAD_WINDOW_NS = 200000000;
+// Others' cores that make a machine shared, and the fewer that make it idle again: beside our extra
+// threads a busy process gets under half a core, so one threshold would flip back and forth.
+static const int SHARED_FROM_MILLI = 500, IDLE_BELOW_MILLI = 250;
+
+static struct {
+  pthread_mutex_t lock;
+  int64_t since;       // wall clock of the window's start (0: none yet)
+  double machine, own; // busy seconds of the machine and of this process at its start
+  atomic_int others_milli;
+  atomic_int shared;
+  atomic_int mode; // -1 auto, 0 never shared, 1 always (FLOWRL_OVERSUBSCRIBE=off|on; tests)
+} load = {.lock = PTHREAD_MUTEX_INITIALIZER, .mode = -2};
+
+// Every core's busy time since boot in seconds (steal, a hypervisor's, left out); -1 without /proc.
+static double machine_busy_seconds(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return -1;
+  unsigned long long user, nice, system, idle, iowait, irq, softirq;
+  const int read = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait, &irq, &softirq);
+  fclose(f);
+  return read == 7 ? (double)(user + nice + system + irq + softirq) / (double)sysconf(_SC_CLK_TCK) : -1;
+}
+
+static double own_busy_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int oversubscribe_mode(void) {
+  int mode = atomic_load(&load.mode);
+  if (mode != -2) return mode;
+  const char *v = getenv("FLOWRL_OVERSUBSCRIBE");
+  mode = v && strcmp(v, "off") == 0 ? 0 : v && strcmp(v, "on") == 0 ? 1 : -1;
+  int unset = -2;
+  atomic_compare_exchange_strong(&load.mode, &unset, mode);
+  return atomic_load(&load.mode);
+}
+
+void machine_load_mode(int mode) {
+  atomic_store(&load.mode, mode < 0 ? -1 : mode > 0 ? 1 : 0);
+}
+
+// Ends the window when it is long enough (one caller at a time; the others read the last result).
+static void sample_load(void) {
+  if (pthread_mutex_trylock(&load.lock) != 0) return;
+  const int64_t now = now_ns();
+  if (!load.since || now - load.since >= LOAD_WINDOW_NS) {
+    const double machine = machine_busy_seconds(), own = own_busy_seconds();
+    if (machine < 0) {
+      load.since = now;
+    } else {
+      if (load.since) {
+        const double others = (machine - load.machine - (own - load.own)) / ((double)(now - load.since) * 1e-9);
+        const int milli = others > 0 ? (int)(others * 1000 + 0.5) : 0;
+        atomic_store(&load.others_milli, milli);
+        if (milli >= SHARED_FROM_MILLI) atomic_store(&load.shared, 1);
+        else if (milli < IDLE_BELOW_MILLI) atomic_store(&load.shared, 0);
+      }
+      load.since = now;
+      load.machine = machine;
+      load.own = own;
+    }
+  }
+  pthread_mutex_unlock(&load.lock);
+}
+
+int machine_shared(double *others_cores) {
+  const int mode = oversubscribe_mode();
+  if (mode != 0) sample_load();
+  if (others_cores) *others_cores = atomic_load(&load.others_milli) / 1000.0;
+  return mode >= 0 ? mode : atomic_load(&load.shared);
 }

@@ -56,6 +56,13 @@ export interface NativeKernels {
    */
   bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
   /**
+   * Whether other processes keep part of the machine busy (half a core over the last 200 ms; under
+   * a quarter makes it idle again), and the cores they used: oneDNN's products then run in column
+   * slices on twice the threads. "on"/"off" fix the answer (as FLOWRL_OVERSUBSCRIBE does), "auto"
+   * measures. slicedProducts: the products run so since the process started. Absent in old addons.
+   */
+  sharedMachine?: (mode?: 'on' | 'off' | 'auto') => { shared: boolean; othersCores: number; slicedProducts: number };
+  /**
    * SwiGLU on one float32 array (the heap; arguments after it are offsets): forward (backward 0)
    * out = silu(gate) up; backward (1) out = d gate and dUp = d up from dy. See native/layer-passes.c.
    * Absent in old addons.
@@ -134,6 +141,7 @@ interface Addon {
   /** frozenMatmul taking adapters (see NativeKernels.frozenLinear). */
   frozenLinear?: AddonFrozenMatmul;
   bfloat16Products?: NativeKernels['bfloat16Products'];
+  sharedMachine?: NativeKernels['sharedMachine'];
   productCounters?: NativeKernels['productCounters'];
   /** As NativeKernels.swiglu, plus the threads it may use (at least the BLAS's). */
   swiglu?: (...args: [...Parameters<SwigluFn>, number]) => void;
@@ -229,6 +237,7 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       adviseHugePages: addon.adviseHugePages,
       decodeAttention: attend && ((...a: Parameters<DecodeAttentionFn>) => attend(...a, productSplitThreads)),
       bfloat16Products: addon.bfloat16Products,
+      sharedMachine: addon.sharedMachine,
       productCounters: addon.productCounters,
       swiglu: swiglu && ((...a: Parameters<SwigluFn>) => swiglu(...a, productSplitThreads)),
       rmsNorm: norm && ((...a: Parameters<RmsNormFn>) => norm(...a, productSplitThreads)),
