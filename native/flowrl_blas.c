@@ -216,7 +216,7 @@ static pthread_mutex_t parts_lock = PTHREAD_MUTEX_INITIALIZER;
 static int parts_running, blas_threads_before;
 
 // 1 when it ran the products in parts; 0 when they should run as usual.
-static int sliced_sgemm(int64_t ta, int64_t tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t aStride, const float *B, int64_t bStride, float *C,
+static int parted_sgemm(int64_t ta, int64_t tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t aStride, const float *B, int64_t bStride, float *C,
                         int64_t batch) {
   if (!blas_set_threads || !blas_get_threads || !machine_shared(NULL)) return 0;
   pthread_mutex_lock(&parts_lock);
@@ -235,6 +235,7 @@ static int sliced_sgemm(int64_t ta, int64_t tb, int64_t M, int64_t N, int64_t K,
   int64_t parts = batch >= 4 * threads ? 1 : along / SGEMM_PART_MIN;
   job.parts = parts < 1 ? 1 : parts > SGEMM_PARTS_MAX ? SGEMM_PARTS_MAX : parts;
   run_tasks(sgemm_part, &job, (int)(batch * job.parts), threads);
+  count_parted_product();
   pthread_mutex_lock(&parts_lock);
   if (--parts_running == 0) blas_set_threads(blas_threads_before);
   pthread_mutex_unlock(&parts_lock);
@@ -265,7 +266,7 @@ static napi_value run_sgemm(napi_env env, napi_callback_info info, int allow_bla
                     (size_t)(cOff + M * N * batch) > cLen))
     return throw_error(env, "sgemm: out of bounds");
   const int64_t started = now_nanos();
-  if (allow_blas && blas_sgemm && M * N * K >= TINY_GEMM && batch > 0 && sliced_sgemm(ta, tb, M, N, K, A + aOff, aStride, B + bOff, bStride, C + cOff, batch)) {
+  if (allow_blas && blas_sgemm && M * N * K >= TINY_GEMM && batch > 0 && parted_sgemm(ta, tb, M, N, K, A + aOff, aStride, B + bOff, bStride, C + cOff, batch)) {
     count_product(HEAP_PRODUCTS, started, 2 * M * N * K * batch);
     return NULL;
   }
@@ -740,10 +741,10 @@ static napi_value bfloat16_products(napi_env env, napi_callback_info info) {
   return result;
 }
 
-// sharedMachine([mode]): { shared, othersCores, slicedProducts }: whether other processes keep part
-// of the machine busy (oneDNN's products then run in slices on more threads than cores), the cores
-// they used over the last window, and the products run so; mode "on" or "off" fixes the answer,
-// "auto" measures it again.
+// sharedMachine([mode]): { shared, othersCores, partedProducts }: whether other processes keep part
+// of the machine busy (products then run in parts on more threads than cores), the cores they used
+// over the last window, and the products run so; mode "on" or "off" fixes the answer, "auto"
+// measures it again.
 static napi_value shared_machine(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
@@ -758,14 +759,14 @@ static napi_value shared_machine(napi_env env, napi_callback_info info) {
   }
   double others = 0;
   const int shared = machine_shared(&others);
-  napi_value result, flag, cores, sliced;
+  napi_value result, flag, cores, parts;
   napi_create_object(env, &result);
   napi_get_boolean(env, shared, &flag);
   napi_create_double(env, others, &cores);
-  napi_create_double(env, (double)onednn_sliced_products(), &sliced);
+  napi_create_double(env, (double)parted_products(), &parts);
   napi_set_named_property(env, result, "shared", flag);
   napi_set_named_property(env, result, "othersCores", cores);
-  napi_set_named_property(env, result, "slicedProducts", sliced);
+  napi_set_named_property(env, result, "partedProducts", parts);
   return result;
 }
 

@@ -54,6 +54,9 @@ int run_tasks(share_fn run, void *ctx, int tasks, int threads);
 // FLOWRL_OVERSUBSCRIBE=on or off, or machine_load_mode(1 or 0), fixes the answer; -1 measures.
 int machine_shared(double *others_cores);
 void machine_load_mode(int mode);
+// Products (oneDNN's, the heap's sgemm calls) run in parts for a shared machine, since the process started.
+void count_parted_product(void);
+long parted_products(void);
 
 // ---- frozen.c: products with a frozen W [N, K] (float32 or bfloat16 bits), outside the wasm heap.
 // The instruction set the small-row kernels use: "avx512", "avx2" or "generic" (none).
@@ -80,10 +83,8 @@ const char *onednn_status(int *ok);
 void onednn_enable(int on);
 // forward: Y[M, N] = X[M, K] W[N, K]^T; backward: Y[M, K] = X[M, N] W. X and W bfloat16 bits, Y
 // float32, on up to `threads` threads. 0, or -1 (then nothing is promised about Y).
-// On a shared machine (machine_shared) it runs in slices of Y's columns on twice the threads.
+// On a shared machine (machine_shared) it runs in slices of Y's columns, one oneDNN thread each.
 int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x, const uint16_t *w, float *y, int threads);
-// How many products ran in slices since the process started.
-long onednn_sliced_products(void);
 
 
 // ---- layer-passes.c, on up to `threads` threads each.

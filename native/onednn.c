@@ -247,12 +247,6 @@ static int run_product(int backward, int M, int64_t N, int K, int64_t slice, int
 // the pool's threads (twice as many there) as they run: oneDNN's own even split waits for its
 // thread that shares a core with the other process.
 enum { SLICE_COLUMNS = 128 };
-static atomic_long sliced_products;
-
-long onednn_sliced_products(void) {
-  return atomic_load(&sliced_products);
-}
-
 typedef struct {
   int backward, M, K;
   int64_t N;
@@ -279,7 +273,7 @@ int onednn_bf16_product(int backward, int M, int64_t N, int K, const uint16_t *x
     sliced_job job = {.backward = backward, .M = M, .K = K, .N = N, .x = x, .w = w, .y = y};
     atomic_init(&job.failed, 0);
     run_tasks(slice_task, &job, (int)((outer + SLICE_COLUMNS - 1) / SLICE_COLUMNS), threads);
-    atomic_fetch_add(&sliced_products, 1);
+    count_parted_product();
     return atomic_load(&job.failed) ? -1 : 0;
   }
   return run_product(backward, M, N, K, 0, 0, x, w, y, threads);

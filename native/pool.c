@@ -247,3 +247,13 @@ int machine_shared(double *others_cores) {
   if (others_cores) *others_cores = atomic_load(&load.others_milli) / 1000.0;
   return mode >= 0 ? mode : atomic_load(&load.shared);
 }
+
+static atomic_long parted;
+
+void count_parted_product(void) {
+  atomic_fetch_add_explicit(&parted, 1, memory_order_relaxed);
+}
+
+long parted_products(void) {
+  return atomic_load_explicit(&parted, memory_order_relaxed);
+}

@@ -12,7 +12,8 @@ import { generate, GREEDY_TEMPERATURE, NonFiniteLogits, sampleToken, tokenLogPro
 import { loadModel } from '../core-adapters/model/checkpoint.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { Rng } from '../core-adapters/random.js';
-import { enginePaths, expectClose, fixture, onEnginePath } from './helpers.js';
+import { enginePaths, expectClose, fixture, onEnginePath, withSharedMachine } from './helpers.js';
+import os from 'node:os';
 
 const nativePaths = enginePaths().filter((p) => p !== 'stock');
 
@@ -40,6 +41,13 @@ function onEachIsa(fn: (level: IsaLevel) => void): void {
 function randoms(seed: number): () => number {
   const rng = new Rng(seed);
   return () => rng.next() * 2 - 1;
+}
+
+/** The values bfloat16 keeps (rounded to nearest even), as float32. */
+function rounded(values: Float32Array): Float32Array {
+  const bits = new Uint16Array(values.length);
+  toBfloat16(values, bits);
+  return Float32Array.from(bits, (b) => new Float32Array(new Uint32Array([b << 16]).buffer)[0]);
 }
 
 /** x W^T in float64 over W's float32 values. */
@@ -132,11 +140,6 @@ describe('decoding kernels', function () {
         const exact = w.rowsFloat32();
         const A = Float32Array.from({ length: K * rank }, random);
         const B = Float32Array.from({ length: rank * N }, random);
-        const rounded = (values: Float32Array) => {
-          const bits = new Uint16Array(values.length);
-          toBfloat16(values, bits);
-          return Float32Array.from(bits, (b) => new Float32Array(new Uint32Array([b << 16]).buffer)[0]);
-        };
         const values = (product: () => tf.Tensor) => {
           const y = tf.tidy(product);
           const out = y.dataSync();
@@ -187,6 +190,43 @@ describe('decoding kernels', function () {
           kernels.bfloat16Products!(true);
         }
       }));
+
+    it(`on a shared machine oneDNN's products run in column slices (a narrower last one) on twice the threads and equal the float64 products (${enginePath})`, async function () {
+      const kernels = loadNativeKernels().kernels!;
+      if (!kernels.bfloat16Products!().onednn) this.skip();
+      await onEnginePath(enginePath, () => {
+        const random = randoms(23);
+        // Forward Y has 300 columns (slices of 128, 128, 44), backward 520 (4 x 128 + 8).
+        const [M, N, K] = [64, 300, 520];
+        const w = FrozenMatrix.fromFloat32(Float32Array.from({ length: N * K }, random), N, K, 'bfloat16', 'bfloat16');
+        const exact = w.rowsFloat32();
+        const x = Float32Array.from({ length: M * K }, random);
+        const dy = Float32Array.from({ length: M * N }, random);
+        const forward = reference(rounded(x), M, exact, N, K);
+        const dyRounded = rounded(dy);
+        const backward = new Float64Array(M * K);
+        for (let m = 0; m < M; m++)
+          for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) backward[m * K + k] += dyRounded[m * N + n] * exact[n * K + k];
+        const values = (product: () => tf.Tensor) => {
+          const y = tf.tidy(product);
+          const out = Array.from(y.dataSync());
+          y.dispose();
+          return out;
+        };
+        const run = () =>
+          splitFrozenProducts(() => [values(() => w.product(tf.tensor2d(x, [M, K]))), values(() => w.productTransposed(tf.tensor2d(dy, [M, N])))]);
+        const before = kernels.sharedMachine!().partedProducts;
+        const [sliced, slicedBack] = withSharedMachine('on', run);
+        // Two cores or more split the products (one thread never does); both are checked either way.
+        expect(kernels.sharedMachine!().partedProducts - before, 'products run in slices').to.equal(os.availableParallelism() > 1 ? 2 : 0);
+        const [whole, wholeBack] = withSharedMachine('off', run);
+        expect(kernels.sharedMachine!().partedProducts - before, 'none more when idle').to.equal(os.availableParallelism() > 1 ? 2 : 0);
+        expectClose(sliced, Array.from(forward), 1e-6 * K, 'forward in slices');
+        expectClose(slicedBack, Array.from(backward), 1e-6 * N, 'backward in slices');
+        expectClose(whole, Array.from(forward), 1e-6 * K, 'forward whole');
+        expectClose(wholeBack, Array.from(backward), 1e-6 * N, 'backward whole');
+      });
+    });
 
     it(`bfloat16-activation products from four threads at once (data-parallel workers) equal the same products on one (${enginePath})`, async () => {
       // The threads multiply the same shapes at the same steps (as data-parallel workers do; one

@@ -376,3 +376,22 @@ export function rmsNormReference(x: ArrayLike<number>, weight: ArrayLike<number>
   }
   return out;
 }
+
+/** Puts back the addon's shared-machine answer that FLOWRL_OVERSUBSCRIBE asks for (auto: measured). */
+export function restoreSharedMachine(): void {
+  const fixed = process.env.FLOWRL_OVERSUBSCRIBE;
+  loadNativeKernels().kernels!.sharedMachine!(fixed === 'on' || fixed === 'off' ? fixed : 'auto');
+}
+
+/**
+ * Runs f with the addon's shared-machine answer fixed ('on': products in parts on twice the
+ * threads; 'off': as on an idle machine), then restoreSharedMachine.
+ */
+export function withSharedMachine<T>(mode: 'on' | 'off', f: () => T): T {
+  loadNativeKernels().kernels!.sharedMachine!(mode);
+  try {
+    return f();
+  } finally {
+    restoreSharedMachine();
+  }
+}

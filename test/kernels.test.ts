@@ -4,12 +4,13 @@ import { frozenBaseAvailable } from '../core-adapters/engine/frozen.js';
 import * as tf from '@tensorflow/tfjs-core';
 import { AdamW, generate, loadModel, Rng } from '../core-adapters/index.js';
 import { installWasmKernelOverrides, removeWasmKernelOverrides, writeTimeSlice } from '../core-adapters/engine/kernels.js';
-import { loadNativeKernels } from '../core-adapters/engine/native.js';
+import { addonPath, loadNativeKernels } from '../core-adapters/engine/native.js';
+import { spawn } from 'node:child_process';
 import { resolveThreadCount } from '../core-adapters/engine/thread-pool.js';
 import { formatRlStep, type RlStepResult, type TorchRlStep } from '../core-adapters/cli/rl-step-bench.js';
 import type { ContendedBench } from '../core-adapters/cli/bench.js';
 import { engineBanner, initEngine, reinstallEngineKernels, wasmHeapExhausted } from '../core-adapters/engine/backend.js';
-import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runBuiltFlowrl, runNode, type EnginePath } from './helpers.js';
+import { enginePaths, expectClose, fixture, flowrlInProcess, onEnginePath, runBuiltFlowrl, runNode, restoreSharedMachine, withSharedMachine, type EnginePath } from './helpers.js';
 
 /** Kernel sets: none replaced (stock), the TypeScript overrides, and the two native paths. */
 type Mode = 'stock' | 'typescript' | 'native-loop' | 'native-blas';
@@ -368,5 +369,80 @@ describe('wasm kernel overrides (engine/kernels.ts)', function () {
     expect(noBlas.stderr).to.include('no optimised BLAS found: training runs about 2x slower');
     expect(noBlas.stderr).to.include('apt-get install libopenblas0-pthread');
     expect(noBlas.stdout).to.equal(missing.stdout);
+  });
+});
+
+describe('a shared machine (native/pool.c: other processes keep cores busy)', function () {
+  const kernels = loadNativeKernels().kernels;
+  if (!kernels?.sharedMachine) {
+    it('needs the native addon (not built here)', function () {
+      this.skip();
+    });
+    return;
+  }
+  const shared = kernels.sharedMachine;
+  const loop = loadNativeKernels().loopOnly!;
+
+  it("the heap's products in parts, one BLAS thread each (rows, columns, a batch's whole products), equal the compiled loop, transposed or not, broadcast", () => {
+    const rng = new Rng(5);
+    const cases = [
+      { M: 300, N: 70, K: 50, batch: 1, broadcast: false }, // rows, 4 parts
+      { M: 20, N: 200, K: 33, batch: 1, broadcast: false }, // columns, 3 parts
+      { M: 65, N: 130, K: 40, batch: 3, broadcast: false }, // each of 3 in 2 parts
+      { M: 40, N: 40, K: 40, batch: 9, broadcast: true }, // 9 whole products, B shared
+    ];
+    const threadsBefore = kernels.setThreads(0);
+    const before = shared().partedProducts;
+    let calls = 0;
+    try {
+      kernels.setThreads(2);
+      for (const { M, N, K, batch, broadcast } of cases)
+        for (const ta of [0, 1])
+          for (const tb of [0, 1]) {
+            const A = Float32Array.from({ length: 3 + M * K * batch }, () => rng.next() * 2 - 1);
+            const B = Float32Array.from({ length: 5 + K * N * (broadcast ? 1 : batch) }, () => rng.next() * 2 - 1);
+            const product = (sgemm: typeof kernels.sgemm) => {
+              const C = new Float32Array(2 + M * N * batch).fill(7);
+              sgemm(ta, tb, M, N, K, A, 3, M * K, B, 5, broadcast ? 0 : K * N, C, 2, batch);
+              return C;
+            };
+            const parted = withSharedMachine('on', () => product(kernels.sgemm));
+            calls++;
+            const label = `${M}x${N}x${K}, batch ${batch}, ta ${ta}, tb ${tb}`;
+            expectClose(parted, product(loop.sgemm), 1e-5, label);
+            expect([parted[0], parted[1]], `${label}: nothing before C's offset written`).to.deep.equal([7, 7]);
+          }
+    } finally {
+      kernels.setThreads(threadsBefore);
+    }
+    // Only a BLAS is run in parts (the compiled loop has no threads of its own to wait for).
+    expect(shared().partedProducts - before).to.equal(kernels.blas ? calls : 0);
+    expect(kernels.setThreads(0), "the BLAS's threads put back").to.equal(threadsBefore);
+  });
+
+  it('a busy process makes the machine shared within seconds; FLOWRL_OVERSUBSCRIBE=on or off fixes the answer, and another value is refused', async () => {
+    const busy = spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' });
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    try {
+      shared('auto');
+      let seen = shared();
+      for (let i = 0; i < 40 && !seen.shared; i++) {
+        await sleep(250);
+        seen = shared();
+      }
+      expect(seen.shared, JSON.stringify(seen)).to.equal(true);
+      expect(seen.othersCores).to.be.at.least(0.5);
+      expect(withSharedMachine('off', () => shared().shared)).to.equal(false);
+    } finally {
+      busy.kill();
+      restoreSharedMachine();
+    }
+    const script = `console.log(JSON.stringify(require(${JSON.stringify(addonPath())}).sharedMachine()))`;
+    for (const mode of ['on', 'off'] as const) {
+      const child = await runNode(['-e', script], 60_000, { FLOWRL_OVERSUBSCRIBE: mode });
+      expect((JSON.parse(child.stdout) as { shared: boolean }).shared, `FLOWRL_OVERSUBSCRIBE=${mode}`).to.equal(mode === 'on');
+    }
+    const bad = await runBuiltFlowrl(['bench', '--steps', '1'], 60_000, { FLOWRL_OVERSUBSCRIBE: 'sometimes' });
+    expect([bad.status, bad.stderr.trim()]).to.deep.equal([2, "flowrl bench: FLOWRL_OVERSUBSCRIBE must be auto, on or off; got 'sometimes'"]);
   });
 });

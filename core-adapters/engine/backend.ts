@@ -152,6 +152,10 @@ export async function initEngine(requested: BackendChoice = 'auto', options: { q
   const choice = options.exact ? requested : backendChoiceFromEnv(requested);
   const native = resolveNativeChoice(options.native ?? 'auto');
   if (!NATIVE_CHOICES.includes(native)) throw new InputError(`engine.native must be one of ${NATIVE_CHOICES.join(', ')}; got '${String(native)}'`);
+  // Read by the addon (native/pool.c), which takes anything else for auto.
+  const oversubscribe = process.env.FLOWRL_OVERSUBSCRIBE;
+  if (oversubscribe !== undefined && !['auto', 'on', 'off'].includes(oversubscribe))
+    throw new InputError(`FLOWRL_OVERSUBSCRIBE must be auto, on or off; got '${oversubscribe}'`);
   if (active && (choice === 'auto' || choice === active.backend)) {
     if (active.backend === 'wasm' && native !== activeNative) accelerate(active, native);
     return active;

@@ -57,11 +57,12 @@ export interface NativeKernels {
   bfloat16Products?: (useOnednn?: boolean) => { onednn: boolean; detail: string };
   /**
    * Whether other processes keep part of the machine busy (half a core over the last 200 ms; under
-   * a quarter makes it idle again), and the cores they used: oneDNN's products then run in column
-   * slices on twice the threads. "on"/"off" fix the answer (as FLOWRL_OVERSUBSCRIBE does), "auto"
-   * measures. slicedProducts: the products run so since the process started. Absent in old addons.
+   * a quarter makes it idle again), and the cores they used: the addon's pool then runs twice the
+   * threads, and oneDNN's and the heap's products run in parts, one thread each. "on"/"off" fix the
+   * answer (as FLOWRL_OVERSUBSCRIBE does), "auto" measures. partedProducts: products run so since
+   * the process started. Absent in old addons.
    */
-  sharedMachine?: (mode?: 'on' | 'off' | 'auto') => { shared: boolean; othersCores: number; slicedProducts: number };
+  sharedMachine?: (mode?: 'on' | 'off' | 'auto') => { shared: boolean; othersCores: number; partedProducts: number };
   /**
    * SwiGLU on one float32 array (the heap; arguments after it are offsets): forward (backward 0)
    * out = silu(gate) up; backward (1) out = d gate and dUp = d up from dy. See native/layer-passes.c.
