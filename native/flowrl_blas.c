@@ -218,15 +218,18 @@ static int parts_running, blas_threads_before;
 // 1 when it ran the products in parts; 0 when they should run as usual.
 static int parted_sgemm(int64_t ta, int64_t tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t aStride, const float *B, int64_t bStride, float *C,
                         int64_t batch) {
-  if (!blas_set_threads || !blas_get_threads || !machine_shared(NULL)) return 0;
+  if (!blas_set_threads || !blas_get_threads) return 0;
   pthread_mutex_lock(&parts_lock);
-  if (parts_running == 0) blas_threads_before = blas_get_threads();
-  const int threads = blas_threads_before;
-  if (threads <= 1) {
+  const int threads = parts_running ? blas_threads_before : blas_get_threads();
+  // One BLAS thread (the default outside the bench) has no second thread to wait for.
+  if (threads <= 1 || !machine_shared(NULL)) {
     pthread_mutex_unlock(&parts_lock);
     return 0;
   }
-  if (parts_running++ == 0) blas_set_threads(1);
+  if (parts_running++ == 0) {
+    blas_threads_before = threads;
+    blas_set_threads(1);
+  }
   pthread_mutex_unlock(&parts_lock);
   sgemm_job job = {.ta = (int)ta, .tb = (int)tb, .M = M, .N = N, .K = K, .aStride = aStride, .bStride = bStride, .A = A, .B = B, .C = C};
   job.by_rows = M >= N;
