@@ -442,6 +442,25 @@ describe('a shared machine (native/pool.c: other processes keep cores busy)', fu
       const child = await runNode(['-e', script], 60_000, { FLOWRL_OVERSUBSCRIBE: mode });
       expect((JSON.parse(child.stdout) as { shared: boolean }).shared, `FLOWRL_OVERSUBSCRIBE=${mode}`).to.equal(mode === 'on');
     }
+    // Ranks on one machine (a launcher's local size) keep the idle paths: each other's load is theirs.
+    const asRank = `
+      const { loadNativeKernels } = await import(${JSON.stringify(path.resolve('core-adapters/engine/native.ts'))});
+      const shared = loadNativeKernels().kernels.sharedMachine;
+      const { spawn } = await import('node:child_process');
+      const busy = spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' });
+      const look = async (tries) => {
+        let seen = shared();
+        for (let i = 0; i < tries && !seen.shared; i++) { await new Promise((r) => setTimeout(r, 250)); seen = shared(); }
+        return seen;
+      };
+      const asLoaded = await look(8);
+      shared('auto');
+      const measured = await look(40);
+      busy.kill();
+      console.log(JSON.stringify({ asLoaded, measured }));`;
+    const rank = await runNode(['--import', 'tsx', '--input-type=module', '-e', asRank], 60_000, { OMPI_COMM_WORLD_LOCAL_SIZE: '2' });
+    const seenByRank = JSON.parse(rank.stdout) as Record<'asLoaded' | 'measured', { shared: boolean }>;
+    expect([seenByRank.asLoaded.shared, seenByRank.measured.shared], rank.stdout + rank.stderr).to.deep.equal([false, true]);
     const bad = await runBuiltFlowrl(['bench', '--steps', '1'], 60_000, { FLOWRL_OVERSUBSCRIBE: 'sometimes' });
     expect([bad.status, bad.stderr.trim()]).to.deep.equal([2, "flowrl bench: FLOWRL_OVERSUBSCRIBE must be auto, on or off; got 'sometimes'"]);
   });

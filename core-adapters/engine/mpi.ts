@@ -44,10 +44,14 @@ export function launchedRank(env: NodeJS.ProcessEnv = process.env): number {
   return Number.isInteger(rank) && rank >= 0 ? rank : 0;
 }
 
+/** How many ranks the launcher started on this machine (1 outside one). */
+export function ranksOnThisMachine(env: NodeJS.ProcessEnv = process.env): number {
+  return Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? 1) || 1;
+}
+
 /** This process's share of the machine's cores when the launcher started several ranks on it (at least 1). */
 export function coresForThisRank(env: NodeJS.ProcessEnv = process.env): number {
-  const ranksHere = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? 1) || 1;
-  return Math.max(1, Math.floor(os.availableParallelism() / ranksHere));
+  return Math.max(1, Math.floor(os.availableParallelism() / ranksOnThisMachine(env)));
 }
 
 export function mpiAddonPath(): string {

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 import { PACKAGE_ROOT } from '../package-root.js';
-import { coresForThisRank } from './mpi.js';
+import { coresForThisRank, ranksOnThisMachine } from './mpi.js';
 
 export interface NativeKernels {
   /** The BLAS in use, e.g. 'OpenBLAS (libopenblas.so.0)'; '' for the compiled loop. */
@@ -260,6 +260,8 @@ export function loadNativeKernels(): { kernels?: NativeKernels; loopOnly?: Nativ
       frozenLinear: frozenLinear(FROZEN_BLAS),
     };
     kernels.setThreads(blasThreads());
+    // Ranks on one machine would take each other for other processes and outnumber each other's threads.
+    if (ranksOnThisMachine() > 1 && process.env.FLOWRL_OVERSUBSCRIBE !== 'on') addon.sharedMachine?.('off');
     const loopOnly: NativeKernels = {
       blas: '',
       sgemm: addon.sgemmLoop,
