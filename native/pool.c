@@ -218,11 +218,11 @@ void machine_load_mode(int mode) {
   atomic_store(&load.mode, mode < 0 ? -1 : mode > 0 ? 1 : 0);
 }
 
-// With autogroups (Linux's default for desktops and terminals) each session's threads share the
-// session's part of the cores: a busy process of another session keeps its part whatever this one's
-// threads, and extra threads only wait more (the 0.5B step beside one took 268 s with them, 224 s
-// without). So there only this session's other processes count: their CPU time, each followed from
-// one window to the next.
+// With autogroups (where the kernel has them on: /proc/sys/kernel/sched_autogroup_enabled) each
+// session's threads share the session's part of the cores: a busy process of another session keeps
+// its part whatever this one's threads, and extra threads only wait more (the 0.5B step beside one
+// took 268 s with them, 224 s without). So there only this session's other processes count: their
+// CPU time, each followed from one window to the next.
 enum { SESSION_PROCESSES = 256 };
 static struct {
   int pids[SESSION_PROCESSES];
