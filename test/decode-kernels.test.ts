@@ -12,7 +12,7 @@ import { generate, GREEDY_TEMPERATURE, NonFiniteLogits, sampleToken, tokenLogPro
 import { loadModel } from '../core-adapters/model/checkpoint.js';
 import { loadAdapters } from '../core-adapters/model/lora.js';
 import { Rng } from '../core-adapters/random.js';
-import { enginePaths, expectClose, fixture, onEnginePath, withSharedMachine } from './helpers.js';
+import { enginePaths, expectClose, fixture, onEnginePath, restoreSharedMachine, withSharedMachine } from './helpers.js';
 import os from 'node:os';
 
 const nativePaths = enginePaths().filter((p) => p !== 'stock');
@@ -254,10 +254,19 @@ describe('decoding kernels', function () {
           worker.once('message', (sums: number[]) => void worker.terminate().then(() => resolve(sums)));
           worker.once('error', reject);
         });
-      const alone = [];
-      for (const seed of [1, 2, 3, 4]) alone.push(await run(seed));
-      const together = await Promise.all([1, 2, 3, 4].map(run));
-      expect(together).to.deep.equal(alone);
+      // The addon's answer is the process's, workers' too: each way, alone against together.
+      const shared = loadNativeKernels().kernels!.sharedMachine!;
+      try {
+        for (const mode of ['off', 'on'] as const) {
+          shared(mode);
+          const alone = [];
+          for (const seed of [1, 2, 3, 4]) alone.push(await run(seed));
+          const together = await Promise.all([1, 2, 3, 4].map(run));
+          expect(together, `shared machine ${mode}`).to.deep.equal(alone);
+        }
+      } finally {
+        restoreSharedMachine();
+      }
     });
 
     it(`LoRA deltas added inside a frozen product equal x W^T + ((x A) * scale) B in float64 (${enginePath})`, () =>

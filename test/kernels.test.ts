@@ -458,7 +458,7 @@ describe('a shared machine (native/pool.c: other processes keep cores busy)', fu
       const measured = await look(40);
       busy.kill();
       console.log(JSON.stringify({ asLoaded, measured }));`;
-    const rank = await runNode(['--import', 'tsx', '--input-type=module', '-e', asRank], 60_000, { OMPI_COMM_WORLD_LOCAL_SIZE: '2' });
+    const rank = await runNode(['--import', 'tsx', '--input-type=module', '-e', asRank], 60_000, { OMPI_COMM_WORLD_LOCAL_SIZE: '2', FLOWRL_OVERSUBSCRIBE: 'auto' });
     const seenByRank = JSON.parse(rank.stdout) as Record<'asLoaded' | 'measured', { shared: boolean }>;
     expect([seenByRank.asLoaded.shared, seenByRank.measured.shared], rank.stdout + rank.stderr).to.deep.equal([false, true]);
     const bad = await runBuiltFlowrl(['bench', '--steps', '1'], 60_000, { FLOWRL_OVERSUBSCRIBE: 'sometimes' });
