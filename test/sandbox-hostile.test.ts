@@ -299,10 +299,18 @@ describe('the code sandbox bounds a whole run: memory and CPU time of all its pr
   const runGroupsLeft = () => {
     const found: string[] = [];
     const walk = (dir: string, depth: number) => {
-      for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      let entries: fs.Dirent[];
+      try {
+        entries = fs.readdirSync(dir, { withFileTypes: true });
+      } catch (e) {
+        // Another process's run group (a second test run on the machine) ended while walked.
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+        throw e;
+      }
+      for (const entry of entries) {
         if (!entry.isDirectory()) continue;
         if (new RegExp(`^run-${process.pid}-`).test(entry.name)) found.push(path.join(dir, entry.name));
-        else if (depth < 6) walk(path.join(dir, entry.name), depth + 1);
+        else if (!entry.name.startsWith('run-') && depth < 6) walk(path.join(dir, entry.name), depth + 1);
       }
     };
     walk('/sys/fs/cgroup', 0);
